@@ -1,0 +1,67 @@
+"""Epochal: exactly-once, stateful stream processing for Python, on Apache Spark.
+
+Layers, each a subpackage, imports pointing one way (api → plan → runtime → state; cluster
+hosts the runtime; connectors and cli at the edges):
+
+- `api`: streams and functions a program is written with;
+- `plan`: the logical graph → the job graph (chaining, partitioning);
+- `runtime`: tasks, channels, barrier alignment, the checkpoint coordinator;
+- `state`: key groups, keyed state, snapshot files, checkpoint storage;
+- `cluster`: hosts for the runtime: in this process, or on Spark.
+
+This module re-exports the public names; everything else is reachable from its subpackage.
+"""
+
+from .api.connector import Sink as Sink
+from .api.connector import SinkWriter as SinkWriter
+from .api.connector import Source as Source
+from .api.connector import SplitReader as SplitReader
+from .api.environment import StreamEnvironment as StreamEnvironment
+from .api.functions import AggregateFunction as AggregateFunction
+from .api.functions import KeyedProcessFunction as KeyedProcessFunction
+from .api.stream import DataStream as DataStream
+from .api.stream import KeyedStream as KeyedStream
+from .config import CheckpointConfig as CheckpointConfig
+from .config import RestartStrategy as RestartStrategy
+from .errors import CheckpointError as CheckpointError
+from .errors import CorruptCheckpointError as CorruptCheckpointError
+from .errors import EpochalError as EpochalError
+from .errors import GraphError as GraphError
+from .errors import JobFailedError as JobFailedError
+from .errors import OperatorError as OperatorError
+from .runtime.result import JobResult as JobResult
+from .state.handles import ListState as ListState
+from .state.handles import MapState as MapState
+from .state.handles import ValueState as ValueState
+
+__all__ = sorted(
+    [
+        "AggregateFunction",
+        "CheckpointConfig",
+        "CheckpointError",
+        "CorruptCheckpointError",
+        "DataStream",
+        "EpochalError",
+        "GraphError",
+        "JobFailedError",
+        "JobResult",
+        "KeyedProcessFunction",
+        "KeyedStream",
+        "ListState",
+        "MapState",
+        "OperatorError",
+        "RestartStrategy",
+        "Sink",
+        "SinkWriter",
+        "Source",
+        "SplitReader",
+        "StreamEnvironment",
+        "ValueState",
+    ]
+)
+
+for _name in __all__:
+    globals()[_name].__module__ = "epochal"
+del _name
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The user-facing API: environments, streams, functions, source and sink contracts."""

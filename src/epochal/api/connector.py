@@ -1,0 +1,80 @@
+"""The contracts of sources and sinks.
+
+A source must be *replayable* (dissertation L1702–1727, L2366–2408): it is cut into a
+deterministic list of splits, and a reader can resume a split from a position it reported, so a
+restore rewinds to exactly the records after the checkpoint. A sink is written in two phases
+(dissertation §4.1.3): `prepare_commit` at each checkpoint seals what was written since the last
+one into a committable, and `Sink.commit` makes committables visible once the checkpoint is
+complete. Commit must be idempotent: after a failure it may be called again for a committable
+that was already committed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Protocol, Sequence
+
+from ..runtime.elements import Batch
+
+
+class SourceSplit(Protocol):
+    """A part of a source's input; `split_id` is stable across runs."""
+
+    @property
+    def split_id(self) -> str: ...
+
+
+class SplitReader(ABC):
+    """Reads one split from a position."""
+
+    @abstractmethod
+    def read(self, max_records: int) -> Batch | None:
+        """Up to `max_records` records (a list or an Arrow batch), or None at the split's end."""
+
+    @abstractmethod
+    def position(self) -> Any:
+        """Where to resume: just past the last record `read` returned (picklable)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the split's resources."""
+
+
+class Source(ABC):
+    """A replayable, bounded or unbounded input."""
+
+    @abstractmethod
+    def splits(self) -> Sequence[SourceSplit]:
+        """The source's splits, in the same order on every call and in every process."""
+
+    @abstractmethod
+    def open_split(self, split: SourceSplit, position: Any | None) -> SplitReader:
+        """A reader of `split`, from `position` (None: from the start)."""
+
+
+class SinkWriter(ABC):
+    """Writes one sink subtask's records, staged until committed."""
+
+    @abstractmethod
+    def write(self, batch: Batch) -> None:
+        """Stage a batch (a list or an Arrow batch); nothing may become visible yet."""
+
+    def prepare_commit(self, checkpoint_id: int) -> Any:
+        """Seal what was written since the last checkpoint; return a picklable committable, or None."""
+        return None
+
+    def recover(self) -> None:  # noqa: B027 - optional hook
+        """Called after restore: discard staged data that no checkpoint covers."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (uncommitted data is left for `recover` to clean up)."""
+
+
+class Sink(ABC):
+    """An output: a writer per subtask, and commits of what the writers prepared."""
+
+    @abstractmethod
+    def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
+        """A writer for one subtask."""
+
+    def commit(self, committables: list[Any]) -> None:  # noqa: B027 - sinks without 2PC
+        """Make prepared data visible; idempotent, in checkpoint order."""

@@ -1,0 +1,88 @@
+"""User function interfaces for keyed operators."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Generic, Iterable, TypeVar
+
+IN = TypeVar("IN")
+ACC = TypeVar("ACC")
+OUT = TypeVar("OUT")
+
+
+class KeyedProcessFunction(ABC):
+    """Per-key logic with keyed state and processing-time timers.
+
+    `open(ctx)` runs once per subtask before any record (and again after a restart): register
+    state there with `ctx.value_state(name)`, `ctx.list_state(name)`, `ctx.map_state(name)`.
+    `process_element(value, ctx)` runs per record with `ctx.key` set; it returns (or yields) the
+    records to emit. `on_timer(timestamp, ctx)` runs when a processing-time timer registered with
+    `ctx.register_processing_time_timer(ts)` is due, with `ctx.key` set to the timer's key.
+
+    Each subtask gets its own copy of the function object, so instance attributes are per
+    subtask; only state registered through `ctx` is checkpointed.
+
+    Example:
+        >>> class Dedup(KeyedProcessFunction):
+        ...     def open(self, ctx):
+        ...         self.seen = ctx.value_state("seen", default=False)
+        ...     def process_element(self, value, ctx):
+        ...         if not self.seen.value():
+        ...             self.seen.update(True)
+        ...             yield value
+    """
+
+    def open(self, ctx: Any) -> None:  # noqa: B027 - optional hook
+        """Register state; called before the first record of each subtask."""
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+        """Handle one record of the current key; return or yield the records to emit."""
+
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any] | None:
+        """Handle a due processing-time timer of `ctx.key`; return or yield records."""
+        return None
+
+
+class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
+    """An incremental aggregation: accumulator per key, folded one value at a time.
+
+    Example:
+        >>> class Average(AggregateFunction):
+        ...     def create_accumulator(self):
+        ...         return (0, 0)
+        ...     def add(self, value, acc):
+        ...         return (acc[0] + value, acc[1] + 1)
+        ...     def get_result(self, acc):
+        ...         return acc[0] / acc[1]
+    """
+
+    @abstractmethod
+    def create_accumulator(self) -> ACC:
+        """A new, empty accumulator."""
+
+    @abstractmethod
+    def add(self, value: IN, accumulator: ACC) -> ACC:
+        """Fold one value in; return the new accumulator (do not change the old one in place)."""
+
+    @abstractmethod
+    def get_result(self, accumulator: ACC) -> OUT:
+        """The result of an accumulator."""
+
+
+class _AggregateProcess(KeyedProcessFunction):
+    """`KeyedStream.aggregate` as a keyed process function: emits `(key, result)` per record."""
+
+    def __init__(self, aggregate: AggregateFunction[Any, Any, Any]) -> None:
+        self.aggregate = aggregate
+
+    def open(self, ctx: Any) -> None:
+        self.acc = ctx.value_state("accumulator")
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+        acc = self.acc.value()
+        if acc is None:
+            acc = self.aggregate.create_accumulator()
+        acc = self.aggregate.add(value, acc)
+        self.acc.update(acc)
+        return ((ctx.key, self.aggregate.get_result(acc)),)

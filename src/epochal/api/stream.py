@@ -1,0 +1,177 @@
+"""DataStream and KeyedStream: the fluent API that records a stream program.
+
+Each method adds one node to the environment's logical graph and returns the stream it
+produces; nothing runs until `StreamEnvironment.execute`. Every operator gets a unique `name`
+(generated from its kind unless given) that appears in errors, metrics and checkpoints; set a
+stable `uid` with `.uid(...)` to keep state across program changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..plan.logical import LogicalEdge
+from ..plan.specs import (
+    BROADCAST,
+    FORWARD,
+    REBALANCE,
+    KeyedCountSpec,
+    KeyedProcessSpec,
+    KeyedReduceSpec,
+    KeySelector,
+    MapBatchesSpec,
+    OperatorSpec,
+    PartitionKind,
+    Partitioning,
+    RecordFnKind,
+    RecordFnSpec,
+    SinkSpec,
+    UnionSpec,
+)
+from .connector import Sink
+from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
+
+if TYPE_CHECKING:
+    from .environment import StreamEnvironment
+
+
+class DataStream:
+    """A stream of records produced by one operator.
+
+    Example:
+        >>> from epochal import StreamEnvironment
+        >>> from epochal.testing import ListSource, CollectSink
+        >>> env = StreamEnvironment(parallelism=1, executor="inprocess")
+        >>> sink = CollectSink()
+        >>> _ = env.from_source(ListSource([1, 2, 3])).map(lambda x: x * 10).sink_to(sink)
+        >>> _ = env.execute("times-ten")
+        >>> sorted(sink.committed())
+        [10, 20, 30]
+    """
+
+    def __init__(self, env: "StreamEnvironment", node_id: int, partitioning: Partitioning | None = None) -> None:
+        self._env = env
+        self._node_id = node_id
+        self._partitioning = partitioning
+
+    # -- naming and parallelism ------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The operator's unique name."""
+        return self._env._graph.nodes[self._node_id].spec.name
+
+    def set_parallelism(self, parallelism: int) -> "DataStream":
+        """Run this operator with `parallelism` subtasks."""
+        if parallelism < 1:
+            raise ValueError("parallelism must be at least 1")
+        self._env._graph.nodes[self._node_id].parallelism = parallelism
+        return self
+
+    def uid(self, uid: str) -> "DataStream":
+        """Give the operator a stable id: it names the operator's state in checkpoints."""
+        self._env._graph.rename(self._node_id, uid=uid)
+        return self
+
+    def named(self, name: str) -> "DataStream":
+        """Rename the operator (the uid follows unless set with `uid`)."""
+        self._env._graph.rename(self._node_id, name=name)
+        return self
+
+    # -- building blocks -------------------------------------------------------------------------
+    def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> "DataStream":
+        graph = self._env._graph
+        op_name = name or graph.unique_name(base)
+        node = graph.add(spec_factory(op_name), [LogicalEdge(self._node_id, self._partitioning)])
+        return DataStream(self._env, node.id)
+
+    def _partitioned(self, partitioning: Partitioning) -> "DataStream":
+        return DataStream(self._env, self._node_id, partitioning)
+
+    # -- stateless operators ---------------------------------------------------------------------
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> "DataStream":
+        """Emit `fn(record)` for every record."""
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn), "map", name)
+
+    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> "DataStream":
+        """Keep the records for which `predicate(record)` is true."""
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate), "filter", name)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> "DataStream":
+        """Emit every record of the iterable `fn(record)` returns."""
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn), "flat_map", name)
+
+    def map_batches(self, fn: Callable[[Any], Any], *, name: str | None = None) -> "DataStream":
+        """Apply `fn` to whole batches as `pyarrow.RecordBatch`: the vectorized path.
+
+        `fn` returns a `RecordBatch` (or a `pyarrow.Table`). Records that arrive as Python
+        objects are converted: scalars to a column `value`, tuples to `f0, f1, …`, dicts by key.
+        Downstream per-record operators see each row as a tuple (or the bare value of a
+        one-column batch).
+        """
+        return self._add(lambda n: MapBatchesSpec(n, n, fn), "map_batches", name)
+
+    def union(self, *others: "DataStream", name: str | None = None) -> "DataStream":
+        """Merge this stream with others; records keep their per-input order."""
+        graph = self._env._graph
+        for other in others:
+            if other._env is not self._env:
+                raise ValueError("cannot union streams of different environments")
+        op_name = name or graph.unique_name("union")
+        inputs = [LogicalEdge(s._node_id, s._partitioning) for s in (self, *others)]
+        node = graph.add(UnionSpec(op_name, op_name), inputs)
+        return DataStream(self._env, node.id)
+
+    # -- partitioning ----------------------------------------------------------------------------
+    def key_by(self, key: KeySelector) -> "KeyedStream":
+        """Partition by key: a function of the record, or a field name (Arrow column or dict key)."""
+        return KeyedStream(self._env, self._node_id, key)
+
+    def rebalance(self) -> "DataStream":
+        """Spread batches round robin over the next operator's subtasks."""
+        return self._partitioned(REBALANCE)
+
+    def broadcast(self) -> "DataStream":
+        """Send every record to every subtask of the next operator."""
+        return self._partitioned(BROADCAST)
+
+    def forward(self) -> "DataStream":
+        """Keep records on the same subtask index (needs equal parallelism)."""
+        return self._partitioned(FORWARD)
+
+    # -- sinks -----------------------------------------------------------------------------------
+    def sink_to(self, sink: Sink, *, name: str | None = None) -> "DataStream":
+        """Write the stream to `sink`; exactly once if the sink commits per checkpoint."""
+        if not hasattr(sink, "create_writer"):
+            raise TypeError(f"{sink!r} is not a Sink")
+        return self._add(lambda n: SinkSpec(n, n, sink), "sink", name)
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key: the keyed operators below keep state per key."""
+
+    def __init__(self, env: "StreamEnvironment", node_id: int, key: KeySelector) -> None:
+        super().__init__(env, node_id, Partitioning(PartitionKind.KEY_GROUP, key))
+        self._key = key
+
+    def count(self, *, name: str | None = None) -> DataStream:
+        """Running count per key: emits `(key, count)` for every record.
+
+        On Arrow batches keyed by a column name the update is vectorized and emits a batch with
+        columns `<key>` and `count`, the same records as the per-record path.
+        """
+        key = self._key
+        return self._add(lambda n: KeyedCountSpec(n, n, key), "count", name)
+
+    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> DataStream:
+        """Rolling reduce per key: emits `fn(previous, record)` (the first record as is)."""
+        key = self._key
+        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn), "reduce", name)
+
+    def aggregate(self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None) -> DataStream:
+        """Incremental aggregation per key: emits `(key, result)` for every record."""
+        return self.process(_AggregateProcess(aggregate), name=name or self._env._graph.unique_name("aggregate"))
+
+    def process(self, function: KeyedProcessFunction, *, name: str | None = None) -> DataStream:
+        """Run a keyed process function (keyed state, timers) on every record."""
+        key = self._key
+        return self._add(lambda n: KeyedProcessSpec(n, n, key, function), "process", name)

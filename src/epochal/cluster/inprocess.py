@@ -1,0 +1,249 @@
+"""The in-process executor: a whole job in one Python process, for tests and debugging.
+
+Every task of the job graph lives here, connected by `LocalChannel`s. One scheduler loop picks a
+runnable task, or a pending background snapshot write, with a seeded random generator, so two
+runs with the same seed and a virtual clock interleave identically: a failing interleaving found
+by a randomized test replays exactly. With the wall clock (the default) timing is real but the
+order of steps is still drawn from the seed.
+
+Failure handling is the job manager's (dissertation §4.1.3.1, rollback, L3156–3185): any error
+stops every task, pending checkpoints are aborted, and the job restarts from its latest complete
+checkpoint until the restart budget is spent.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import EpochalError, JobFailedError, NoCheckpointError
+from ..plan.job_graph import JobGraph, TaskId
+from ..plan.specs import PartitionKind
+from ..runtime.channel import LocalChannel
+from ..runtime.clock import Clock, VirtualClock, WallClock
+from ..runtime.coordinator import AbortReason, CheckpointCoordinator
+from ..runtime.messages import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    InputsEnded,
+    TaskFinished,
+)
+from ..runtime.partition import Partitioner
+from ..runtime.result import CheckpointSummary, JobResult, merge_metrics
+from ..runtime.task import OutputGate, Task, TaskSetup
+from ..state.storage import CheckpointStorage, Manifest
+
+log = logging.getLogger(__name__)
+
+
+class _DeferredRunner:
+    """Background work as schedulable units, so its completion order follows the seed too."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self.pending.append(fn)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One run of the job graph: its tasks, channels and coordinator."""
+
+    tasks: dict[TaskId, Task]
+    coordinator: CheckpointCoordinator
+    background: _DeferredRunner
+    outbox: list[Any]
+    finished: dict[TaskId, Any] = field(default_factory=dict)
+
+
+def build_tasks(
+    job: JobGraph,
+    clock: Clock,
+    storage: CheckpointStorage | None,
+    restore_from: Manifest | None,
+    send: Callable[[Any], None],
+    background: Any,
+) -> dict[TaskId, Task]:
+    """Every task of the job, wired with local channels."""
+    capacity = job.config.channel_capacity
+    # channels[(edge index, source subtask, target subtask)]
+    channels: dict[tuple[int, int, int], LocalChannel] = {}
+    for e_idx, edge in enumerate(job.edges):
+        src, dst = job.vertex(edge.source), job.vertex(edge.target)
+        for i in range(src.parallelism):
+            targets = [i] if edge.partitioning.kind is PartitionKind.FORWARD else range(dst.parallelism)
+            for j in targets:
+                channels[(e_idx, i, j)] = LocalChannel(capacity, f"{src.name}[{i}]->{dst.name}[{j}]")
+
+    tasks: dict[TaskId, Task] = {}
+    for vertex in job.vertices:
+        for i in range(vertex.parallelism):
+            inputs = [ch for (e_idx, _, j), ch in channels.items() if job.edges[e_idx].target == vertex.id and j == i]
+            gate_edges = []
+            for e_idx, edge in enumerate(job.edges):
+                if edge.source != vertex.id:
+                    continue
+                target = job.vertex(edge.target)
+                if edge.partitioning.kind is PartitionKind.FORWARD:
+                    outs = [channels[(e_idx, i, i)]]
+                else:
+                    outs = [channels[(e_idx, i, j)] for j in range(target.parallelism)]
+                partitioner = Partitioner(
+                    edge.partitioning, len(outs), i, job.max_parallelism, target.chain[0].name
+                )
+                gate_edges.append((partitioner, outs))
+            task_id = TaskId(vertex.id, i)
+            setup = TaskSetup(
+                task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
+                restore_from, send, background,
+            )
+            tasks[task_id] = Task(setup, inputs, OutputGate(gate_edges))
+    return tasks
+
+
+class InProcessExecutor:
+    """Runs a job graph in this process.
+
+    Args:
+        seed: seeds the choice of the next task to step; same seed, same interleaving.
+        virtual_time: use a virtual clock that advances `step_time` per step, so timing
+            (checkpoint intervals, timers) is part of the replayable run too.
+        step_time: virtual seconds per scheduler step.
+    """
+
+    def __init__(self, seed: int = 0, virtual_time: bool = False, step_time: float = 0.001) -> None:
+        self.seed = seed
+        self.virtual_time = virtual_time
+        self.step_time = step_time
+
+    def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
+        config = job.config
+        storage = CheckpointStorage(config.checkpoint.directory) if config.checkpoint.directory else None
+        clock: Clock = VirtualClock() if self.virtual_time else WallClock()
+        rng = random.Random(self.seed)
+
+        manifest: Manifest | None = None
+        if from_checkpoint is not None:
+            if storage is None:
+                raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
+            manifest = storage.resolve(from_checkpoint)
+
+        restarts = 0
+        failures: list[str] = []
+        while True:
+            next_id = max(storage.checkpoint_ids(), default=0) + 1 if storage else 1
+            try:
+                attempt = self._start(job, clock, storage, manifest, next_id)
+                self._run(attempt, clock, rng)
+            except Exception as exc:  # any failure of the attempt: roll back (L3156)
+                failures.append(f"{type(exc).__name__}: {exc}")
+                log.warning("job %r failed (attempt %d): %s", job.name, restarts + 1, exc)
+                if restarts >= config.restart.max_restarts:
+                    raise JobFailedError(job.name, restarts + 1, exc) from exc
+                restarts += 1
+                self._sleep(clock, config.restart.delay)
+                manifest = storage.latest() if storage is not None else None
+                continue
+            return JobResult(
+                job.name,
+                restarts,
+                tuple(CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed),
+                merge_metrics([m.metrics for m in attempt.finished.values()]),
+                tuple(failures),
+            )
+
+    def _sleep(self, clock: Clock, seconds: float) -> None:
+        if isinstance(clock, VirtualClock):
+            clock.advance(seconds)
+        elif seconds > 0:
+            time.sleep(seconds)
+
+    def _start(
+        self,
+        job: JobGraph,
+        clock: Clock,
+        storage: CheckpointStorage | None,
+        manifest: Manifest | None,
+        first_checkpoint_id: int,
+    ) -> _Attempt:
+        outbox: list[Any] = []
+        background = _DeferredRunner()
+        tasks = build_tasks(job, clock, storage, manifest, outbox.append, background)
+
+        def send(task_id: TaskId, message: Any) -> None:
+            tasks[task_id].inbox.append(message)
+
+        coordinator = CheckpointCoordinator(job, storage, clock, send, first_checkpoint_id)
+        attempt = _Attempt(tasks, coordinator, background, outbox)
+        try:
+            for task in tasks.values():
+                task.open()
+        except Exception:
+            for task in tasks.values():
+                task.close()
+            raise
+        return attempt
+
+    def _run(self, attempt: _Attempt, clock: Clock, rng: random.Random) -> None:
+        tasks = list(attempt.tasks.values())
+        coordinator = attempt.coordinator
+        background = attempt.background
+        outbox = attempt.outbox
+        virtual = clock if isinstance(clock, VirtualClock) else None
+        try:
+            while len(attempt.finished) < len(tasks):
+                coordinator.tick()
+                runnable: list[Any] = [t for t in tasks if t.is_runnable()]
+                n_tasks = len(runnable)
+                runnable.extend(background.pending)
+                if not runnable:
+                    self._idle(attempt, clock, virtual)
+                    continue
+                pick = rng.randrange(len(runnable))
+                if pick < n_tasks:
+                    runnable[pick].step()
+                else:
+                    background.pending.remove(runnable[pick])
+                    runnable[pick]()
+                self._deliver(outbox, attempt)
+                if virtual is not None:
+                    virtual.advance(self.step_time)
+        except BaseException:
+            coordinator.stop(AbortReason.TASK_FAILED)
+            for task in tasks:
+                task.close()
+            raise
+
+    def _deliver(self, outbox: list[Any], attempt: _Attempt) -> None:
+        coordinator = attempt.coordinator
+        while outbox:
+            message = outbox.pop(0)
+            kind = type(message)
+            if kind is AcknowledgeCheckpoint:
+                coordinator.on_acknowledge(message)
+            elif kind is DeclineCheckpoint:
+                coordinator.on_decline(message)
+            elif kind is InputsEnded:
+                coordinator.on_inputs_ended(message)
+            elif kind is TaskFinished:
+                attempt.finished[message.task] = message
+            else:
+                raise RuntimeError(f"unexpected message {message!r}")
+
+    def _idle(self, attempt: _Attempt, clock: Clock, virtual: VirtualClock | None) -> None:
+        """Nothing can run now: wait for the next timer or checkpoint deadline."""
+        deadlines = [t for task in attempt.tasks.values() if (t := task.next_timer()) is not None]
+        if (d := attempt.coordinator.next_deadline()) is not None:
+            deadlines.append(d)
+        if not deadlines:
+            stuck = [t.name for t in attempt.tasks.values() if t.id not in attempt.finished]
+            raise EpochalError(f"job is stuck: no task can run and nothing is scheduled ({stuck})")
+        wait = max(0.0, min(deadlines) - clock.now())
+        if virtual is not None:
+            virtual.advance(max(wait, self.step_time))
+        else:
+            time.sleep(min(max(wait, 0.0005), 0.05))

@@ -1,0 +1,76 @@
+"""Job configuration: checkpointing and restarts.
+
+Plain frozen dataclasses at the bottom of the import graph, so that every layer (the API that
+takes them, the job graph that carries them, the runtime that obeys them) can read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    """When and where to checkpoint, and how much failure to tolerate.
+
+    Args:
+        interval: seconds between the starts of two checkpoints; `None` takes no periodic
+            checkpoints (a bounded job still takes its final one, so exactly-once sinks commit).
+        directory: where checkpoints go: a local path or any pyarrow filesystem URI. `None`
+            keeps no checkpoints, so a failure restarts the job from the beginning.
+        timeout: seconds after which an unfinished checkpoint is aborted.
+        min_pause: seconds between the end of one checkpoint and the start of the next; keeps a
+            slow checkpoint from being followed at once by another.
+        max_concurrent: checkpoints in flight at once (pipelined epoch commits, L3059).
+        tolerable_failures: consecutive failed checkpoints tolerated before the job fails.
+        retain: complete checkpoints kept; older ones are deleted once a newer one completes.
+    """
+
+    interval: float | None = None
+    directory: str | None = None
+    timeout: float = 600.0
+    min_pause: float = 0.0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    retain: int = 3
+
+    def __post_init__(self) -> None:
+        if self.interval is not None and self.interval <= 0:
+            raise ValueError("CheckpointConfig.interval must be positive")
+        if self.timeout <= 0:
+            raise ValueError("CheckpointConfig.timeout must be positive")
+        if self.max_concurrent < 1:
+            raise ValueError("CheckpointConfig.max_concurrent must be at least 1")
+        if self.retain < 1:
+            raise ValueError("CheckpointConfig.retain must be at least 1")
+
+    @property
+    def is_periodic(self) -> bool:
+        return self.interval is not None and self.directory is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RestartStrategy:
+    """Restart a failed job from its latest complete checkpoint, up to `max_restarts` times.
+
+    Args:
+        max_restarts: restarts after the first failure; 0 fails the job on its first error.
+        delay: seconds to wait before each restart (fixed delay).
+    """
+
+    max_restarts: int = 3
+    delay: float = 0.0
+
+    @staticmethod
+    def none() -> "RestartStrategy":
+        return RestartStrategy(max_restarts=0)
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    """Everything the runtime needs besides the graph."""
+
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    restart: RestartStrategy = field(default_factory=RestartStrategy)
+    channel_capacity: int = 8
+    batch_size: int = 1024

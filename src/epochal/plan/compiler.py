@@ -1,0 +1,160 @@
+"""Logical graph → job graph: parallelism, partitioning and operator chaining.
+
+An operator joins its upstream's chain (runs in the same task, records passed by a function
+call) when nothing repartitions between them: a single forward input from an operator of equal
+parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Cycles are
+refused until structured loops land (ABS §4.3 needs back-edge logging, not built yet).
+"""
+
+from __future__ import annotations
+
+from ..config import JobConfig
+from ..errors import GraphError
+from .job_graph import JobEdge, JobGraph, JobVertex
+from .logical import LogicalGraph, LogicalNode
+from .specs import (
+    FORWARD,
+    REBALANCE,
+    OperatorSpec,
+    PartitionKind,
+    Partitioning,
+    SinkSpec,
+    SourceSpec,
+    UnionSpec,
+)
+
+
+def _check_acyclic(graph: LogicalGraph) -> None:
+    # Depth-first search for a back-edge (ABS §4.3: back-edges are the edges to a vertex on the
+    # current DFS path).
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = [WHITE] * len(graph.nodes)
+    consumers: dict[int, list[int]] = {n.id: [] for n in graph.nodes}
+    for node in graph.nodes:
+        for edge in node.inputs:
+            consumers[edge.source].append(node.id)
+
+    def visit(start: int) -> None:
+        stack = [(start, iter(consumers[start]))]
+        colour[start] = GREY
+        while stack:
+            node_id, children = stack[-1]
+            for child in children:
+                if colour[child] == GREY:
+                    a, b = graph.nodes[node_id].spec.name, graph.nodes[child].spec.name
+                    raise GraphError(
+                        f"the stream graph has a cycle ({a!r} -> {b!r}); "
+                        "loops are not supported yet"
+                    )
+                if colour[child] == WHITE:
+                    colour[child] = GREY
+                    stack.append((child, iter(consumers[child])))
+                    break
+            else:
+                colour[node_id] = BLACK
+                stack.pop()
+
+    for node in graph.nodes:
+        if colour[node.id] == WHITE:
+            visit(node.id)
+
+
+def _resolve_partitioning(
+    upstream_parallelism: int, parallelism: int, chosen: Partitioning | None, name: str
+) -> Partitioning:
+    if chosen is None:
+        return FORWARD if upstream_parallelism == parallelism else REBALANCE
+    if chosen.kind is PartitionKind.FORWARD and upstream_parallelism != parallelism:
+        raise GraphError(
+            f"operator {name!r}: forward partitioning needs equal parallelism on both sides "
+            f"({upstream_parallelism} -> {parallelism}); use rebalance()"
+        )
+    return chosen
+
+
+def compile_job(
+    graph: LogicalGraph,
+    name: str,
+    default_parallelism: int,
+    max_parallelism: int,
+    config: JobConfig,
+) -> JobGraph:
+    """Build the job graph of a program; raises GraphError on an invalid program."""
+    nodes = graph.nodes
+    if not any(isinstance(n.spec, SinkSpec) for n in nodes):
+        raise GraphError("the job has no sink: add one with DataStream.sink_to(...)")
+    _check_acyclic(graph)
+    _check_unique(nodes)
+
+    parallelism: dict[int, int] = {}
+    for node in nodes:  # nodes are created after their inputs: already in topological order
+        p = node.parallelism or default_parallelism
+        if not 1 <= p <= max_parallelism:
+            raise GraphError(
+                f"operator {node.spec.name!r}: parallelism {p} must be in [1, {max_parallelism}]"
+            )
+        parallelism[node.id] = p
+
+    consumers: dict[int, int] = {n.id: 0 for n in nodes}
+    for node in nodes:
+        for edge in node.inputs:
+            consumers[edge.source] += 1
+
+    edges_in: dict[int, list[tuple[int, Partitioning]]] = {}
+    for node in nodes:
+        edges_in[node.id] = [
+            (
+                e.source,
+                _resolve_partitioning(
+                    parallelism[e.source], parallelism[node.id], e.partitioning, node.spec.name
+                ),
+            )
+            for e in node.inputs
+        ]
+
+    # Chaining: node joins the chain of its single upstream when the edge is forward, the
+    # upstream has no other consumer, and neither is a union (which merges several inputs).
+    chain_of: dict[int, list[int]] = {}
+    head_of: dict[int, int] = {}
+    for node in nodes:
+        inputs = edges_in[node.id]
+        if (
+            len(inputs) == 1
+            and inputs[0][1].kind is PartitionKind.FORWARD
+            and consumers[inputs[0][0]] == 1
+            and not isinstance(node.spec, (SourceSpec, UnionSpec))
+            and not isinstance(nodes[inputs[0][0]].spec, SinkSpec)
+        ):
+            head = head_of[inputs[0][0]]
+            chain_of[head].append(node.id)
+            head_of[node.id] = head
+        else:
+            chain_of[node.id] = [node.id]
+            head_of[node.id] = node.id
+
+    vertex_of: dict[int, int] = {}
+    vertices: list[JobVertex] = []
+    for head, members in chain_of.items():  # insertion order is topological
+        vid = len(vertices)
+        for m in members:
+            vertex_of[m] = vid
+        chain: tuple[OperatorSpec, ...] = tuple(nodes[m].spec for m in members)
+        vertices.append(JobVertex(vid, chain, parallelism[head]))
+
+    edges = [
+        JobEdge(vertex_of[src], vertex_of[node_id], part)
+        for node_id, inputs in edges_in.items()
+        for src, part in inputs
+        if head_of[node_id] == node_id
+    ]
+    return JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+
+
+def _check_unique(nodes: list[LogicalNode]) -> None:
+    for attr in ("name", "uid"):
+        seen: set[str] = set()
+        for node in nodes:
+            value = getattr(node.spec, attr)
+            if value in seen:
+                raise GraphError(f"two operators share the {attr} {value!r}; {attr}s must be unique")
+            seen.add(value)

@@ -1,0 +1,110 @@
+"""What each operator of a job is: the data the runtime builds running operators from.
+
+The runtime executes only these core operators (after Bytewax and Timely: a small core, with the
+friendly operators of `epochal.api` composed on top). Every spec carries a `name`, unique in the
+job and shown in every error, and a `uid` that names its state in checkpoints.
+
+Key selectors are either a callable or a field name (a column of an Arrow batch, or an item of a
+dict record).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable
+
+KeySelector = Callable[[Any], Any] | str
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSpec:
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec(OperatorSpec):
+    """Reads a replayable source (an `epochal.Source`)."""
+
+    source: Any
+
+
+class RecordFnKind(Enum):
+    MAP = "map"
+    FILTER = "filter"
+    FLAT_MAP = "flat_map"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFnSpec(OperatorSpec):
+    """A stateless function applied per record."""
+
+    kind: RecordFnKind
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MapBatchesSpec(OperatorSpec):
+    """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path)."""
+
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedCountSpec(OperatorSpec):
+    """Running count per key; emits `(key, count)` per record; vectorized on Arrow batches."""
+
+    key: KeySelector
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedReduceSpec(OperatorSpec):
+    """Rolling reduce per key; emits the new reduced value per record."""
+
+    key: KeySelector
+    fn: Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedProcessSpec(OperatorSpec):
+    """A keyed process function with keyed state and processing-time timers."""
+
+    key: KeySelector
+    function: Any
+
+
+@dataclass(frozen=True, slots=True)
+class UnionSpec(OperatorSpec):
+    """Merges its inputs; records pass unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSpec(OperatorSpec):
+    """Writes to a sink (an `epochal.Sink`), committing per checkpoint if the sink is transactional."""
+
+    sink: Any
+
+
+class PartitionKind(Enum):
+    FORWARD = "forward"
+    REBALANCE = "rebalance"
+    BROADCAST = "broadcast"
+    KEY_GROUP = "key_group"
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioning:
+    """How records cross an edge: to the same subtask, round robin, to all, or by key group."""
+
+    kind: PartitionKind
+    key: KeySelector | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind is PartitionKind.KEY_GROUP) != (self.key is not None):
+            raise ValueError("a key selector goes with key-group partitioning, and only there")
+
+
+FORWARD = Partitioning(PartitionKind.FORWARD)
+REBALANCE = Partitioning(PartitionKind.REBALANCE)
+BROADCAST = Partitioning(PartitionKind.BROADCAST)

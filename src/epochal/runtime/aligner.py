@@ -1,0 +1,77 @@
+"""Align checkpoint barriers across one task's input channels.
+
+Implements ABS §4.2, Algorithm 1 (acyclic graphs), the dissertation's epoch alignment
+(Algorithm 6, L2409–2565): an input is blocked once it delivered the barrier of checkpoint n; when
+every input has delivered it, the task snapshots its state, forwards the barrier and unblocks
+all inputs. Pure: no I/O, no clock; the task loop drives it and asks `is_blocked` before reading.
+
+Departures: a channel that has ended (end-of-input) counts as having delivered every barrier, so
+bounded inputs do not stall checkpoints; a newer barrier abandons an alignment in progress (the
+older checkpoint was aborted), and an older one is dropped.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .elements import Barrier
+
+
+class AlignStep(Enum):
+    """What the task does after handing a barrier or an end-of-input to the aligner."""
+
+    CONTINUE = "continue"  # keep reading the unblocked inputs
+    SNAPSHOT = "snapshot"  # every input delivered the barrier: snapshot, forward, carry on
+    DROP = "drop"  # a stale barrier of an abandoned checkpoint
+
+
+class BarrierAligner:
+    """Barrier alignment state for the inputs of one task."""
+
+    def __init__(self, num_channels: int) -> None:
+        self.num_channels = num_channels
+        self._blocked: set[int] = set()
+        self._ended: set[int] = set()
+        self.pending: Barrier | None = None
+        self.last_completed = 0
+        self.completed: Barrier | None = None  # the barrier of the last SNAPSHOT step
+        self.abandoned: list[int] = []  # checkpoints given up for a newer one; the task declines them
+
+    def is_blocked(self, channel: int) -> bool:
+        return channel in self._blocked
+
+    @property
+    def is_aligning(self) -> bool:
+        return self.pending is not None
+
+    @property
+    def all_ended(self) -> bool:
+        return len(self._ended) == self.num_channels
+
+    def on_barrier(self, channel: int, barrier: Barrier) -> AlignStep:
+        cid = barrier.checkpoint_id
+        if cid <= self.last_completed or (self.pending is not None and cid < self.pending.checkpoint_id):
+            return AlignStep.DROP
+        if self.pending is not None and cid > self.pending.checkpoint_id:
+            self.abandoned.append(self.pending.checkpoint_id)
+            self._blocked.clear()
+            self.pending = None
+        if self.pending is None:
+            self.pending = barrier
+        self._blocked.add(channel)
+        return self._maybe_complete()
+
+    def on_end_of_input(self, channel: int) -> AlignStep:
+        self._ended.add(channel)
+        self._blocked.discard(channel)
+        return self._maybe_complete() if self.pending is not None else AlignStep.CONTINUE
+
+    def _maybe_complete(self) -> AlignStep:
+        if len(self._blocked | self._ended) < self.num_channels:
+            return AlignStep.CONTINUE
+        assert self.pending is not None
+        self.completed = self.pending
+        self.last_completed = self.pending.checkpoint_id
+        self.pending = None
+        self._blocked.clear()
+        return AlignStep.SNAPSHOT

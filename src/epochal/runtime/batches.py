@@ -1,0 +1,46 @@
+"""Conversions between the two batch shapes: Python lists and Arrow record batches.
+
+Records stay columnar as long as operators allow (Arrow → Python objects costs far more than
+any vectorized step, see `shared/notes/spark-hosting-facts.md`). The conversion rules are fixed
+so that the per-record and the columnar path of a program produce the same records:
+an Arrow row is a tuple of its columns, or the bare value when there is one column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from .elements import Batch
+
+
+def batch_len(batch: Batch) -> int:
+    return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
+
+
+def to_records(batch: Batch) -> list[Any]:
+    """Python records of a batch: Arrow rows become tuples (or bare values for one column)."""
+    if type(batch) is list:
+        return batch
+    columns = [col.to_pylist() for col in batch.columns]
+    if len(columns) == 1:
+        return columns[0]
+    return list(zip(*columns))
+
+
+def to_arrow(batch: Batch) -> pa.RecordBatch:
+    """An Arrow record batch of a batch: scalars → column `value`, tuples → `f0…`, dicts by key."""
+    if isinstance(batch, pa.RecordBatch):
+        return batch
+    if not batch:
+        return pa.RecordBatch.from_pydict({"value": pa.array([], pa.null())})
+    first = batch[0]
+    if isinstance(first, dict):
+        return pa.RecordBatch.from_pylist(batch)
+    if isinstance(first, tuple):
+        columns = list(zip(*batch))
+        return pa.RecordBatch.from_arrays(
+            [pa.array(c) for c in columns], names=[f"f{i}" for i in range(len(columns))]
+        )
+    return pa.RecordBatch.from_arrays([pa.array(batch)], names=["value"])

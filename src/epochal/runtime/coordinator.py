@@ -1,0 +1,289 @@
+"""The checkpoint coordinator: triggers checkpoints, collects acknowledgements, commits.
+
+Implements the job manager's side of ABS (§4.2: the coordinator periodically injects barriers at
+the sources) and of the dissertation's two-phase epoch commit (§4.1.3, L3059–3155): a checkpoint
+is *pending* until every task acknowledged its durable part (prepare), then *complete* once its
+manifest is written, and only then are tasks told to commit (commit phase). Several checkpoints
+may be pending (pipelined epochs); one that exceeds its timeout is aborted; a number of
+consecutive failed checkpoints is tolerated (L3559–3566).
+
+Deviation (for bounded inputs): a task whose inputs have all ended can no longer receive
+barriers, so the coordinator triggers it directly, like a source; once every task has ended,
+a final checkpoint commits the last epoch and the job finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+from ..config import CheckpointConfig
+from ..errors import CheckpointError
+from ..plan.job_graph import JobGraph, TaskId
+from ..state.storage import CheckpointStorage, Manifest, OperatorState, SubtaskState
+from .clock import Clock
+from .messages import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    InputsEnded,
+    NotifyCheckpointComplete,
+    TriggerCheckpoint,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AckResult(Enum):
+    """What an acknowledgement did: duplicates and late arrivals are normal, not errors."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    UNKNOWN_TASK = "unknown_task"
+    LATE = "late"  # the checkpoint already completed or was aborted
+    UNKNOWN_CHECKPOINT = "unknown_checkpoint"
+
+
+class AbortReason(Enum):
+    EXPIRED = "expired"
+    DECLINED = "declined"
+    TASK_FAILED = "task_failed"
+    STORAGE_FAILED = "storage_failed"
+    COORDINATOR_STOPPED = "coordinator_stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedCheckpoint:
+    """A checkpoint every task prepared and whose manifest is written (if it has storage)."""
+
+    checkpoint_id: int
+    manifest: Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedCheckpoint:
+    checkpoint_id: int
+    reason: AbortReason
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class PendingCheckpoint:
+    """A checkpoint collecting acknowledgements; it ends by `complete` or `abort`."""
+
+    checkpoint_id: int
+    triggered_at: float
+    started_wall: float
+    is_final: bool
+    awaiting: set[TaskId]
+    acks: dict[TaskId, AcknowledgeCheckpoint] = field(default_factory=dict)
+
+    def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
+        if ack.task in self.acks:
+            return AckResult.DUPLICATE
+        if ack.task not in self.awaiting:
+            return AckResult.UNKNOWN_TASK
+        self.awaiting.discard(ack.task)
+        self.acks[ack.task] = ack
+        return AckResult.ACCEPTED
+
+    @property
+    def is_fully_acknowledged(self) -> bool:
+        return not self.awaiting
+
+    def manifest(self, job: JobGraph) -> Manifest:
+        by_uid: dict[str, list[SubtaskState]] = {}
+        for ack in self.acks.values():
+            for entry in ack.states:
+                by_uid.setdefault(entry.uid, []).append(entry.state)
+        operators = []
+        for vertex in job.vertices:
+            for op in vertex.chain:
+                subtasks = tuple(sorted(by_uid.get(op.uid, ()), key=lambda s: s.subtask))
+                operators.append(OperatorState(op.uid, vertex.parallelism, job.max_parallelism, subtasks))
+        return Manifest(
+            checkpoint_id=self.checkpoint_id,
+            job_name=job.name,
+            created_at=time.time(),
+            duration_ms=(time.perf_counter() - self.started_wall) * 1000,
+            operators=tuple(operators),
+            tasks=tuple(sorted((a.stats for a in self.acks.values()), key=lambda s: s.task)),
+            is_final=self.is_final,
+        )
+
+    def complete(self, manifest: Manifest) -> CompletedCheckpoint:
+        assert self.is_fully_acknowledged, "a checkpoint completes only when every task acknowledged"
+        return CompletedCheckpoint(self.checkpoint_id, manifest)
+
+    def abort(self, reason: AbortReason, detail: str = "") -> AbortedCheckpoint:
+        return AbortedCheckpoint(self.checkpoint_id, reason, detail)
+
+
+Send = Callable[[TaskId, object], None]
+
+
+class CheckpointCoordinator:
+    """Drives checkpoints for one run (attempt) of a job.
+
+    Args:
+        job: the job graph; its config says when to checkpoint.
+        storage: where manifests go; None keeps checkpoints only long enough to commit sinks.
+        clock: the runtime's clock (virtual in replayable runs).
+        send: delivers a message to a task.
+        first_checkpoint_id: ids continue across restarts, so a new attempt never reuses one.
+    """
+
+    def __init__(
+        self,
+        job: JobGraph,
+        storage: CheckpointStorage | None,
+        clock: Clock,
+        send: Send,
+        first_checkpoint_id: int = 1,
+    ) -> None:
+        self.job = job
+        self.config: CheckpointConfig = job.config.checkpoint
+        self.storage = storage
+        self.clock = clock
+        self.send = send
+        self.tasks = job.task_ids()
+        self.sources = {t for t in self.tasks if job.vertex(t.vertex).is_source}
+        self.ended: set[TaskId] = set()
+        self.pending: dict[int, PendingCheckpoint] = {}
+        self.completed: list[CompletedCheckpoint] = []
+        self.aborted: list[AbortedCheckpoint] = []
+        self._recent: deque[int] = deque(maxlen=64)  # ids that ended, to recognise late acks
+        self._next_id = first_checkpoint_id
+        self._last_trigger = clock.now()
+        self._last_completion = float("-inf")
+        self._consecutive_failures = 0
+        self.final_checkpoint: int | None = None
+        self.final_completed = False
+
+    # -- triggering ------------------------------------------------------------------------------
+    def _periodic_due(self, now: float) -> bool:
+        c = self.config
+        return (
+            c.is_periodic
+            and self.final_checkpoint is None
+            and len(self.pending) < c.max_concurrent
+            and now - self._last_trigger >= c.interval  # type: ignore[operator]
+            and now - self._last_completion >= c.min_pause
+        )
+
+    def next_deadline(self) -> float | None:
+        """The next time `tick` has something to do (for a virtual clock with nothing to run)."""
+        times = [p.triggered_at + self.config.timeout for p in self.pending.values()]
+        if self.config.is_periodic and self.final_checkpoint is None:
+            assert self.config.interval is not None
+            times.append(
+                max(self._last_trigger + self.config.interval, self._last_completion + self.config.min_pause)
+            )
+        return min(times) if times else None
+
+    def tick(self) -> None:
+        """Expire overdue checkpoints and trigger a periodic one if it is due."""
+        now = self.clock.now()
+        for pending in list(self.pending.values()):
+            if now - pending.triggered_at > self.config.timeout:
+                self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
+        if self._periodic_due(now):
+            self.trigger()
+
+    def trigger(self, is_final: bool = False) -> int:
+        """Start a checkpoint at the sources (and at every task whose inputs ended)."""
+        checkpoint_id = self._next_id
+        self._next_id += 1
+        now = self.clock.now()
+        self._last_trigger = now
+        self.pending[checkpoint_id] = PendingCheckpoint(
+            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks)
+        )
+        message = TriggerCheckpoint(checkpoint_id, now, is_final)
+        for task in self.tasks:
+            if task in self.sources or task in self.ended:
+                self.send(task, message)
+        if is_final:
+            self.final_checkpoint = checkpoint_id
+        return checkpoint_id
+
+    # -- messages from tasks ---------------------------------------------------------------------
+    def on_inputs_ended(self, message: InputsEnded) -> None:
+        self.ended.add(message.task)
+        # It will see no more barriers: checkpoints already under way are triggered here directly.
+        for pending in self.pending.values():
+            if message.task in pending.awaiting and message.task not in self.sources:
+                self.send(message.task, TriggerCheckpoint(pending.checkpoint_id, pending.triggered_at, pending.is_final))
+        if len(self.ended) == len(self.tasks) and self.final_checkpoint is None:
+            self.trigger(is_final=True)
+
+    def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
+        pending = self.pending.get(ack.checkpoint_id)
+        if pending is None:
+            return AckResult.LATE if ack.checkpoint_id in self._recent else AckResult.UNKNOWN_CHECKPOINT
+        result = pending.acknowledge(ack)
+        if result is AckResult.ACCEPTED and pending.is_fully_acknowledged:
+            self._complete(pending)
+        return result
+
+    def on_decline(self, decline: DeclineCheckpoint) -> None:
+        pending = self.pending.get(decline.checkpoint_id)
+        if pending is not None:
+            self._abort(pending, AbortReason.DECLINED, f"{decline.task}: {decline.reason}")
+
+    # -- endings ---------------------------------------------------------------------------------
+    def _complete(self, pending: PendingCheckpoint) -> None:
+        manifest = pending.manifest(self.job)
+        if self.storage is not None:
+            try:
+                self.storage.write_manifest(manifest)
+            except CheckpointError as exc:
+                self._abort(pending, AbortReason.STORAGE_FAILED, str(exc))
+                return
+        del self.pending[pending.checkpoint_id]
+        self._recent.append(pending.checkpoint_id)
+        completed = pending.complete(manifest)
+        self.completed.append(completed)
+        self._consecutive_failures = 0
+        self._last_completion = self.clock.now()
+        # Older pending checkpoints are subsumed: this one covers everything they would have.
+        for older in [p for cid, p in self.pending.items() if cid < pending.checkpoint_id]:
+            del self.pending[older.checkpoint_id]
+            self._recent.append(older.checkpoint_id)
+        if self.storage is not None:
+            self.storage.retain(self.config.retain, pending.checkpoint_id)
+        log.info("checkpoint %d complete (%.1f ms, %d bytes)", manifest.checkpoint_id, manifest.duration_ms, manifest.size)
+        notify = NotifyCheckpointComplete(pending.checkpoint_id, pending.is_final)
+        for task in self.tasks:
+            self.send(task, notify)
+        if pending.is_final:
+            self.final_completed = True
+
+    def _abort(self, pending: PendingCheckpoint, reason: AbortReason, detail: str) -> None:
+        del self.pending[pending.checkpoint_id]
+        self._recent.append(pending.checkpoint_id)
+        self.aborted.append(pending.abort(reason, detail))
+        log.warning("checkpoint %d aborted (%s): %s", pending.checkpoint_id, reason.value, detail)
+        if self.storage is not None:
+            self.storage.discard(pending.checkpoint_id)
+        self._consecutive_failures += 1
+        if self._consecutive_failures > self.config.tolerable_failures:
+            raise CheckpointError(
+                f"{self._consecutive_failures} consecutive checkpoint failure(s), "
+                f"more than the {self.config.tolerable_failures} tolerated; last: checkpoint "
+                f"{pending.checkpoint_id} {reason.value}: {detail}"
+            )
+        if pending.is_final:  # the last epoch must commit: try again at once
+            self.final_checkpoint = None
+            self.trigger(is_final=True)
+
+    def stop(self, reason: AbortReason = AbortReason.COORDINATOR_STOPPED) -> None:
+        """Abort everything pending (the job failed or was cancelled); nothing counts as failed."""
+        for pending in list(self.pending.values()):
+            del self.pending[pending.checkpoint_id]
+            self.aborted.append(pending.abort(reason))
+            if self.storage is not None:
+                self.storage.discard(pending.checkpoint_id)

@@ -1,0 +1,45 @@
+"""What travels on a channel: record batches and in-band control events, FIFO per channel.
+
+Barriers (the thesis' *epoch markers*, dissertation §3.4, L2351–2408), watermarks and
+end-of-input are in-band so that FIFO order alone places them exactly between records, which is
+what makes a barrier cut the stream consistently (ABS §4.2, assumption of FIFO channels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import pyarrow as pa
+
+# A batch is a list of Python records, or an Arrow record batch on the columnar path.
+Batch = Union[list[Any], pa.RecordBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """Separates the records before checkpoint `checkpoint_id` from those after it."""
+
+    checkpoint_id: int
+    timestamp: float
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """Event time has reached `timestamp` on this channel (used once event time lands)."""
+
+    timestamp: float
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfInput:
+    """The channel will carry nothing more: the producer's input is exhausted."""
+
+
+END_OF_INPUT = EndOfInput()
+
+Element = Union[list[Any], pa.RecordBatch, Barrier, Watermark, EndOfInput]
+
+
+def is_batch(element: Element) -> bool:
+    return type(element) is list or isinstance(element, pa.RecordBatch)

@@ -1,0 +1,66 @@
+"""Key extraction, per record and per Arrow batch, with errors that name operator and record."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import KeySelectorError
+from ..plan.specs import KeySelector
+from ..state.keygroups import UnhashableKeyError, stable_hash
+
+
+def record_key_fn(key: KeySelector) -> Callable[[Any], Any]:
+    """A per-record key function: the selector itself, or an item lookup for a field name."""
+    return operator.itemgetter(key) if isinstance(key, str) else key
+
+
+def key_groups_of_records(
+    records: list[Any], key_fn: Callable[[Any], Any], max_parallelism: int, operator_name: str
+) -> tuple[list[Any], list[int]]:
+    """Keys and key groups of every record; a failing selector names the operator and record."""
+    keys: list[Any] = []
+    groups: list[int] = []
+    record = None
+    try:
+        for record in records:
+            k = key_fn(record)
+            keys.append(k)
+            groups.append(stable_hash(k) % max_parallelism)
+    except UnhashableKeyError as exc:
+        raise KeySelectorError(operator_name, record, exc) from exc
+    except Exception as exc:
+        raise KeySelectorError(operator_name, record, exc) from exc
+    return keys, groups
+
+
+def arrow_key_groups(
+    batch: pa.RecordBatch, column: str, max_parallelism: int, operator_name: str
+) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Dictionary-encode a key column and hash only its distinct values.
+
+    Returns `(distinct keys, index of each row's key, key group of each distinct key)`: per-row
+    work stays vectorized, Python touches each distinct key once.
+    """
+    try:
+        keys = batch.column(column)
+    except KeyError as exc:
+        raise KeySelectorError(
+            operator_name, f"<batch with columns {batch.schema.names}>", KeyError(column)
+        ) from exc
+    encoded = pc.dictionary_encode(keys)
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    distinct = encoded.dictionary
+    try:
+        groups = np.fromiter(
+            (stable_hash(k) % max_parallelism for k in distinct.to_pylist()),
+            dtype=np.int64,
+            count=len(distinct),
+        )
+    except UnhashableKeyError as exc:
+        raise KeySelectorError(operator_name, f"<column {column!r}>", exc) from exc
+    return distinct, indices, groups

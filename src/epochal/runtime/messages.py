@@ -1,0 +1,86 @@
+"""Control messages between tasks and the job manager.
+
+Plain frozen records, so that the same protocol runs through a queue in one process or over TCP
+between Spark workers and the driver. Named for the dissertation's epoch commit (§4.1.3):
+trigger = prepare (1a), acknowledge = prepared (1c), notify-complete = commit (2a).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..plan.job_graph import TaskId
+from ..state.storage import SubtaskState, TaskCheckpointStats
+
+
+# job manager → task ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TriggerCheckpoint:
+    """Start checkpoint `checkpoint_id` here: sent to sources and to tasks whose inputs ended."""
+
+    checkpoint_id: int
+    timestamp: float
+    is_final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyCheckpointComplete:
+    """Checkpoint `checkpoint_id` is complete: commit its side effects."""
+
+    checkpoint_id: int
+    is_final: bool = False
+
+
+# task → job manager ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OperatorSubtaskState:
+    uid: str
+    state: SubtaskState
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgeCheckpoint:
+    """A task's part of a checkpoint is durable (pre-committed)."""
+
+    task: TaskId
+    checkpoint_id: int
+    states: tuple[OperatorSubtaskState, ...]
+    stats: TaskCheckpointStats
+
+
+@dataclass(frozen=True, slots=True)
+class DeclineCheckpoint:
+    """A task cannot complete its part of a checkpoint (it was abandoned, or storage failed)."""
+
+    task: TaskId
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputsEnded:
+    """Every input of the task has ended; it now waits for the final checkpoint."""
+
+    task: TaskId
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorMetrics:
+    """Records into and out of one operator (summed over the subtasks that report)."""
+
+    name: str
+    records_in: int
+    records_out: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFinished:
+    task: TaskId
+    metrics: tuple[OperatorMetrics, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailed:
+    task: TaskId
+    error: Any

@@ -1,0 +1,571 @@
+"""The running operators: one class per core operator spec of `plan.specs`.
+
+An operator turns one input batch into at most one output batch (`process`), so a chain of
+operators in one task is a loop of function calls. Keyed operators keep their state in a
+`HeapKeyedStateBackend`; sources keep split positions and sinks their prepared commits as
+operator state (dissertation §2.2.1, Keyed-State vs Operator-State, L772–787).
+
+Every user function is called inside a guard that turns its exception into an `OperatorError`
+naming this operator and the record.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import OperatorError
+from ..plan.specs import (
+    KeyedCountSpec,
+    KeyedProcessSpec,
+    KeyedReduceSpec,
+    MapBatchesSpec,
+    OperatorSpec,
+    RecordFnKind,
+    RecordFnSpec,
+    SinkSpec,
+    SourceSpec,
+    UnionSpec,
+)
+from ..state.backend import HeapKeyedStateBackend, KeyedStateSnapshot
+from ..state.handles import ListState, MapState, ValueState
+from ..state.keygroups import KeyGroupRange
+from .batches import batch_len, to_arrow, to_records
+from .clock import Clock
+from .elements import Batch
+from .keys import arrow_key_groups, key_groups_of_records, record_key_fn
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorContext:
+    """Where a running operator sits: its subtask, its key groups, and the clock."""
+
+    subtask: int
+    parallelism: int
+    max_parallelism: int
+    key_groups: KeyGroupRange
+    clock: Clock
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSnapshot:
+    """The fixed state of one operator of one subtask; serialised off the processing path."""
+
+    keyed: KeyedStateSnapshot | None = None
+    state: Any = None
+
+
+class RuntimeOperator:
+    """Base of the running operators; the defaults are those of a stateless operator."""
+
+    def __init__(self, spec: OperatorSpec) -> None:
+        self.name = spec.name
+        self.uid = spec.uid
+
+    def open(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+
+    def process(self, batch: Batch) -> Batch | None:
+        return batch
+
+    def end_input(self) -> Batch | None:
+        return None
+
+    def next_timer(self) -> float | None:
+        return None
+
+    def on_processing_time(self, now: float) -> Batch | None:
+        return None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        """Load state; `states` holds the operator state of *every* old subtask (union list)."""
+
+    def close(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------
+# sources and sinks
+
+
+@dataclass(slots=True)
+class SourcePositions:
+    """Operator state of a source subtask: how far each of its splits has been read."""
+
+    positions: dict[str, Any] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+
+
+class SourceOperator(RuntimeOperator):
+    """Reads the splits of a replayable source assigned to this subtask, one after another.
+
+    Split `i` of the source's deterministic split list belongs to subtask `i % parallelism`; a
+    split's position points just past the last record handed out (dissertation L2366–2408:
+    source state is an offset into a replayable log), so a restore rewinds exactly.
+    """
+
+    def __init__(self, spec: SourceSpec) -> None:
+        super().__init__(spec)
+        self.source = spec.source
+        self._state = SourcePositions()
+        self._splits: list[Any] = []
+        self._reader: Any = None
+        self._current: Any = None
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        splits = list(self.source.splits())
+        self._splits = [s for i, s in enumerate(splits) if i % ctx.parallelism == ctx.subtask]
+
+    def restore(self, keyed: Any, states: list[Any]) -> None:
+        for old in states:  # union: positions of splits this subtask now owns, whoever read them
+            if old is None:
+                continue
+            self._state.positions.update(old.positions)
+            self._state.finished |= old.finished
+
+    @property
+    def is_exhausted(self) -> bool:
+        return self._reader is None and self._next_split() is None
+
+    def _next_split(self) -> Any:
+        for split in self._splits:
+            if split.split_id not in self._state.finished:
+                return split
+        return None
+
+    def poll(self, max_records: int) -> Batch | None:
+        """The next batch, or None once every split of this subtask is exhausted."""
+        while True:
+            if self._reader is None:
+                split = self._next_split()
+                if split is None:
+                    return None
+                self._current = split
+                self._reader = self.source.open_split(split, self._state.positions.get(split.split_id))
+            try:
+                batch = self._reader.read(max_records)
+            except OperatorError:
+                raise
+            except Exception as exc:
+                raise OperatorError(self.name, f"<split {self._current.split_id}>", exc) from exc
+            if batch is not None:
+                self._state.positions[self._current.split_id] = self._reader.position()
+                return batch
+            self._state.finished.add(self._current.split_id)
+            self._state.positions.pop(self._current.split_id, None)
+            self._reader.close()
+            self._reader = None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot(
+            state=SourcePositions(dict(self._state.positions), set(self._state.finished))
+        )
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+class SinkOperator(RuntimeOperator):
+    """Writes to a sink in two phases (dissertation §4.1.3, L3059–3155, and L3217–3252).
+
+    Pre-commit at a checkpoint: the writer seals what it wrote since the last one into a
+    *committable*, kept as operator state. Commit on the coordinator's notification that the
+    checkpoint is complete. Committables found in restored state belong to a complete checkpoint
+    and are committed on restore, so commits cut short by a failure are finished, once.
+    """
+
+    def __init__(self, spec: SinkSpec) -> None:
+        super().__init__(spec)
+        self.sink = spec.sink
+        self._pending: dict[int, Any] = {}
+        self._writer: Any = None
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        self._writer = self.sink.create_writer(ctx.subtask, ctx.parallelism)
+
+    def process(self, batch: Batch) -> None:
+        try:
+            self._writer.write(batch)
+        except Exception as exc:
+            raise OperatorError(self.name, f"<batch of {batch_len(batch)} records>", exc) from exc
+        return None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        committable = self._writer.prepare_commit(checkpoint_id)
+        if committable is not None:
+            self._pending[checkpoint_id] = committable
+        return OperatorSnapshot(state=dict(self._pending))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        ready = [cid for cid in sorted(self._pending) if cid <= checkpoint_id]
+        if ready:
+            self.sink.commit([self._pending[cid] for cid in ready])
+            for cid in ready:
+                del self._pending[cid]
+
+    def restore(self, keyed: Any, states: list[Any]) -> None:
+        # Old subtask j's commits go to subtask j % parallelism: the same subtask when the
+        # parallelism is unchanged, so no other subtask touches its staged data meanwhile.
+        mine = [
+            c
+            for j, old in enumerate(states)
+            if old and j % self.ctx.parallelism == self.ctx.subtask
+            for _, c in sorted(old.items())
+        ]
+        if mine:
+            self.sink.commit(mine)
+        self._writer.recover()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# stateless
+
+
+class RecordFnOperator(RuntimeOperator):
+    """map, filter and flat_map: a user function per record."""
+
+    def __init__(self, spec: RecordFnSpec) -> None:
+        super().__init__(spec)
+        self.fn = spec.fn
+        self.kind = spec.kind
+
+    def process(self, batch: Batch) -> Batch | None:
+        fn = self.fn
+        out: list[Any] = []
+        record = None
+        try:
+            if self.kind is RecordFnKind.MAP:
+                append = out.append
+                for record in to_records(batch):
+                    append(fn(record))
+            elif self.kind is RecordFnKind.FILTER:
+                append = out.append
+                for record in to_records(batch):
+                    if fn(record):
+                        append(record)
+            else:
+                extend = out.extend
+                for record in to_records(batch):
+                    extend(fn(record))
+        except Exception as exc:
+            raise OperatorError(self.name, record, exc) from exc
+        return out
+
+
+class MapBatchesOperator(RuntimeOperator):
+    """A user function per batch, handed a `pyarrow.RecordBatch`."""
+
+    def __init__(self, spec: MapBatchesSpec) -> None:
+        super().__init__(spec)
+        self.fn = spec.fn
+
+    def process(self, batch: Batch) -> Batch | None:
+        arrow = to_arrow(batch)
+        try:
+            result = self.fn(arrow)
+        except Exception as exc:
+            raise OperatorError(self.name, f"<batch of {arrow.num_rows} rows: {arrow.slice(0, 3).to_pylist()}...>", exc) from exc
+        if isinstance(result, pa.Table):
+            result = result.combine_chunks()
+            batches = result.to_batches()
+            return batches[0] if batches else None
+        if result is None or isinstance(result, (pa.RecordBatch, list)):
+            return result
+        raise OperatorError(
+            self.name,
+            f"<batch of {arrow.num_rows} rows>",
+            TypeError(f"map_batches function returned {type(result).__name__}, not a RecordBatch"),
+        )
+
+
+class UnionOperator(RuntimeOperator):
+    """Records of every input pass unchanged."""
+
+
+# ------------------------------------------------------------------------------------------------
+# keyed
+
+
+class KeyedOperator(RuntimeOperator):
+    """An operator whose state is keyed, held in the key groups of its subtask."""
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        self.backend = HeapKeyedStateBackend(ctx.key_groups, ctx.max_parallelism)
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot(keyed=self.backend.snapshot())
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        if keyed:
+            self.backend.restore(keyed)
+
+
+_COUNT = "count"
+_MISSING = object()
+
+
+class KeyedCountOperator(KeyedOperator):
+    """Running count per key, emitting `(key, count)` for every record.
+
+    On an Arrow batch keyed by a column the whole update is vectorized: each distinct key's
+    count is looked up once, and each row's running count is the key's previous count plus the
+    row's rank among the rows of its key, so the output is the same record for record as the
+    per-record path, whatever the batch boundaries.
+    """
+
+    def __init__(self, spec: KeyedCountSpec) -> None:
+        super().__init__(spec)
+        self.key = spec.key
+        self._key_fn = record_key_fn(spec.key)
+
+    def process(self, batch: Batch) -> Batch | None:
+        if isinstance(batch, pa.RecordBatch) and isinstance(self.key, str):
+            return self._process_arrow(batch)
+        records = to_records(batch)
+        keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
+        maps: dict[int, dict[Any, int]] = {}
+        backend = self.backend
+        out = []
+        append = out.append
+        for key, kg in zip(keys, groups):
+            m = maps.get(kg)
+            if m is None:
+                m = maps[kg] = backend.raw_map(_COUNT, kg)
+            c = m.get(key, 0) + 1
+            m[key] = c
+            append((key, c))
+        return out
+
+    def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        assert isinstance(self.key, str)
+        distinct, indices, groups = arrow_key_groups(batch, self.key, self.ctx.max_parallelism, self.name)
+        n_distinct = len(distinct)
+        per_key = np.bincount(indices, minlength=n_distinct)
+        base = np.empty(n_distinct, dtype=np.int64)
+        backend = self.backend
+        maps: dict[int, dict[Any, int]] = {}
+        for i, (key, kg) in enumerate(zip(distinct.to_pylist(), groups.tolist())):
+            m = maps.get(kg)
+            if m is None:
+                m = maps[kg] = backend.raw_map(_COUNT, kg)
+            previous = m.get(key, 0)
+            base[i] = previous
+            m[key] = previous + int(per_key[i])
+        # rank of each row among the rows of its key, in arrival order
+        order = np.argsort(indices, kind="stable")
+        starts = np.concatenate(([0], np.cumsum(per_key)[:-1]))
+        rank = np.empty(len(indices), dtype=np.int64)
+        rank[order] = np.arange(len(indices)) - np.repeat(starts, per_key)
+        counts = base[indices] + rank + 1
+        return pa.RecordBatch.from_arrays(
+            [batch.column(self.key), pa.array(counts, pa.int64())], names=[self.key, "count"]
+        )
+
+
+class KeyedReduceOperator(KeyedOperator):
+    """Rolling reduce per key: emits the new reduced value for every record."""
+
+    def __init__(self, spec: KeyedReduceSpec) -> None:
+        super().__init__(spec)
+        self.fn = spec.fn
+        self._key_fn = record_key_fn(spec.key)
+
+    def process(self, batch: Batch) -> Batch | None:
+        records = to_records(batch)
+        keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
+        backend, fn = self.backend, self.fn
+        out = []
+        record = None
+        try:
+            for record, key, kg in zip(records, keys, groups):
+                backend.set_current_key(key, kg)
+                acc = backend.get_for_read("reduce", _MISSING)
+                value = record if acc is _MISSING else fn(acc, record)
+                backend.put("reduce", value)
+                out.append(value)
+        except Exception as exc:
+            raise OperatorError(self.name, record, exc) from exc
+        return out
+
+
+_TIMERS = "__timers__"
+
+
+class ProcessContext:
+    """What a keyed process function sees: the current key, its state, and timers.
+
+    Passed to `open()` (register state there) and to every `process_element` / `on_timer` call.
+    """
+
+    def __init__(self, operator: "KeyedProcessOperator") -> None:
+        self._op = operator
+        self._backend = operator.backend
+        self._states: dict[str, Any] = {}
+
+    @property
+    def key(self) -> Any:
+        """The key of the record (or timer) being processed."""
+        return self._backend.current_key
+
+    @property
+    def subtask(self) -> int:
+        return self._op.ctx.subtask
+
+    def _register(self, name: str, handle: Any) -> Any:
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        existing = self._states.get(name)
+        if existing is not None and type(existing) is not type(handle):
+            raise ValueError(f"state {name!r} is already registered as {type(existing).__name__}")
+        self._states[name] = handle
+        return handle
+
+    def value_state(self, name: str, default: Any = None) -> ValueState[Any]:
+        """Register (or fetch) the keyed value state `name`."""
+        return self._register(name, ValueState(self._backend, name, default))
+
+    def list_state(self, name: str) -> ListState[Any]:
+        """Register (or fetch) the keyed list state `name`."""
+        return self._register(name, ListState(self._backend, name))
+
+    def map_state(self, name: str) -> MapState[Any, Any]:
+        """Register (or fetch) the keyed map state `name`."""
+        return self._register(name, MapState(self._backend, name))
+
+    def current_processing_time(self) -> float:
+        return self._op.ctx.clock.now()
+
+    def register_processing_time_timer(self, timestamp: float) -> None:
+        """Call `on_timer(timestamp, ctx)` for the current key once processing time reaches it."""
+        self._op.register_timer(float(timestamp))
+
+    def delete_processing_time_timer(self, timestamp: float) -> None:
+        self._op.delete_timer(float(timestamp))
+
+
+class KeyedProcessOperator(KeyedOperator):
+    """A user's keyed process function, with keyed state and processing-time timers.
+
+    Timers are keyed state (a tuple of timestamps per key), so they are checkpointed with the
+    key group they belong to; the heap that orders them is rebuilt on restore.
+    """
+
+    def __init__(self, spec: KeyedProcessSpec) -> None:
+        super().__init__(spec)
+        self.function = spec.function
+        self._key_fn = record_key_fn(spec.key)
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        self.pctx = ProcessContext(self)
+        opener = getattr(self.function, "open", None)
+        if opener is not None:
+            try:
+                opener(self.pctx)
+            except Exception as exc:
+                raise OperatorError(self.name, "<open>", exc) from exc
+
+    # -- timers ----------------------------------------------------------------------------------
+    def register_timer(self, ts: float) -> None:
+        backend = self.backend
+        timers = backend.get(_TIMERS, ())
+        if ts not in timers:
+            backend.put(_TIMERS, tuple(sorted(timers + (ts,))))
+            heapq.heappush(self._heap, (ts, next(self._seq), backend.current_key_group, backend.current_key))
+
+    def delete_timer(self, ts: float) -> None:
+        timers = self.backend.get(_TIMERS, ())
+        if ts in timers:
+            rest = tuple(t for t in timers if t != ts)
+            if rest:
+                self.backend.put(_TIMERS, rest)
+            else:
+                self.backend.delete(_TIMERS)
+
+    def next_timer(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def on_processing_time(self, now: float) -> Batch | None:
+        out: list[Any] = []
+        heap, backend = self._heap, self.backend
+        while heap and heap[0][0] <= now:
+            ts, _, kg, key = heapq.heappop(heap)
+            backend.set_current_key(key, kg)
+            timers = backend.get(_TIMERS, ())
+            if ts not in timers:
+                continue  # deleted, or fired already
+            self.delete_timer(ts)
+            try:
+                _extend(out, self.function.on_timer(ts, self.pctx))
+            except Exception as exc:
+                raise OperatorError(self.name, f"<timer {ts} of key {key!r}>", exc) from exc
+        return out or None
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        super().restore(keyed, states)
+        for kg, key in self.backend.keys(_TIMERS):
+            self.backend.set_current_key(key, kg)
+            for ts in self.backend.get(_TIMERS, ()):
+                heapq.heappush(self._heap, (ts, next(self._seq), kg, key))
+
+    # -- records ---------------------------------------------------------------------------------
+    def process(self, batch: Batch) -> Batch | None:
+        records = to_records(batch)
+        keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
+        backend, fn, pctx = self.backend, self.function.process_element, self.pctx
+        out: list[Any] = []
+        record = None
+        try:
+            for record, key, kg in zip(records, keys, groups):
+                backend.set_current_key(key, kg)
+                _extend(out, fn(record, pctx))
+        except Exception as exc:
+            raise OperatorError(self.name, record, exc) from exc
+        return out
+
+
+def _extend(out: list[Any], produced: Iterable[Any] | None) -> None:
+    if produced is not None:
+        out.extend(produced)
+
+
+_FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
+    SourceSpec: SourceOperator,
+    SinkSpec: SinkOperator,
+    RecordFnSpec: RecordFnOperator,
+    MapBatchesSpec: MapBatchesOperator,
+    UnionSpec: UnionOperator,
+    KeyedCountSpec: KeyedCountOperator,
+    KeyedReduceSpec: KeyedReduceOperator,
+    KeyedProcessSpec: KeyedProcessOperator,
+}
+
+
+def create_operator(spec: OperatorSpec) -> RuntimeOperator:
+    """A fresh running operator for `spec`; user function objects are copied per subtask."""
+    if isinstance(spec, KeyedProcessSpec):
+        spec = KeyedProcessSpec(spec.name, spec.uid, spec.key, copy.deepcopy(spec.function))
+    return _FACTORIES[type(spec)](spec)

@@ -1,0 +1,329 @@
+"""A task: one subtask of one job vertex, running its chain of operators step by step.
+
+A task never blocks. The host calls `step()` whenever `is_runnable()`; a step handles the
+control messages that arrived, fires due timers, and processes at most one element from one
+input (or one batch from its source). So a host can interleave many tasks on one event loop,
+and the in-process executor can interleave them from a seed and replay a run exactly.
+
+Checkpointing follows ABS §4.2, Algorithm 1: barriers are aligned by `BarrierAligner`; when the
+last input delivers the barrier, the task fixes its state (synchronous, copy-on-write), forwards
+the barrier, and hands serialisation and upload to the host's background runner; the
+acknowledgement goes to the coordinator when the files are durable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Protocol, Sequence
+
+from ..plan.job_graph import JobVertex, TaskId
+from ..state.keygroups import KeyGroupRange, key_group_range
+from ..state.storage import CheckpointStorage, Manifest, TaskCheckpointStats
+from .aligner import AlignStep, BarrierAligner
+from .batches import batch_len
+from .clock import Clock
+from .elements import END_OF_INPUT, Barrier, Batch, EndOfInput, Watermark, is_batch
+from .messages import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    InputsEnded,
+    NotifyCheckpointComplete,
+    OperatorMetrics,
+    TaskFinished,
+    TriggerCheckpoint,
+)
+from .operators import OperatorContext, RuntimeOperator, SourceOperator, create_operator
+from .partition import Partitioner
+from .snapshots import read_operator_restore, write_task_snapshot
+
+
+class InputChannel(Protocol):
+    def poll(self) -> Any: ...
+    def __len__(self) -> int: ...
+
+
+class OutputChannel(Protocol):
+    def has_capacity(self) -> bool: ...
+    def send(self, element: Any) -> None: ...
+
+
+class OutputGate:
+    """The task's outgoing edges: a partitioner and the channels it routes to, per edge."""
+
+    def __init__(self, edges: Sequence[tuple[Partitioner, Sequence[OutputChannel]]]) -> None:
+        self.edges = list(edges)
+        self.channels = [ch for _, chans in self.edges for ch in chans]
+
+    def emit(self, batch: Batch) -> None:
+        for partitioner, channels in self.edges:
+            for target, piece in partitioner.split(batch):
+                channels[target].send(piece)
+
+    def broadcast(self, element: Any) -> None:
+        for ch in self.channels:
+            ch.send(element)
+
+    def has_capacity(self) -> bool:
+        for ch in self.channels:
+            if not ch.has_capacity():
+                return False
+        return True
+
+
+class TaskState(Enum):
+    RUNNING = "running"
+    ENDED = "ended"  # inputs ended; waits for the final checkpoint to commit
+    FINISHED = "finished"
+
+
+class BackgroundRunner(Protocol):
+    """Runs the asynchronous part of checkpoints off the processing path."""
+
+    def submit(self, fn: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSetup:
+    """Everything a task needs besides its channels."""
+
+    task_id: TaskId
+    vertex: JobVertex
+    max_parallelism: int
+    batch_size: int
+    clock: Clock
+    storage: CheckpointStorage | None
+    restore_from: Manifest | None
+    send: Callable[[Any], None]  # to the job manager
+    background: BackgroundRunner
+
+
+class Task:
+    """One subtask of a vertex: inputs → aligner → operator chain → output gate."""
+
+    def __init__(self, setup: TaskSetup, inputs: Sequence[InputChannel], output: OutputGate) -> None:
+        self.setup = setup
+        self.id = setup.task_id
+        self.name = f"{setup.vertex.name} [{setup.task_id.subtask + 1}/{setup.vertex.parallelism}]"
+        self.inputs = list(inputs)
+        self.output = output
+        self.inbox: deque[Any] = deque()
+        self.state = TaskState.RUNNING
+        self.aligner = BarrierAligner(len(self.inputs))
+        self.key_groups: KeyGroupRange = key_group_range(
+            setup.task_id.subtask, setup.vertex.parallelism, setup.max_parallelism
+        )
+        self.chain: list[RuntimeOperator] = [create_operator(spec) for spec in setup.vertex.chain]
+        self.source: SourceOperator | None = (
+            self.chain[0] if isinstance(self.chain[0], SourceOperator) else None
+        )
+        self.records_in = [0] * len(self.chain)
+        self.records_out = [0] * len(self.chain)
+        self.last_checkpoint = 0
+        self._next_input = 0
+        self._alignment_started: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open every operator and restore its state from the checkpoint, if any."""
+        ctx = OperatorContext(
+            self.id.subtask, self.setup.vertex.parallelism, self.setup.max_parallelism,
+            self.key_groups, self.setup.clock,
+        )
+        manifest, storage = self.setup.restore_from, self.setup.storage
+        for op in self.chain:
+            op.open(ctx)
+            keyed, states = None, []
+            if manifest is not None and storage is not None:
+                keyed, states = read_operator_restore(storage, manifest, op.uid, self.key_groups)
+            op.restore(keyed, states)  # also on a fresh start: sinks clean up after a failed run
+        if manifest is not None:
+            self.last_checkpoint = manifest.checkpoint_id
+            self.aligner.last_completed = manifest.checkpoint_id
+        if not self.inputs and self.source is None:
+            raise RuntimeError(f"task {self.name} has neither inputs nor a source")
+
+    def close(self) -> None:
+        for op in self.chain:
+            try:
+                op.close()
+            except Exception:  # closing after a failure must not mask the failure
+                pass
+
+    # -- scheduling ------------------------------------------------------------------------------
+    def next_timer(self) -> float | None:
+        times = [t for op in self.chain if (t := op.next_timer()) is not None]
+        return min(times) if times else None
+
+    def is_runnable(self) -> bool:
+        if self.state is TaskState.FINISHED:
+            return False
+        if self.inbox:
+            return True
+        if self.state is TaskState.ENDED or not self.output.has_capacity():
+            return False
+        timer = self.next_timer()
+        if timer is not None and timer <= self.setup.clock.now():
+            return True
+        if self.source is not None:
+            return True
+        return self._readable_input() is not None
+
+    def _readable_input(self) -> int | None:
+        n = len(self.inputs)
+        for i in range(n):
+            idx = (self._next_input + i) % n
+            if self.inputs[idx] and not self.aligner.is_blocked(idx):
+                return idx
+        return None
+
+    def step(self) -> None:
+        """Do one unit of work; exceptions propagate to the host, which fails the job."""
+        while self.inbox:
+            self._on_control(self.inbox.popleft())
+            if self.state is TaskState.FINISHED:
+                return
+        if self.state is not TaskState.RUNNING or not self.output.has_capacity():
+            return
+        timer = self.next_timer()
+        if timer is not None and timer <= self.setup.clock.now():
+            self._fire_timers()
+        if self.source is not None:
+            self._step_source()
+        else:
+            self._step_input()
+
+    # -- data ------------------------------------------------------------------------------------
+    def _run_chain(self, start: int, batch: Batch | None) -> None:
+        for i in range(start, len(self.chain)):
+            if batch is None:
+                return
+            n = batch_len(batch)
+            if n == 0:
+                return
+            self.records_in[i] += n
+            batch = self.chain[i].process(batch)
+            if batch is not None:
+                self.records_out[i] += batch_len(batch)
+        if batch is not None and batch_len(batch):
+            self.output.emit(batch)
+
+    def _step_source(self) -> None:
+        assert self.source is not None
+        batch = self.source.poll(self.setup.batch_size)
+        if batch is None:
+            self._end_input()
+            return
+        n = batch_len(batch)
+        self.records_out[0] += n
+        self._run_chain(1, batch)
+
+    def _step_input(self) -> None:
+        idx = self._readable_input()
+        if idx is None:
+            return
+        self._next_input = (idx + 1) % len(self.inputs)
+        element = self.inputs[idx].poll()
+        if is_batch(element):
+            self._run_chain(0, element)
+        elif type(element) is Barrier:
+            if not self.aligner.is_aligning:
+                self._alignment_started = time.perf_counter()
+            step = self.aligner.on_barrier(idx, element)
+            self._decline_abandoned()
+            if step is AlignStep.SNAPSHOT:
+                self._checkpoint(element)
+        elif type(element) is EndOfInput:
+            if self.aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
+                assert self.aligner.completed is not None
+                self._checkpoint(self.aligner.completed)
+            if self.aligner.all_ended:
+                self._end_input()
+        elif type(element) is Watermark:
+            pass  # event time lands with windows; nothing consumes watermarks yet
+        else:
+            raise RuntimeError(f"task {self.name}: unexpected element {element!r}")
+
+    def _fire_timers(self) -> None:
+        now = self.setup.clock.now()
+        for i, op in enumerate(self.chain):
+            timer = op.next_timer()
+            if timer is not None and timer <= now:
+                out = op.on_processing_time(now)
+                if out is not None:
+                    self.records_out[i] += batch_len(out)
+                    self._run_chain(i + 1, out)
+
+    def _end_input(self) -> None:
+        # Flush each operator in chain order, so what one emits at the end reaches the next.
+        for i, op in enumerate(self.chain):
+            out = op.end_input()
+            if out is not None:
+                self.records_out[i] += batch_len(out)
+                self._run_chain(i + 1, out)
+        self.output.broadcast(END_OF_INPUT)
+        self.state = TaskState.ENDED
+        self.setup.send(InputsEnded(self.id))
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _decline_abandoned(self) -> None:
+        while self.aligner.abandoned:
+            cid = self.aligner.abandoned.pop()
+            self.setup.send(DeclineCheckpoint(self.id, cid, "alignment abandoned for a newer barrier"))
+
+    def _checkpoint(self, barrier: Barrier) -> None:
+        """Fix state, forward the barrier, and write the snapshot in the background."""
+        alignment_ms = 0.0
+        if self._alignment_started is not None:
+            alignment_ms = (time.perf_counter() - self._alignment_started) * 1000
+            self._alignment_started = None
+        started = time.perf_counter()
+        snapshots = [(op.uid, op.snapshot(barrier.checkpoint_id)) for op in self.chain]
+        if self.state is TaskState.RUNNING:
+            self.output.broadcast(barrier)
+        sync_ms = (time.perf_counter() - started) * 1000
+        self.last_checkpoint = barrier.checkpoint_id
+        setup, task_id, key_groups = self.setup, self.id, self.key_groups
+
+        def write_and_acknowledge() -> None:
+            began = time.perf_counter()
+            try:
+                states, size = write_task_snapshot(
+                    setup.storage, barrier.checkpoint_id, task_id, key_groups, snapshots
+                )
+            except Exception as exc:
+                setup.send(DeclineCheckpoint(task_id, barrier.checkpoint_id, f"writing state failed: {exc}"))
+                return
+            stats = TaskCheckpointStats(
+                str(task_id), alignment_ms, sync_ms, (time.perf_counter() - began) * 1000, size
+            )
+            setup.send(AcknowledgeCheckpoint(task_id, barrier.checkpoint_id, states, stats))
+
+        setup.background.submit(write_and_acknowledge)
+
+    def _on_control(self, message: Any) -> None:
+        if type(message) is TriggerCheckpoint:
+            if message.checkpoint_id <= self.last_checkpoint:
+                return  # the barrier reached this task through its inputs already
+            if self.source is not None and self.state is TaskState.RUNNING:
+                self._alignment_started = None
+                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
+            elif self.state is TaskState.ENDED:
+                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
+        elif type(message) is NotifyCheckpointComplete:
+            for op in self.chain:
+                op.notify_checkpoint_complete(message.checkpoint_id)
+            if message.is_final:
+                self.state = TaskState.FINISHED
+                self.close()
+                self.setup.send(TaskFinished(self.id, self.metrics()))
+        else:
+            raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
+
+    def metrics(self) -> tuple[OperatorMetrics, ...]:
+        return tuple(
+            OperatorMetrics(op.name, self.records_in[i], self.records_out[i])
+            for i, op in enumerate(self.chain)
+        )

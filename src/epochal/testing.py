@@ -1,0 +1,137 @@
+"""Helpers for testing stream programs: a list source with crash injection, a collecting sink.
+
+Both work with the in-process executor (`StreamEnvironment(executor="inprocess")`), where the
+objects are shared with the running job; on Spark use files (`TextFileSource`, `FileSink`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .api.connector import Sink, SinkWriter, Source, SplitReader
+from .errors import InjectedFailure
+from .runtime.batches import to_records
+from .runtime.elements import Batch
+
+__all__ = ["Crash", "ListSource", "CollectSink"]
+
+
+class Crash:
+    """A sentinel item for `ListSource`: raises `InjectedFailure` the first time it is read.
+
+    After the restart the sentinel is skipped, so the job then runs to the end: the committed
+    output must be that of a run without the crash.
+    """
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __repr__(self) -> str:
+        return f"Crash(fired={self.fired})"
+
+
+@dataclass(frozen=True, slots=True)
+class _ListSplit:
+    split_id: str
+    items: tuple[Any, ...]
+
+
+class _ListReader(SplitReader):
+    def __init__(self, split: _ListSplit, position: int | None) -> None:
+        self.items = split.items
+        self.index = position or 0
+
+    def read(self, max_records: int) -> Batch | None:
+        if self.index >= len(self.items):
+            return None
+        out: list[Any] = []
+        while self.index < len(self.items) and len(out) < max_records:
+            item = self.items[self.index]
+            if isinstance(item, Crash):
+                if not item.fired:
+                    if out:
+                        return out  # hand out what came before; crash on the next read
+                    item.fired = True
+                    raise InjectedFailure("Crash() sentinel reached")
+                self.index += 1
+                continue
+            out.append(item)
+            self.index += 1
+        return out
+
+    def position(self) -> int:
+        return self.index
+
+
+class ListSource(Source):
+    """A replayable source over a list, cut into `splits` contiguous splits.
+
+    Args:
+        items: the records; a `Crash()` among them fails the job once at that point.
+        splits: how many splits (so how many source subtasks have work).
+        batch_size: records per batch at most (besides the environment's `batch_size`).
+    """
+
+    def __init__(self, items: Sequence[Any], splits: int = 1, batch_size: int | None = None) -> None:
+        items = list(items)
+        n = max(1, splits)
+        bounds = [len(items) * i // n for i in range(n + 1)]
+        self._splits = [_ListSplit(f"list-{i}", tuple(items[bounds[i] : bounds[i + 1]])) for i in range(n)]
+        self.batch_size = batch_size
+
+    def splits(self) -> Sequence[_ListSplit]:
+        return self._splits
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        reader = _ListReader(split, position)
+        if self.batch_size is not None:
+            inner, limit = reader.read, self.batch_size
+            reader.read = lambda max_records: inner(min(max_records, limit))  # type: ignore[method-assign]
+        return reader
+
+
+class _CollectWriter(SinkWriter):
+    def __init__(self, sink: "CollectSink") -> None:
+        self.sink = sink
+        self.staged: list[Any] = []
+
+    def write(self, batch: Batch) -> None:
+        self.staged.extend(to_records(batch))
+
+    def prepare_commit(self, checkpoint_id: int) -> Any:
+        if not self.staged:
+            return None
+        token = next(self.sink._tokens)
+        with self.sink._lock:
+            self.sink._prepared[token] = self.staged
+        self.staged = []
+        return token
+
+
+class CollectSink(Sink):
+    """Collects records in memory; `committed()` holds only what checkpoints committed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens = itertools.count()
+        self._prepared: dict[int, list[Any]] = {}
+        self._committed_tokens: set[int] = set()
+        self._committed: list[Any] = []
+
+    def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
+        return _CollectWriter(self)
+
+    def commit(self, committables: list[Any]) -> None:
+        with self._lock:
+            for token in committables:
+                if token not in self._committed_tokens:
+                    self._committed_tokens.add(token)
+                    self._committed.extend(self._prepared.pop(token))
+
+    def committed(self) -> list[Any]:
+        """The committed records, in commit order."""
+        with self._lock:
+            return list(self._committed)
