@@ -134,7 +134,9 @@ class InProcessExecutor:
 
         restarts = 0
         failures: list[str] = []
+        restored_from: list[int | None] = []
         while True:
+            restored_from.append(manifest.checkpoint_id if manifest is not None else None)
             next_id = max(storage.checkpoint_ids(), default=0) + 1 if storage else 1
             try:
                 attempt = self._start(job, clock, storage, manifest, next_id)
@@ -154,6 +156,7 @@ class InProcessExecutor:
                 tuple(CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed),
                 merge_metrics([m.metrics for m in attempt.finished.values()]),
                 tuple(failures),
+                tuple(restored_from),
             )
 
     def _sleep(self, clock: Clock, seconds: float) -> None:

@@ -47,6 +47,7 @@ class JobResult:
     checkpoints: tuple[CheckpointSummary, ...]
     operators: tuple[OperatorMetrics, ...]
     failures: tuple[str, ...] = field(default=())
+    restored_from: tuple[int | None, ...] = field(default=())  # per attempt: checkpoint id or None
 
     def operator(self, name: str) -> OperatorMetrics:
         for m in self.operators:
