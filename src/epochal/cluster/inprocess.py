@@ -21,8 +21,6 @@ from typing import Any, Callable
 
 from ..errors import EpochalError, JobFailedError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
-from ..plan.specs import PartitionKind
-from ..runtime.channel import LocalChannel
 from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.coordinator import AbortReason, CheckpointCoordinator
 from ..runtime.messages import (
@@ -31,9 +29,9 @@ from ..runtime.messages import (
     InputsEnded,
     TaskFinished,
 )
-from ..runtime.partition import Partitioner
 from ..runtime.result import CheckpointSummary, JobResult, merge_metrics
-from ..runtime.task import OutputGate, Task, TaskSetup
+from ..runtime.task import Task
+from ..runtime.wiring import build_tasks, local_channels
 from ..state.storage import CheckpointStorage, Manifest
 
 log = logging.getLogger(__name__)
@@ -58,51 +56,6 @@ class _Attempt:
     background: _DeferredRunner
     outbox: list[Any]
     finished: dict[TaskId, Any] = field(default_factory=dict)
-
-
-def build_tasks(
-    job: JobGraph,
-    clock: Clock,
-    storage: CheckpointStorage | None,
-    restore_from: Manifest | None,
-    send: Callable[[Any], None],
-    background: Any,
-) -> dict[TaskId, Task]:
-    """Every task of the job, wired with local channels."""
-    capacity = job.config.channel_capacity
-    # channels[(edge index, source subtask, target subtask)]
-    channels: dict[tuple[int, int, int], LocalChannel] = {}
-    for e_idx, edge in enumerate(job.edges):
-        src, dst = job.vertex(edge.source), job.vertex(edge.target)
-        for i in range(src.parallelism):
-            targets = [i] if edge.partitioning.kind is PartitionKind.FORWARD else range(dst.parallelism)
-            for j in targets:
-                channels[(e_idx, i, j)] = LocalChannel(capacity, f"{src.name}[{i}]->{dst.name}[{j}]")
-
-    tasks: dict[TaskId, Task] = {}
-    for vertex in job.vertices:
-        for i in range(vertex.parallelism):
-            inputs = [ch for (e_idx, _, j), ch in channels.items() if job.edges[e_idx].target == vertex.id and j == i]
-            gate_edges = []
-            for e_idx, edge in enumerate(job.edges):
-                if edge.source != vertex.id:
-                    continue
-                target = job.vertex(edge.target)
-                if edge.partitioning.kind is PartitionKind.FORWARD:
-                    outs = [channels[(e_idx, i, i)]]
-                else:
-                    outs = [channels[(e_idx, i, j)] for j in range(target.parallelism)]
-                partitioner = Partitioner(
-                    edge.partitioning, len(outs), i, job.max_parallelism, target.chain[0].name
-                )
-                gate_edges.append((partitioner, outs))
-            task_id = TaskId(vertex.id, i)
-            setup = TaskSetup(
-                task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
-                restore_from, send, background,
-            )
-            tasks[task_id] = Task(setup, inputs, OutputGate(gate_edges))
-    return tasks
 
 
 class InProcessExecutor:
@@ -175,7 +128,9 @@ class InProcessExecutor:
     ) -> _Attempt:
         outbox: list[Any] = []
         background = _DeferredRunner()
-        tasks = build_tasks(job, clock, storage, manifest, outbox.append, background)
+        tasks = build_tasks(
+            job, job.task_ids(), local_channels(job), clock, storage, manifest, outbox.append, background
+        )
 
         def send(task_id: TaskId, message: Any) -> None:
             tasks[task_id].inbox.append(message)

@@ -1,0 +1,96 @@
+"""Wiring a job graph into tasks and channels, for any host.
+
+Every channel is named by a `ChannelKey` (edge, producer subtask, consumer subtask), the same in
+every process, so a host decides per key whether the channel is a local queue or a TCP stream,
+and both ends agree on what they are talking about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from ..plan.job_graph import JobGraph, TaskId
+from ..plan.specs import PartitionKind
+from ..state.storage import CheckpointStorage, Manifest
+from .channel import LocalChannel
+from .clock import Clock
+from .partition import Partitioner
+from .task import InputChannel, OutputChannel, OutputGate, Task, TaskSetup
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelKey:
+    """Channel of edge `edge` from subtask `source` of its producer to subtask `target`."""
+
+    edge: int
+    source: int
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelEnds:
+    """The producer's and the consumer's end of one channel (one object for a local queue)."""
+
+    output: OutputChannel | None
+    input: InputChannel | None
+
+
+def channel_keys(job: JobGraph) -> list[ChannelKey]:
+    """Every channel of the job, in a fixed order (its index is the channel's wire id)."""
+    keys = []
+    for e_idx, edge in enumerate(job.edges):
+        src, dst = job.vertex(edge.source), job.vertex(edge.target)
+        for i in range(src.parallelism):
+            targets = [i] if edge.partitioning.kind is PartitionKind.FORWARD else range(dst.parallelism)
+            keys.extend(ChannelKey(e_idx, i, j) for j in targets)
+    return keys
+
+
+def local_channels(job: JobGraph) -> dict[ChannelKey, ChannelEnds]:
+    """Local queues for every channel: the whole job in one process."""
+    capacity = job.config.channel_capacity
+    out = {}
+    for key in channel_keys(job):
+        ch = LocalChannel(capacity, f"e{key.edge}:{key.source}->{key.target}")
+        out[key] = ChannelEnds(ch, ch)
+    return out
+
+
+def build_tasks(
+    job: JobGraph,
+    task_ids: Iterable[TaskId],
+    channels: Mapping[ChannelKey, ChannelEnds],
+    clock: Clock,
+    storage: CheckpointStorage | None,
+    restore_from: Manifest | None,
+    send: Callable[[Any], None],
+    background: Any,
+) -> dict[TaskId, Task]:
+    """The tasks `task_ids` of the job, each wired to its ends of `channels`."""
+    tasks: dict[TaskId, Task] = {}
+    for task_id in task_ids:
+        vertex = job.vertex(task_id.vertex)
+        i = task_id.subtask
+        inputs = [
+            ends.input
+            for key, ends in channels.items()
+            if job.edges[key.edge].target == vertex.id and key.target == i
+        ]
+        gate_edges = []
+        for e_idx, edge in enumerate(job.edges):
+            if edge.source != vertex.id:
+                continue
+            target = job.vertex(edge.target)
+            if edge.partitioning.kind is PartitionKind.FORWARD:
+                outs = [channels[ChannelKey(e_idx, i, i)].output]
+            else:
+                outs = [channels[ChannelKey(e_idx, i, j)].output for j in range(target.parallelism)]
+            partitioner = Partitioner(edge.partitioning, len(outs), i, job.max_parallelism, target.chain[0].name)
+            gate_edges.append((partitioner, outs))
+        setup = TaskSetup(
+            task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
+            restore_from, send, background,
+        )
+        tasks[task_id] = Task(setup, inputs, OutputGate(gate_edges))  # type: ignore[arg-type]
+    return tasks
