@@ -1,0 +1,62 @@
+"""Messages between the job manager (Spark driver) and the workers (Spark barrier tasks).
+
+The task-level messages of `runtime.messages` travel inside `ToTask` / `FromTask`; the rest is
+the hosting protocol: who is there, start, restart in place, stop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..plan.job_graph import TaskId
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """First message of a worker: its index in the barrier stage and its launch."""
+
+    worker: int
+    launch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Build the tasks of `generation`, restoring from checkpoint `checkpoint_id` if not None."""
+
+    generation: int
+    checkpoint_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Leave: the job finished, failed for good, or is being relaunched."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """The worker's tasks of `generation` are open and restored: records flow again."""
+
+    worker: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToTask:
+    task: TaskId
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FromTask:
+    generation: int
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    """A task raised; the worker stopped its tasks and waits for a `Start` or a `Stop`."""
+
+    worker: int
+    generation: int
+    error: Any  # the exception when it pickles, else its text

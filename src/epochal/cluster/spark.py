@@ -1,0 +1,384 @@
+"""The Spark host: a job runs as one barrier-mode stage of N long-running tasks.
+
+Spark gang-schedules the N tasks (one Epochal worker each, `cluster.worker`); they find each
+other through the barrier context (`allGather`, once, at start) and then talk over their own TCP
+links. The driver hosts the job manager: the checkpoint coordinator, the workers' control links,
+and failure handling.
+
+Failure handling follows the dissertation's rollback (§4.1.3.1, L3156–3185) with two speeds
+(`shared/notes/spark-hosting-facts.md`):
+- a task that raises leaves its process alive: the job manager starts a new *generation* in
+  place, every worker rebuilding its tasks from the latest complete checkpoint, no Spark work;
+- a worker process that dies (SIGKILL, OOM) or a lost executor fails the barrier stage, which
+  Spark never retries for a result stage: the job manager cancels what is left and submits a
+  new stage (a new *launch*), restoring from the latest complete checkpoint.
+The job manager owns the generation and launch numbers, since a rerun Spark task cannot tell
+that it is a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import selectors
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EpochalError, JobFailedError, NoCheckpointError
+from ..plan.job_graph import JobGraph, TaskId
+from ..runtime.clock import WallClock
+from ..runtime.coordinator import AbortReason, CheckpointCoordinator
+from ..runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, TaskFinished
+from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
+from ..runtime.result import CheckpointSummary, JobResult, merge_metrics
+from ..state.storage import CheckpointStorage, Manifest
+from .protocol import FromTask, Hello, Running, Start, Stop, ToTask, WorkerFailed
+from .worker import Worker, worker_of
+
+log = logging.getLogger(__name__)
+
+_HELLO_TIMEOUT = 300.0
+
+
+def default_session(workers: int) -> Any:
+    """The embedded default: a local Spark session with a slot per worker (at least `local[*]`)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    cores = os.cpu_count() or 1
+    master = "local[*]" if workers <= cores else f"local[{workers}]"
+    return (
+        SparkSession.builder.master(master)
+        .appName("epochal")
+        .config("spark.python.task.killTimeout", "200ms")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+
+
+def _free_slots(sc: Any) -> int:
+    return int(sc.defaultParallelism)
+
+
+def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
+    def run(_: Any) -> Any:
+        from pyspark import BarrierTaskContext
+
+        ctx = BarrierTaskContext.get()
+        index = ctx.partitionId()
+        host = ctx.getTaskInfos()[index].address.rsplit(":", 1)[0]
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((host, 0))
+        except OSError:
+            listener.bind(("0.0.0.0", 0))
+        listener.listen(workers)
+        port = listener.getsockname()[1]
+        addresses = ctx.allGather(f"{host}:{port}")
+        peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
+        worker = Worker(job, index, workers, launch, driver, listener, peers)
+        worker.connect()
+        worker.run()
+        yield index
+
+    return run
+
+
+@dataclass(slots=True)
+class _Launch:
+    """One submitted barrier stage and the thread waiting for it."""
+
+    number: int
+    group: str
+    thread: threading.Thread
+    error: list[BaseException] = field(default_factory=list)
+
+    @property
+    def is_done(self) -> bool:
+        return not self.thread.is_alive()
+
+
+class WorkerLost(EpochalError):
+    """A worker process died or its Spark stage failed; the job is relaunched."""
+
+
+class SparkExecutor:
+    """Runs a job graph on Spark: one barrier stage, a worker per task slot.
+
+    Args:
+        spark: the SparkSession to use; None creates (or reuses) the embedded local one.
+        bind_host: the address the job manager listens on for its workers; defaults to
+            `spark.driver.host`, which workers on any cluster can reach.
+    """
+
+    def __init__(self, spark: Any = None, bind_host: str | None = None) -> None:
+        self.spark = spark
+        self.bind_host = bind_host
+        self.recovery_seconds: list[float] = []
+
+    def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
+        workers = max(v.parallelism for v in job.vertices)
+        spark = self.spark or default_session(workers)
+        sc = spark.sparkContext
+        slots = _free_slots(sc)
+        if workers > slots:
+            raise EpochalError(
+                f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
+                f"({sc.master}) has {slots}; lower the parallelism or add executors/cores"
+            )
+        storage = CheckpointStorage(job.config.checkpoint.directory) if job.config.checkpoint.directory else None
+        manifest: Manifest | None = None
+        if from_checkpoint is not None:
+            if storage is None:
+                raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
+            manifest = storage.resolve(from_checkpoint)
+        host = self.bind_host or sc.getConf().get("spark.driver.host", "127.0.0.1")
+        return _JobManager(job, sc, workers, storage, manifest, host, self.recovery_seconds).run()
+
+
+class _JobManager:
+    """The driver side of one job: launches, generations, coordinator, failures."""
+
+    def __init__(
+        self,
+        job: JobGraph,
+        sc: Any,
+        workers: int,
+        storage: CheckpointStorage | None,
+        manifest: Manifest | None,
+        host: str,
+        recovery_seconds: list[float],
+    ) -> None:
+        self.job = job
+        self.sc = sc
+        self.workers = workers
+        self.storage = storage
+        self.manifest = manifest
+        self.clock = WallClock()
+        self.server = socket.create_server((host, 0), backlog=max(8, workers * 2))
+        self.address = (host, self.server.getsockname()[1])
+        self.selector = selectors.DefaultSelector()
+        self.links: dict[int, Link] = {}
+        self.generation = 0
+        self.launches = 0
+        self.restarts = 0
+        self.failures: list[str] = []
+        self.restored_from: list[int | None] = []
+        self.finished: dict[TaskId, TaskFinished] = {}
+        self.running: set[int] = set()
+        self.coordinator: CheckpointCoordinator | None = None
+        self.completed: list[CheckpointSummary] = []
+        self.failed_at: float | None = None
+        self.recovery_seconds = recovery_seconds
+
+    # -- launches --------------------------------------------------------------------------------
+    def _submit(self) -> _Launch:
+        from pyspark import InheritableThread
+
+        self.launches += 1
+        number = self.launches
+        group = f"epochal-{uuid.uuid4().hex[:8]}-{number}"
+        fn = _worker_function(self.job, self.workers, number, self.address)
+        launch = _Launch(number, group, None)  # type: ignore[arg-type]
+
+        def body() -> None:
+            try:
+                self.sc.setJobGroup(group, f"epochal {self.job.name} launch {number}", interruptOnCancel=True)
+                rdd = self.sc.parallelize(range(self.workers), self.workers).barrier().mapPartitions(fn)
+                rdd.collect()
+            except BaseException as exc:  # noqa: BLE001 - reported to the job manager
+                launch.error.append(exc)
+
+        launch.thread = InheritableThread(target=body, daemon=True)
+        launch.thread.start()
+        return launch
+
+    def _accept_workers(self, launch: _Launch) -> None:
+        """Wait for every worker of `launch` to say hello on the control port."""
+        for link in self.links.values():
+            self._drop(link)
+        self.links = {}
+        self.server.settimeout(0.2)
+        deadline = time.monotonic() + _HELLO_TIMEOUT
+        while len(self.links) < self.workers:
+            if launch.is_done:
+                raise WorkerLost(f"the Spark stage ended before every worker connected: {launch.error}")
+            if time.monotonic() > deadline:
+                raise WorkerLost("workers did not connect in time")
+            try:
+                sock, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            try:
+                _, hello = read_object_blocking(sock, timeout=30)
+            except (OSError, ConnectionError):
+                sock.close()
+                continue
+            if not isinstance(hello, Hello) or hello.launch != launch.number:
+                sock.close()
+                continue
+            link = Link(sock, f"worker {hello.worker}")
+            self.links[hello.worker] = link
+            self.selector.register(link, selectors.EVENT_READ, hello.worker)
+
+    def _drop(self, link: Link) -> None:
+        try:
+            self.selector.unregister(link)
+        except (KeyError, ValueError):
+            pass
+        link.close()
+
+    def _cancel(self, launch: _Launch) -> None:
+        for link in self.links.values():
+            try:
+                link.send_object(Stop())
+                link.flush()
+            except LinkClosed:
+                pass
+        self.sc.cancelJobGroup(launch.group)
+        launch.thread.join(timeout=60)
+        for link in self.links.values():
+            self._drop(link)
+        self.links = {}
+
+    # -- generations -----------------------------------------------------------------------------
+    def _start_generation(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop(AbortReason.TASK_FAILED)
+        self.generation += 1
+        self.finished = {}
+        self.running = set()
+        checkpoint_id = self.manifest.checkpoint_id if self.manifest is not None else None
+        self.restored_from.append(checkpoint_id)
+        next_id = max(self.storage.checkpoint_ids(), default=0) + 1 if self.storage else 1
+        self.coordinator = CheckpointCoordinator(self.job, self.storage, self.clock, self._send, next_id)
+        for link in self.links.values():
+            link.send_object(Start(self.generation, checkpoint_id))
+
+    def _send(self, task: TaskId, message: Any) -> None:
+        link = self.links.get(worker_of(task))
+        if link is not None:
+            link.send_object(ToTask(task, message))
+
+    def _restart_budget(self, cause: BaseException) -> None:
+        self.failures.append(f"{type(cause).__name__}: {cause}")
+        log.warning("job %r failed: %s", self.job.name, cause)
+        if self.restarts >= self.job.config.restart.max_restarts:
+            raise JobFailedError(self.job.name, self.restarts + 1, cause)
+        self.restarts += 1
+        self.failed_at = time.monotonic()
+        if self.job.config.restart.delay:
+            time.sleep(self.job.config.restart.delay)
+        self.manifest = self.storage.latest() if self.storage is not None else None
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        try:
+            while True:
+                launch = self._submit()
+                try:
+                    self._accept_workers(launch)
+                    self._start_generation()
+                    self._supervise(launch)
+                except WorkerLost as exc:
+                    self._cancel(launch)
+                    self._restart_budget(exc)
+                    continue
+                except BaseException:
+                    self._cancel(launch)
+                    raise
+                self._finish(launch)
+                assert self.coordinator is not None
+                return JobResult(
+                    self.job.name,
+                    self.restarts,
+                    tuple(self.completed),
+                    merge_metrics([m.metrics for m in self.finished.values()]),
+                    tuple(self.failures),
+                    tuple(self.restored_from),
+                )
+        finally:
+            self.server.close()
+
+    def _finish(self, launch: _Launch) -> None:
+        for link in self.links.values():
+            try:
+                link.send_object(Stop())
+                link.flush_blocking(5.0)
+            except LinkClosed:
+                pass
+        launch.thread.join(timeout=60)
+        for link in self.links.values():
+            self._drop(link)
+        if launch.error:
+            log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
+
+    def _supervise(self, launch: _Launch) -> None:
+        """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
+        tasks = len(self.job.task_ids())
+        while len(self.finished) < tasks:
+            assert self.coordinator is not None
+            self.coordinator.tick()
+            for link in self.links.values():
+                try:
+                    link.flush()
+                except LinkClosed as exc:
+                    raise WorkerLost(str(exc)) from exc
+            if launch.is_done:
+                raise WorkerLost(f"the Spark stage ended: {launch.error[0] if launch.error else 'no error'}")
+            for key, _ in self.selector.select(0.01):
+                link: Link = key.fileobj  # type: ignore[assignment]
+                try:
+                    frames = list(link.receive())
+                except LinkClosed as exc:
+                    raise WorkerLost(f"worker {key.data} is gone ({exc})") from exc
+                for kind, _, _, payload in frames:
+                    if kind == CONTROL:
+                        self._on_message(pickle.loads(payload))
+
+    def _on_message(self, message: Any) -> None:
+        coordinator = self.coordinator
+        assert coordinator is not None
+        kind = type(message)
+        if kind is FromTask:
+            if message.generation != self.generation:
+                return  # from before a restart
+            inner = message.message
+            inner_kind = type(inner)
+            if inner_kind is AcknowledgeCheckpoint:
+                before = len(coordinator.completed)
+                coordinator.on_acknowledge(inner)
+                self.completed.extend(CheckpointSummary.of(c.manifest) for c in coordinator.completed[before:])
+            elif inner_kind is DeclineCheckpoint:
+                coordinator.on_decline(inner)
+            elif inner_kind is InputsEnded:
+                coordinator.on_inputs_ended(inner)
+            elif inner_kind is TaskFinished:
+                self.finished[inner.task] = inner
+        elif kind is Running:
+            if message.generation == self.generation:
+                self.running.add(message.worker)
+                if len(self.running) == self.workers and self.failed_at is not None:
+                    self.recovery_seconds.append(time.monotonic() - self.failed_at)
+                    self.failed_at = None
+        elif kind is WorkerFailed:
+            if message.generation != self.generation:
+                return
+            error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
+            self._restart_budget(error)  # raises JobFailedError when spent
+            self._start_generation()

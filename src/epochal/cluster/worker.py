@@ -1,0 +1,320 @@
+"""An Epochal worker: one process, one event loop, hosting some subtasks of every vertex.
+
+Subtask `i` of each vertex runs on worker `i`. Tasks on the same worker talk through local
+queues; tasks on different workers through `runtime.network` links with credit-based flow
+control. The loop alternates between socket I/O (a selector), stepping runnable tasks, and
+flushing output batches whose timeout expired. Snapshot uploads run on a background thread
+(the asynchronous part of ABS, dissertation L3513–3534); their acknowledgements are handed back
+to the loop through a queue.
+
+A task that raises does not end the process: the worker reports it and waits for the job
+manager to `Start` a new generation (restore from the latest checkpoint, in place) or `Stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import selectors
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ..plan.job_graph import JobGraph, TaskId
+from ..runtime.channel import LocalChannel
+from ..runtime.clock import WallClock
+from ..runtime.network import (
+    CONTROL,
+    CREDIT,
+    DATA_ARROW,
+    DATA_PICKLE,
+    EVENT,
+    HELLO,
+    Link,
+    LinkClosed,
+    RemoteInputChannel,
+    RemoteOutputChannel,
+    parse_credit,
+    read_object_blocking,
+    write_object_blocking,
+)
+from ..runtime.task import Task, TaskState
+from ..runtime.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
+from ..state.storage import CheckpointStorage
+from .protocol import FromTask, Hello, Running, Start, Stop, ToTask, WorkerFailed
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL = 0.005
+_STEPS_PER_TASK = 16
+
+
+class _ThreadRunner:
+    """Background snapshot writes on one thread, in submission order."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-snapshot")
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self.pool.submit(fn)
+
+
+def worker_of(task: TaskId) -> int:
+    return task.subtask
+
+
+class Worker:
+    """Hosts the tasks of one worker index for the lifetime of one Spark launch."""
+
+    def __init__(
+        self,
+        job: JobGraph,
+        index: int,
+        num_workers: int,
+        launch: int,
+        driver: tuple[str, int],
+        listener: socket.socket,
+        peers: list[tuple[str, int]],
+    ) -> None:
+        self.job = job
+        self.index = index
+        self.num_workers = num_workers
+        self.launch = launch
+        self.driver_address = driver
+        self.listener = listener
+        self.peers = peers
+        self.config = job.config
+        self.storage = CheckpointStorage(job.config.checkpoint.directory) if job.config.checkpoint.directory else None
+        self.clock = WallClock()
+        self.background = _ThreadRunner()
+        self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.selector = selectors.DefaultSelector()
+        self.links: dict[int, Link] = {}  # peer worker → link
+        self.driver: Link | None = None
+        self.generation = 0
+        self.tasks: dict[TaskId, Task] = {}
+        self.inputs: dict[int, RemoteInputChannel] = {}
+        self.outputs: dict[int, RemoteOutputChannel] = {}
+        self.future_frames: list[tuple[int, int, int, bytes]] = []
+        self.failed = False
+        self.stopped = False
+        self.keys = channel_keys(job)
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Connect to the driver and to every peer (lower index accepts, higher connects)."""
+        sock = socket.create_connection(self.driver_address, timeout=60)
+        write_object_blocking(sock, Hello(self.index, self.launch), kind=HELLO)
+        self.driver = Link(sock, "driver")
+        self.selector.register(self.driver, selectors.EVENT_READ, "driver")
+        for peer in range(self.index + 1, self.num_workers):
+            s = socket.create_connection(self.peers[peer], timeout=60)
+            write_object_blocking(s, Hello(self.index, self.launch), kind=HELLO)
+            self._add_link(peer, s)
+        self.listener.settimeout(60)
+        while len(self.links) < self.num_workers - 1:
+            s, _ = self.listener.accept()
+            _, hello = read_object_blocking(s, timeout=60)
+            if hello.launch != self.launch:
+                s.close()
+                continue
+            self._add_link(hello.worker, s)
+        self.listener.close()
+
+    def _add_link(self, peer: int, sock: socket.socket) -> None:
+        link = Link(sock, f"worker {peer}")
+        self.links[peer] = link
+        self.selector.register(link, selectors.EVENT_READ, peer)
+
+    def _start(self, start: Start) -> None:
+        """(Re)build this worker's tasks for a generation, restoring from a checkpoint."""
+        self._close_tasks()
+        self.generation = start.generation
+        self.failed = False
+        manifest = None
+        if start.checkpoint_id is not None:
+            assert self.storage is not None
+            manifest = self.storage.resolve(start.checkpoint_id)
+        ends: dict[ChannelKey, ChannelEnds] = {}
+        self.inputs, self.outputs = {}, {}
+        capacity, gen = self.config.channel_capacity, self.generation
+        for wire_id, key in enumerate(self.keys):
+            edge = self.job.edges[key.edge]
+            src, dst = worker_of(TaskId(edge.source, key.source)), worker_of(TaskId(edge.target, key.target))
+            if src == self.index and dst == self.index:
+                ch = LocalChannel(capacity)
+                ends[key] = ChannelEnds(ch, ch)
+            elif src == self.index:
+                out = RemoteOutputChannel(self.links[dst], wire_id, gen, capacity, self.config.batch_size, FLUSH_INTERVAL)
+                self.outputs[wire_id] = out
+                ends[key] = ChannelEnds(out, None)
+            elif dst == self.index:
+                inp = RemoteInputChannel(self.links[src], wire_id, gen, capacity)
+                self.inputs[wire_id] = inp
+                ends[key] = ChannelEnds(None, inp)
+        mine = [t for t in self.job.task_ids() if worker_of(t) == self.index]
+        send = self._sender(gen)
+        self.tasks = build_tasks(self.job, mine, ends, self.clock, self.storage, manifest, send, self.background)
+        try:
+            for task in self.tasks.values():
+                task.open()
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._to_driver(Running(self.index, gen))
+        pending, self.future_frames = self.future_frames, []
+        for frame in pending:
+            self._on_frame(*frame)
+
+    def _sender(self, generation: int) -> Callable[[Any], None]:
+        outbox = self.outbox
+
+        def send(message: Any) -> None:  # called from the loop and from the snapshot thread
+            outbox.put(FromTask(generation, message))
+
+        return send
+
+    def _close_tasks(self) -> None:
+        for task in self.tasks.values():
+            task.close()
+        self.tasks = {}
+
+    def _fail(self, exc: BaseException) -> None:
+        log.warning("worker %d: task failed: %s", self.index, exc)
+        self.failed = True
+        self._close_tasks()
+        try:
+            pickle.dumps(exc)
+            error: Any = exc
+        except Exception:
+            error = f"{type(exc).__name__}: {exc}"
+        self._to_driver(WorkerFailed(self.index, self.generation, error))
+
+    def _to_driver(self, message: Any) -> None:
+        assert self.driver is not None
+        self.driver.send_object(message)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self.stopped:
+                busy = self._step_tasks()
+                self._drain_outbox()
+                now = time.monotonic()
+                for out in self.outputs.values():
+                    out.flush_if_due(now)
+                self._flush_links()
+                self._poll_io(0.0 if busy else self._idle_timeout())
+        finally:
+            self._close_tasks()
+            self.background.pool.shutdown(wait=False, cancel_futures=True)
+            for link in self.links.values():
+                link.close()
+            if self.driver is not None:
+                self.driver.flush_blocking(2.0)
+                self.driver.close()
+
+    def _idle_timeout(self) -> float:
+        timeout = 0.02
+        if any(out._buffer for out in self.outputs.values()):
+            timeout = FLUSH_INTERVAL
+        now = self.clock.now()
+        for task in self.tasks.values():
+            t = task.next_timer()
+            if t is not None:
+                timeout = min(timeout, max(0.0, t - now))
+        return timeout
+
+    def _step_tasks(self) -> bool:
+        if self.failed:
+            return False
+        busy = False
+        try:
+            for task in list(self.tasks.values()):
+                for _ in range(_STEPS_PER_TASK):
+                    if not task.is_runnable():
+                        break
+                    task.step()
+                    busy = True
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        return busy
+
+    def _drain_outbox(self) -> None:
+        while True:
+            try:
+                message = self.outbox.get_nowait()
+            except queue.Empty:
+                return
+            self._to_driver(message)
+
+    def _flush_links(self) -> None:
+        for link in [self.driver, *self.links.values()]:
+            if link is None or link.closed or not link.wants_write:
+                continue
+            try:
+                link.flush()
+            except LinkClosed:
+                pass  # the driver decides what a dead peer means
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if link.wants_write else 0)
+            try:
+                self.selector.modify(link, events, self.selector.get_key(link).data)
+            except (KeyError, ValueError):
+                pass
+
+    def _poll_io(self, timeout: float) -> None:
+        for key, mask in self.selector.select(timeout):
+            link: Link = key.fileobj  # type: ignore[assignment]
+            if mask & selectors.EVENT_WRITE:
+                try:
+                    link.flush()
+                except LinkClosed:
+                    pass
+            if mask & selectors.EVENT_READ:
+                try:
+                    for frame in link.receive():
+                        if key.data == "driver":
+                            self._on_control(frame)
+                        else:
+                            self._on_frame(*frame)
+                except LinkClosed:
+                    self.selector.unregister(link)
+                    if key.data == "driver":
+                        log.warning("worker %d: lost the driver; leaving", self.index)
+                        self.stopped = True
+
+    def _on_control(self, frame: tuple[int, int, int, bytes]) -> None:
+        kind, _, _, payload = frame
+        if kind != CONTROL:
+            return
+        message = pickle.loads(payload)
+        if type(message) is ToTask:
+            task = self.tasks.get(message.task)
+            if task is not None and not self.failed:
+                task.inbox.append(message.message)
+        elif type(message) is Start:
+            self._start(message)
+        elif type(message) is Stop:
+            self.stopped = True
+
+    def _on_frame(self, kind: int, generation: int, wire_id: int, payload: bytes) -> None:
+        if generation < self.generation:
+            return  # from before a restart
+        if generation > self.generation:
+            self.future_frames.append((kind, generation, wire_id, payload))
+            return
+        if kind == CREDIT:
+            out = self.outputs.get(wire_id)
+            if out is not None:
+                out.grant(parse_credit(payload))
+        elif kind in (DATA_ARROW, DATA_PICKLE, EVENT):
+            inp = self.inputs.get(wire_id)
+            if inp is not None:
+                inp.deliver(kind, payload)
+
+    @property
+    def all_finished(self) -> bool:
+        return bool(self.tasks) and all(t.state is TaskState.FINISHED for t in self.tasks.values())

@@ -1,0 +1,277 @@
+"""Channels over TCP: framing, multiplexed links, and credit-based flow control.
+
+All channels between two workers share one TCP connection (a `Link`). Each logical channel has
+its own credits (dissertation L2576–2660, and Flink's credit-based flow control): the consumer
+grants `capacity` frames up front and returns credits as its task consumes them; the producer
+sends only while it has credit. So a channel blocked by barrier alignment stops only its own
+producer, and the connection itself is always drained: no head-of-line deadlock.
+
+Records leave in batches, when a batch is full or after a flush timeout. Arrow batches travel
+as Arrow IPC, Python lists as pickle protocol 5, control events (barriers, end-of-input) as
+pickle. Every frame carries the sender's *generation*; frames of an older generation (before a
+restart) are dropped, frames of a newer one wait until the receiver has restarted too.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import time
+from collections import deque
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+
+from .batches import batch_len
+from .elements import Element
+
+# kind (1 byte), generation, channel wire id, payload length
+_HEADER = struct.Struct("<BIIQ")
+
+DATA_PICKLE = 1
+DATA_ARROW = 2
+EVENT = 3
+CREDIT = 4
+CONTROL = 5
+HELLO = 6
+
+_PICKLE = 5
+
+
+def encode_frame(kind: int, generation: int, channel: int, payload: bytes) -> bytes:
+    return _HEADER.pack(kind, generation, channel, len(payload)) + payload
+
+
+def encode_arrow(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_arrow(payload: bytes) -> pa.RecordBatch:
+    with pa.ipc.open_stream(payload) as reader:
+        return reader.read_next_batch()
+
+
+class LinkClosed(ConnectionError):
+    """The peer closed the connection (or died)."""
+
+
+class Link:
+    """One non-blocking TCP connection carrying frames both ways."""
+
+    def __init__(self, sock: socket.socket, peer: str = "") -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self.peer = peer
+        self._out = bytearray()
+        self._in = bytearray()
+        self.closed = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send_frame(self, kind: int, generation: int, channel: int, payload: bytes) -> None:
+        self._out += _HEADER.pack(kind, generation, channel, len(payload))
+        self._out += payload
+
+    def send_object(self, message: Any, generation: int = 0) -> None:
+        self.send_frame(CONTROL, generation, 0, pickle.dumps(message, protocol=_PICKLE))
+
+    @property
+    def wants_write(self) -> bool:
+        return bool(self._out)
+
+    def flush(self) -> None:
+        """Send as much as the socket takes now."""
+        while self._out:
+            try:
+                n = self.sock.send(self._out)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.closed = True
+                raise LinkClosed(f"{self.peer}: {exc}") from exc
+            del self._out[:n]
+
+    def flush_blocking(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self._out and time.monotonic() < deadline:
+            self.flush()
+            if self._out:
+                time.sleep(0.001)
+
+    def receive(self) -> Iterator[tuple[int, int, int, bytes]]:
+        """Read what is available; yield complete frames `(kind, generation, channel, payload)`."""
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.closed = True
+                raise LinkClosed(f"{self.peer}: {exc}") from exc
+            if not chunk:
+                self.closed = True
+                yield from self._frames()
+                raise LinkClosed(f"{self.peer}: connection closed")
+            self._in += chunk
+            if len(chunk) < (1 << 20):
+                break
+        yield from self._frames()
+
+    def _frames(self) -> Iterator[tuple[int, int, int, bytes]]:
+        buf = self._in
+        offset = 0
+        size = _HEADER.size
+        while len(buf) - offset >= size:
+            kind, generation, channel, length = _HEADER.unpack_from(buf, offset)
+            if len(buf) - offset - size < length:
+                break
+            start = offset + size
+            yield kind, generation, channel, bytes(buf[start : start + length])
+            offset = start + length
+        if offset:
+            del buf[:offset]
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def read_object_blocking(sock: socket.socket, timeout: float | None = None) -> tuple[int, Any]:
+    """Read one CONTROL or HELLO frame from a blocking socket: `(generation, object)`."""
+    sock.settimeout(timeout)
+    header = _recv_exact(sock, _HEADER.size)
+    kind, generation, _, length = _HEADER.unpack(header)
+    payload = _recv_exact(sock, length)
+    if kind not in (CONTROL, HELLO):
+        raise ConnectionError(f"expected a control frame, got kind {kind}")
+    return generation, pickle.loads(payload)
+
+
+def write_object_blocking(sock: socket.socket, message: Any, generation: int = 0, kind: int = CONTROL) -> None:
+    sock.sendall(encode_frame(kind, generation, 0, pickle.dumps(message, protocol=_PICKLE)))
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise LinkClosed("connection closed")
+        data += chunk
+    return bytes(data)
+
+
+class RemoteOutputChannel:
+    """The producer's end of a channel to another worker: buffers, frames, spends credit.
+
+    Args:
+        link: the connection to the consumer's worker.
+        wire_id: the channel's index in `wiring.channel_keys`, the same on both sides.
+        capacity: initial credit, in frames: how far the producer may run ahead.
+        batch_size: records buffered before a batch leaves regardless of the timeout.
+        flush_interval: seconds a buffered record may wait before it leaves.
+    """
+
+    def __init__(
+        self, link: Link, wire_id: int, generation: int, capacity: int, batch_size: int, flush_interval: float
+    ) -> None:
+        self.link = link
+        self.wire_id = wire_id
+        self.generation = generation
+        self.credits = capacity
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self._buffer: list[Any] = []
+        self._rows = 0
+        self._since = 0.0
+
+    def has_capacity(self) -> bool:
+        return self.credits > 0
+
+    def send(self, element: Element) -> None:
+        if type(element) is list or isinstance(element, pa.RecordBatch):
+            if not self._buffer:
+                self._since = time.monotonic()
+            self._buffer.append(element)
+            self._rows += batch_len(element)
+            if self._rows >= self.batch_size:
+                self.flush()
+        else:
+            self.flush()
+            self._frame(EVENT, pickle.dumps(element, protocol=_PICKLE))
+
+    def flush(self) -> None:
+        """Send what is buffered as one batch."""
+        if not self._buffer:
+            return
+        parts, self._buffer, self._rows = self._buffer, [], 0
+        if isinstance(parts[0], pa.RecordBatch):
+            if len(parts) == 1:
+                batch = parts[0]
+            else:
+                batch = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+            self._frame(DATA_ARROW, encode_arrow(batch))
+        else:
+            records = parts[0] if len(parts) == 1 else [r for p in parts for r in p]
+            self._frame(DATA_PICKLE, pickle.dumps(records, protocol=_PICKLE))
+
+    def flush_if_due(self, now: float) -> None:
+        if self._buffer and now - self._since >= self.flush_interval:
+            self.flush()
+
+    def _frame(self, kind: int, payload: bytes) -> None:
+        self.link.send_frame(kind, self.generation, self.wire_id, payload)
+        self.credits -= 1
+
+    def grant(self, credits: int) -> None:
+        self.credits += credits
+
+
+class RemoteInputChannel:
+    """The consumer's end of a channel from another worker: a queue that returns credit."""
+
+    def __init__(self, link: Link, wire_id: int, generation: int, capacity: int) -> None:
+        self.link = link
+        self.wire_id = wire_id
+        self.generation = generation
+        self._queue: deque[Element] = deque()
+        self._consumed = 0
+        self._threshold = max(1, capacity // 2)
+
+    def deliver(self, kind: int, payload: bytes) -> None:
+        if kind == DATA_ARROW:
+            self._queue.append(decode_arrow(payload))
+        else:
+            self._queue.append(pickle.loads(payload))
+
+    def poll(self) -> Element | None:
+        if not self._queue:
+            return None
+        element = self._queue.popleft()
+        self._consumed += 1
+        if self._consumed >= self._threshold:
+            self.link.send_frame(CREDIT, self.generation, self.wire_id, struct.pack("<I", self._consumed))
+            self._consumed = 0
+        return element
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __bool__(self) -> bool:
+        return bool(self._queue)
+
+
+def parse_credit(payload: bytes) -> int:
+    return struct.unpack("<I", payload)[0]
+
+
+FrameHandler = Callable[[int, int, int, bytes], None]
