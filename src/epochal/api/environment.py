@@ -3,19 +3,45 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator, Literal
 
 from ..config import CheckpointConfig, JobConfig, RestartStrategy
 from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
-from ..runtime.result import JobResult
+from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Source
 from .stream import DataStream
 
 Executor = Literal["inprocess", "spark"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunOverrides:
+    """Settings a launcher (`epochal run`) imposes on every environment a job file creates."""
+
+    parallelism: int | None = None
+    checkpoint_directory: str | None = None
+    from_checkpoint: str | None = None
+    progress: Callable[[JobProgress], None] | None = None
+
+
+_overrides: RunOverrides | None = None
+
+
+@contextmanager
+def run_overrides(overrides: RunOverrides) -> Iterator[None]:
+    """Apply `overrides` to the environments created and executed inside the block."""
+    global _overrides
+    previous, _overrides = _overrides, overrides
+    try:
+        yield
+    finally:
+        _overrides = previous
 
 
 class StreamEnvironment:
@@ -60,6 +86,11 @@ class StreamEnvironment:
         self.channel_capacity = channel_capacity
         self.seed = seed
         self._graph = LogicalGraph()
+        if _overrides is not None:
+            if _overrides.parallelism is not None:
+                self.parallelism = _overrides.parallelism
+            if _overrides.checkpoint_directory is not None:
+                self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
 
     def from_source(self, source: Source, *, name: str | None = None) -> DataStream:
         """A stream of the records of a replayable source."""
@@ -86,10 +117,15 @@ class StreamEnvironment:
             JobFailedError: the job failed more often than the restart strategy allows.
         """
         job = self.job_graph(name)
+        progress = None
+        if _overrides is not None:
+            progress = _overrides.progress
+            if _overrides.from_checkpoint is not None:
+                from_checkpoint = _overrides.from_checkpoint
         if self.executor == "inprocess":
             from ..cluster.inprocess import InProcessExecutor
 
-            return InProcessExecutor(seed=self.seed).execute(job, from_checkpoint)
+            return InProcessExecutor(seed=self.seed, progress=progress).execute(job, from_checkpoint)
         from ..cluster.spark import SparkExecutor
 
-        return SparkExecutor(self.spark).execute(job, from_checkpoint)
+        return SparkExecutor(self.spark, progress=progress).execute(job, from_checkpoint)

@@ -29,7 +29,7 @@ from ..runtime.messages import (
     InputsEnded,
     TaskFinished,
 )
-from ..runtime.result import CheckpointSummary, JobResult, merge_metrics
+from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..runtime.task import Task
 from ..runtime.wiring import build_tasks, local_channels
 from ..state.storage import CheckpointStorage, Manifest
@@ -68,10 +68,18 @@ class InProcessExecutor:
         step_time: virtual seconds per scheduler step.
     """
 
-    def __init__(self, seed: int = 0, virtual_time: bool = False, step_time: float = 0.001) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        virtual_time: bool = False,
+        step_time: float = 0.001,
+        progress: Callable[[JobProgress], None] | None = None,
+    ) -> None:
         self.seed = seed
         self.virtual_time = virtual_time
         self.step_time = step_time
+        self.progress = progress
+        self._restarts = 0
 
     def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
         config = job.config
@@ -100,6 +108,7 @@ class InProcessExecutor:
                 if restarts >= config.restart.max_restarts:
                     raise JobFailedError(job.name, restarts + 1, exc) from exc
                 restarts += 1
+                self._restarts = restarts
                 self._sleep(clock, config.restart.delay)
                 manifest = storage.latest() if storage is not None else None
                 continue
@@ -152,8 +161,12 @@ class InProcessExecutor:
         background = attempt.background
         outbox = attempt.outbox
         virtual = clock if isinstance(clock, VirtualClock) else None
+        last_progress = time.monotonic()
         try:
             while len(attempt.finished) < len(tasks):
+                if self.progress is not None and time.monotonic() - last_progress >= 0.5:
+                    last_progress = time.monotonic()
+                    self._report(attempt)
                 coordinator.tick()
                 runnable: list[Any] = [t for t in tasks if t.is_runnable()]
                 n_tasks = len(runnable)
@@ -175,6 +188,12 @@ class InProcessExecutor:
             for task in tasks:
                 task.close()
             raise
+
+    def _report(self, attempt: _Attempt) -> None:
+        assert self.progress is not None
+        metrics = merge_metrics([t.metrics() for t in attempt.tasks.values()])
+        done = [CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed]
+        self.progress(progress_of(attempt.coordinator.job, metrics, done, self._restarts))
 
     def _deliver(self, outbox: list[Any], attempt: _Attempt) -> None:
         coordinator = attempt.coordinator

@@ -18,6 +18,7 @@ class Hello:
 
     worker: int
     launch: int
+    pid: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,15 @@ class Running:
 
     worker: int
     generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Per-task record counts of one worker, sent about once a second for live metrics."""
+
+    worker: int
+    generation: int
+    tasks: tuple[tuple[TaskId, tuple[Any, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import EpochalError, JobFailedError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
@@ -36,9 +36,9 @@ from ..runtime.clock import WallClock
 from ..runtime.coordinator import AbortReason, CheckpointCoordinator
 from ..runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, TaskFinished
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
-from ..runtime.result import CheckpointSummary, JobResult, merge_metrics
+from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..state.storage import CheckpointStorage, Manifest
-from .protocol import FromTask, Hello, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .worker import Worker, worker_of
 
 log = logging.getLogger(__name__)
@@ -126,10 +126,17 @@ class SparkExecutor:
             `spark.driver.host`, which workers on any cluster can reach.
     """
 
-    def __init__(self, spark: Any = None, bind_host: str | None = None) -> None:
+    def __init__(
+        self,
+        spark: Any = None,
+        bind_host: str | None = None,
+        progress: Callable[[JobProgress], None] | None = None,
+    ) -> None:
         self.spark = spark
         self.bind_host = bind_host
+        self.progress = progress
         self.recovery_seconds: list[float] = []
+        self.worker_pids: dict[int, int] = {}
 
     def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
         workers = max(v.parallelism for v in job.vertices)
@@ -148,7 +155,7 @@ class SparkExecutor:
                 raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
             manifest = storage.resolve(from_checkpoint)
         host = self.bind_host or sc.getConf().get("spark.driver.host", "127.0.0.1")
-        return _JobManager(job, sc, workers, storage, manifest, host, self.recovery_seconds).run()
+        return _JobManager(job, sc, workers, storage, manifest, host, self).run()
 
 
 class _JobManager:
@@ -162,7 +169,7 @@ class _JobManager:
         storage: CheckpointStorage | None,
         manifest: Manifest | None,
         host: str,
-        recovery_seconds: list[float],
+        executor: "SparkExecutor",
     ) -> None:
         self.job = job
         self.sc = sc
@@ -184,7 +191,9 @@ class _JobManager:
         self.coordinator: CheckpointCoordinator | None = None
         self.completed: list[CheckpointSummary] = []
         self.failed_at: float | None = None
-        self.recovery_seconds = recovery_seconds
+        self.executor = executor
+        self.live: dict[TaskId, tuple[Any, ...]] = {}
+        self._last_progress = 0.0
 
     # -- launches --------------------------------------------------------------------------------
     def _submit(self) -> _Launch:
@@ -234,6 +243,7 @@ class _JobManager:
                 continue
             link = Link(sock, f"worker {hello.worker}")
             self.links[hello.worker] = link
+            self.executor.worker_pids[hello.worker] = hello.pid
             self.selector.register(link, selectors.EVENT_READ, hello.worker)
 
     def _drop(self, link: Link) -> None:
@@ -263,6 +273,7 @@ class _JobManager:
         self.generation += 1
         self.finished = {}
         self.running = set()
+        self.live = {}
         checkpoint_id = self.manifest.checkpoint_id if self.manifest is not None else None
         self.restored_from.append(checkpoint_id)
         next_id = max(self.storage.checkpoint_ids(), default=0) + 1 if self.storage else 1
@@ -351,6 +362,16 @@ class _JobManager:
                     if kind == CONTROL:
                         self._on_message(pickle.loads(payload))
 
+    def _report_progress(self) -> None:
+        if self.executor.progress is None:
+            return
+        now = time.monotonic()
+        if now - self._last_progress < 0.5:
+            return
+        self._last_progress = now
+        metrics = merge_metrics(list(self.live.values()))
+        self.executor.progress(progress_of(self.job, metrics, self.completed, self.restarts))
+
     def _on_message(self, message: Any) -> None:
         coordinator = self.coordinator
         assert coordinator is not None
@@ -370,11 +391,15 @@ class _JobManager:
                 coordinator.on_inputs_ended(inner)
             elif inner_kind is TaskFinished:
                 self.finished[inner.task] = inner
+        elif kind is Progress:
+            if message.generation == self.generation:
+                self.live.update(message.tasks)
+                self._report_progress()
         elif kind is Running:
             if message.generation == self.generation:
                 self.running.add(message.worker)
                 if len(self.running) == self.workers and self.failed_at is not None:
-                    self.recovery_seconds.append(time.monotonic() - self.failed_at)
+                    self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
                     self.failed_at = None
         elif kind is WorkerFailed:
             if message.generation != self.generation:

@@ -14,6 +14,7 @@ manager to `Start` a new generation (restore from the latest checkpoint, in plac
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import queue
 import selectors
@@ -43,12 +44,13 @@ from ..runtime.network import (
 from ..runtime.task import Task, TaskState
 from ..runtime.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..state.storage import CheckpointStorage
-from .protocol import FromTask, Hello, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.005
 _STEPS_PER_TASK = 16
+PROGRESS_INTERVAL = 1.0
 
 
 class _ThreadRunner:
@@ -101,17 +103,18 @@ class Worker:
         self.failed = False
         self.stopped = False
         self.keys = channel_keys(job)
+        self._last_progress = 0.0
 
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
         """Connect to the driver and to every peer (lower index accepts, higher connects)."""
         sock = socket.create_connection(self.driver_address, timeout=60)
-        write_object_blocking(sock, Hello(self.index, self.launch), kind=HELLO)
+        write_object_blocking(sock, Hello(self.index, self.launch, os.getpid()), kind=HELLO)
         self.driver = Link(sock, "driver")
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
         for peer in range(self.index + 1, self.num_workers):
             s = socket.create_connection(self.peers[peer], timeout=60)
-            write_object_blocking(s, Hello(self.index, self.launch), kind=HELLO)
+            write_object_blocking(s, Hello(self.index, self.launch, os.getpid()), kind=HELLO)
             self._add_link(peer, s)
         self.listener.settimeout(60)
         while len(self.links) < self.num_workers - 1:
@@ -205,6 +208,10 @@ class Worker:
                 now = time.monotonic()
                 for out in self.outputs.values():
                     out.flush_if_due(now)
+                if now - self._last_progress >= PROGRESS_INTERVAL and self.tasks and not self.failed:
+                    self._last_progress = now
+                    metrics = tuple((t.id, t.metrics()) for t in self.tasks.values())
+                    self._to_driver(Progress(self.index, self.generation, metrics))
                 self._flush_links()
                 self._poll_io(0.0 if busy else self._idle_timeout())
         finally:

@@ -1,0 +1,119 @@
+"""`epochal`: run job files and inspect checkpoints.
+
+    epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
+                       [--from-checkpoint latest|PATH]
+    epochal checkpoints list D
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import runpy
+import sys
+from typing import Sequence
+
+from ..api.environment import RunOverrides, run_overrides
+from ..errors import EpochalError
+from ..runtime.result import JobProgress
+from ..state.storage import CheckpointStorage
+
+
+class _ProgressLine:
+    """A one-line live display on stderr, redrawn in place when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, p: JobProgress) -> None:
+        last = f"{p.last_checkpoint_ms:.0f} ms" if p.last_checkpoint_ms is not None else "-"
+        line = (
+            f"records in {p.records_in:,}  out {p.records_out:,}  "
+            f"checkpoints {p.checkpoints_completed} (last {last})  restarts {p.restarts}"
+        )
+        if self.tty:
+            sys.stderr.write("\r\x1b[2K" + line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.master:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        SparkSession.builder.master(args.master).appName("epochal").config(
+            "spark.python.task.killTimeout", "200ms"
+        ).config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    display = _ProgressLine()
+    overrides = RunOverrides(
+        parallelism=args.parallelism,
+        checkpoint_directory=args.checkpoint_dir,
+        from_checkpoint=args.from_checkpoint,
+        progress=display,
+    )
+    sys.argv = [args.job, *args.job_args]
+    try:
+        with run_overrides(overrides):
+            runpy.run_path(args.job, run_name="__main__")
+    finally:
+        display.close()
+    return 0
+
+
+def _checkpoints_list(args: argparse.Namespace) -> int:
+    storage = CheckpointStorage(args.directory)
+    rows = []
+    for checkpoint_id in storage.complete_checkpoints():
+        try:
+            m = storage.load_manifest(checkpoint_id)
+        except EpochalError as exc:
+            rows.append((str(checkpoint_id), "corrupt", "-", "-", str(exc)))
+            continue
+        when = datetime.datetime.fromtimestamp(m.created_at).isoformat(sep=" ", timespec="seconds")
+        note = "final" if m.is_final else ""
+        rows.append((str(checkpoint_id), when, f"{m.size:,}", f"{m.duration_ms:.1f}", note))
+    header = ("id", "time", "bytes", "duration ms", "")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    if not rows:
+        print(f"(no complete checkpoints in {args.directory})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a job file")
+    run.add_argument("job", help="a Python file that builds a StreamEnvironment and calls execute()")
+    run.add_argument("--master", help="Spark master URL (default: the embedded local[*])")
+    run.add_argument("--parallelism", type=int, help="default parallelism of every environment")
+    run.add_argument("--checkpoint-dir", help="checkpoint directory (any pyarrow filesystem URI)")
+    run.add_argument("--from-checkpoint", help="'latest', or a checkpoint directory path")
+    run.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments for the job file")
+    run.set_defaults(func=_run)
+
+    checkpoints = sub.add_parser("checkpoints", help="inspect checkpoints")
+    csub = checkpoints.add_subparsers(dest="action", required=True)
+    lst = csub.add_parser("list", help="list complete checkpoints")
+    lst.add_argument("directory")
+    lst.set_defaults(func=_checkpoints_list)
+
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EpochalError as exc:
+        print(f"epochal: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
