@@ -58,7 +58,7 @@ def default_session(workers: int) -> Any:
         return active
     cores = os.cpu_count() or 1
     master = "local[*]" if workers <= cores else f"local[{workers}]"
-    return (
+    session = (
         SparkSession.builder.master(master)
         .appName("epochal")
         .config("spark.python.task.killTimeout", "200ms")
@@ -68,6 +68,8 @@ def default_session(workers: int) -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()
     )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def _free_slots(sc: Any) -> int:
@@ -226,7 +228,7 @@ class _JobManager:
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links) < self.workers:
             if launch.is_done:
-                raise WorkerLost(f"the Spark stage ended before every worker connected: {launch.error}")
+                raise WorkerLost(f"the Spark stage ended before every worker connected: {_describe(launch.error)}")
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
             try:
@@ -351,7 +353,7 @@ class _JobManager:
                 except LinkClosed as exc:
                     raise WorkerLost(str(exc)) from exc
             if launch.is_done:
-                raise WorkerLost(f"the Spark stage ended: {launch.error[0] if launch.error else 'no error'}")
+                raise WorkerLost(f"the Spark stage ended: {_describe(launch.error)}")
             for key, _ in self.selector.select(0.01):
                 link: Link = key.fileobj  # type: ignore[assignment]
                 try:
@@ -407,3 +409,19 @@ class _JobManager:
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
             self._restart_budget(error)  # raises JobFailedError when spent
             self._start_generation()
+
+
+def _describe(errors: list[BaseException]) -> str:
+    """What went wrong in a (Py4J-wrapped) Spark failure: the Python error when there is one."""
+    if not errors:
+        return "no error"
+    lines = str(errors[0]).splitlines()
+    if "Traceback (most recent call last):" in lines:
+        start = lines.index("Traceback (most recent call last):")
+        for line in lines[start + 1 :]:
+            if line and not line[0].isspace():
+                return line.strip()[:500]
+    for line in lines:
+        if ("Exception" in line or "Error" in line) and "collectAndServe" not in line:
+            return line.strip()[:500]
+    return lines[0][:500] if lines else type(errors[0]).__name__

@@ -1,0 +1,57 @@
+"""Jobs shared by the Spark integration and fault tests (importable by worker processes too)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import time
+
+from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
+from epochal.connectors import FileSink, TextFileSource
+
+
+def write_corpus(directory: str, files: int = 4, lines: int = 1500, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    os.makedirs(directory, exist_ok=True)
+    for f in range(files):
+        with open(os.path.join(directory, f"f{f}.txt"), "w") as out:
+            for _ in range(lines):
+                out.write(" ".join(rng.choice(words) for _ in range(6)) + "\n")
+
+
+def expected_updates(directory: str) -> list[tuple[str, int]]:
+    """Every `(word, n)` a running count emits: n = 1..count(word)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                counts.update(line.split())
+    return sorted((w, i) for w, n in counts.items() for i in range(1, n + 1))
+
+
+def slow_split(line: str) -> list[str]:
+    time.sleep(0.0005)  # stretch the job so that a kill lands mid-stream
+    return line.split()
+
+
+def wordcount_env(
+    corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark=None,
+    executor: str = "spark", slow: bool = True, restarts: int = 3,
+) -> StreamEnvironment:
+    env = StreamEnvironment(
+        parallelism=parallelism,
+        executor=executor,  # type: ignore[arg-type]
+        spark=spark,
+        checkpoint=CheckpointConfig(interval=interval, directory=ckpt),
+        restart=RestartStrategy(max_restarts=restarts),
+    )
+    (
+        env.from_source(TextFileSource(corpus))
+        .flat_map(slow_split if slow else str.split)
+        .key_by(lambda w: w)
+        .count()
+        .sink_to(FileSink(out))
+    )
+    return env
