@@ -90,11 +90,5 @@ def _undocumented_members() -> list[str]:
     return sorted(missing)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DOCS GAP: public methods without a docstring (STYLE: a docs check fails on any "
-    "undocumented public item): CheckpointConfig.is_periodic, RestartStrategy.none, "
-    "JobResult.operator, MapState.contains/keys/values/items/is_empty",
-)
 def test_every_public_method_has_a_docstring():
     assert _undocumented_members() == []

@@ -46,6 +46,7 @@ class CheckpointConfig:
 
     @property
     def is_periodic(self) -> bool:
+        """True when checkpoints are taken every `interval` into `directory`."""
         return self.interval is not None and self.directory is not None
 
 
@@ -63,6 +64,7 @@ class RestartStrategy:
 
     @staticmethod
     def none() -> "RestartStrategy":
+        """Never restart: the first failure fails the job."""
         return RestartStrategy(max_restarts=0)
 
 

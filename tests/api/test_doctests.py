@@ -65,13 +65,6 @@ def test_the_datastream_example_really_runs_a_job():
     assert any("[10, 20, 30]" in example.want for example in test.examples)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: epochal/__init__.py rewrites __module__ to 'epochal' on the public classes, so "
-    "doctest.testmod() and pytest --doctest-modules skip their docstrings (DocTestFinder "
-    "keeps only classes whose __module__ is the module searched): the API examples never run. "
-    "Fix: list them in a module-level `__test__` dict in api/stream.py and api/functions.py",
-)
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_standard_doctest_tools_find_the_examples(module):
     results = doctest.testmod(module, optionflags=doctest.ELLIPSIS)

@@ -81,13 +81,6 @@ def test_arrow_pieces_are_record_batches_with_the_original_schema() -> None:
     assert rows == sorted(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the Arrow path crashes on a null key (IndexError) where the list path routes None "
-    "to its key group: partition.py _split_arrow / keys.py arrow_key_groups use "
-    "pc.dictionary_encode with the default null_encoding='mask', so null rows get null indices "
-    "(floats with NaN after to_numpy) and None never reaches stable_hash",
-)
 def test_null_keys_route_the_same_on_both_paths() -> None:
     records = [{"k": None, "i": 0}, {"k": "a", "i": 1}, {"k": None, "i": 2}]
     from_list = routed(key_group_partitioner("k", 3).split(records))

@@ -255,13 +255,6 @@ def test_restore_round_trips_through_snapshot_files(op_list: list[tuple]) -> Non
     assert restored.snapshot().groups == source.snapshot().groups
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: snapshot → restore → snapshot is not byte-for-byte: HeapKeyedStateBackend.snapshot "
-    "(backend.py, `for name, maps in self._maps.items()`) orders each key group's states by the "
-    "order in which state names were first touched, which restore (key group by key group) "
-    "changes; encode_keyed_state pickles that order",
-)
 def test_snapshot_restore_snapshot_is_byte_for_byte() -> None:
     # Names first touched "raw" then "list" here; restore meets "list" first, in the key
     # group of "b", which sorts before that of "a".

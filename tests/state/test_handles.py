@@ -70,12 +70,6 @@ def test_handles_on_the_same_name_share_state(backend: HeapKeyedStateBackend) ->
     assert ValueState(backend, "v").value() == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ValueState.value() returns the default object itself (handles.py ValueState.value → "
-    "backend.get_for_read returns `default` as is); a mutable default changed in place and "
-    "stored with update() is then shared by every key that has no value yet",
-)
 def test_a_mutable_default_is_not_shared_between_keys(backend: HeapKeyedStateBackend) -> None:
     state = ValueState(backend, "acc", default=[])
     backend.set_current_key("a")
@@ -86,12 +80,6 @@ def test_a_mutable_default_is_not_shared_between_keys(backend: HeapKeyedStateBac
     assert state.value() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a value stored from a mutable default is never copied on write: "
-    "backend.get_for_read returns it uncopied because `value is default` (backend.py "
-    "get_for_read), so an in-place change after value() reaches a snapshot taken before",
-)
 def test_a_value_stored_from_a_mutable_default_is_copied_on_write(backend: HeapKeyedStateBackend) -> None:
     state = ValueState(backend, "acc", default={})
     backend.set_current_key("a")

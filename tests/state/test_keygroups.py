@@ -189,23 +189,12 @@ class _MyStr(str):
     pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stable_hash takes its fast path only for `type(key) is str`; a str subclass "
-    "(str-valued Enum, numpy.str_) equal to a plain str goes through the tagged encoding and "
-    "lands in a different key group (keygroups.py stable_hash, `if type(key) is str`)",
-)
 @given(st.text())
 def test_str_subclasses_hash_like_the_equal_str(s: str) -> None:
     assert _MyStr(s) == s
     assert stable_hash(_MyStr(s)) == stable_hash(s)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a str-valued Enum member equals its value as a dict key but gets another key "
-    "group (keygroups.py stable_hash fast path checks `type(key) is str`)",
-)
 def test_str_enum_member_shares_the_key_group_of_its_value() -> None:
     assert _Color.RED == "red"
     assert key_group_of(_Color.RED) == key_group_of("red")

@@ -124,12 +124,6 @@ def test_corruption_only_ever_surfaces_as_corrupt_checkpoint_error(groups, data)
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (integrity gap): snapshot_files.decode_keyed_state has no checksum of its own; a "
-    "flipped byte inside a pickled value decodes silently to other data. Only callers that go "
-    "through CheckpointStorage.read_file (SHA-256 from the manifest) are protected",
-)
 def test_a_flipped_byte_inside_a_value_is_detected() -> None:
     encoded = bytearray(encode_keyed_state({5: {"s": {"k": "hello world"}}}))
     pos = encoded.index(b"hello world")

@@ -86,3 +86,7 @@ class _AggregateProcess(KeyedProcessFunction):
         acc = self.aggregate.add(value, acc)
         self.acc.update(acc)
         return ((ctx.key, self.aggregate.get_result(acc)),)
+
+
+# `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
+__test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": AggregateFunction}

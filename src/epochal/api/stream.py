@@ -28,6 +28,7 @@ from ..plan.specs import (
     SinkSpec,
     UnionSpec,
 )
+from ..errors import GraphError
 from .connector import Sink
 from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
 
@@ -60,8 +61,16 @@ class DataStream:
         """The operator's unique name."""
         return self._env._graph.nodes[self._node_id].spec.name
 
+    def _operator_only(self, what: str) -> None:
+        if self._partitioning is not None:
+            raise GraphError(
+                f"{what} applies to an operator, not to a partitioning (key_by, rebalance, "
+                f"broadcast, forward); call it on the operator before or after"
+            )
+
     def set_parallelism(self, parallelism: int) -> "DataStream":
         """Run this operator with `parallelism` subtasks."""
+        self._operator_only("set_parallelism")
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self._env._graph.nodes[self._node_id].parallelism = parallelism
@@ -69,11 +78,13 @@ class DataStream:
 
     def uid(self, uid: str) -> "DataStream":
         """Give the operator a stable id: it names the operator's state in checkpoints."""
+        self._operator_only("uid")
         self._env._graph.rename(self._node_id, uid=uid)
         return self
 
     def named(self, name: str) -> "DataStream":
         """Rename the operator (the uid follows unless set with `uid`)."""
+        self._operator_only("named")
         self._env._graph.rename(self._node_id, name=name)
         return self
 
@@ -175,3 +186,7 @@ class KeyedStream(DataStream):
         """Run a keyed process function (keyed state, timers) on every record."""
         key = self._key
         return self._add(lambda n: KeyedProcessSpec(n, n, key, function), "process", name)
+
+
+# `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
+__test__ = {"DataStream": DataStream, "KeyedStream": KeyedStream}

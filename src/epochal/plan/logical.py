@@ -34,10 +34,15 @@ class LogicalGraph:
     _name_counts: dict[str, int] = field(default_factory=dict)
 
     def unique_name(self, base: str) -> str:
-        """`base`, or `base_2`, `base_3`, … so that generated names are unique and stable."""
-        n = self._name_counts.get(base, 0) + 1
-        self._name_counts[base] = n
-        return base if n == 1 else f"{base}_{n}"
+        """`base`, or `base_2`, `base_3`, …: unique, stable, and never a name already taken."""
+        taken = {node.spec.name for node in self.nodes}
+        n = self._name_counts.get(base, 0)
+        while True:
+            n += 1
+            candidate = base if n == 1 else f"{base}_{n}"
+            if candidate not in taken:
+                self._name_counts[base] = n
+                return candidate
 
     def add(self, spec: OperatorSpec, inputs: list[LogicalEdge]) -> LogicalNode:
         node = LogicalNode(len(self.nodes), spec, inputs)

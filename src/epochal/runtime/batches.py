@@ -37,8 +37,15 @@ def to_arrow(batch: Batch) -> pa.RecordBatch:
         return pa.RecordBatch.from_pydict({"value": pa.array([], pa.null())})
     first = batch[0]
     if isinstance(first, dict):
-        return pa.RecordBatch.from_pylist(batch)
+        names = list(dict.fromkeys(k for record in batch for k in record))  # every key, first-seen order
+        return pa.RecordBatch.from_pydict({n: [record.get(n) for record in batch] for n in names})
     if isinstance(first, tuple):
+        width = len(first)
+        for record in batch:
+            if not isinstance(record, tuple) or len(record) != width:
+                raise ValueError(
+                    f"cannot make columns of tuples of different lengths: {first!r} and {record!r}"
+                )
         columns = list(zip(*batch))
         return pa.RecordBatch.from_arrays(
             [pa.array(c) for c in columns], names=[f"f{i}" for i in range(len(columns))]

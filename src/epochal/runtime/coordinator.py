@@ -188,7 +188,7 @@ class CheckpointCoordinator:
         """Expire overdue checkpoints and trigger a periodic one if it is due."""
         now = self.clock.now()
         for pending in list(self.pending.values()):
-            if now - pending.triggered_at > self.config.timeout:
+            if now - pending.triggered_at >= self.config.timeout:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
         if self._periodic_due(now):
             self.trigger()

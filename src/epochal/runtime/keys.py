@@ -38,6 +38,22 @@ def key_groups_of_records(
     return keys, groups
 
 
+def batch_keys(
+    batch: Any, key: Any, max_parallelism: int, operator_name: str
+) -> tuple[list[Any], list[Any], list[int]]:
+    """Records, keys and key groups of a batch: a field name keys an Arrow batch by its column."""
+    from .batches import to_records
+
+    records = to_records(batch)
+    if isinstance(batch, pa.RecordBatch) and isinstance(key, str):
+        distinct, indices, groups = arrow_key_groups(batch, key, max_parallelism, operator_name)
+        values = distinct.to_pylist()
+        idx = indices.tolist()
+        return records, [values[i] for i in idx], groups[indices].tolist()
+    keys, key_groups = key_groups_of_records(records, record_key_fn(key), max_parallelism, operator_name)
+    return records, keys, key_groups
+
+
 def arrow_key_groups(
     batch: pa.RecordBatch, column: str, max_parallelism: int, operator_name: str
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -52,7 +68,7 @@ def arrow_key_groups(
         raise KeySelectorError(
             operator_name, f"<batch with columns {batch.schema.names}>", KeyError(column)
         ) from exc
-    encoded = pc.dictionary_encode(keys)
+    encoded = pc.dictionary_encode(keys, null_encoding="encode")  # None is a key like any other
     indices = encoded.indices.to_numpy(zero_copy_only=False)
     distinct = encoded.dictionary
     try:

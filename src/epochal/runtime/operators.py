@@ -39,7 +39,7 @@ from ..state.keygroups import KeyGroupRange
 from .batches import batch_len, to_arrow, to_records
 from .clock import Clock
 from .elements import Batch
-from .keys import arrow_key_groups, key_groups_of_records, record_key_fn
+from .keys import arrow_key_groups, batch_keys, key_groups_of_records, record_key_fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,11 +280,14 @@ class MapBatchesOperator(RuntimeOperator):
         self.fn = spec.fn
 
     def process(self, batch: Batch) -> Batch | None:
-        arrow = to_arrow(batch)
+        try:
+            arrow = to_arrow(batch)
+        except Exception as exc:
+            raise OperatorError(self.name, _batch_repr(batch), exc) from exc
         try:
             result = self.fn(arrow)
         except Exception as exc:
-            raise OperatorError(self.name, f"<batch of {arrow.num_rows} rows: {arrow.slice(0, 3).to_pylist()}...>", exc) from exc
+            raise OperatorError(self.name, _batch_repr(arrow), exc) from exc
         if isinstance(result, pa.Table):
             result = result.combine_chunks()
             batches = result.to_batches()
@@ -389,11 +392,10 @@ class KeyedReduceOperator(KeyedOperator):
     def __init__(self, spec: KeyedReduceSpec) -> None:
         super().__init__(spec)
         self.fn = spec.fn
-        self._key_fn = record_key_fn(spec.key)
+        self.key = spec.key
 
     def process(self, batch: Batch) -> Batch | None:
-        records = to_records(batch)
-        keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
+        records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
         backend, fn = self.backend, self.fn
         out = []
         record = None
@@ -474,7 +476,7 @@ class KeyedProcessOperator(KeyedOperator):
     def __init__(self, spec: KeyedProcessSpec) -> None:
         super().__init__(spec)
         self.function = spec.function
-        self._key_fn = record_key_fn(spec.key)
+        self.key = spec.key
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
 
@@ -533,8 +535,7 @@ class KeyedProcessOperator(KeyedOperator):
 
     # -- records ---------------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
-        records = to_records(batch)
-        keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
+        records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
         backend, fn, pctx = self.backend, self.function.process_element, self.pctx
         out: list[Any] = []
         record = None
@@ -545,6 +546,11 @@ class KeyedProcessOperator(KeyedOperator):
         except Exception as exc:
             raise OperatorError(self.name, record, exc) from exc
         return out
+
+
+def _batch_repr(batch: Batch) -> str:
+    head = batch.slice(0, 3).to_pylist() if isinstance(batch, pa.RecordBatch) else batch[:3]
+    return f"<batch of {batch_len(batch)} records: {head!r}...>"
 
 
 def _extend(out: list[Any], produced: Iterable[Any] | None) -> None:

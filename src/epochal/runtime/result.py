@@ -52,6 +52,7 @@ class JobResult:
     restored_from: tuple[int | None, ...] = field(default=())  # per attempt: checkpoint id or None
 
     def operator(self, name: str) -> OperatorMetrics:
+        """The metrics of the operator called `name`; raises KeyError if there is none."""
         for m in self.operators:
             if m.name == name:
                 return m

@@ -19,12 +19,14 @@ from typing import Any, Callable, Iterator
 
 from .keygroups import KeyGroupRange, key_group_of
 
+_ABSENT = object()
+
 # Values of these types can be shared with a snapshot: nothing can change them in place.
 _IMMUTABLE = (int, float, str, bytes, bool, type(None), complex, frozenset)
 
 
 def _is_immutable(value: Any) -> bool:
-    if isinstance(value, _IMMUTABLE):
+    if isinstance(value, _IMMUTABLE) or type(value) is object:  # bare objects: sentinels
         return True
     if type(value) is tuple:
         return all(_is_immutable(v) for v in value)
@@ -110,8 +112,8 @@ class HeapKeyedStateBackend:
         m = self._map(name, self.current_key_group)
         key = self.current_key
         data = m.writable()
-        value = data.get(key)
-        if value is None:
+        value = data.get(key, _ABSENT)
+        if value is _ABSENT:
             value = data[key] = factory()
             m.owned.add(key)
         elif key not in m.owned:
@@ -121,12 +123,17 @@ class HeapKeyedStateBackend:
         return value
 
     def get_for_read(self, name: str, default: Any = None) -> Any:
-        """The current key's value for a caller that may change it in place (ValueState)."""
+        """The current key's value for a caller that may change it in place (ValueState).
+
+        A missing value reads as a private copy of a mutable `default`, never the shared object.
+        """
         m = self._map(name, self.current_key_group)
-        value = m.data.get(self.current_key, default)
-        if value is default or _is_immutable(value) or self.current_key in m.owned:
+        value = m.data.get(self.current_key, _ABSENT)
+        if value is _ABSENT:
+            return default if _is_immutable(default) else copy.deepcopy(default)
+        if _is_immutable(value) or self.current_key in m.owned:
             return value
-        return self.get_mutable(name, lambda: default)
+        return self.get_mutable(name, dict)
 
     def put(self, name: str, value: Any) -> None:
         m = self._map(name, self.current_key_group)
@@ -151,8 +158,8 @@ class HeapKeyedStateBackend:
     def snapshot(self) -> KeyedStateSnapshot:
         """Fix the current state (synchronous, cheap); serialise the result elsewhere."""
         groups: dict[int, dict[str, dict[Any, Any]]] = {}
-        for name, maps in self._maps.items():
-            for offset, m in enumerate(maps):
+        for name in sorted(self._maps):  # a fixed order: snapshot bytes depend on content only
+            for offset, m in enumerate(self._maps[name]):
                 if m.data:
                     groups.setdefault(self.key_groups.start + offset, {})[name] = m.freeze()
         return KeyedStateSnapshot(self.key_groups, groups)

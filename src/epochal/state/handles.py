@@ -94,21 +94,26 @@ class MapState(Generic[K, V]):
             del self._backend.get_mutable(self._name, dict)[key]
 
     def contains(self, key: K) -> bool:
+        """Whether the current key's map holds `key`."""
         return key in self._read()
 
     def keys(self) -> list[K]:
+        """The keys of the current key's map."""
         return list(self._read().keys())
 
     def values(self) -> list[V]:
+        """The values of the current key's map."""
         return list(self._read().values())
 
     def items(self) -> list[tuple[K, V]]:
+        """The `(key, value)` pairs of the current key's map."""
         return list(self._read().items())
 
     def __iter__(self) -> Iterator[K]:
         return iter(self.keys())
 
     def is_empty(self) -> bool:
+        """Whether the current key's map is empty (or absent)."""
         return not self._read()
 
     def clear(self) -> None:

@@ -25,7 +25,7 @@ def _encode(key: Any, out: list[bytes]) -> None:
     # Type-tagged, length-prefixed canonical bytes. Values that Python treats as equal dict keys
     # (1, 1.0, True) must encode alike, or one key's state would split across key groups.
     if isinstance(key, str):
-        data = key.encode("utf-8", "surrogatepass")
+        data = str.encode(key, "utf-8", "surrogatepass")
         out.append(b"s%d:" % len(data))
         out.append(data)
     elif isinstance(key, (bool, int)):
@@ -53,8 +53,8 @@ def _encode(key: Any, out: list[bytes]) -> None:
 
 def stable_hash(key: Any) -> int:
     """A 32-bit hash of `key` that is identical in every process and run."""
-    if type(key) is str:  # the hot path: one C call plus the finaliser
-        h = zlib.crc32(key.encode("utf-8", "surrogatepass"))
+    if isinstance(key, str):  # the hot path (str subclasses hash as the equal str)
+        h = zlib.crc32(str.encode(key, "utf-8", "surrogatepass"))
     else:
         parts: list[bytes] = []
         _encode(key, parts)

@@ -2,20 +2,21 @@
 
 A keyed-state file holds one pickled section per key group and an index at the end, so a
 subtask that restores after a rescale reads only the key groups it now owns (dissertation §4.2,
-range re-allocation, L3293). Integrity is checked by the caller against the SHA-256 recorded in
-the manifest; the magic and the trailer catch a file of the wrong kind or a truncated one early.
+range re-allocation, L3293). The file carries its own CRC-32 (in the trailer), and the manifest
+records its SHA-256; the magic at both ends catches a file of the wrong kind or a truncated one.
 """
 
 from __future__ import annotations
 
 import pickle
 import struct
+import zlib
 from typing import Any
 
 from ..errors import CorruptCheckpointError
 
-_MAGIC = b"EPKS1\n"
-_TRAILER = struct.Struct("<Q6s")  # index offset, magic again: a truncated file loses it
+_MAGIC = b"EPKS2\n"
+_TRAILER = struct.Struct("<QI6s")  # index offset, CRC-32 of all before, magic again
 _PICKLE_PROTOCOL = 5
 
 
@@ -30,8 +31,8 @@ def encode_keyed_state(groups: dict[int, dict[str, dict[Any, Any]]]) -> bytes:
         parts.append(blob)
         offset += len(blob)
     parts.append(pickle.dumps(index, protocol=_PICKLE_PROTOCOL))
-    parts.append(_TRAILER.pack(offset, _MAGIC))
-    return b"".join(parts)
+    body = b"".join(parts)
+    return body + _TRAILER.pack(offset, zlib.crc32(body), _MAGIC)
 
 
 def decode_keyed_state(
@@ -41,9 +42,11 @@ def decode_keyed_state(
     try:
         if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + _TRAILER.size:
             raise ValueError("not a keyed-state file")
-        index_offset, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+        index_offset, crc, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
         if magic != _MAGIC:
             raise ValueError("trailer missing (truncated?)")
+        if zlib.crc32(memoryview(data)[: -_TRAILER.size]) != crc:
+            raise ValueError("CRC-32 mismatch")
         index: dict[int, tuple[int, int]] = pickle.loads(data[index_offset : -_TRAILER.size])
         out = {}
         for key_group, (start, length) in index.items():

@@ -109,13 +109,6 @@ def test_text_lines_counted_by_column_match_per_record(make_env, probe_sink, tmp
     assert results[True] == results[False] == _expected_counts(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the vectorized count fails on a null key: runtime/keys.py arrow_key_groups "
-    "dictionary-encodes with the default null_encoding='mask', so the indices hold nulls, "
-    "to_numpy() turns them into float NaN and the count's np.bincount raises a bare numpy "
-    "TypeError; the per-record path counts None keys",
-)
 def test_columnar_null_keys_match_per_record(make_env, probe_sink):
     items = [{"k": "a"}, {"k": None}, {"k": "a"}, {"k": None}]
     results = []

@@ -212,12 +212,6 @@ def test_distinct_uids_make_equal_names_unique_state_ids(make_env):
     env.execute("uids")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: generated names can collide with names the user chose: plan/logical.py "
-    "LogicalGraph.unique_name counts per base name without checking existing names, so an "
-    "operator named 'map_2' plus two unnamed maps gives a GraphError for a valid program",
-)
 def test_generated_names_never_collide_with_chosen_names(make_env):
     env = make_env()
     src = env.from_source(ListSource([1]))

@@ -122,12 +122,6 @@ def test_an_exception_in_the_function_names_the_operator_and_rows(make_env):
     assert "41" in str(cause) and "vectorized boom" in str(cause)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MapBatchesOperator.process calls to_arrow() outside its error guard "
-    "(runtime/operators.py, MapBatchesOperator.process), so records Arrow cannot convert fail "
-    "the job with a bare pyarrow error that names neither the operator nor the record",
-)
 def test_records_arrow_cannot_convert_fail_naming_the_operator(make_env):
     env = make_env(parallelism=1)
     env.from_source(ListSource([1, "two"])).map_batches(lambda b: b, name="columnar").sink_to(CollectSink())
@@ -150,11 +144,6 @@ def _run_identity(make_env, items):
     return [row for b in seen for row in b.to_pylist()], None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: runtime/batches.py to_arrow() builds tuple columns with zip(*batch), which "
-    "silently truncates every record to the shortest tuple: data is lost without an error",
-)
 def test_tuples_of_different_lengths_are_not_silently_truncated(make_env):
     rows, failure = _run_identity(make_env, [(1, 2), (3,)])
     if failure is not None:  # refusing the batch is fine, naming the operator
@@ -163,11 +152,6 @@ def test_tuples_of_different_lengths_are_not_silently_truncated(make_env):
         assert [tuple(r.values()) for r in rows] == [(1, 2), (3,)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: runtime/batches.py to_arrow() converts dicts with RecordBatch.from_pylist, which "
-    "infers the columns from the first record only, so keys first seen later are silently dropped",
-)
 def test_dict_keys_missing_from_the_first_record_are_not_silently_dropped(make_env):
     rows, failure = _run_identity(make_env, [{"a": 1}, {"a": 2, "b": 3}])
     if failure is not None:

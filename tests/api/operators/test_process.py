@@ -163,12 +163,6 @@ def test_the_function_object_is_copied_per_subtask(make_env):
     assert fn.seen == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ValueState.value() hands out the shared default object itself "
-    "(state/backend.py HeapKeyedStateBackend.get_for_read returns `default` unchanged), so "
-    "a mutable default changed in place leaks into every other key's state",
-)
 def test_a_mutable_default_is_not_shared_between_keys(make_env):
     class Append(KeyedProcessFunction):
         def open(self, ctx):

@@ -93,13 +93,6 @@ def test_reduce_over_arrow_rows_keyed_by_function(make_env):
     assert sorted(sink.committed()) == [("x", 1), ("x", 4), ("y", 2)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: key_by('column') on Arrow batches works only for count(): KeyedReduceOperator "
-    "(and KeyedProcessOperator) turn the batch into tuples with to_records() and then apply "
-    "operator.itemgetter('column') to each tuple (runtime/keys.py record_key_fn), which raises "
-    "TypeError; the key_by docstring promises a field name may be an Arrow column",
-)
 def test_reduce_keyed_by_arrow_column_name(make_env):
     env = make_env(parallelism=2)
     sink = CollectSink()
