@@ -28,6 +28,7 @@ class RunOverrides:
     checkpoint_directory: str | None = None
     from_checkpoint: str | None = None
     progress: Callable[[JobProgress], None] | None = None
+    executor: Executor | None = None
 
 
 _overrides: RunOverrides | None = None
@@ -89,6 +90,8 @@ class StreamEnvironment:
         if _overrides is not None:
             if _overrides.parallelism is not None:
                 self.parallelism = _overrides.parallelism
+            if _overrides.executor is not None:
+                self.executor = _overrides.executor
             if _overrides.checkpoint_directory is not None:
                 self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
 

@@ -57,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         checkpoint_directory=args.checkpoint_dir,
         from_checkpoint=args.from_checkpoint,
         progress=display,
+        executor=args.executor,
     )
     sys.argv = [args.job, *args.job_args]
     try:
@@ -98,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--parallelism", type=int, help="default parallelism of every environment")
     run.add_argument("--checkpoint-dir", help="checkpoint directory (any pyarrow filesystem URI)")
     run.add_argument("--from-checkpoint", help="'latest', or a checkpoint directory path")
+    run.add_argument(
+        "--executor", choices=["spark", "inprocess"], help="override the job's executor (inprocess: no Spark)"
+    )
     run.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments for the job file")
     run.set_defaults(func=_run)
 
