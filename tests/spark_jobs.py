@@ -32,13 +32,13 @@ def expected_updates(directory: str) -> list[tuple[str, int]]:
 
 
 def slow_split(line: str) -> list[str]:
-    time.sleep(0.0005)  # stretch the job so that a kill lands mid-stream
+    time.sleep(0.002)  # stretch the job (about 6 s) so that a kill lands mid-stream
     return line.split()
 
 
 def wordcount_env(
     corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark=None,
-    executor: str = "spark", slow: bool = True, restarts: int = 3,
+    executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
 ) -> StreamEnvironment:
     env = StreamEnvironment(
         parallelism=parallelism,
@@ -46,6 +46,7 @@ def wordcount_env(
         spark=spark,
         checkpoint=CheckpointConfig(interval=interval, directory=ckpt),
         restart=RestartStrategy(max_restarts=restarts),
+        batch_size=batch_size,  # small batches: a barrier never waits long behind a slow one
     )
     (
         env.from_source(TextFileSource(corpus))

@@ -1,7 +1,7 @@
 """`epochal`: run job files and inspect checkpoints.
 
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
-                       [--from-checkpoint latest|PATH]
+                       [--from-checkpoint latest|PATH] [--executor spark|inprocess] [-- ARGS]
     epochal checkpoints list D
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import runpy
 import sys
 from typing import Sequence
@@ -45,12 +44,9 @@ class _ProgressLine:
 
 def _run(args: argparse.Namespace) -> int:
     if args.master:
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        from pyspark.sql import SparkSession
+        from ..cluster.spark import create_session
 
-        SparkSession.builder.master(args.master).appName("epochal").config(
-            "spark.python.task.killTimeout", "200ms"
-        ).config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        create_session(args.master)
     display = _ProgressLine()
     overrides = RunOverrides(
         parallelism=args.parallelism,
@@ -102,7 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--executor", choices=["spark", "inprocess"], help="override the job's executor (inprocess: no Spark)"
     )
-    run.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments for the job file")
     run.set_defaults(func=_run)
 
     checkpoints = sub.add_parser("checkpoints", help="inspect checkpoints")
@@ -111,7 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     lst.add_argument("directory")
     lst.set_defaults(func=_checkpoints_list)
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    job_args: list[str] = []
+    if "--" in argv:  # everything after `--` belongs to the job file
+        cut = argv.index("--")
+        argv, job_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.job_args = job_args
     try:
         return int(args.func(args))
     except EpochalError as exc:

@@ -46,34 +46,54 @@ log = logging.getLogger(__name__)
 _HELLO_TIMEOUT = 300.0
 
 
-def default_session(workers: int) -> Any:
-    """The embedded default: a local Spark session with a slot per worker (at least `local[*]`)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+def create_session(master: str) -> Any:
+    """A SparkSession on `master`, set up for long-running barrier tasks.
+
+    Python workers use this interpreter; a cancelled task's Python process is killed after
+    200 ms instead of Spark's default seconds (faster relaunch, spark-hosting-facts.md trap 5).
+    """
+    is_local = master.startswith("local")
+    if is_local:  # on this machine only: keep Spark off other interfaces
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("epochal")
+        .config("spark.python.task.killTimeout", "200ms")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if is_local and os.environ["SPARK_LOCAL_IP"].startswith("127."):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def default_session(workers: int) -> Any:
+    """The active SparkSession, or the embedded default: local, a slot per worker (`local[*]`)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     cores = os.cpu_count() or 1
-    master = "local[*]" if workers <= cores else f"local[{workers}]"
-    session = (
-        SparkSession.builder.master(master)
-        .appName("epochal")
-        .config("spark.python.task.killTimeout", "200ms")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return create_session("local[*]" if workers <= cores else f"local[{workers}]")
 
 
-def _free_slots(sc: Any) -> int:
-    return int(sc.defaultParallelism)
+def _wait_for_slots(sc: Any, workers: int, timeout: float = 90.0) -> int:
+    """Task slots of the cluster; on a cluster master, waits for executors to register."""
+    slots = int(sc.defaultParallelism)
+    if sc.master.startswith("local[") or sc.master == "local":
+        return slots
+    deadline = time.monotonic() + timeout
+    while slots < workers and time.monotonic() < deadline:
+        time.sleep(0.5)
+        slots = int(sc.defaultParallelism)
+    return slots
 
 
 def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
@@ -144,7 +164,7 @@ class SparkExecutor:
         workers = max(v.parallelism for v in job.vertices)
         spark = self.spark or default_session(workers)
         sc = spark.sparkContext
-        slots = _free_slots(sc)
+        slots = _wait_for_slots(sc, workers)
         if workers > slots:
             raise EpochalError(
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "

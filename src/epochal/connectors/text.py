@@ -64,6 +64,9 @@ class _LineReader(SplitReader):
             q = chunk.find(b"\n", end - 1 - self.pos)
             if q != -1:
                 chunk = chunk[: q + 1]
+        parts = chunk.split(b"\n", max_records)
+        if len(parts) > max_records and parts[-1]:  # more lines than asked for: keep the rest
+            chunk = chunk[: len(chunk) - len(parts[-1])]
         self.pos += len(chunk)
         lines = chunk.split(b"\n")
         if chunk.endswith(b"\n"):
