@@ -157,8 +157,9 @@ class SparkExecutor:
         self.spark = spark
         self.bind_host = bind_host
         self.progress = progress
-        self.recovery_seconds: list[float] = []
+        self.recovery_seconds: list[float] = []  # failure noticed → every worker running again
         self.worker_pids: dict[int, int] = {}
+        self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
 
     def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
         workers = max(v.parallelism for v in job.vertices)
@@ -218,9 +219,13 @@ class _JobManager:
         self._last_progress = 0.0
 
     # -- launches --------------------------------------------------------------------------------
+    def _event(self, name: str) -> None:
+        self.executor.timeline.append((name, time.monotonic()))
+
     def _submit(self) -> _Launch:
         from pyspark import InheritableThread
 
+        self._event("submitted")
         self.launches += 1
         number = self.launches
         group = f"epochal-{uuid.uuid4().hex[:8]}-{number}"
@@ -267,6 +272,7 @@ class _JobManager:
             self.links[hello.worker] = link
             self.executor.worker_pids[hello.worker] = hello.pid
             self.selector.register(link, selectors.EVENT_READ, hello.worker)
+        self._event("connected")
 
     def _drop(self, link: Link) -> None:
         try:
@@ -315,6 +321,7 @@ class _JobManager:
             raise JobFailedError(self.job.name, self.restarts + 1, cause)
         self.restarts += 1
         self.failed_at = time.monotonic()
+        self._event("failed")
         if self.job.config.restart.delay:
             time.sleep(self.job.config.restart.delay)
         self.manifest = self.storage.latest() if self.storage is not None else None
@@ -336,6 +343,7 @@ class _JobManager:
                     self._cancel(launch)
                     raise
                 self._finish(launch)
+                self._event("finished")
                 assert self.coordinator is not None
                 return JobResult(
                     self.job.name,
@@ -420,9 +428,11 @@ class _JobManager:
         elif kind is Running:
             if message.generation == self.generation:
                 self.running.add(message.worker)
-                if len(self.running) == self.workers and self.failed_at is not None:
-                    self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
-                    self.failed_at = None
+                if len(self.running) == self.workers:
+                    self._event("running")
+                    if self.failed_at is not None:
+                        self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
+                        self.failed_at = None
         elif kind is WorkerFailed:
             if message.generation != self.generation:
                 return

@@ -1,0 +1,1 @@
+"""Epochal's benchmarks: `python -m benchmarks run NAME`, `python -m benchmarks report`."""
