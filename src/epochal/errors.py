@@ -49,15 +49,27 @@ class OperatorError(EpochalError):
         super().__init__(f"operator {operator!r} failed on record {_short_repr(record)}: {reason}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Travels between processes (Spark workers to the driver) with its cause as text when the
-        # cause itself cannot be pickled.
-        return (_rebuild_operator_error, (self.operator, _short_repr(self.record), repr(self.cause)))
+        # Travels between processes (Spark workers to the driver): the record and the cause go
+        # as they are when they pickle, else as text.
+        return (_rebuild_operator_error, (type(self), self.operator, _picklable(self.record), _picklable(self.cause)))
 
 
-def _rebuild_operator_error(operator: str, record: str, cause: str) -> OperatorError:
-    err = OperatorError.__new__(OperatorError)
-    err.operator, err.record, err.cause = operator, record, None
-    Exception.__init__(err, f"operator {operator!r} failed on record {record}: {cause}")
+def _picklable(value: Any) -> Any:
+    import pickle
+
+    try:
+        pickle.dumps(value)
+        return value
+    except Exception:
+        return _short_repr(value)
+
+
+def _rebuild_operator_error(cls: type, operator: str, record: Any, cause: Any) -> "OperatorError":
+    err = cls.__new__(cls)
+    err.operator, err.record = operator, record
+    err.cause = cause if isinstance(cause, BaseException) or cause is None else None
+    reason = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
+    Exception.__init__(err, f"operator {operator!r} failed on record {_short_repr(record)}: {reason}")
     return err
 
 

@@ -29,7 +29,11 @@ class SplitReader(ABC):
 
     @abstractmethod
     def read(self, max_records: int) -> Batch | None:
-        """Up to `max_records` records (a list or an Arrow batch), or None at the split's end."""
+        """Up to `max_records` records (a list or an Arrow batch), or None at the split's end.
+
+        An empty batch means "nothing yet" (an unbounded source waiting for data): the task
+        comes back later. Do not block here: the worker's other tasks wait meanwhile.
+        """
 
     @abstractmethod
     def position(self) -> Any:

@@ -43,10 +43,11 @@ class _ProgressLine:
 
 
 def _run(args: argparse.Namespace) -> int:
+    session = None
     if args.master:
         from ..cluster.spark import create_session
 
-        create_session(args.master)
+        session = create_session(args.master)
     display = _ProgressLine()
     overrides = RunOverrides(
         parallelism=args.parallelism,
@@ -61,11 +62,13 @@ def _run(args: argparse.Namespace) -> int:
             runpy.run_path(args.job, run_name="__main__")
     finally:
         display.close()
+        if session is not None:
+            session.stop()
     return 0
 
 
 def _checkpoints_list(args: argparse.Namespace) -> int:
-    storage = CheckpointStorage(args.directory)
+    storage = CheckpointStorage(args.directory, create=False)
     rows = []
     for checkpoint_id in storage.complete_checkpoints():
         try:

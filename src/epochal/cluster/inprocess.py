@@ -80,6 +80,7 @@ class InProcessExecutor:
         self.step_time = step_time
         self.progress = progress
         self._restarts = 0
+        self._attempt_checkpoints: list[Any] = []
 
     def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
         config = job.config
@@ -96,6 +97,7 @@ class InProcessExecutor:
         restarts = 0
         failures: list[str] = []
         restored_from: list[int | None] = []
+        checkpoints: list[CheckpointSummary] = []
         while True:
             restored_from.append(manifest.checkpoint_id if manifest is not None else None)
             next_id = max(storage.checkpoint_ids(), default=0) + 1 if storage else 1
@@ -103,6 +105,7 @@ class InProcessExecutor:
                 attempt = self._start(job, clock, storage, manifest, next_id)
                 self._run(attempt, clock, rng)
             except Exception as exc:  # any failure of the attempt: roll back (L3156)
+                checkpoints.extend(CheckpointSummary.of(c.manifest) for c in self._attempt_checkpoints)
                 failures.append(f"{type(exc).__name__}: {exc}")
                 log.warning("job %r failed (attempt %d): %s", job.name, restarts + 1, exc)
                 if restarts >= config.restart.max_restarts:
@@ -112,10 +115,11 @@ class InProcessExecutor:
                 self._sleep(clock, config.restart.delay)
                 manifest = storage.latest() if storage is not None else None
                 continue
+            checkpoints.extend(CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed)
             return JobResult(
                 job.name,
                 restarts,
-                tuple(CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed),
+                tuple(checkpoints),
                 merge_metrics([m.metrics for m in attempt.finished.values()]),
                 tuple(failures),
                 tuple(restored_from),
@@ -145,6 +149,7 @@ class InProcessExecutor:
             tasks[task_id].inbox.append(message)
 
         coordinator = CheckpointCoordinator(job, storage, clock, send, first_checkpoint_id)
+        self._attempt_checkpoints = coordinator.completed  # kept when the attempt fails
         attempt = _Attempt(tasks, coordinator, background, outbox)
         try:
             for task in tasks.values():

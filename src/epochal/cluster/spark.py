@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import EpochalError, JobFailedError, NoCheckpointError
+from ..errors import CheckpointError, EpochalError, JobFailedError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
 from ..runtime.coordinator import AbortReason, CheckpointCoordinator
@@ -374,7 +374,10 @@ class _JobManager:
         tasks = len(self.job.task_ids())
         while len(self.finished) < tasks:
             assert self.coordinator is not None
-            self.coordinator.tick()
+            try:
+                self.coordinator.tick()
+            except CheckpointError as exc:  # too many failed checkpoints: roll back, as any failure
+                self._restart_in_place(exc)
             for link in self.links.values():
                 try:
                     link.flush()
@@ -390,7 +393,10 @@ class _JobManager:
                     raise WorkerLost(f"worker {key.data} is gone ({exc})") from exc
                 for kind, _, _, payload in frames:
                     if kind == CONTROL:
-                        self._on_message(pickle.loads(payload))
+                        try:
+                            self._on_message(pickle.loads(payload))
+                        except CheckpointError as exc:
+                            self._restart_in_place(exc)
 
     def _report_progress(self) -> None:
         if self.executor.progress is None:
@@ -437,8 +443,11 @@ class _JobManager:
             if message.generation != self.generation:
                 return
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
-            self._restart_budget(error)  # raises JobFailedError when spent
-            self._start_generation()
+            self._restart_in_place(error)
+
+    def _restart_in_place(self, error: BaseException) -> None:
+        self._restart_budget(error)  # raises JobFailedError when spent
+        self._start_generation()
 
 
 def _describe(errors: list[BaseException]) -> str:

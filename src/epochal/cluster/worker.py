@@ -139,7 +139,8 @@ class Worker:
         manifest = None
         if start.checkpoint_id is not None:
             assert self.storage is not None
-            manifest = self.storage.resolve(start.checkpoint_id)
+            # The job manager verified the checkpoint; each file read below is checked again.
+            manifest = self.storage.load_manifest(start.checkpoint_id)
         ends: dict[ChannelKey, ChannelEnds] = {}
         self.inputs, self.outputs = {}, {}
         capacity, gen = self.config.channel_capacity, self.generation

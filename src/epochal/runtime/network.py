@@ -199,6 +199,8 @@ class RemoteOutputChannel:
 
     def send(self, element: Element) -> None:
         if type(element) is list or isinstance(element, pa.RecordBatch):
+            if self._buffer and not _same_shape(self._buffer[0], element):
+                self.flush()  # one frame holds one kind of batch (and one Arrow schema)
             if not self._buffer:
                 self._since = time.monotonic()
             self._buffer.append(element)
@@ -268,6 +270,12 @@ class RemoteInputChannel:
 
     def __bool__(self) -> bool:
         return bool(self._queue)
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    if type(a) is list:
+        return type(b) is list
+    return isinstance(b, pa.RecordBatch) and a.schema.equals(b.schema)
 
 
 def parse_credit(payload: bytes) -> int:

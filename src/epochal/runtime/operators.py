@@ -11,11 +11,12 @@ naming this operator and the record.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -126,7 +127,8 @@ class SourceOperator(RuntimeOperator):
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
-        splits = list(self.source.splits())
+        with _guard(self.name, "<listing the source's splits>"):
+            splits = list(self.source.splits())
         self._splits = [s for i, s in enumerate(splits) if i % ctx.parallelism == ctx.subtask]
 
     def restore(self, keyed: Any, states: list[Any]) -> None:
@@ -154,7 +156,8 @@ class SourceOperator(RuntimeOperator):
                 if split is None:
                     return None
                 self._current = split
-                self._reader = self.source.open_split(split, self._state.positions.get(split.split_id))
+                with _guard(self.name, f"<opening split {split.split_id}>"):
+                    self._reader = self.source.open_split(split, self._state.positions.get(split.split_id))
             try:
                 batch = self._reader.read(max_records)
             except OperatorError:
@@ -197,7 +200,8 @@ class SinkOperator(RuntimeOperator):
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
-        self._writer = self.sink.create_writer(ctx.subtask, ctx.parallelism)
+        with _guard(self.name, "<creating the writer>"):
+            self._writer = self.sink.create_writer(ctx.subtask, ctx.parallelism)
 
     def process(self, batch: Batch) -> None:
         try:
@@ -207,7 +211,8 @@ class SinkOperator(RuntimeOperator):
         return None
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        committable = self._writer.prepare_commit(checkpoint_id)
+        with _guard(self.name, f"<preparing the commit of checkpoint {checkpoint_id}>"):
+            committable = self._writer.prepare_commit(checkpoint_id)
         if committable is not None:
             self._pending[checkpoint_id] = committable
         return OperatorSnapshot(state=dict(self._pending))
@@ -215,7 +220,8 @@ class SinkOperator(RuntimeOperator):
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [cid for cid in sorted(self._pending) if cid <= checkpoint_id]
         if ready:
-            self.sink.commit([self._pending[cid] for cid in ready])
+            with _guard(self.name, f"<committing checkpoint(s) {ready}>"):
+                self.sink.commit([self._pending[cid] for cid in ready])
             for cid in ready:
                 del self._pending[cid]
 
@@ -228,9 +234,10 @@ class SinkOperator(RuntimeOperator):
             if old and j % self.ctx.parallelism == self.ctx.subtask
             for _, c in sorted(old.items())
         ]
-        if mine:
-            self.sink.commit(mine)
-        self._writer.recover()
+        with _guard(self.name, "<committing restored checkpoints>"):
+            if mine:
+                self.sink.commit(mine)
+            self._writer.recover()
 
     def close(self) -> None:
         if self._writer is not None:
@@ -546,6 +553,17 @@ class KeyedProcessOperator(KeyedOperator):
         except Exception as exc:
             raise OperatorError(self.name, record, exc) from exc
         return out
+
+
+@contextlib.contextmanager
+def _guard(operator: str, what: str) -> Iterator[None]:
+    """Turn a connector's exception into an OperatorError naming the operator and the step."""
+    try:
+        yield
+    except OperatorError:
+        raise
+    except Exception as exc:
+        raise OperatorError(operator, what, exc) from exc
 
 
 def _batch_repr(batch: Batch) -> str:

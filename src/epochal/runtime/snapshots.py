@@ -11,6 +11,7 @@ import hashlib
 import re
 from typing import Any, Sequence
 
+from ..errors import CheckpointError
 from ..plan.job_graph import TaskId
 from ..state.keygroups import KeyGroupRange
 from ..state.snapshot_files import (
@@ -59,7 +60,7 @@ def write_task_snapshot(
 
 
 def read_operator_restore(
-    storage: CheckpointStorage, manifest: Manifest, uid: str, key_groups: KeyGroupRange
+    storage: CheckpointStorage, manifest: Manifest, uid: str, key_groups: KeyGroupRange, max_parallelism: int
 ) -> tuple[dict[int, dict[str, dict[Any, Any]]] | None, list[Any]]:
     """The keyed state of `key_groups` and the operator state of every old subtask of `uid`.
 
@@ -68,6 +69,11 @@ def read_operator_restore(
     op = manifest.operator(uid)
     if op is None:
         return None, []
+    if op.max_parallelism != max_parallelism:
+        raise CheckpointError(
+            f"operator {uid!r}: the checkpoint has {op.max_parallelism} key groups but the job "
+            f"has max_parallelism={max_parallelism}; keyed state cannot be redistributed"
+        )
     keyed: dict[int, dict[str, dict[Any, Any]]] = {}
     states: list[Any] = []
     wanted = range(key_groups.start, key_groups.end)

@@ -137,7 +137,9 @@ class Task:
             op.open(ctx)
             keyed, states = None, []
             if manifest is not None and storage is not None:
-                keyed, states = read_operator_restore(storage, manifest, op.uid, self.key_groups)
+                keyed, states = read_operator_restore(
+                    storage, manifest, op.uid, self.key_groups, self.setup.max_parallelism
+                )
             op.restore(keyed, states)  # also on a fresh start: sinks clean up after a failed run
         if manifest is not None:
             self.last_checkpoint = manifest.checkpoint_id

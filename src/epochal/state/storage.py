@@ -166,9 +166,13 @@ def _resolve(uri: str) -> tuple[pafs.FileSystem, str]:
 class CheckpointStorage:
     """Reads and writes checkpoints under one root directory (a local path or a pyarrow URI)."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, create: bool = True) -> None:
         self.uri = uri
         self.fs, self.root = _resolve(uri)
+        if not create:
+            if self.fs.get_file_info(self.root).type != pafs.FileType.Directory:
+                raise NoCheckpointError(f"no checkpoint directory {uri!r}")
+            return
         try:
             self.fs.create_dir(self.root, recursive=True)
         except OSError as exc:
@@ -278,10 +282,19 @@ class CheckpointStorage:
             if manifest is None:
                 raise NoCheckpointError(f"no complete checkpoint in {self.uri!r}")
             return manifest
+        if isinstance(which, str) and which.isdigit():
+            which = int(which)
         if isinstance(which, str):
-            base = posixpath.basename(which.rstrip("/"))
-            if not base.startswith(_CHECKPOINT_PREFIX):
-                raise NoCheckpointError(f"{which!r} is not a checkpoint directory")
+            path = which.rstrip("/")
+            base = posixpath.basename(path)
+            if not base.startswith(_CHECKPOINT_PREFIX) or not base[len(_CHECKPOINT_PREFIX) :].isdigit():
+                raise NoCheckpointError(f"{which!r} is not a checkpoint directory (chk-NNNNNNNN)")
+            parent = posixpath.dirname(path)
+            if parent and "://" not in path and os.path.abspath(parent) != self.root:
+                raise NoCheckpointError(
+                    f"{which!r} is not in the job's checkpoint directory {self.uri!r}; "
+                    "set CheckpointConfig(directory=...) (or --checkpoint-dir) to its parent"
+                )
             which = int(base[len(_CHECKPOINT_PREFIX) :])
         manifest = self.load_manifest(which)
         self.verify(manifest)
