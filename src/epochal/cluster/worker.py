@@ -49,7 +49,7 @@ from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, W
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.005
-_STEPS_PER_TASK = 16
+_TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 PROGRESS_INTERVAL = 1.0
 
 
@@ -236,16 +236,23 @@ class Worker:
         return timeout
 
     def _step_tasks(self) -> bool:
+        """Step runnable tasks round robin for one time slice, then go back to the sockets.
+
+        The slice is short so that control messages (barrier triggers, commits, restarts) and
+        credits are never stuck behind a slow operator for long.
+        """
         if self.failed:
             return False
         busy = False
+        deadline = time.monotonic() + _TIME_SLICE
         try:
-            for task in list(self.tasks.values()):
-                for _ in range(_STEPS_PER_TASK):
-                    if not task.is_runnable():
-                        break
-                    task.step()
-                    busy = True
+            progressed = True
+            while progressed and time.monotonic() < deadline:
+                progressed = False
+                for task in list(self.tasks.values()):
+                    if task.is_runnable():
+                        task.step()
+                        progressed = busy = True
         except Exception as exc:
             self._fail(exc)
             return False
