@@ -27,8 +27,10 @@ from ..runtime.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,
+    LoopRoundEnded,
     TaskFinished,
 )
+from ..runtime.loops import LoopTermination
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..runtime.task import Task
 from ..runtime.wiring import build_tasks, local_channels
@@ -55,6 +57,7 @@ class _Attempt:
     coordinator: CheckpointCoordinator
     background: _DeferredRunner
     outbox: list[Any]
+    loops: LoopTermination
     finished: dict[TaskId, Any] = field(default_factory=dict)
 
 
@@ -150,7 +153,7 @@ class InProcessExecutor:
 
         coordinator = CheckpointCoordinator(job, storage, clock, send, first_checkpoint_id)
         self._attempt_checkpoints = coordinator.completed  # kept when the attempt fails
-        attempt = _Attempt(tasks, coordinator, background, outbox)
+        attempt = _Attempt(tasks, coordinator, background, outbox, LoopTermination(job, send))
         try:
             for task in tasks.values():
                 task.open()
@@ -213,6 +216,8 @@ class InProcessExecutor:
                 coordinator.on_inputs_ended(message)
             elif kind is TaskFinished:
                 attempt.finished[message.task] = message
+            elif kind is LoopRoundEnded:
+                attempt.loops.on_round(message)
             else:
                 raise RuntimeError(f"unexpected message {message!r}")
 

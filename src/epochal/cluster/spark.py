@@ -34,7 +34,8 @@ from ..errors import CheckpointError, EpochalError, JobFailedError, NoCheckpoint
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
 from ..runtime.coordinator import AbortReason, CheckpointCoordinator
-from ..runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, TaskFinished
+from ..runtime.loops import LoopTermination
+from ..runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, LoopRoundEnded, TaskFinished
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..state.storage import CheckpointStorage, Manifest
@@ -177,6 +178,8 @@ class SparkExecutor:
             if storage is None:
                 raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
             manifest = storage.resolve(from_checkpoint)
+            if manifest.is_savepoint:  # workers load manifests by id from the job's own storage
+                manifest = storage.adopt(manifest)
         host = self.bind_host or sc.getConf().get("spark.driver.host", "127.0.0.1")
         return _JobManager(job, sc, workers, storage, manifest, host, self).run()
 
@@ -212,6 +215,7 @@ class _JobManager:
         self.finished: dict[TaskId, TaskFinished] = {}
         self.running: set[int] = set()
         self.coordinator: CheckpointCoordinator | None = None
+        self.loops: LoopTermination | None = None
         self.completed: list[CheckpointSummary] = []
         self.failed_at: float | None = None
         self.executor = executor
@@ -306,6 +310,7 @@ class _JobManager:
         self.restored_from.append(checkpoint_id)
         next_id = max(self.storage.checkpoint_ids(), default=0) + 1 if self.storage else 1
         self.coordinator = CheckpointCoordinator(self.job, self.storage, self.clock, self._send, next_id)
+        self.loops = LoopTermination(self.job, self._send)
         for link in self.links.values():
             link.send_object(Start(self.generation, checkpoint_id))
 
@@ -427,6 +432,9 @@ class _JobManager:
                 coordinator.on_inputs_ended(inner)
             elif inner_kind is TaskFinished:
                 self.finished[inner.task] = inner
+            elif inner_kind is LoopRoundEnded:
+                assert self.loops is not None
+                self.loops.on_round(inner)
         elif kind is Progress:
             if message.generation == self.generation:
                 self.live.update(message.tasks)

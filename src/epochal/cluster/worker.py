@@ -148,10 +148,13 @@ class Worker:
             edge = self.job.edges[key.edge]
             src, dst = worker_of(TaskId(edge.source, key.source)), worker_of(TaskId(edge.target, key.target))
             if src == self.index and dst == self.index:
-                ch = LocalChannel(capacity)
+                ch = LocalChannel(capacity, elastic=edge.is_back_edge)
                 ends[key] = ChannelEnds(ch, ch)
             elif src == self.index:
-                out = RemoteOutputChannel(self.links[dst], wire_id, gen, capacity, self.config.batch_size, FLUSH_INTERVAL)
+                out = RemoteOutputChannel(
+                    self.links[dst], wire_id, gen, capacity, self.config.batch_size, FLUSH_INTERVAL,
+                    elastic=edge.is_back_edge,
+                )
                 self.outputs[wire_id] = out
                 ends[key] = ChannelEnds(out, None)
             elif dst == self.index:

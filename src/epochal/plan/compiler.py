@@ -2,8 +2,10 @@
 
 An operator joins its upstream's chain (runs in the same task, records passed by a function
 call) when nothing repartitions between them: a single forward input from an operator of equal
-parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Cycles are
-refused until structured loops land (ABS §4.3 needs back-edge logging, not built yet).
+parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Loops are
+closed only by `iterate()`'s feedback edges; they become the job graph's back-edges, whose
+records the loop head logs during a checkpoint (ABS §4.3, Algorithm 2). Any other cycle is an
+error.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from .logical import LogicalGraph, LogicalNode
 from .specs import (
     FORWARD,
     REBALANCE,
+    IterationHeadSpec,
     OperatorSpec,
     PartitionKind,
     Partitioning,
@@ -24,19 +27,28 @@ from .specs import (
 )
 
 
-def _check_acyclic(graph: LogicalGraph) -> None:
-    # Depth-first search for a back-edge (ABS §4.3: back-edges are the edges to a vertex on the
-    # current DFS path).
-    WHITE, GREY, BLACK = 0, 1, 2
-    colour = [WHITE] * len(graph.nodes)
+def _check_loops(graph: LogicalGraph) -> set[tuple[int, int]]:
+    """The back-edges of the graph: declared feedback edges that close a loop.
+
+    Without its feedback edges the graph must be acyclic (a cycle anywhere else is an error);
+    a depth-first search that enters each loop through its head then finds exactly the
+    feedback edges as back-edges (ABS §4.3: back-edges point to a vertex on the DFS path).
+    """
     consumers: dict[int, list[int]] = {n.id: [] for n in graph.nodes}
     for node in graph.nodes:
         for edge in node.inputs:
-            consumers[edge.source].append(node.id)
+            if not edge.feedback:
+                consumers[edge.source].append(node.id)
+            elif not isinstance(node.spec, IterationHeadSpec):
+                raise GraphError(f"operator {node.spec.name!r}: only a loop head takes feedback")
 
-    def visit(start: int) -> None:
-        stack = [(start, iter(consumers[start]))]
-        colour[start] = GREY
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = [WHITE] * len(graph.nodes)
+    for root in graph.nodes:
+        if colour[root.id] != WHITE:
+            continue
+        colour[root.id] = GREY
+        stack = [(root.id, iter(consumers[root.id]))]
         while stack:
             node_id, children = stack[-1]
             for child in children:
@@ -44,7 +56,7 @@ def _check_acyclic(graph: LogicalGraph) -> None:
                     a, b = graph.nodes[node_id].spec.name, graph.nodes[child].spec.name
                     raise GraphError(
                         f"the stream graph has a cycle ({a!r} -> {b!r}); "
-                        "loops are not supported yet"
+                        "close loops with DataStream.iterate()"
                     )
                 if colour[child] == WHITE:
                     colour[child] = GREY
@@ -54,9 +66,37 @@ def _check_acyclic(graph: LogicalGraph) -> None:
                 colour[node_id] = BLACK
                 stack.pop()
 
+    def reaches(start: int, goal: int) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            n = todo.pop()
+            if n == goal:
+                return True
+            for c in consumers[n]:
+                if c not in seen:
+                    seen.add(c)
+                    todo.append(c)
+        return False
+
+    back: set[tuple[int, int]] = set()
     for node in graph.nodes:
-        if colour[node.id] == WHITE:
-            visit(node.id)
+        for edge in node.inputs:
+            if edge.feedback and reaches(node.id, edge.source):
+                back.add((edge.source, node.id))
+    return back
+
+
+def _reachable(edges: list[tuple[int, int]], start: int) -> set[int]:
+    succ: dict[int, list[int]] = {}
+    for a, b in edges:
+        succ.setdefault(a, []).append(b)
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in succ.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
 def _resolve_partitioning(
@@ -83,7 +123,7 @@ def compile_job(
     nodes = graph.nodes
     if not any(isinstance(n.spec, SinkSpec) for n in nodes):
         raise GraphError("the job has no sink: add one with DataStream.sink_to(...)")
-    _check_acyclic(graph)
+    back_edges = _check_loops(graph)
     _check_unique(nodes)
 
     parallelism: dict[int, int] = {}
@@ -100,7 +140,7 @@ def compile_job(
         for edge in node.inputs:
             consumers[edge.source] += 1
 
-    edges_in: dict[int, list[tuple[int, Partitioning]]] = {}
+    edges_in: dict[int, list[tuple[int, Partitioning, bool]]] = {}
     for node in nodes:
         edges_in[node.id] = [
             (
@@ -108,6 +148,7 @@ def compile_job(
                 _resolve_partitioning(
                     parallelism[e.source], parallelism[node.id], e.partitioning, node.spec.name
                 ),
+                (e.source, node.id) in back_edges,
             )
             for e in node.inputs
         ]
@@ -122,7 +163,7 @@ def compile_job(
             len(inputs) == 1
             and inputs[0][1].kind is PartitionKind.FORWARD
             and consumers[inputs[0][0]] == 1
-            and not isinstance(node.spec, (SourceSpec, UnionSpec))
+            and not isinstance(node.spec, (SourceSpec, UnionSpec, IterationHeadSpec))
             and not isinstance(nodes[inputs[0][0]].spec, SinkSpec)
         ):
             head = head_of[inputs[0][0]]
@@ -141,11 +182,17 @@ def compile_job(
         chain: tuple[OperatorSpec, ...] = tuple(nodes[m].spec for m in members)
         vertices.append(JobVertex(vid, chain, parallelism[head]))
 
-    edges = [
-        JobEdge(vertex_of[src], vertex_of[node_id], part)
+    raw = [
+        (vertex_of[src], vertex_of[node_id], part, back)
         for node_id, inputs in edges_in.items()
-        for src, part in inputs
+        for src, part, back in inputs
         if head_of[node_id] == node_id
+    ]
+    pairs = [(a, b) for a, b, _, _ in raw]
+    reach = {v.id: _reachable(pairs, v.id) for v in vertices}
+    edges = [  # an edge is inside a loop iff its target reaches its source again
+        JobEdge(a, b, part, is_back_edge=back, in_loop=a in reach[b])
+        for a, b, part, back in raw
     ]
     return JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
 

@@ -37,6 +37,8 @@ class JobEdge:
     source: int
     target: int
     partitioning: Partitioning
+    is_back_edge: bool = False  # found by depth-first search: closes a loop (ABS §4.3)
+    in_loop: bool = False  # both ends in the same loop (strongly connected component)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ class LogicalEdge:
 
     source: int
     partitioning: Partitioning | None
+    feedback: bool = False  # closes a loop: declared by `iterate`, checked by the compiler
 
 
 @dataclass(slots=True)

@@ -80,6 +80,18 @@ class UnionSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class IterationHeadSpec(OperatorSpec):
+    """The head of a loop: merges the loop's input with its feedback; records pass unchanged.
+
+    Its task consumes the loop's back-edges and logs them during checkpoints (ABS §4.3,
+    Algorithm 2); `feedback_threshold` batches of buffered feedback make it read feedback only
+    (dissertation L6827–6858), so a heavy loop cannot deadlock on full channels.
+    """
+
+    feedback_threshold: int = 8
+
+
+@dataclass(frozen=True, slots=True)
 class SinkSpec(OperatorSpec):
     """Writes to a sink (an `epochal.Sink`), committing per checkpoint if the sink is transactional."""
 

@@ -5,6 +5,10 @@ Implements ABS §4.2, Algorithm 1 (acyclic graphs), the dissertation's epoch ali
 every input has delivered it, the task snapshots its state, forwards the barrier and unblocks
 all inputs. Pure: no I/O, no clock; the task loop drives it and asks `is_blocked` before reading.
 
+Cycles (ABS §4.3, Algorithm 2): barriers are aligned over the *regular* channels only; a
+back-edge is never blocked, and a barrier arriving on it returns `LOOP_RETURN`, which tells the
+loop head to stop logging that back-edge for that checkpoint.
+
 Departures: a channel that has ended (end-of-input) counts as having delivered every barrier, so
 bounded inputs do not stall checkpoints; a newer barrier abandons an alignment in progress (the
 older checkpoint was aborted), and an older one is dropped.
@@ -23,13 +27,16 @@ class AlignStep(Enum):
     CONTINUE = "continue"  # keep reading the unblocked inputs
     SNAPSHOT = "snapshot"  # every input delivered the barrier: snapshot, forward, carry on
     DROP = "drop"  # a stale barrier of an abandoned checkpoint
+    LOOP_RETURN = "loop_return"  # the barrier came back round a loop, on a back-edge
 
 
 class BarrierAligner:
     """Barrier alignment state for the inputs of one task."""
 
-    def __init__(self, num_channels: int) -> None:
+    def __init__(self, num_channels: int, back_edges: frozenset[int] = frozenset()) -> None:
         self.num_channels = num_channels
+        self.back_edges = back_edges
+        self.regular = frozenset(range(num_channels)) - back_edges
         self._blocked: set[int] = set()
         self._ended: set[int] = set()
         self.pending: Barrier | None = None
@@ -48,7 +55,17 @@ class BarrierAligner:
     def all_ended(self) -> bool:
         return len(self._ended) == self.num_channels
 
+    @property
+    def ended(self) -> frozenset[int]:
+        return frozenset(self._ended)
+
+    @property
+    def regular_ended(self) -> bool:
+        return self.regular <= self._ended
+
     def on_barrier(self, channel: int, barrier: Barrier) -> AlignStep:
+        if channel in self.back_edges:
+            return AlignStep.LOOP_RETURN
         cid = barrier.checkpoint_id
         if cid <= self.last_completed or (self.pending is not None and cid < self.pending.checkpoint_id):
             return AlignStep.DROP
@@ -67,7 +84,7 @@ class BarrierAligner:
         return self._maybe_complete() if self.pending is not None else AlignStep.CONTINUE
 
     def _maybe_complete(self) -> AlignStep:
-        if len(self._blocked | self._ended) < self.num_channels:
+        if not self.regular <= (self._blocked | self._ended):
             return AlignStep.CONTINUE
         assert self.pending is not None
         self.completed = self.pending

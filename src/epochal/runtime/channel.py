@@ -2,7 +2,9 @@
 
 The capacity (in batches) is what turns a slow consumer into a slow producer: a task does not
 run while any of its output channels is full (credit-style backpressure, dissertation L2576–2660).
-A task may overshoot by the output of one step, so one step never blocks half-way.
+A task may overshoot by the output of one step, so one step never blocks half-way. A loop's
+back-edge is *elastic* (never full): otherwise a loop whose channels all fill would wait on
+itself; the loop head reads feedback first once it piles up (dissertation L6827–6858).
 A channel that crosses processes has the same interface (`runtime.network`).
 """
 
@@ -33,18 +35,19 @@ class LocalChannel:
             propagate backpressure sooner and bound memory; large ones smooth bursts.
     """
 
-    __slots__ = ("_queue", "capacity", "_sent", "name")
+    __slots__ = ("_queue", "capacity", "_sent", "name", "elastic")
 
-    def __init__(self, capacity: int, name: str = "") -> None:
+    def __init__(self, capacity: int, name: str = "", elastic: bool = False) -> None:
         if capacity < 1:
             raise ValueError("channel capacity must be at least 1")
         self._queue: deque[Element] = deque()
         self.capacity = capacity
         self._sent = 0
         self.name = name
+        self.elastic = elastic  # a loop's back-edge: never holds its producer back
 
     def has_capacity(self) -> bool:
-        return len(self._queue) < self.capacity
+        return self.elastic or len(self._queue) < self.capacity
 
     def send(self, element: Element) -> None:
         self._queue.append(element)

@@ -38,7 +38,22 @@ class EndOfInput:
 
 END_OF_INPUT = EndOfInput()
 
-Element = Union[list[Any], pa.RecordBatch, Barrier, Watermark, EndOfInput]
+
+@dataclass(frozen=True, slots=True)
+class LoopProbe:
+    """A termination probe sent round a loop by its head once the loop's input has ended.
+
+    Each task of the loop forwards it after it arrived on all its loop inputs, marking it
+    `dirty` if it processed anything since it forwarded the previous round. A round that comes
+    back clean proves the loop empty: every record of the loop was processed before the probe
+    passed, and none was sent after it (FIFO channels).
+    """
+
+    round: int
+    dirty: bool
+
+
+Element = Union[list[Any], pa.RecordBatch, Barrier, Watermark, EndOfInput, LoopProbe]
 
 
 def is_batch(element: Element) -> bool:

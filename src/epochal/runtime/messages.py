@@ -32,7 +32,20 @@ class NotifyCheckpointComplete:
     is_final: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class EndLoop:
+    """Every head of the loop saw a clean probe round: the loop is empty, end its input."""
+
+
 # task → job manager ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LoopRoundEnded:
+    """A loop head's termination probe came back round `round`; `clean` if nothing moved."""
+
+    task: TaskId
+    round: int
+    clean: bool
+
 @dataclass(frozen=True, slots=True)
 class OperatorSubtaskState:
     uid: str

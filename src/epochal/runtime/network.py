@@ -182,9 +182,17 @@ class RemoteOutputChannel:
     """
 
     def __init__(
-        self, link: Link, wire_id: int, generation: int, capacity: int, batch_size: int, flush_interval: float
+        self,
+        link: Link,
+        wire_id: int,
+        generation: int,
+        capacity: int,
+        batch_size: int,
+        flush_interval: float,
+        elastic: bool = False,
     ) -> None:
         self.link = link
+        self.elastic = elastic  # a loop's back-edge: never held back (see runtime.channel)
         self.wire_id = wire_id
         self.generation = generation
         self.credits = capacity
@@ -195,7 +203,7 @@ class RemoteOutputChannel:
         self._since = 0.0
 
     def has_capacity(self) -> bool:
-        return self.credits > 0
+        return self.elastic or self.credits > 0
 
     def send(self, element: Element) -> None:
         if type(element) is list or isinstance(element, pa.RecordBatch):

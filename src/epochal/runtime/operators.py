@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ..errors import OperatorError
 from ..plan.specs import (
+    IterationHeadSpec,
     KeyedCountSpec,
     KeyedProcessSpec,
     KeyedReduceSpec,
@@ -34,6 +35,7 @@ from ..plan.specs import (
     SourceSpec,
     UnionSpec,
 )
+from ..config import StateConfig
 from ..state.backend import HeapKeyedStateBackend, KeyedStateSnapshot
 from ..state.handles import ListState, MapState, ValueState
 from ..state.keygroups import KeyGroupRange
@@ -52,6 +54,8 @@ class OperatorContext:
     max_parallelism: int
     key_groups: KeyGroupRange
     clock: Clock
+    state: StateConfig = StateConfig()
+    name: str = ""  # the task's name, for the disk backend's working directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +316,53 @@ class UnionOperator(RuntimeOperator):
     """Records of every input pass unchanged."""
 
 
+@dataclass(frozen=True, slots=True)
+class LoopLog:
+    """Operator state of a loop head: the feedback it logged during one checkpoint (ABS §4.3)."""
+
+    batches: tuple[Any, ...]
+
+    @property
+    def records(self) -> int:
+        return sum(batch_len(b) for b in self.batches)
+
+
+class IterationHeadOperator(RuntimeOperator):
+    """A loop's head: passes records on; its task logs feedback during checkpoints.
+
+    On restore it holds the logged feedback of its checkpoint in `replay`, which the task feeds
+    back into the loop before any new input ("restore states, replay the loop logs, then new
+    input"). Logs of old subtask j go to subtask j % parallelism, like sink commits.
+    """
+
+    def __init__(self, spec: IterationHeadSpec) -> None:
+        super().__init__(spec)
+        self.feedback_threshold = spec.feedback_threshold
+        self.replay: list[Any] = []
+
+    def restore(self, keyed: Any, states: list[Any]) -> None:
+        for j, old in enumerate(states):
+            if old is not None and j % self.ctx.parallelism == self.ctx.subtask:
+                self.replay.extend(old.batches)
+
+
 # ------------------------------------------------------------------------------------------------
 # keyed
+
+
+def create_backend(ctx: OperatorContext, uid: str) -> Any:
+    """The keyed-state backend `ctx.state` asks for: memory (dicts) or disk (RocksDB)."""
+    config = ctx.state
+    options = dict(
+        incremental=config.incremental, compact_every=config.compact_every, compact_ratio=config.compact_ratio
+    )
+    if config.backend == "disk":
+        from ..state.disk import DiskKeyedStateBackend
+
+        return DiskKeyedStateBackend(
+            ctx.key_groups, ctx.max_parallelism, local_dir=config.local_dir, label=f"{uid}-{ctx.subtask}", **options
+        )
+    return HeapKeyedStateBackend(ctx.key_groups, ctx.max_parallelism, **options)
 
 
 class KeyedOperator(RuntimeOperator):
@@ -321,14 +370,22 @@ class KeyedOperator(RuntimeOperator):
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
-        self.backend = HeapKeyedStateBackend(ctx.key_groups, ctx.max_parallelism)
+        self.backend = create_backend(ctx, self.uid)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        return OperatorSnapshot(keyed=self.backend.snapshot())
+        return OperatorSnapshot(keyed=self.backend.snapshot(checkpoint_id))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.backend.notify_checkpoint_complete(checkpoint_id)
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         if keyed:
             self.backend.restore(keyed)
+
+    def close(self) -> None:
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
 
 
 _COUNT = "count"
@@ -354,16 +411,18 @@ class KeyedCountOperator(KeyedOperator):
             return self._process_arrow(batch)
         records = to_records(batch)
         keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
-        maps: dict[int, dict[Any, int]] = {}
+        maps: dict[int, tuple[Any, set[Any]]] = {}
         backend = self.backend
         out = []
         append = out.append
         for key, kg in zip(keys, groups):
-            m = maps.get(kg)
-            if m is None:
-                m = maps[kg] = backend.raw_map(_COUNT, kg)
+            entry = maps.get(kg)
+            if entry is None:
+                entry = maps[kg] = (backend.raw_map(_COUNT, kg), backend.dirty_keys(_COUNT, kg))
+            m, dirty = entry
             c = m.get(key, 0) + 1
             m[key] = c
+            dirty.add(key)
             append((key, c))
         return out
 
@@ -382,6 +441,7 @@ class KeyedCountOperator(KeyedOperator):
             previous = m.get(key, 0)
             base[i] = previous
             m[key] = previous + int(per_key[i])
+            backend.dirty_keys(_COUNT, kg).add(key)
         # rank of each row among the rows of its key, in arrival order
         order = np.argsort(indices, kind="stable")
         starts = np.concatenate(([0], np.cumsum(per_key)[:-1]))
@@ -535,7 +595,7 @@ class KeyedProcessOperator(KeyedOperator):
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
-        for kg, key in self.backend.keys(_TIMERS):
+        for kg, key in list(self.backend.keys(_TIMERS)):
             self.backend.set_current_key(key, kg)
             for ts in self.backend.get(_TIMERS, ()):
                 heapq.heappush(self._heap, (ts, next(self._seq), kg, key))
@@ -582,6 +642,7 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     RecordFnSpec: RecordFnOperator,
     MapBatchesSpec: MapBatchesOperator,
     UnionSpec: UnionOperator,
+    IterationHeadSpec: IterationHeadOperator,
     KeyedCountSpec: KeyedCountOperator,
     KeyedReduceSpec: KeyedReduceOperator,
     KeyedProcessSpec: KeyedProcessOperator,

@@ -15,27 +15,38 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Protocol, Sequence
 
+from ..config import StateConfig
 from ..plan.job_graph import JobVertex, TaskId
 from ..state.keygroups import KeyGroupRange, key_group_range
 from ..state.storage import CheckpointStorage, Manifest, TaskCheckpointStats
 from .aligner import AlignStep, BarrierAligner
 from .batches import batch_len
 from .clock import Clock
-from .elements import END_OF_INPUT, Barrier, Batch, EndOfInput, Watermark, is_batch
+from .elements import END_OF_INPUT, Barrier, Batch, EndOfInput, LoopProbe, Watermark, is_batch
 from .messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
+    EndLoop,
     InputsEnded,
+    LoopRoundEnded,
     NotifyCheckpointComplete,
     OperatorMetrics,
     TaskFinished,
     TriggerCheckpoint,
 )
-from .operators import OperatorContext, RuntimeOperator, SourceOperator, create_operator
+from .operators import (
+    IterationHeadOperator,
+    LoopLog,
+    OperatorContext,
+    OperatorSnapshot,
+    RuntimeOperator,
+    SourceOperator,
+    create_operator,
+)
 from .partition import Partitioner
 from .snapshots import read_operator_restore, write_task_snapshot
 
@@ -53,9 +64,15 @@ class OutputChannel(Protocol):
 class OutputGate:
     """The task's outgoing edges: a partitioner and the channels it routes to, per edge."""
 
-    def __init__(self, edges: Sequence[tuple[Partitioner, Sequence[OutputChannel]]]) -> None:
+    def __init__(
+        self,
+        edges: Sequence[tuple[Partitioner, Sequence[OutputChannel]]],
+        loop_edges: frozenset[int] = frozenset(),
+    ) -> None:
         self.edges = list(edges)
         self.channels = [ch for _, chans in self.edges for ch in chans]
+        # channels of edges inside a loop: where termination probes go
+        self.loop_channels = [ch for i, (_, chans) in enumerate(self.edges) if i in loop_edges for ch in chans]
 
     def emit(self, batch: Batch) -> None:
         for partitioner, channels in self.edges:
@@ -64,6 +81,10 @@ class OutputGate:
 
     def broadcast(self, element: Any) -> None:
         for ch in self.channels:
+            ch.send(element)
+
+    def broadcast_loop(self, element: Any) -> None:
+        for ch in self.loop_channels:
             ch.send(element)
 
     def has_capacity(self) -> bool:
@@ -75,6 +96,7 @@ class OutputGate:
 
 class TaskState(Enum):
     RUNNING = "running"
+    DRAINING = "draining"  # a loop head whose input ended: it runs until its loop is empty
     ENDED = "ended"  # inputs ended; waits for the final checkpoint to commit
     FINISHED = "finished"
 
@@ -83,6 +105,18 @@ class BackgroundRunner(Protocol):
     """Runs the asynchronous part of checkpoints off the processing path."""
 
     def submit(self, fn: Callable[[], None]) -> None: ...
+
+
+@dataclass(slots=True)
+class _PendingLoopSnapshot:
+    """A loop head's checkpoint waiting for its barrier to come back on every back-edge."""
+
+    checkpoint_id: int
+    waiting: set[int]
+    snapshots: list[tuple[str, OperatorSnapshot]]
+    alignment_ms: float
+    sync_ms: float
+    log: list[Batch] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +132,20 @@ class TaskSetup:
     restore_from: Manifest | None
     send: Callable[[Any], None]  # to the job manager
     background: BackgroundRunner
+    state: StateConfig = StateConfig()  # the keyed-state backend and incremental checkpoints
 
 
 class Task:
     """One subtask of a vertex: inputs → aligner → operator chain → output gate."""
 
-    def __init__(self, setup: TaskSetup, inputs: Sequence[InputChannel], output: OutputGate) -> None:
+    def __init__(
+        self,
+        setup: TaskSetup,
+        inputs: Sequence[InputChannel],
+        output: OutputGate,
+        back_edges: frozenset[int] = frozenset(),
+        loop_inputs: frozenset[int] = frozenset(),
+    ) -> None:
         self.setup = setup
         self.id = setup.task_id
         self.name = f"{setup.vertex.name} [{setup.task_id.subtask + 1}/{setup.vertex.parallelism}]"
@@ -111,7 +153,9 @@ class Task:
         self.output = output
         self.inbox: deque[Any] = deque()
         self.state = TaskState.RUNNING
-        self.aligner = BarrierAligner(len(self.inputs))
+        self.aligner = BarrierAligner(len(self.inputs), back_edges)
+        self.back_edges = back_edges
+        self.loop_inputs = loop_inputs  # inputs from inside a loop (back-edges included)
         self.key_groups: KeyGroupRange = key_group_range(
             setup.task_id.subtask, setup.vertex.parallelism, setup.max_parallelism
         )
@@ -124,19 +168,27 @@ class Task:
         self.last_checkpoint = 0
         self._next_input = 0
         self._alignment_started: float | None = None
+        self.head: IterationHeadOperator | None = (
+            self.chain[0] if isinstance(self.chain[0], IterationHeadOperator) else None
+        )
+        self._loop_snapshots: dict[int, _PendingLoopSnapshot] = {}
+        self._dirty = False  # processed records since the last termination probe passed
+        self._probe_round = 0
+        self._probe_in_flight = False
+        self._probe_arrivals: dict[int, list[bool]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
         """Open every operator and restore its state from the checkpoint, if any."""
         ctx = OperatorContext(
             self.id.subtask, self.setup.vertex.parallelism, self.setup.max_parallelism,
-            self.key_groups, self.setup.clock,
+            self.key_groups, self.setup.clock, self.setup.state, self.name,
         )
         manifest, storage = self.setup.restore_from, self.setup.storage
         for op in self.chain:
             op.open(ctx)
             keyed, states = None, []
-            if manifest is not None and storage is not None:
+            if manifest is not None:  # storage may be None: a savepoint is read where it lies
                 keyed, states = read_operator_restore(
                     storage, manifest, op.uid, self.key_groups, self.setup.max_parallelism
                 )
@@ -162,10 +214,12 @@ class Task:
     def is_runnable(self) -> bool:
         if self.state is TaskState.FINISHED:
             return False
-        if self.inbox:
+        if self.inbox or (self.head is not None and self.head.replay):
             return True
         if self.state is TaskState.ENDED or not self.output.has_capacity():
             return False
+        if self.state is TaskState.DRAINING and not self._probe_in_flight:
+            return True
         timer = self.next_timer()
         if timer is not None and timer <= self.setup.clock.now():
             return True
@@ -175,6 +229,10 @@ class Task:
 
     def _readable_input(self) -> int | None:
         n = len(self.inputs)
+        if self.head is not None:  # piled-up feedback first, so a heavy loop drains (L6827)
+            for i in self.back_edges:
+                if len(self.inputs[i]) > self.head.feedback_threshold and not self.aligner.is_blocked(i):
+                    return i
         for i in range(n):
             idx = (self._next_input + i) % n
             if self.inputs[idx] and not self.aligner.is_blocked(idx):
@@ -183,11 +241,16 @@ class Task:
 
     def step(self) -> None:
         """Do one unit of work; exceptions propagate to the host, which fails the job."""
+        if self.head is not None and self.head.replay:
+            self._replay_loop_log()
         while self.inbox:
             self._on_control(self.inbox.popleft())
             if self.state is TaskState.FINISHED:
                 return
-        if self.state is not TaskState.RUNNING or not self.output.has_capacity():
+        if self.state not in (TaskState.RUNNING, TaskState.DRAINING) or not self.output.has_capacity():
+            return
+        if self.state is TaskState.DRAINING and not self._probe_in_flight and self._readable_input() is None:
+            self._send_probe()
             return
         timer = self.next_timer()
         if timer is not None and timer <= self.setup.clock.now():
@@ -229,20 +292,37 @@ class Task:
         self._next_input = (idx + 1) % len(self.inputs)
         element = self.inputs[idx].poll()
         if is_batch(element):
+            self._dirty = True
+            if idx in self.back_edges:
+                for pending in self._loop_snapshots.values():
+                    if idx in pending.waiting:
+                        pending.log.append(element)
             self._run_chain(0, element)
         elif type(element) is Barrier:
-            if not self.aligner.is_aligning:
+            if idx not in self.back_edges and not self.aligner.is_aligning:
                 self._alignment_started = time.perf_counter()
             step = self.aligner.on_barrier(idx, element)
             self._decline_abandoned()
             if step is AlignStep.SNAPSHOT:
                 self._checkpoint(element)
+            elif step is AlignStep.LOOP_RETURN:
+                self._loop_barrier_returned(idx, element.checkpoint_id)
         elif type(element) is EndOfInput:
             if self.aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
                 assert self.aligner.completed is not None
                 self._checkpoint(self.aligner.completed)
+            if idx in self.back_edges:
+                for cid in list(self._loop_snapshots):
+                    self._loop_barrier_returned(idx, cid)
             if self.aligner.all_ended:
-                self._end_input()
+                if self.state is not TaskState.ENDED:
+                    self._end_input()
+            elif self.head is not None and self.aligner.regular_ended and self.state is TaskState.RUNNING:
+                # The loop's input ended; the loop itself may still hold records.
+                self.state = TaskState.DRAINING
+                self.setup.send(InputsEnded(self.id))
+        elif type(element) is LoopProbe:
+            self._on_probe(element)
         elif type(element) is Watermark:
             pass  # event time lands with windows; nothing consumes watermarks yet
         else:
@@ -269,6 +349,37 @@ class Task:
         self.state = TaskState.ENDED
         self.setup.send(InputsEnded(self.id))
 
+    # -- loops -----------------------------------------------------------------------------------
+    def _replay_loop_log(self) -> None:
+        """Feed the restored loop log back into the loop before anything else (ABS §5)."""
+        assert self.head is not None
+        batches, self.head.replay = self.head.replay, []
+        for batch in batches:
+            self._run_chain(0, batch)
+
+    def _send_probe(self) -> None:
+        self._probe_round += 1
+        self._probe_in_flight = True
+        self._dirty = False
+        self.output.broadcast_loop(LoopProbe(self._probe_round, False))
+
+    def _on_probe(self, probe: LoopProbe) -> None:
+        arrivals = self._probe_arrivals.setdefault(probe.round, [])
+        arrivals.append(probe.dirty)
+        expected = len(self.back_edges - self.aligner.ended) if self.head is not None else len(self.loop_inputs)
+        if len(arrivals) < expected:
+            return
+        del self._probe_arrivals[probe.round]
+        if self.head is not None:
+            self._probe_in_flight = False
+            clean = not any(arrivals) and not self._dirty
+            self.setup.send(LoopRoundEnded(self.id, probe.round, clean))  # the job manager decides
+            return
+        outside = set(range(len(self.inputs))) - self.loop_inputs
+        dirty = any(arrivals) or self._dirty or not outside <= self.aligner.ended
+        self._dirty = False
+        self.output.broadcast_loop(LoopProbe(probe.round, dirty))
+
     # -- checkpoints -----------------------------------------------------------------------------
     def _decline_abandoned(self) -> None:
         while self.aligner.abandoned:
@@ -283,25 +394,54 @@ class Task:
             self._alignment_started = None
         started = time.perf_counter()
         snapshots = [(op.uid, op.snapshot(barrier.checkpoint_id)) for op in self.chain]
-        if self.state is TaskState.RUNNING:
+        if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.output.broadcast(barrier)
         sync_ms = (time.perf_counter() - started) * 1000
         self.last_checkpoint = barrier.checkpoint_id
+        open_back_edges = set(self.back_edges) - self.aligner.ended
+        if self.head is not None and open_back_edges and self.state is not TaskState.ENDED:
+            # ABS Algorithm 2: the state copy is fixed; log feedback until the barrier is back.
+            self._loop_snapshots[barrier.checkpoint_id] = _PendingLoopSnapshot(
+                barrier.checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms
+            )
+            return
+        self._write_snapshot(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms)
+
+    def _loop_barrier_returned(self, channel: int, checkpoint_id: int) -> None:
+        pending = self._loop_snapshots.get(checkpoint_id)
+        if pending is None:
+            return
+        pending.waiting.discard(channel)
+        if pending.waiting:
+            return
+        del self._loop_snapshots[checkpoint_id]
+        assert self.head is not None
+        log = OperatorSnapshot(state=LoopLog(tuple(pending.log)))
+        snapshots = [(uid, log if uid == self.head.uid else snap) for uid, snap in pending.snapshots]
+        self._write_snapshot(checkpoint_id, snapshots, pending.alignment_ms, pending.sync_ms)
+
+    def _write_snapshot(
+        self,
+        checkpoint_id: int,
+        snapshots: list[tuple[str, OperatorSnapshot]],
+        alignment_ms: float,
+        sync_ms: float,
+    ) -> None:
         setup, task_id, key_groups = self.setup, self.id, self.key_groups
 
         def write_and_acknowledge() -> None:
             began = time.perf_counter()
             try:
                 states, size = write_task_snapshot(
-                    setup.storage, barrier.checkpoint_id, task_id, key_groups, snapshots
+                    setup.storage, checkpoint_id, task_id, key_groups, snapshots
                 )
             except Exception as exc:
-                setup.send(DeclineCheckpoint(task_id, barrier.checkpoint_id, f"writing state failed: {exc}"))
+                setup.send(DeclineCheckpoint(task_id, checkpoint_id, f"writing state failed: {exc}"))
                 return
             stats = TaskCheckpointStats(
                 str(task_id), alignment_ms, sync_ms, (time.perf_counter() - began) * 1000, size
             )
-            setup.send(AcknowledgeCheckpoint(task_id, barrier.checkpoint_id, states, stats))
+            setup.send(AcknowledgeCheckpoint(task_id, checkpoint_id, states, stats))
 
         setup.background.submit(write_and_acknowledge)
 
@@ -312,8 +452,11 @@ class Task:
             if self.source is not None and self.state is TaskState.RUNNING:
                 self._alignment_started = None
                 self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
-            elif self.state is TaskState.ENDED:
+            elif self.state in (TaskState.ENDED, TaskState.DRAINING):
                 self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
+        elif type(message) is EndLoop:
+            if self.state is TaskState.DRAINING:
+                self._end_input()  # every head saw a clean round: the loop is empty
         elif type(message) is NotifyCheckpointComplete:
             for op in self.chain:
                 op.notify_checkpoint_complete(message.checkpoint_id)

@@ -52,7 +52,8 @@ def local_channels(job: JobGraph) -> dict[ChannelKey, ChannelEnds]:
     capacity = job.config.channel_capacity
     out = {}
     for key in channel_keys(job):
-        ch = LocalChannel(capacity, f"e{key.edge}:{key.source}->{key.target}")
+        elastic = job.edges[key.edge].is_back_edge
+        ch = LocalChannel(capacity, f"e{key.edge}:{key.source}->{key.target}", elastic)
         out[key] = ChannelEnds(ch, ch)
     return out
 
@@ -72,15 +73,17 @@ def build_tasks(
     for task_id in task_ids:
         vertex = job.vertex(task_id.vertex)
         i = task_id.subtask
-        inputs = [
-            ends.input
-            for key, ends in channels.items()
-            if job.edges[key.edge].target == vertex.id and key.target == i
-        ]
+        input_keys = [key for key in channels if job.edges[key.edge].target == vertex.id and key.target == i]
+        inputs = [channels[key].input for key in input_keys]
+        back_edges = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].is_back_edge)
+        loop_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].in_loop)
         gate_edges = []
+        loop_edges = set()
         for e_idx, edge in enumerate(job.edges):
             if edge.source != vertex.id:
                 continue
+            if edge.in_loop:
+                loop_edges.add(len(gate_edges))
             target = job.vertex(edge.target)
             if edge.partitioning.kind is PartitionKind.FORWARD:
                 outs = [channels[ChannelKey(e_idx, i, i)].output]
@@ -90,7 +93,9 @@ def build_tasks(
             gate_edges.append((partitioner, outs))
         setup = TaskSetup(
             task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
-            restore_from, send, background,
+            restore_from, send, background, job.config.state,
         )
-        tasks[task_id] = Task(setup, inputs, OutputGate(gate_edges))  # type: ignore[arg-type]
+        tasks[task_id] = Task(  # type: ignore[arg-type]
+            setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs
+        )
     return tasks
