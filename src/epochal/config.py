@@ -7,6 +7,7 @@ takes them, the job graph that carries them, the runtime that obeys them) can re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,41 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StateConfig:
+    """Where keyed state lives, and how checkpoints write it.
+
+    Args:
+        backend: `"memory"` keeps keyed state in Python dicts (fastest; bounded by memory).
+            `"disk"` keeps it in an embedded RocksDB per subtask (`rocksdict`), so state can
+            outgrow memory; every access pickles, so it is several times slower.
+        incremental: write only the entries that changed since the subtask's last complete
+            checkpoint (a *delta*); the manifest then references files of earlier checkpoints.
+            `False` writes every checkpoint in full.
+        compact_every: a chain (a full file plus its deltas) is at most this long: the
+            checkpoint that would make it longer is written in full, so a restore reads a
+            bounded number of files.
+        compact_ratio: a checkpoint is also written in full once the chain's deltas add up to
+            more than `compact_ratio` times the size of its full file.
+        local_dir: where the disk backend keeps its working databases (default: the system
+            temporary directory). They are deleted when the task ends.
+    """
+
+    backend: Literal["memory", "disk"] = "memory"
+    incremental: bool = True
+    compact_every: int = 10
+    compact_ratio: float = 1.0
+    local_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("memory", "disk"):
+            raise ValueError(f"StateConfig.backend must be 'memory' or 'disk', not {self.backend!r}")
+        if self.compact_every < 1:
+            raise ValueError("StateConfig.compact_every must be at least 1")
+        if self.compact_ratio <= 0:
+            raise ValueError("StateConfig.compact_ratio must be positive")
+
+
+@dataclass(frozen=True, slots=True)
 class RestartStrategy:
     """Restart a failed job from its latest complete checkpoint, up to `max_restarts` times.
 
@@ -76,3 +112,4 @@ class JobConfig:
     restart: RestartStrategy = field(default_factory=RestartStrategy)
     channel_capacity: int = 8
     batch_size: int = 1024
+    state: StateConfig = field(default_factory=StateConfig)

@@ -7,11 +7,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Literal
 
-from ..config import CheckpointConfig, JobConfig, RestartStrategy
+from ..config import CheckpointConfig, JobConfig, RestartStrategy, StateConfig
 from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
+from ..errors import EpochalError
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Source
@@ -29,6 +30,7 @@ class RunOverrides:
     from_checkpoint: str | None = None
     progress: Callable[[JobProgress], None] | None = None
     executor: Executor | None = None
+    allow_non_restored_state: bool = False
 
 
 _overrides: RunOverrides | None = None
@@ -60,6 +62,10 @@ class StreamEnvironment:
         batch_size: records a source reads per batch.
         channel_capacity: batches a channel buffers before its producer waits (backpressure).
         seed: seeds the in-process scheduler's interleaving of tasks.
+        state_backend: where keyed state lives: `"memory"` (default) or `"disk"` (RocksDB, for
+            state larger than memory); shorthand for `state=StateConfig(backend=...)`.
+        state: the full keyed-state configuration (`StateConfig`): backend, incremental
+            checkpoints and their compaction.
     """
 
     def __init__(
@@ -74,6 +80,8 @@ class StreamEnvironment:
         batch_size: int = 1024,
         channel_capacity: int = 8,
         seed: int = 0,
+        state_backend: str | None = None,
+        state: StateConfig | None = None,
     ) -> None:
         if executor not in ("inprocess", "spark"):
             raise ValueError(f"executor must be 'inprocess' or 'spark', not {executor!r}")
@@ -86,6 +94,9 @@ class StreamEnvironment:
         self.batch_size = batch_size
         self.channel_capacity = channel_capacity
         self.seed = seed
+        self.state = state or StateConfig()
+        if state_backend is not None:
+            self.state = replace(self.state, backend=state_backend)  # type: ignore[arg-type]
         self._graph = LogicalGraph()
         if _overrides is not None:
             if _overrides.parallelism is not None:
@@ -105,19 +116,30 @@ class StreamEnvironment:
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
-        config = JobConfig(self.checkpoint, self.restart, self.channel_capacity, self.batch_size)
+        config = JobConfig(self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state)
         return compile_job(self._graph, name, self.parallelism, self.max_parallelism, config)
 
-    def execute(self, name: str = "job", *, from_checkpoint: str | int | None = None) -> JobResult:
+    def execute(
+        self,
+        name: str = "job",
+        *,
+        from_checkpoint: str | int | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobResult:
         """Run the program until its bounded inputs end (or forever, for unbounded ones).
 
         Args:
             name: the job's name, shown in logs and checkpoint manifests.
-            from_checkpoint: `"latest"`, a checkpoint id, or a `chk-…` path in the checkpoint
-                directory: start from that complete checkpoint instead of from scratch.
+            from_checkpoint: `"latest"`, a checkpoint id, a `chk-…` path in the checkpoint
+                directory, or a savepoint directory (anywhere): start from that complete
+                checkpoint instead of from scratch. The parallelism may differ from the one
+                the checkpoint was taken with; state is matched to operators by uid.
+            allow_non_restored_state: start even if the checkpoint holds state of an operator
+                uid this job no longer has (that state is dropped); otherwise that is an error.
 
         Raises:
             JobFailedError: the job failed more often than the restart strategy allows.
+            CheckpointError: the checkpoint holds state no operator of this job claims.
         """
         job = self.job_graph(name)
         progress = None
@@ -125,6 +147,9 @@ class StreamEnvironment:
             progress = _overrides.progress
             if _overrides.from_checkpoint is not None:
                 from_checkpoint = _overrides.from_checkpoint
+            allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
+        if from_checkpoint is not None:
+            _check_restored_state(job, from_checkpoint, allow_non_restored_state)
         if self.executor == "inprocess":
             from ..cluster.inprocess import InProcessExecutor
 
@@ -132,3 +157,24 @@ class StreamEnvironment:
         from ..cluster.spark import SparkExecutor
 
         return SparkExecutor(self.spark, progress=progress).execute(job, from_checkpoint)
+
+
+def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:
+    """Fail before starting if the checkpoint holds state that no operator of `job` claims."""
+    from ..runtime.snapshots import check_restored_operators
+    from ..state.storage import CheckpointStorage, load_savepoint
+
+    directory = job.config.checkpoint.directory
+    manifest = None
+    if isinstance(which, str) and which != "latest" and not which.isdigit():
+        manifest = load_savepoint(which, verify=False)
+    if manifest is None:
+        if directory is None:
+            return  # the executor reports the missing directory
+        try:
+            storage = CheckpointStorage(directory, create=False)
+            manifest = storage.resolve(which, verify=False)
+        except EpochalError:
+            return  # the executor reports it, with its own rules
+    uids = [spec.uid for vertex in job.vertices for spec in vertex.chain]
+    check_restored_operators(manifest, uids, allow_non_restored_state)

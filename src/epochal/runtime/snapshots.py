@@ -8,19 +8,16 @@ reads the same files back, taking only the key groups the restoring subtask owns
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..errors import CheckpointError
 from ..plan.job_graph import TaskId
+from ..state.backend import KeyedStateSnapshot, apply_sections
 from ..state.keygroups import KeyGroupRange
-from ..state.snapshot_files import (
-    decode_keyed_state,
-    decode_operator_state,
-    encode_keyed_state,
-    encode_operator_state,
-)
-from ..state.storage import CheckpointStorage, Manifest, SubtaskState
+from ..state.snapshot_files import decode_keyed_file, decode_operator_state, encode_operator_state, iter_keyed_file
+from ..state.storage import CheckpointStorage, FileHandle, Manifest, SubtaskState, storage_for
 from .messages import OperatorSubtaskState
 from .operators import OperatorSnapshot
 
@@ -31,6 +28,18 @@ def _file_stem(uid: str, subtask: int) -> str:
     return f"{safe}-{digest}-{subtask}"
 
 
+def _write_keyed(storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedStateSnapshot) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
+    """Write a full file or a delta; returns (the new file or None, the chain's earlier files)."""
+    sections = iter(keyed.delta_sections() if keyed.is_delta else keyed.full_sections())
+    first = next(sections, None)
+    base = keyed.base if keyed.is_delta else ()
+    handle = None
+    if first is not None:
+        chunks = iter_keyed_file(itertools.chain([first], sections), delta=keyed.is_delta)
+        handle = storage.write_file(checkpoint_id, stem + ".keyed", chunks)
+    return handle, base
+
+
 def write_task_snapshot(
     storage: CheckpointStorage | None,
     checkpoint_id: int,
@@ -38,33 +47,73 @@ def write_task_snapshot(
     key_groups: KeyGroupRange,
     snapshots: Sequence[tuple[str, OperatorSnapshot]],
 ) -> tuple[tuple[OperatorSubtaskState, ...], int]:
-    """Write one task's operator snapshots; returns their handles and the bytes written."""
+    """Write one task's operator snapshots; returns their handles and the bytes written.
+
+    Keyed state goes out in full or as a delta over the subtask's last complete checkpoint
+    (the snapshot decides); a delta's manifest entry lists the chain's earlier files as
+    `keyed_base`. Bytes written count only the new files.
+    """
     states = []
     written = 0
     for uid, snap in snapshots:
         keyed_handle = op_handle = None
-        if storage is not None:
-            stem = _file_stem(uid, task.subtask)
-            if snap.keyed is not None and snap.keyed.groups:
-                keyed_handle = storage.write_file(checkpoint_id, stem + ".keyed", encode_keyed_state(snap.keyed.groups))
-                written += keyed_handle.size
-            if snap.state is not None:
-                op_handle = storage.write_file(checkpoint_id, stem + ".op", encode_operator_state(snap.state))
-                written += op_handle.size
+        keyed_base: tuple[FileHandle, ...] = ()
+        try:
+            if storage is not None:
+                stem = _file_stem(uid, task.subtask)
+                if snap.keyed is not None:
+                    keyed_handle, keyed_base = _write_keyed(storage, checkpoint_id, stem, snap.keyed)
+                    if keyed_handle is not None:
+                        written += keyed_handle.size
+                    snap.keyed.chain = keyed_base + ((keyed_handle,) if keyed_handle is not None else ())
+                if snap.state is not None:
+                    op_handle = storage.write_file(checkpoint_id, stem + ".op", encode_operator_state(snap.state))
+                    written += op_handle.size
+        finally:
+            if snap.keyed is not None:
+                snap.keyed.release()
         states.append(
             OperatorSubtaskState(
-                uid, SubtaskState(task.subtask, key_groups.start, key_groups.end, keyed_handle, op_handle)
+                uid,
+                SubtaskState(task.subtask, key_groups.start, key_groups.end, keyed_handle, op_handle, keyed_base),
             )
         )
     return tuple(states), written
 
 
+def read_keyed_chain(
+    storage: CheckpointStorage, chain: Sequence[FileHandle], wanted: range | None = None
+) -> dict[int, dict[str, dict[Any, Any]]]:
+    """The keyed state a chain of files (full, then deltas) holds, for the key groups `wanted`."""
+    out: dict[int, dict[str, dict[Any, Any]]] = {}
+    for handle in chain:
+        is_delta, groups = decode_keyed_file(storage.read_file(handle), wanted, source=handle.path)
+        apply_sections(out, is_delta, groups)
+    return out
+
+
+def check_restored_operators(manifest: Manifest, uids: Iterable[str], allow_non_restored_state: bool) -> None:
+    """Refuse a start whose checkpoint holds state of an operator the job no longer has.
+
+    Operators are matched by uid; state nobody claims would be lost silently (Flink's rule).
+    """
+    known = set(uids)
+    orphans = sorted(op.uid for op in manifest.operators if op.uid not in known)
+    if orphans and not allow_non_restored_state:
+        raise CheckpointError(
+            f"checkpoint {manifest.checkpoint_id} holds state of operator(s) {orphans} that this job "
+            "does not have; give the operators their old uids (stream.uid(...)), or start with "
+            "allow_non_restored_state=True to drop that state"
+        )
+
+
 def read_operator_restore(
-    storage: CheckpointStorage, manifest: Manifest, uid: str, key_groups: KeyGroupRange, max_parallelism: int
+    storage: CheckpointStorage | None, manifest: Manifest, uid: str, key_groups: KeyGroupRange, max_parallelism: int
 ) -> tuple[dict[int, dict[str, dict[Any, Any]]] | None, list[Any]]:
     """The keyed state of `key_groups` and the operator state of every old subtask of `uid`.
 
-    An operator absent from the checkpoint starts empty (it was added to the job since).
+    An operator absent from the checkpoint starts empty (it was added to the job since). Files
+    are read from where the manifest was loaded: the job's checkpoint directory, or a savepoint.
     """
     op = manifest.operator(uid)
     if op is None:
@@ -74,16 +123,18 @@ def read_operator_restore(
             f"operator {uid!r}: the checkpoint has {op.max_parallelism} key groups but the job "
             f"has max_parallelism={max_parallelism}; keyed state cannot be redistributed"
         )
+    reader = storage_for(manifest, storage)
     keyed: dict[int, dict[str, dict[Any, Any]]] = {}
     states: list[Any] = []
     wanted = range(key_groups.start, key_groups.end)
     for st in op.subtasks:
-        if st.keyed is not None and KeyGroupRange(st.key_group_start, st.key_group_end).intersects(key_groups):
-            keyed.update(decode_keyed_state(storage.read_file(st.keyed), wanted, source=st.keyed.path))
+        chain = st.keyed_chain()
+        if chain and KeyGroupRange(st.key_group_start, st.key_group_end).intersects(key_groups):
+            keyed.update(read_keyed_chain(reader, chain, wanted))
         # one entry per old subtask, in subtask order: None where it had no operator state
         states.append(
             None
             if st.operator is None
-            else decode_operator_state(storage.read_file(st.operator), source=st.operator.path)
+            else decode_operator_state(reader.read_file(st.operator), source=st.operator.path)
         )
     return keyed, states

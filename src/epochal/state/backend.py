@@ -8,16 +8,24 @@ per checkpoint), and the first in-place access to a mutable value copies that va
 snapshot never sees a later write.
 
 Deviation: the copy granularity is the key group, not the entry (Flink's CopyOnWriteStateMap is
-per entry); incremental, per-entry checkpoints are the next step (ChronoStream §III-B).
+per entry).
+
+Checkpoints are incremental (ChronoStream §III-B, "asynchronous delta checkpointing"): every
+write also records its key as *dirty* in its key group, and a snapshot takes the dirty sets
+along with the frozen maps. `IncrementalTracker` decides whether a snapshot is written in full or
+as a delta over the subtask's last complete checkpoint (whose files the manifest then references),
+and compacts: a chain is at most `compact_every` files long, and its deltas never outweigh
+`compact_ratio` times its full file.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
 
 from .keygroups import KeyGroupRange, key_group_of
+from .storage import FileHandle
 
 _ABSENT = object()
 
@@ -36,12 +44,13 @@ def _is_immutable(value: Any) -> bool:
 class _StateMap:
     """The entries of one state in one key group; frozen while a snapshot holds it."""
 
-    __slots__ = ("data", "frozen", "owned")
+    __slots__ = ("data", "frozen", "owned", "dirty")
 
     def __init__(self, data: dict[Any, Any] | None = None) -> None:
         self.data: dict[Any, Any] = {} if data is None else data
         self.frozen = False
         self.owned: set[Any] = set()  # keys whose mutable value was copied since the last freeze
+        self.dirty: set[Any] = set()  # keys written or deleted since the last snapshot
 
     def writable(self) -> dict[Any, Any]:
         if self.frozen:
@@ -56,19 +65,138 @@ class _StateMap:
         return self.data
 
 
-@dataclass(frozen=True, slots=True)
+Sections = Iterable[tuple[int, dict[str, Any]]]
+
+
+@dataclass(eq=False, slots=True)
 class KeyedStateSnapshot:
     """The fixed keyed state of one subtask: key group → state name → {key: value}.
 
     The inner dicts are shared with the live backend and are frozen there: treat them as
     read-only. Serialising them is the asynchronous part of the checkpoint.
+
+    `dirty` is None for a snapshot to be written in full; otherwise it names, per key group and
+    state, the keys that changed since the checkpoint whose file chain is `base`, and the
+    snapshot is written as a delta over that chain. The writer records the resulting chain in
+    `chain`, which becomes the base of later deltas once the checkpoint completes.
     """
 
     key_groups: KeyGroupRange
     groups: dict[int, dict[str, dict[Any, Any]]]
+    dirty: dict[int, dict[str, set[Any]]] | None = None
+    base: tuple[FileHandle, ...] = ()
+    chain: tuple[FileHandle, ...] | None = field(default=None)
+
+    @property
+    def is_delta(self) -> bool:
+        return self.dirty is not None
 
     def entry_count(self) -> int:
         return sum(len(m) for states in self.groups.values() for m in states.values())
+
+    def full_sections(self) -> Sections:
+        """`(key group, {state: {key: value}})` in ascending key group, for a full file."""
+        for key_group in sorted(self.groups):
+            yield key_group, self.groups[key_group]
+
+    def delta_sections(self) -> Sections:
+        """`(key group, {state: (upserts, deleted keys)})` for the dirty entries only."""
+        assert self.dirty is not None
+        for key_group in sorted(self.dirty):
+            states = self.groups.get(key_group, {})
+            section: dict[str, Any] = {}
+            for name, keys in self.dirty[key_group].items():
+                data = states.get(name, {})
+                upserts = {k: data[k] for k in keys if k in data}
+                section[name] = (upserts, [k for k in keys if k not in data])
+            yield key_group, section
+
+    def release(self) -> None:
+        """Free what the snapshot holds once it is written (the disk backend's checkpoint)."""
+
+
+class IncrementalTracker:
+    """Which checkpoint a subtask's next snapshot builds on, and whether to write it in full.
+
+    A delta must cover every change since a checkpoint that is *complete*: a snapshot whose
+    checkpoint is later aborted must not become a base. So each snapshot's dirty sets are kept
+    until a checkpoint completes (`on_complete`), and a delta is the union of the dirty sets of
+    every snapshot taken since its base. After a restore there is no base: the first checkpoint
+    is full.
+    """
+
+    def __init__(self, incremental: bool = True, compact_every: int = 10, compact_ratio: float = 1.0) -> None:
+        self.incremental = incremental
+        self.compact_every = compact_every
+        self.compact_ratio = compact_ratio
+        self.base_id: int | None = None
+        self.base_chain: tuple[FileHandle, ...] = ()
+        self._pending: dict[int, tuple[dict[int, dict[str, set[Any]]], KeyedStateSnapshot | None]] = {}
+
+    def _needs_full(self) -> bool:
+        if not self.incremental or self.base_id is None:
+            return True
+        if len(self.base_chain) >= self.compact_every:
+            return True
+        if not self.base_chain:
+            return False  # the base held no state at all: a delta over nothing is exact
+        base_bytes = self.base_chain[0].size
+        delta_bytes = sum(h.size for h in self.base_chain[1:])
+        return delta_bytes > self.compact_ratio * base_bytes
+
+    def plan(self, checkpoint_id: int, dirty: dict[int, dict[str, set[Any]]]) -> tuple[dict[int, dict[str, set[Any]]] | None, tuple[FileHandle, ...]]:
+        """Record this snapshot's dirty sets; return (dirty union or None for full, base chain)."""
+        self._pending[checkpoint_id] = (dirty, None)
+        if self._needs_full():
+            return None, ()
+        union: dict[int, dict[str, set[Any]]] = {}
+        for cid in sorted(self._pending):
+            if cid <= self.base_id:  # type: ignore[operator]
+                continue
+            for key_group, states in self._pending[cid][0].items():
+                target = union.setdefault(key_group, {})
+                for name, keys in states.items():
+                    target.setdefault(name, set()).update(keys)
+        return union, self.base_chain
+
+    def attach(self, checkpoint_id: int, snapshot: KeyedStateSnapshot) -> None:
+        dirty, _ = self._pending[checkpoint_id]
+        self._pending[checkpoint_id] = (dirty, snapshot)
+
+    def on_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` is complete: it becomes the base of the next delta."""
+        entry = self._pending.get(checkpoint_id)
+        snapshot = entry[1] if entry is not None else None
+        if snapshot is not None and snapshot.chain is not None:
+            self.base_id, self.base_chain = checkpoint_id, snapshot.chain
+        elif self.base_id is None or checkpoint_id > self.base_id:
+            # not ours, or never written (no storage): dirty sets up to here are dropped, so
+            # nothing can build on the old base any more
+            self.base_id, self.base_chain = None, ()
+        for cid in [c for c in self._pending if c <= checkpoint_id]:
+            del self._pending[cid]
+
+    def reset(self) -> None:
+        self.base_id, self.base_chain = None, ()
+        self._pending.clear()
+
+
+def apply_sections(target: dict[int, dict[str, dict[Any, Any]]], is_delta: bool, groups: dict[int, Any]) -> None:
+    """Apply one file's sections (full or delta) to key group → state → {key: value}."""
+    for key_group, states in groups.items():
+        into = target.setdefault(key_group, {})
+        if not is_delta:
+            for name, entries in states.items():
+                into[name] = dict(entries)
+            # a full file replaces what earlier files said about these key groups
+            for name in [n for n in into if n not in states]:
+                del into[name]
+            continue
+        for name, (upserts, deleted) in states.items():
+            entries = into.setdefault(name, {})
+            entries.update(upserts)
+            for key in deleted:
+                entries.pop(key, None)
 
 
 class HeapKeyedStateBackend:
@@ -78,12 +206,21 @@ class HeapKeyedStateBackend:
     the current key's entry. Keys outside the range are a routing bug, and raise.
     """
 
-    def __init__(self, key_groups: KeyGroupRange, max_parallelism: int) -> None:
+    def __init__(
+        self,
+        key_groups: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        incremental: bool = True,
+        compact_every: int = 10,
+        compact_ratio: float = 1.0,
+    ) -> None:
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
         self._maps: dict[str, list[_StateMap]] = {}
         self.current_key: Any = None
         self.current_key_group = -1
+        self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
 
     # -- current key ---------------------------------------------------------------------------
     def set_current_key(self, key: Any, key_group: int | None = None) -> None:
@@ -116,10 +253,12 @@ class HeapKeyedStateBackend:
         if value is _ABSENT:
             value = data[key] = factory()
             m.owned.add(key)
+            m.dirty.add(key)
         elif key not in m.owned:
             if not _is_immutable(value):
                 value = data[key] = copy.deepcopy(value)
             m.owned.add(key)
+            m.dirty.add(key)
         return value
 
     def get_for_read(self, name: str, default: Any = None) -> Any:
@@ -139,30 +278,59 @@ class HeapKeyedStateBackend:
         m = self._map(name, self.current_key_group)
         m.writable()[self.current_key] = value
         m.owned.add(self.current_key)
+        m.dirty.add(self.current_key)
 
     def delete(self, name: str) -> None:
         m = self._map(name, self.current_key_group)
         if self.current_key in m.data:
             del m.writable()[self.current_key]
+            m.dirty.add(self.current_key)
 
     # -- whole-key-group access, for operators and snapshots ------------------------------------
     def raw_map(self, name: str, key_group: int) -> dict[Any, Any]:
-        """A writable map of one key group, for vectorized operators that batch their updates."""
+        """A writable map of one key group, for vectorized operators that batch their updates.
+
+        The caller must add every key it writes to `dirty_keys(name, key_group)`, or an
+        incremental checkpoint misses the change. Values must be immutable (e.g. numbers).
+        """
         return self._map(name, key_group).writable()
+
+    def dirty_keys(self, name: str, key_group: int) -> set[Any]:
+        """The keys of one key group changed since the last snapshot (add to it after raw writes)."""
+        return self._map(name, key_group).dirty
 
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
         for offset, m in enumerate(self._maps.get(name, ())):
             for key in m.data:
                 yield self.key_groups.start + offset, key
 
-    def snapshot(self) -> KeyedStateSnapshot:
-        """Fix the current state (synchronous, cheap); serialise the result elsewhere."""
+    def snapshot(self, checkpoint_id: int | None = None) -> KeyedStateSnapshot:
+        """Fix the current state (synchronous, cheap); serialise the result elsewhere.
+
+        With a `checkpoint_id` the snapshot takes the dirty sets along and may be a delta (see
+        `IncrementalTracker`); without one it is a full snapshot that leaves the tracking alone.
+        """
         groups: dict[int, dict[str, dict[Any, Any]]] = {}
+        dirty: dict[int, dict[str, set[Any]]] = {}
         for name in sorted(self._maps):  # a fixed order: snapshot bytes depend on content only
             for offset, m in enumerate(self._maps[name]):
+                key_group = self.key_groups.start + offset
                 if m.data:
-                    groups.setdefault(self.key_groups.start + offset, {})[name] = m.freeze()
-        return KeyedStateSnapshot(self.key_groups, groups)
+                    groups.setdefault(key_group, {})[name] = m.freeze()
+                else:
+                    m.freeze()
+                if checkpoint_id is not None and m.dirty:
+                    dirty.setdefault(key_group, {})[name] = m.dirty
+                    m.dirty = set()
+        if checkpoint_id is None:
+            return KeyedStateSnapshot(self.key_groups, groups)
+        union, base = self.tracker.plan(checkpoint_id, dirty)
+        snap = KeyedStateSnapshot(self.key_groups, groups, union, base)
+        self.tracker.attach(checkpoint_id, snap)
+        return snap
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.tracker.on_complete(checkpoint_id)
 
     def restore(self, groups: dict[int, dict[str, dict[Any, Any]]]) -> None:
         """Load key groups (any superset of ours is fine: foreign key groups are skipped)."""
@@ -172,3 +340,6 @@ class HeapKeyedStateBackend:
             for name, entries in states.items():
                 m = self._map(name, key_group)
                 m.writable().update(entries)
+
+    def close(self) -> None:
+        pass

@@ -109,3 +109,10 @@ def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> Key
 def subtask_of_key_group(key_group: int, parallelism: int, max_parallelism: int) -> int:
     """The subtask that owns `key_group`: the inverse of `key_group_range`."""
     return (key_group * parallelism) // max_parallelism
+
+
+def encode_key(key: Any) -> bytes:
+    """The canonical bytes of `key`: equal dict keys (`1`, `1.0`, `True`) encode alike."""
+    parts: list[bytes] = []
+    _encode(key, parts)
+    return b"".join(parts)

@@ -1,0 +1,71 @@
+"""Reading the keyed state of a checkpoint or savepoint, outside any job.
+
+This is what the Spark data source (`epochal.spark`) runs, one key-group range per partition,
+and what tests use to look at state directly. Only complete checkpoints are read (their
+manifest exists), so what a reader sees is always committed state; an id reads an older one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..errors import NoCheckpointError
+from .backend import apply_sections
+from .keygroups import KeyGroupRange
+from .snapshot_files import decode_keyed_file
+from .storage import CheckpointStorage, Manifest, OperatorState, storage_for
+
+
+@dataclass(frozen=True, slots=True)
+class StateRow:
+    """One entry of keyed state: its key group, key, state name and value."""
+
+    key_group: int
+    key: Any
+    state: str
+    value: Any
+
+
+def open_checkpoint(path: str, checkpoint: str | int | None = None) -> Manifest:
+    """The verified manifest of a checkpoint directory's latest (or given) checkpoint, or of a
+    savepoint directory."""
+    storage = CheckpointStorage(path, create=False)
+    return storage.resolve("latest" if checkpoint is None else checkpoint)
+
+
+def operator_state(manifest: Manifest, operator: str) -> OperatorState:
+    op = manifest.operator(operator)
+    if op is None:
+        known = sorted(o.uid for o in manifest.operators)
+        raise NoCheckpointError(
+            f"checkpoint {manifest.checkpoint_id} has no state of operator uid {operator!r}; it has {known}"
+        )
+    return op
+
+
+def iter_state(
+    manifest: Manifest, operator: str, key_groups: KeyGroupRange | None = None
+) -> Iterator[StateRow]:
+    """Every keyed-state entry of `operator` in `key_groups` (all when None), key group order."""
+    op = operator_state(manifest, operator)
+    storage = storage_for(manifest, None)
+    wanted = KeyGroupRange(0, op.max_parallelism) if key_groups is None else key_groups
+    for st in op.subtasks:
+        if not KeyGroupRange(st.key_group_start, st.key_group_end).intersects(wanted):
+            continue
+        groups: dict[int, dict[str, dict[Any, Any]]] = {}
+        for handle in st.keyed_chain():
+            is_delta, sections = decode_keyed_file(
+                storage.read_file(handle), range(wanted.start, wanted.end), source=handle.path
+            )
+            apply_sections(groups, is_delta, sections)
+        for key_group in sorted(groups):
+            for name in sorted(groups[key_group]):
+                for key, value in groups[key_group][name].items():
+                    yield StateRow(key_group, key, name, value)
+
+
+def read_state(path: str, operator: str, checkpoint: str | int | None = None) -> list[StateRow]:
+    """The keyed state of operator uid `operator` in the latest (or given) checkpoint at `path`."""
+    return list(iter_state(open_checkpoint(path, checkpoint), operator))
