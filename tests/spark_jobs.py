@@ -56,3 +56,47 @@ def wordcount_env(
         .sink_to(FileSink(out))
     )
     return env
+
+
+def components_env(out: str, ckpt: str, *, spark=None, slow: float = 0.0, seed: int = 7,
+                   vertices: int = 200, edges: int = 260, fail_marker: str | None = None,
+                   fail_after: int = 0) -> StreamEnvironment:
+    """The connected-components example's loop, optionally slowed down, or failing once, inside."""
+    import connected_components as cc
+
+    env = StreamEnvironment(
+        parallelism=2, spark=spark, batch_size=16,
+        checkpoint=CheckpointConfig(interval=0.2, directory=ckpt),
+        restart=RestartStrategy(max_restarts=3),
+    )
+    original = cc.PropagateLabels.process_element
+
+    class SlowPropagate(cc.PropagateLabels):
+        calls = 0
+
+        def process_element(self, message, ctx):
+            if slow:
+                time.sleep(slow)
+            SlowPropagate.calls += 1
+            if fail_marker and SlowPropagate.calls == fail_after and not os.path.exists(fail_marker):
+                open(fail_marker, "w").close()
+                raise ValueError("injected failure inside the loop")
+            return original(self, message, ctx)
+
+    from epochal.testing import ListSource
+
+    graph = cc.random_graph(vertices, edges, seed)
+
+    def body(loop):
+        tagged = loop.key_by(lambda m: m[1]).process(SlowPropagate(), name="propagate")
+        feedback = tagged.filter(lambda t: t[0] == "feedback").map(lambda t: t[1])
+        output = tagged.filter(lambda t: t[0] == "out").map(lambda t: t[1])
+        return feedback, output
+
+    (
+        env.from_source(ListSource(graph, splits=2))
+        .flat_map(lambda e: [("edge", e[0], e[1]), ("edge", e[1], e[0])])
+        .iterate(body, name="loop")
+        .sink_to(FileSink(out))
+    )
+    return env

@@ -86,3 +86,29 @@ def test_custom_source_crashing_once_commits_the_same_output(tmp_path, capsys, m
     summary = _run("custom_source", capsys, monkeypatch)
     assert "1 restart(s)" in summary
     assert _committed("out-custom-source") == _digit_updates()
+
+
+def test_connected_components_labels_every_vertex_with_its_components_smallest_id(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    summary = _run("connected_components", capsys, monkeypatch)
+    assert summary.startswith("connected components:")
+    sys.path.insert(0, EXAMPLES)
+    try:
+        import connected_components as cc
+    finally:
+        sys.path.remove(EXAMPLES)
+    # Union-find over the same graph: the smallest vertex id of each component.
+    parent: dict[int, int] = {}
+
+    def find(v: int) -> int:
+        parent.setdefault(v, v)
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for a, b in cc.random_graph():
+        ra, rb = find(a), find(b)
+        parent[max(ra, rb)] = min(ra, rb)
+    expected = {v: find(v) for v in parent}
+    assert cc.final_labels(tuple(r) for r in read_committed(str(tmp_path / "out-components"))) == expected
