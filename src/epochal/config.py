@@ -25,6 +25,10 @@ class CheckpointConfig:
         max_concurrent: checkpoints in flight at once (pipelined epoch commits, L3059).
         tolerable_failures: consecutive failed checkpoints tolerated before the job fails.
         retain: complete checkpoints kept; older ones are deleted once a newer one completes.
+        mode: `"aligned"` (the default) takes asynchronous barrier snapshots: the stream keeps
+            flowing (ABS). `"synchronous"` is Naiad's scheme, for comparison: the sources halt,
+            every channel drains, every task writes its state before it goes on, and the
+            sources resume only once the checkpoint is complete.
     """
 
     interval: float | None = None
@@ -34,6 +38,7 @@ class CheckpointConfig:
     max_concurrent: int = 1
     tolerable_failures: int = 0
     retain: int = 3
+    mode: Literal["aligned", "synchronous"] = "aligned"
 
     def __post_init__(self) -> None:
         if self.interval is not None and self.interval <= 0:
@@ -44,6 +49,8 @@ class CheckpointConfig:
             raise ValueError("CheckpointConfig.max_concurrent must be at least 1")
         if self.retain < 1:
             raise ValueError("CheckpointConfig.retain must be at least 1")
+        if self.mode not in ("aligned", "synchronous"):
+            raise ValueError(f"CheckpointConfig.mode must be 'aligned' or 'synchronous', not {self.mode!r}")
 
     @property
     def is_periodic(self) -> bool:

@@ -30,6 +30,7 @@ from .messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,
+    NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     TriggerCheckpoint,
 )
@@ -202,7 +203,7 @@ class CheckpointCoordinator:
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks)
         )
-        message = TriggerCheckpoint(checkpoint_id, now, is_final)
+        message = TriggerCheckpoint(checkpoint_id, now, is_final, self.config.mode == "synchronous")
         for task in self.tasks:
             if task in self.sources or task in self.ended:
                 self.send(task, message)
@@ -264,6 +265,9 @@ class CheckpointCoordinator:
 
     def _abort(self, pending: PendingCheckpoint, reason: AbortReason, detail: str) -> None:
         del self.pending[pending.checkpoint_id]
+        if self.config.mode == "synchronous":  # sources halted for it must go on
+            for task in self.sources:
+                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
         self.aborted.append(pending.abort(reason, detail))
         log.warning("checkpoint %d aborted (%s): %s", pending.checkpoint_id, reason.value, detail)

@@ -22,6 +22,7 @@ class Barrier:
 
     checkpoint_id: int
     timestamp: float
+    synchronous: bool = False  # write state before processing on (Naiad-style, for comparison)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,14 @@ class TriggerCheckpoint:
     checkpoint_id: int
     timestamp: float
     is_final: bool = False
+    synchronous: bool = False  # halt after the barrier until the checkpoint ends
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyCheckpointAborted:
+    """Checkpoint `checkpoint_id` was aborted: sources halted for it resume."""
+
+    checkpoint_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from .messages import (
     EndLoop,
     InputsEnded,
     LoopRoundEnded,
+    NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorMetrics,
     TaskFinished,
@@ -176,6 +177,7 @@ class Task:
         self._probe_round = 0
         self._probe_in_flight = False
         self._probe_arrivals: dict[int, list[bool]] = {}
+        self._halted_for: int | None = None  # a synchronous checkpoint this source waits for
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -224,7 +226,7 @@ class Task:
         if timer is not None and timer <= self.setup.clock.now():
             return True
         if self.source is not None:
-            return True
+            return self._halted_for is None
         return self._readable_input() is not None
 
     def _readable_input(self) -> int | None:
@@ -256,7 +258,8 @@ class Task:
         if timer is not None and timer <= self.setup.clock.now():
             self._fire_timers()
         if self.source is not None:
-            self._step_source()
+            if self._halted_for is None:
+                self._step_source()
         else:
             self._step_input()
 
@@ -405,7 +408,7 @@ class Task:
                 barrier.checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms
             )
             return
-        self._write_snapshot(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms)
+        self._write_snapshot(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
 
     def _loop_barrier_returned(self, channel: int, checkpoint_id: int) -> None:
         pending = self._loop_snapshots.get(checkpoint_id)
@@ -426,6 +429,7 @@ class Task:
         snapshots: list[tuple[str, OperatorSnapshot]],
         alignment_ms: float,
         sync_ms: float,
+        synchronous: bool = False,
     ) -> None:
         setup, task_id, key_groups = self.setup, self.id, self.key_groups
 
@@ -443,7 +447,10 @@ class Task:
             )
             setup.send(AcknowledgeCheckpoint(task_id, checkpoint_id, states, stats))
 
-        setup.background.submit(write_and_acknowledge)
+        if synchronous:  # Naiad-style: the task does nothing else until its state is written
+            write_and_acknowledge()
+        else:
+            setup.background.submit(write_and_acknowledge)
 
     def _on_control(self, message: Any) -> None:
         if type(message) is TriggerCheckpoint:
@@ -451,13 +458,20 @@ class Task:
                 return  # the barrier reached this task through its inputs already
             if self.source is not None and self.state is TaskState.RUNNING:
                 self._alignment_started = None
-                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
+                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp, message.synchronous))
+                if message.synchronous:
+                    self._halted_for = message.checkpoint_id
             elif self.state in (TaskState.ENDED, TaskState.DRAINING):
                 self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
         elif type(message) is EndLoop:
             if self.state is TaskState.DRAINING:
                 self._end_input()  # every head saw a clean round: the loop is empty
+        elif type(message) is NotifyCheckpointAborted:
+            if self._halted_for == message.checkpoint_id:
+                self._halted_for = None
         elif type(message) is NotifyCheckpointComplete:
+            if self._halted_for is not None and self._halted_for <= message.checkpoint_id:
+                self._halted_for = None
             for op in self.chain:
                 op.notify_checkpoint_complete(message.checkpoint_id)
             if message.is_final:
