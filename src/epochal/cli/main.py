@@ -1,8 +1,10 @@
 """`epochal`: run job files and inspect checkpoints.
 
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
-                       [--from-checkpoint latest|PATH] [--executor spark|inprocess] [-- ARGS]
+                       [--from-checkpoint latest|ID|PATH] [--allow-non-restored-state]
+                       [--executor spark|inprocess] [-- ARGS]
     epochal checkpoints list D
+    epochal savepoint D TARGET [--checkpoint latest|ID]
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Sequence
 from ..api.environment import RunOverrides, run_overrides
 from ..errors import EpochalError
 from ..runtime.result import JobProgress
-from ..state.storage import CheckpointStorage
+from ..state.storage import CheckpointStorage, create_savepoint
 
 
 class _ProgressLine:
@@ -55,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
         from_checkpoint=args.from_checkpoint,
         progress=display,
         executor=args.executor,
+        allow_non_restored_state=args.allow_non_restored_state,
     )
     sys.argv = [args.job, *args.job_args]
     try:
@@ -88,6 +91,16 @@ def _checkpoints_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _savepoint(args: argparse.Namespace) -> int:
+    storage = CheckpointStorage(args.directory, create=False)
+    manifest = create_savepoint(storage, args.checkpoint, args.target)
+    print(
+        f"savepoint of checkpoint {manifest.checkpoint_id} written to {args.target} "
+        f"({manifest.full_size():,} bytes, operators {', '.join(op.uid for op in manifest.operators)})"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -97,7 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--master", help="Spark master URL (default: the embedded local[*])")
     run.add_argument("--parallelism", type=int, help="default parallelism of every environment")
     run.add_argument("--checkpoint-dir", help="checkpoint directory (any pyarrow filesystem URI)")
-    run.add_argument("--from-checkpoint", help="'latest', or a checkpoint directory path")
+    run.add_argument(
+        "--from-checkpoint", help="'latest', a checkpoint id, a chk-NNNNNNNN path, or a savepoint directory"
+    )
+    run.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="start even if the checkpoint holds state of operator uids the job no longer has",
+    )
     run.add_argument(
         "--executor", choices=["spark", "inprocess"], help="override the job's executor (inprocess: no Spark)"
     )
@@ -108,6 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     lst = csub.add_parser("list", help="list complete checkpoints")
     lst.add_argument("directory")
     lst.set_defaults(func=_checkpoints_list)
+
+    sp = sub.add_parser(
+        "savepoint", help="copy a complete checkpoint into a self-contained directory you own"
+    )
+    sp.add_argument("directory", help="the job's checkpoint directory")
+    sp.add_argument("target", help="where the savepoint goes (must not exist, or be empty)")
+    sp.add_argument("--checkpoint", default="latest", help="'latest' (default) or a checkpoint id")
+    sp.set_defaults(func=_savepoint)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     job_args: list[str] = []

@@ -14,7 +14,7 @@ from ..errors import NoCheckpointError
 from .backend import apply_sections
 from .keygroups import KeyGroupRange
 from .snapshot_files import decode_keyed_file
-from .storage import CheckpointStorage, Manifest, OperatorState, storage_for
+from .storage import CheckpointStorage, Manifest, OperatorState, load_savepoint, storage_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,11 @@ class StateRow:
 def open_checkpoint(path: str, checkpoint: str | int | None = None) -> Manifest:
     """The verified manifest of a checkpoint directory's latest (or given) checkpoint, or of a
     savepoint directory."""
+    savepoint = load_savepoint(path)
+    if savepoint is not None:
+        if checkpoint is not None and str(checkpoint) != str(savepoint.checkpoint_id):
+            raise NoCheckpointError(f"{path!r} is a savepoint of checkpoint {savepoint.checkpoint_id}, not {checkpoint}")
+        return savepoint
     storage = CheckpointStorage(path, create=False)
     return storage.resolve("latest" if checkpoint is None else checkpoint)
 

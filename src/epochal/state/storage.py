@@ -340,11 +340,14 @@ class CheckpointStorage:
 
     def resolve(self, which: str | int, *, verify: bool = True) -> Manifest:
         """A verified manifest for `"latest"`, a checkpoint id, a `chk-…` directory path, or the
-        directory of a savepoint (which may lie anywhere: it is self-contained)."""
+        directory of a savepoint (which may lie anywhere: it is self-contained, and is adopted
+        as this storage's next checkpoint, see `adopt`)."""
         if isinstance(which, str) and which != "latest" and not which.isdigit():
             savepoint = load_savepoint(which, verify=verify)
             if savepoint is not None:
-                return savepoint
+                # copied in as this storage's next checkpoint: checkpoint ids go on from it, and
+                # the job never reads (or deletes) anything in the user's directory again
+                return self.adopt(savepoint) if verify else savepoint
         if which == "latest":
             manifest = self.latest() if verify else self._newest_loadable()
             if manifest is None:
