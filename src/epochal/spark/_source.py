@@ -1,0 +1,91 @@
+"""The `epochal-state` PySpark data source (Spark 4 Python Data Source API)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from ..state.keygroups import KeyGroupRange
+from ..state.reader import iter_state, open_checkpoint, operator_state
+from ..state.storage import Manifest
+
+SCHEMA = "key_group int, key string, state string, value string, key_pickle binary, value_pickle binary"
+
+
+def to_json(obj: Any) -> str:
+    """The JSON text of a key or value; objects JSON cannot hold appear as their `repr`."""
+    try:
+        return json.dumps(obj, default=repr, sort_keys=True)
+    except (TypeError, ValueError):  # e.g. a dict with tuple keys, or NaN-free strictness
+        return json.dumps(repr(obj))
+
+
+@dataclass(frozen=True)
+class _KeyGroups(InputPartition):
+    start: int
+    end: int
+
+
+class _StateReader(DataSourceReader):
+    def __init__(self, manifest: Manifest, operator: str) -> None:
+        self.manifest = manifest
+        self.operator = operator
+
+    def partitions(self) -> list[InputPartition]:
+        op = operator_state(self.manifest, self.operator)
+        ranges = sorted({(st.key_group_start, st.key_group_end) for st in op.subtasks})
+        return [_KeyGroups(start, end) for start, end in ranges] or [_KeyGroups(0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, _KeyGroups)
+        if partition.start == partition.end:
+            return
+        for row in iter_state(self.manifest, self.operator, KeyGroupRange(partition.start, partition.end)):
+            yield (
+                row.key_group,
+                to_json(row.key),
+                row.state,
+                to_json(row.value),
+                pickle.dumps(row.key, protocol=5),
+                pickle.dumps(row.value, protocol=5),
+            )
+
+
+class EpochalStateDataSource(DataSource):
+    """`spark.read.format("epochal-state")`: the keyed state of one operator of a checkpoint.
+
+    Options: `operator` (required: the operator's uid), `checkpoint` (an id; default the latest
+    complete checkpoint that verifies), and the path given to `load()`: a checkpoint directory
+    or a savepoint directory (a local path or a pyarrow filesystem URI every executor can read).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "epochal-state"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        path = self.options.get("path")
+        operator = self.options.get("operator")
+        if not path:
+            raise ValueError("epochal-state: give the checkpoint directory to load(PATH)")
+        if not operator:
+            raise ValueError('epochal-state: .option("operator", UID) is required')
+        if "://" not in path:
+            path = os.path.abspath(path)
+        checkpoint = self.options.get("checkpoint")
+        manifest = open_checkpoint(path, None if checkpoint in (None, "", "latest") else int(checkpoint))
+        operator_state(manifest, operator)  # fail on the driver, with the known uids
+        return _StateReader(manifest, operator)
+
+
+def register(spark: Any) -> None:
+    """Register the `epochal-state` data source with a SparkSession."""
+    spark.dataSource.register(EpochalStateDataSource)

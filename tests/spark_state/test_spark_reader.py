@@ -1,0 +1,76 @@
+"""Reading a job's keyed state from Spark with the `epochal-state` data source."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from epochal import CheckpointConfig, KeyedProcessFunction, RestartStrategy, StreamEnvironment
+from epochal.testing import CollectSink, ListSource
+
+pytestmark = pytest.mark.spark
+
+
+class Tags(KeyedProcessFunction):
+    def open(self, ctx):
+        self.tags = ctx.map_state("tags")
+
+    def process_element(self, value, ctx):
+        self.tags.put(value[1] % 3, (value[1], "x"))
+        return ()
+
+
+def _job(directory: str, items, backend="memory") -> None:
+    env = StreamEnvironment(
+        parallelism=2,
+        checkpoint=CheckpointConfig(interval=0.005, directory=directory, retain=5),
+        executor="inprocess",
+        restart=RestartStrategy.none(),
+        state_backend=backend,
+    )
+    keyed = env.from_source(ListSource(items, splits=2, batch_size=10), name="src").key_by(lambda r: r[0])
+    keyed.count().uid("counts").sink_to(CollectSink(), name="out")
+    keyed.process(Tags()).uid("tags").sink_to(CollectSink(), name="tags-out")
+    env.execute("spark-state")
+
+
+def test_state_of_the_latest_and_of_a_given_checkpoint(spark, tmp_path):
+    import epochal.spark
+
+    epochal.spark.register(spark)
+    directory = str(tmp_path / "ckpt")
+    items = [(f"k{i % 11}", i) for i in range(220)] + [((1, "t"), 5)]
+    _job(directory, items, backend="disk")
+    df = spark.read.format("epochal-state").option("operator", "counts").load(directory)
+    assert df.columns == ["key_group", "key", "state", "value", "key_pickle", "value_pickle"]
+    rows = df.collect()
+    counts = {pickle.loads(r.key_pickle): pickle.loads(r.value_pickle) for r in rows}
+    assert counts == {**{f"k{k}": 20 for k in range(11)}, (1, "t"): 1}
+    assert {json.loads(r.key) if r.key.startswith('"') else r.key for r in rows} >= {"k0", "k10"}
+    assert {r.state for r in rows} == {"count"}
+    assert spark.read.format("epochal-state").option("operator", "counts").load(directory).where(
+        "key = '\"k3\"'"
+    ).selectExpr("cast(value as int) as v").collect()[0].v == 20
+
+    tags = spark.read.format("epochal-state").option("operator", "tags").load(directory).collect()
+    assert {pickle.loads(r.key_pickle) for r in tags} == set(counts)
+    assert all(r.state == "tags" for r in tags)
+
+    # an older complete checkpoint holds less (time travel by id)
+    from epochal.state.storage import CheckpointStorage
+
+    first = CheckpointStorage(directory).complete_checkpoints()[0]
+    older = spark.read.format("epochal-state").option("operator", "counts").option("checkpoint", first).load(directory)
+    assert sum(pickle.loads(r.value_pickle) for r in older.collect()) <= len(items)
+
+
+def test_an_unknown_operator_names_the_known_ones(spark, tmp_path):
+    import epochal.spark
+
+    epochal.spark.register(spark)
+    directory = str(tmp_path / "ckpt")
+    _job(directory, [("a", 1)])
+    with pytest.raises(Exception, match="counts"):
+        spark.read.format("epochal-state").option("operator", "nope").load(directory).collect()
