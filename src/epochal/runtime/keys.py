@@ -19,11 +19,47 @@ def record_key_fn(key: KeySelector) -> Callable[[Any], Any]:
     return operator.itemgetter(key) if isinstance(key, str) else key
 
 
+# key -> key group, per max parallelism: `stable_hash` costs about 1 µs a key (encode, crc32, mix)
+# and the same keys come back batch after batch. Memoising is exact because `stable_hash` gives
+# keys that are equal as dict keys (1, 1.0, True; a str and an equal str subclass) the same hash.
+# Bounded: a cache that outgrows `_CACHE_LIMIT` entries is dropped and refilled.
+_CACHE_LIMIT = 1 << 18
+_GROUP_CACHES: dict[int, dict[Any, int]] = {}
+
+
+def _group_cache(max_parallelism: int) -> dict[Any, int]:
+    cache = _GROUP_CACHES.get(max_parallelism)
+    if cache is None or len(cache) > _CACHE_LIMIT:
+        cache = _GROUP_CACHES[max_parallelism] = {}
+    return cache
+
+
+def key_groups_of_keys(keys: list[Any], max_parallelism: int) -> list[int]:
+    """The key group of every key (memoised); raises `UnhashableKeyError` for a bad key."""
+    cache = _group_cache(max_parallelism)
+    try:
+        groups = list(map(cache.get, keys))
+    except TypeError:  # an unhashable key: let stable_hash name it
+        return [stable_hash(k) % max_parallelism for k in keys]
+    if None in groups:
+        for i, g in enumerate(groups):
+            if g is None:
+                k = keys[i]
+                g = groups[i] = stable_hash(k) % max_parallelism
+                cache[k] = g
+    return groups  # type: ignore[return-value]
+
+
 def key_groups_of_records(
     records: list[Any], key_fn: Callable[[Any], Any], max_parallelism: int, operator_name: str
 ) -> tuple[list[Any], list[int]]:
     """Keys and key groups of every record; a failing selector names the operator and record."""
-    keys: list[Any] = []
+    try:
+        keys = list(map(key_fn, records))
+        return keys, key_groups_of_keys(keys, max_parallelism)
+    except Exception:
+        pass  # find the record that failed, and say which it was
+    keys = []
     groups: list[int] = []
     record = None
     try:
@@ -72,11 +108,7 @@ def arrow_key_groups(
     indices = encoded.indices.to_numpy(zero_copy_only=False)
     distinct = encoded.dictionary
     try:
-        groups = np.fromiter(
-            (stable_hash(k) % max_parallelism for k in distinct.to_pylist()),
-            dtype=np.int64,
-            count=len(distinct),
-        )
+        groups = np.array(key_groups_of_keys(distinct.to_pylist(), max_parallelism), dtype=np.int64)
     except UnhashableKeyError as exc:
         raise KeySelectorError(operator_name, f"<column {column!r}>", exc) from exc
     return distinct, indices, groups
