@@ -37,9 +37,9 @@ class Partitioner:
         self._key = partitioning.key
         self._key_fn = record_key_fn(partitioning.key) if partitioning.key is not None else None
         # key group → channel, precomputed: the inverse of key_group_range for this parallelism
-        self._owner = np.array(
-            [(kg * num_channels) // max_parallelism for kg in range(max_parallelism)], dtype=np.int64
-        )
+        owner = [(kg * num_channels) // max_parallelism for kg in range(max_parallelism)]
+        self._owner = np.array(owner, dtype=np.int64)
+        self._owner_list = owner  # for per-record routing: list indexing beats numpy scalars
 
     def split(self, batch: Batch) -> Iterator[tuple[int, Batch]]:
         if batch_len(batch) == 0:
@@ -62,10 +62,10 @@ class Partitioner:
     def _split_records(self, records: list[Any]) -> Iterator[tuple[int, Batch]]:
         assert self._key_fn is not None
         _, groups = key_groups_of_records(records, self._key_fn, self.max_parallelism, self.target_name)
-        owner = self._owner
         buckets: list[list[Any]] = [[] for _ in range(self.num_channels)]
-        for record, kg in zip(records, groups):
-            buckets[owner[kg]].append(record)
+        appends = [bucket.append for bucket in buckets]
+        for record, target in zip(records, map(self._owner_list.__getitem__, groups)):
+            appends[target](record)
         for target, bucket in enumerate(buckets):
             if bucket:
                 yield target, bucket
