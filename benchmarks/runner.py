@@ -28,7 +28,7 @@ IMAGES = os.path.join(ROOT, "docs", "img")
 
 BenchFn = Callable[[bool], dict[str, Any]]
 _REGISTRY: dict[str, tuple[BenchFn, str]] = {}
-_MODULES = ["benchmarks.startup_recovery", "benchmarks.state_scale"]
+_MODULES = ["benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput", "benchmarks.abs_eval"]
 
 
 def benchmark(name: str, title: str) -> Callable[[BenchFn], BenchFn]:
