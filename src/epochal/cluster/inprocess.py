@@ -22,7 +22,8 @@ from typing import Any, Callable
 from ..errors import EpochalError, JobFailedError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import Clock, VirtualClock, WallClock
-from ..runtime.coordinator import AbortReason, CheckpointCoordinator
+from ..runtime.coordinator import AbortReason
+from ..runtime.generation import Generation
 from ..runtime.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -30,7 +31,6 @@ from ..runtime.messages import (
     LoopRoundEnded,
     TaskFinished,
 )
-from ..runtime.loops import LoopTermination
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..runtime.task import Task
 from ..runtime.wiring import build_tasks, local_channels
@@ -51,14 +51,12 @@ class _DeferredRunner:
 
 @dataclass(slots=True)
 class _Attempt:
-    """One run of the job graph: its tasks, channels and coordinator."""
+    """One run of the job graph: its tasks (wired by local channels) and its generation."""
 
     tasks: dict[TaskId, Task]
-    coordinator: CheckpointCoordinator
+    generation: Generation
     background: _DeferredRunner
     outbox: list[Any]
-    loops: LoopTermination
-    finished: dict[TaskId, Any] = field(default_factory=dict)
 
 
 class InProcessExecutor:
@@ -118,12 +116,12 @@ class InProcessExecutor:
                 self._sleep(clock, config.restart.delay)
                 manifest = storage.latest() if storage is not None else None
                 continue
-            checkpoints.extend(CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed)
+            checkpoints.extend(CheckpointSummary.of(c.manifest) for c in attempt.generation.coordinator.completed)
             return JobResult(
                 job.name,
                 restarts,
                 tuple(checkpoints),
-                merge_metrics([m.metrics for m in attempt.finished.values()]),
+                merge_metrics([m.metrics for m in attempt.generation.finished.values()]),
                 tuple(failures),
                 tuple(restored_from),
             )
@@ -151,9 +149,9 @@ class InProcessExecutor:
         def send(task_id: TaskId, message: Any) -> None:
             tasks[task_id].inbox.append(message)
 
-        coordinator = CheckpointCoordinator(job, storage, clock, send, first_checkpoint_id)
-        self._attempt_checkpoints = coordinator.completed  # kept when the attempt fails
-        attempt = _Attempt(tasks, coordinator, background, outbox, LoopTermination(job, send))
+        generation = Generation(job, storage, clock, send, first_checkpoint_id)
+        self._attempt_checkpoints = generation.coordinator.completed  # kept when the attempt fails
+        attempt = _Attempt(tasks, generation, background, outbox)
         try:
             for task in tasks.values():
                 task.open()
@@ -165,13 +163,13 @@ class InProcessExecutor:
 
     def _run(self, attempt: _Attempt, clock: Clock, rng: random.Random) -> None:
         tasks = list(attempt.tasks.values())
-        coordinator = attempt.coordinator
+        coordinator = attempt.generation.coordinator
         background = attempt.background
         outbox = attempt.outbox
         virtual = clock if isinstance(clock, VirtualClock) else None
         last_progress = time.monotonic()
         try:
-            while len(attempt.finished) < len(tasks):
+            while not attempt.generation.is_finished:
                 if self.progress is not None and time.monotonic() - last_progress >= 0.5:
                     last_progress = time.monotonic()
                     self._report(attempt)
@@ -200,34 +198,21 @@ class InProcessExecutor:
     def _report(self, attempt: _Attempt) -> None:
         assert self.progress is not None
         metrics = merge_metrics([t.metrics() for t in attempt.tasks.values()])
-        done = [CheckpointSummary.of(c.manifest) for c in attempt.coordinator.completed]
-        self.progress(progress_of(attempt.coordinator.job, metrics, done, self._restarts))
+        coordinator = attempt.generation.coordinator
+        done = [CheckpointSummary.of(c.manifest) for c in coordinator.completed]
+        self.progress(progress_of(coordinator.job, metrics, done, self._restarts))
 
     def _deliver(self, outbox: list[Any], attempt: _Attempt) -> None:
-        coordinator = attempt.coordinator
         while outbox:
-            message = outbox.pop(0)
-            kind = type(message)
-            if kind is AcknowledgeCheckpoint:
-                coordinator.on_acknowledge(message)
-            elif kind is DeclineCheckpoint:
-                coordinator.on_decline(message)
-            elif kind is InputsEnded:
-                coordinator.on_inputs_ended(message)
-            elif kind is TaskFinished:
-                attempt.finished[message.task] = message
-            elif kind is LoopRoundEnded:
-                attempt.loops.on_round(message)
-            else:
-                raise RuntimeError(f"unexpected message {message!r}")
+            attempt.generation.deliver(outbox.pop(0))
 
     def _idle(self, attempt: _Attempt, clock: Clock, virtual: VirtualClock | None) -> None:
         """Nothing can run now: wait for the next timer or checkpoint deadline."""
         deadlines = [t for task in attempt.tasks.values() if (t := task.next_timer()) is not None]
-        if (d := attempt.coordinator.next_deadline()) is not None:
+        if (d := attempt.generation.coordinator.next_deadline()) is not None:
             deadlines.append(d)
         if not deadlines:
-            stuck = [t.name for t in attempt.tasks.values() if t.id not in attempt.finished]
+            stuck = [t.name for t in attempt.tasks.values() if t.id not in attempt.generation.finished]
             raise EpochalError(f"job is stuck: no task can run and nothing is scheduled ({stuck})")
         wait = max(0.0, min(deadlines) - clock.now())
         if virtual is not None:

@@ -33,9 +33,8 @@ from typing import Any, Callable
 from ..errors import CheckpointError, EpochalError, JobFailedError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
-from ..runtime.coordinator import AbortReason, CheckpointCoordinator
-from ..runtime.loops import LoopTermination
-from ..runtime.messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, LoopRoundEnded, TaskFinished
+from ..runtime.coordinator import AbortReason
+from ..runtime.generation import Generation
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..state.storage import CheckpointStorage, Manifest
@@ -212,11 +211,9 @@ class _JobManager:
         self.restarts = 0
         self.failures: list[str] = []
         self.restored_from: list[int | None] = []
-        self.finished: dict[TaskId, TaskFinished] = {}
         self.running: set[int] = set()
-        self.coordinator: CheckpointCoordinator | None = None
-        self.loops: LoopTermination | None = None
-        self.completed: list[CheckpointSummary] = []
+        self.current: Generation | None = None
+        self.done_generations: list[Generation] = []
         self.failed_at: float | None = None
         self.executor = executor
         self.live: dict[TaskId, tuple[Any, ...]] = {}
@@ -300,17 +297,16 @@ class _JobManager:
 
     # -- generations -----------------------------------------------------------------------------
     def _start_generation(self) -> None:
-        if self.coordinator is not None:
-            self.coordinator.stop(AbortReason.TASK_FAILED)
+        if self.current is not None:
+            self.current.coordinator.stop(AbortReason.TASK_FAILED)
+            self.done_generations.append(self.current)
         self.generation += 1
-        self.finished = {}
         self.running = set()
         self.live = {}
         checkpoint_id = self.manifest.checkpoint_id if self.manifest is not None else None
         self.restored_from.append(checkpoint_id)
         next_id = max(self.storage.checkpoint_ids(), default=0) + 1 if self.storage else 1
-        self.coordinator = CheckpointCoordinator(self.job, self.storage, self.clock, self._send, next_id)
-        self.loops = LoopTermination(self.job, self._send)
+        self.current = Generation(self.job, self.storage, self.clock, self._send, next_id)
         for link in self.links.values():
             link.send_object(Start(self.generation, checkpoint_id))
 
@@ -349,12 +345,12 @@ class _JobManager:
                     raise
                 self._finish(launch)
                 self._event("finished")
-                assert self.coordinator is not None
+                assert self.current is not None
                 return JobResult(
                     self.job.name,
                     self.restarts,
-                    tuple(self.completed),
-                    merge_metrics([m.metrics for m in self.finished.values()]),
+                    tuple(self._checkpoints()),
+                    merge_metrics([m.metrics for m in self.current.finished.values()]),
                     tuple(self.failures),
                     tuple(self.restored_from),
                 )
@@ -377,10 +373,10 @@ class _JobManager:
     def _supervise(self, launch: _Launch) -> None:
         """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
         tasks = len(self.job.task_ids())
-        while len(self.finished) < tasks:
-            assert self.coordinator is not None
+        assert self.current is not None
+        while not self.current.is_finished:
             try:
-                self.coordinator.tick()
+                self.current.coordinator.tick()
             except CheckpointError as exc:  # too many failed checkpoints: roll back, as any failure
                 self._restart_in_place(exc)
             for link in self.links.values():
@@ -411,30 +407,19 @@ class _JobManager:
             return
         self._last_progress = now
         metrics = merge_metrics(list(self.live.values()))
-        self.executor.progress(progress_of(self.job, metrics, self.completed, self.restarts))
+        self.executor.progress(progress_of(self.job, metrics, self._checkpoints(), self.restarts))
+
+    def _checkpoints(self) -> list[CheckpointSummary]:
+        """Checkpoints completed by every generation so far."""
+        generations = [*self.done_generations, *([self.current] if self.current else [])]
+        return [CheckpointSummary.of(c.manifest) for g in generations for c in g.coordinator.completed]
 
     def _on_message(self, message: Any) -> None:
-        coordinator = self.coordinator
-        assert coordinator is not None
+        assert self.current is not None
         kind = type(message)
         if kind is FromTask:
-            if message.generation != self.generation:
-                return  # from before a restart
-            inner = message.message
-            inner_kind = type(inner)
-            if inner_kind is AcknowledgeCheckpoint:
-                before = len(coordinator.completed)
-                coordinator.on_acknowledge(inner)
-                self.completed.extend(CheckpointSummary.of(c.manifest) for c in coordinator.completed[before:])
-            elif inner_kind is DeclineCheckpoint:
-                coordinator.on_decline(inner)
-            elif inner_kind is InputsEnded:
-                coordinator.on_inputs_ended(inner)
-            elif inner_kind is TaskFinished:
-                self.finished[inner.task] = inner
-            elif inner_kind is LoopRoundEnded:
-                assert self.loops is not None
-                self.loops.on_round(inner)
+            if message.generation == self.generation:  # else from before a restart
+                self.current.deliver(message.message)
         elif kind is Progress:
             if message.generation == self.generation:
                 self.live.update(message.tasks)
