@@ -56,6 +56,10 @@ class LocalChannel:
     def poll(self) -> Element | None:
         return self._queue.popleft() if self._queue else None
 
+    def peek(self) -> Element | None:
+        """The element `poll` would return next, left in place."""
+        return self._queue[0] if self._queue else None
+
     def __len__(self) -> int:
         return len(self._queue)
 

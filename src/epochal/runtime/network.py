@@ -273,6 +273,10 @@ class RemoteInputChannel:
             self._consumed = 0
         return element
 
+    def peek(self) -> Element | None:
+        """The element `poll` would return next, left in place (no credit is returned)."""
+        return self._queue[0] if self._queue else None
+
     def __len__(self) -> int:
         return len(self._queue)
 

@@ -54,6 +54,7 @@ from .snapshots import read_operator_restore, write_task_snapshot
 
 class InputChannel(Protocol):
     def poll(self) -> Any: ...
+    def peek(self) -> Any: ...
     def __len__(self) -> int: ...
 
 
@@ -167,6 +168,7 @@ class Task:
         self.records_in = [0] * len(self.chain)
         self.records_out = [0] * len(self.chain)
         self.last_checkpoint = 0
+        self.last_notified = 0  # the newest checkpoint this task knows to be complete
         self._next_input = 0
         self._alignment_started: float | None = None
         self.head: IterationHeadOperator | None = (
@@ -196,7 +198,7 @@ class Task:
                 )
             op.restore(keyed, states)  # also on a fresh start: sinks clean up after a failed run
         if manifest is not None:
-            self.last_checkpoint = manifest.checkpoint_id
+            self.last_checkpoint = self.last_notified = manifest.checkpoint_id
             self.aligner.last_completed = manifest.checkpoint_id
         if not self.inputs and self.source is None:
             raise RuntimeError(f"task {self.name} has neither inputs nor a source")
@@ -293,7 +295,10 @@ class Task:
         if idx is None:
             return
         self._next_input = (idx + 1) % len(self.inputs)
-        element = self.inputs[idx].poll()
+        channel = self.inputs[idx]
+        element = channel.poll()
+        if type(element) is list and len(element) < self.setup.batch_size:
+            element = self._coalesce(channel, element)
         if is_batch(element):
             self._dirty = True
             if idx in self.back_edges:
@@ -330,6 +335,24 @@ class Task:
             pass  # event time lands with windows; nothing consumes watermarks yet
         else:
             raise RuntimeError(f"task {self.name}: unexpected element {element!r}")
+
+    def _coalesce(self, channel: InputChannel, batch: list[Any]) -> list[Any]:
+        """Join the record lists queued right behind `batch` on the same channel, up to a batch.
+
+        Each key-group shuffle cuts a batch into one piece per consumer, so after a few shuffles
+        pieces are small and per-batch costs (a step, a chain pass, key extraction, routing)
+        dominate. Joining only *consecutive* lists of one channel keeps FIFO order and never
+        moves a record across a barrier or any other in-band event.
+        """
+        limit = self.setup.batch_size
+        nxt = channel.peek()
+        if type(nxt) is not list or len(batch) + len(nxt) > limit:
+            return batch
+        merged = list(batch)  # never extend a list another channel or operator may share
+        while type(nxt) is list and len(merged) + len(nxt) <= limit:
+            merged.extend(channel.poll())
+            nxt = channel.peek()
+        return merged
 
     def _fire_timers(self) -> None:
         now = self.setup.clock.now()
@@ -390,7 +413,15 @@ class Task:
             self.setup.send(DeclineCheckpoint(self.id, cid, "alignment abandoned for a newer barrier"))
 
     def _checkpoint(self, barrier: Barrier) -> None:
-        """Fix state, forward the barrier, and write the snapshot in the background."""
+        """Fix state, forward the barrier, and write the snapshot in the background.
+
+        The barrier says which checkpoint was complete when it was triggered. On Spark the
+        notification of that completion travels on another connection than the barrier and may
+        arrive later; acting on it first means incremental state never builds on a checkpoint
+        that retention may already have dropped (and commits nothing that is not complete).
+        """
+        if barrier.completed > self.last_notified:
+            self._notify_complete(barrier.completed)
         alignment_ms = 0.0
         if self._alignment_started is not None:
             alignment_ms = (time.perf_counter() - self._alignment_started) * 1000
@@ -458,11 +489,13 @@ class Task:
                 return  # the barrier reached this task through its inputs already
             if self.source is not None and self.state is TaskState.RUNNING:
                 self._alignment_started = None
-                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp, message.synchronous))
+                self._checkpoint(
+                    Barrier(message.checkpoint_id, message.timestamp, message.synchronous, message.completed)
+                )
                 if message.synchronous:
                     self._halted_for = message.checkpoint_id
             elif self.state in (TaskState.ENDED, TaskState.DRAINING):
-                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp))
+                self._checkpoint(Barrier(message.checkpoint_id, message.timestamp, False, message.completed))
         elif type(message) is EndLoop:
             if self.state is TaskState.DRAINING:
                 self._end_input()  # every head saw a clean round: the loop is empty
@@ -472,14 +505,20 @@ class Task:
         elif type(message) is NotifyCheckpointComplete:
             if self._halted_for is not None and self._halted_for <= message.checkpoint_id:
                 self._halted_for = None
-            for op in self.chain:
-                op.notify_checkpoint_complete(message.checkpoint_id)
+            self._notify_complete(message.checkpoint_id)
             if message.is_final:
                 self.state = TaskState.FINISHED
                 self.close()
                 self.setup.send(TaskFinished(self.id, self.metrics()))
         else:
             raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
+
+    def _notify_complete(self, checkpoint_id: int) -> None:
+        if checkpoint_id <= self.last_notified:
+            return  # learnt from a barrier already
+        self.last_notified = checkpoint_id
+        for op in self.chain:
+            op.notify_checkpoint_complete(checkpoint_id)
 
     def metrics(self) -> tuple[OperatorMetrics, ...]:
         return tuple(
