@@ -405,7 +405,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.next_id += 1
         self.last_trigger = now
         self.pending[cid] = {"acked": set(), "at": now, "final": is_final}
-        expected += [(t, TriggerCheckpoint(cid, now, is_final)) for t in self.tasks if t in self.sources or t in self.ended]
+        done = self.completed[-1] if self.completed else 0  # the newest complete, told to the tasks
+        expected += [
+            (t, TriggerCheckpoint(cid, now, is_final, False, done)) for t in self.tasks if t in self.sources or t in self.ended
+        ]
         if is_final:
             self.final = cid
         self.triggers.append((cid, now, is_final, len(self.triggers) + len(self.completions)))
@@ -519,7 +522,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         expected: list = []
         for cid, p in self.pending.items():
             if task_id not in p["acked"] and task_id not in self.sources:
-                expected.append((task_id, TriggerCheckpoint(cid, p["at"], p["final"])))
+                done = self.completed[-1] if self.completed else 0
+                expected.append((task_id, TriggerCheckpoint(cid, p["at"], p["final"], False, done)))
         if self.ended == set(self.tasks) and self.final is None:
             self._trigger(True, expected)
         self._call(lambda: self.c.on_inputs_ended(InputsEnded(task_id)), expected, False)

@@ -203,7 +203,8 @@ class CheckpointCoordinator:
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks)
         )
-        message = TriggerCheckpoint(checkpoint_id, now, is_final, self.config.mode == "synchronous")
+        completed = self.completed[-1].checkpoint_id if self.completed else 0
+        message = TriggerCheckpoint(checkpoint_id, now, is_final, self.config.mode == "synchronous", completed)
         for task in self.tasks:
             if task in self.sources or task in self.ended:
                 self.send(task, message)
@@ -217,7 +218,11 @@ class CheckpointCoordinator:
         # It will see no more barriers: checkpoints already under way are triggered here directly.
         for pending in self.pending.values():
             if message.task in pending.awaiting and message.task not in self.sources:
-                self.send(message.task, TriggerCheckpoint(pending.checkpoint_id, pending.triggered_at, pending.is_final))
+                completed = self.completed[-1].checkpoint_id if self.completed else 0
+                self.send(
+                    message.task,
+                    TriggerCheckpoint(pending.checkpoint_id, pending.triggered_at, pending.is_final, False, completed),
+                )
         if len(self.ended) == len(self.tasks) and self.final_checkpoint is None:
             self.trigger(is_final=True)
 

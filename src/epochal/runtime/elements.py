@@ -23,6 +23,7 @@ class Barrier:
     checkpoint_id: int
     timestamp: float
     synchronous: bool = False  # write state before processing on (Naiad-style, for comparison)
+    completed: int = 0  # the newest checkpoint complete when this one was triggered
 
 
 @dataclass(frozen=True, slots=True)

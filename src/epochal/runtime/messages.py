@@ -23,6 +23,7 @@ class TriggerCheckpoint:
     timestamp: float
     is_final: bool = False
     synchronous: bool = False  # halt after the barrier until the checkpoint ends
+    completed: int = 0  # the newest complete checkpoint at trigger time (see Task._checkpoint)
 
 
 @dataclass(frozen=True, slots=True)
