@@ -54,13 +54,15 @@ def main() -> None:
 
         from epochal.state.storage import CheckpointStorage
 
-        oldest = CheckpointStorage(CHECKPOINTS).complete_checkpoints()[0]
-        older = (spark.read.format("epochal-state").option("operator", "counts")
-                 .option("checkpoint", oldest).load(CHECKPOINTS))
-        older_total = sum(pickle.loads(r.value_pickle) for r in older.collect())
+        progress = {}  # time travel: how far the count had got at each retained checkpoint
+        for checkpoint_id in CheckpointStorage(CHECKPOINTS).complete_checkpoints():
+            at = (spark.read.format("epochal-state").option("operator", "counts")
+                  .option("checkpoint", checkpoint_id).load(CHECKPOINTS))
+            progress[checkpoint_id] = sum(pickle.loads(r.value_pickle) for r in at.collect())
+        assert progress[max(progress)] == len(TEXT)
         print(
             f"read_state_with_spark: {len(exact)} keys, top {[(r.word, r.n) for r in top]}, "
-            f"checkpoint {oldest} had counted {older_total} of {len(TEXT)} words"
+            f"words counted at each checkpoint {progress}"
         )
     finally:
         spark.stop()
