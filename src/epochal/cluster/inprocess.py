@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import EpochalError, JobFailedError, NoCheckpointError
@@ -24,13 +24,6 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.coordinator import AbortReason
 from ..runtime.generation import Generation
-from ..runtime.messages import (
-    AcknowledgeCheckpoint,
-    DeclineCheckpoint,
-    InputsEnded,
-    LoopRoundEnded,
-    TaskFinished,
-)
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..runtime.task import Task
 from ..runtime.wiring import build_tasks, local_channels

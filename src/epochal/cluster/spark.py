@@ -372,7 +372,6 @@ class _JobManager:
 
     def _supervise(self, launch: _Launch) -> None:
         """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
-        tasks = len(self.job.task_ids())
         assert self.current is not None
         while not self.current.is_finished:
             try:

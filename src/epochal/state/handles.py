@@ -6,7 +6,7 @@ checkpoint, dissertation L3336–3347) and always act on the key of the record b
 
 from __future__ import annotations
 
-from typing import Any, Generic, Iterator, TypeVar
+from typing import Generic, Iterator, TypeVar
 
 from .backend import HeapKeyedStateBackend
 
