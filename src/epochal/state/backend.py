@@ -33,8 +33,13 @@ _ABSENT = object()
 _IMMUTABLE = (int, float, str, bytes, bool, type(None), complex, frozenset)
 
 
+_IMMUTABLE_EXACT = frozenset((int, float, str, bytes, bool, type(None), complex, frozenset, object))
+
+
 def _is_immutable(value: Any) -> bool:
-    if isinstance(value, _IMMUTABLE) or type(value) is object:  # bare objects: sentinels
+    if type(value) in _IMMUTABLE_EXACT:  # the common case, one set lookup (object: sentinels)
+        return True
+    if isinstance(value, _IMMUTABLE):
         return True
     if type(value) is tuple:
         return all(_is_immutable(v) for v in value)
@@ -270,7 +275,7 @@ class HeapKeyedStateBackend:
         value = m.data.get(self.current_key, _ABSENT)
         if value is _ABSENT:
             return default if _is_immutable(default) else copy.deepcopy(default)
-        if _is_immutable(value) or self.current_key in m.owned:
+        if self.current_key in m.owned or _is_immutable(value):  # owned: copied or put since the freeze
             return value
         return self.get_mutable(name, dict)
 
