@@ -94,6 +94,10 @@ def report() -> str:
             result["summary"].strip(),
             "",
         ]
+    notes = os.path.join(ROOT, "benchmarks", "what_made_it_fast.md")
+    if os.path.exists(notes):  # hand-written: what each optimization bought, measured
+        with open(notes) as f:
+            parts += [f.read().strip(), ""]
     text = "\n".join(parts)
     with open(REPORT, "w") as f:
         f.write(text)

@@ -181,11 +181,14 @@ def _plot(result: dict[str, Any]) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    widths = [len(result["hosts"][k]["paths"]) for k in ("inprocess", "spark")]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, gridspec_kw={"width_ratios": widths})
+    short = {"columnar": "columnar\n1k lines", "columnar, large batches": "columnar\n8k lines",
+             "per-record": "per-record\n1k lines"}
     for ax, key in zip(axes, ("inprocess", "spark")):
         host = result["hosts"][key]
         ceiling = host["ceiling"]["pyarrow"]["words_per_s"] / 1e6
-        names = [f"{r['path']}\n{r['parallelism']} worker{'s' if r['parallelism'] > 1 else ''}"
+        names = [f"{short.get(r['path'], r['path'])}\n{r['parallelism']} worker{'s' if r['parallelism'] > 1 else ''}"
                  for r in host["paths"].values()]
         values = [r["words_per_s_per_core"] / 1e6 for r in host["paths"].values()]
         colors = ["#4C72B0" if r["path"].startswith("columnar") else "#DD8452" for r in host["paths"].values()]
@@ -193,9 +196,9 @@ def _plot(result: dict[str, Any]) -> None:
         ax.axhline(ceiling, color="black", linestyle="-", label=f"pyarrow ceiling {ceiling:.1f}")
         ax.axhline(ceiling / 2, color="gray", linestyle="--", label="half the ceiling (target)")
         ax.set_xticks(range(len(values)))
-        ax.set_xticklabels(names, fontsize=7)
+        ax.set_xticklabels(names, fontsize=8)
         ax.set_title(host["host"])
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="center right")
     axes[0].set_ylabel("M words/s per core")
     fig.suptitle("Keyed word count: throughput per core")
     fig.tight_layout()
