@@ -24,7 +24,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from .keygroups import KeyGroupRange, key_group_of
+from .keygroups import KeyGroupRange, owned_key_group
 from .storage import FileHandle
 
 _ABSENT = object()
@@ -229,15 +229,8 @@ class HeapKeyedStateBackend:
 
     # -- current key ---------------------------------------------------------------------------
     def set_current_key(self, key: Any, key_group: int | None = None) -> None:
-        if key_group is None:
-            key_group = key_group_of(key, self.max_parallelism)
-        if key_group not in self.key_groups:
-            raise RuntimeError(
-                f"key {key!r} (key group {key_group}) is not owned by this subtask "
-                f"({self.key_groups}): records were routed to the wrong subtask"
-            )
+        self.current_key_group = owned_key_group(key, key_group, self.key_groups, self.max_parallelism)
         self.current_key = key
-        self.current_key_group = key_group
 
     # -- entries of the current key ------------------------------------------------------------
     def _map(self, name: str, key_group: int) -> _StateMap:

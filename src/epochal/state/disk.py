@@ -40,7 +40,7 @@ import tempfile
 from typing import Any, Callable, Iterator
 
 from .backend import IncrementalTracker, _is_immutable
-from .keygroups import KeyGroupRange, encode_key, key_group_of
+from .keygroups import KeyGroupRange, encode_key, owned_key_group
 from .storage import FileHandle
 
 _KG = struct.Struct(">H")
@@ -187,15 +187,8 @@ class DiskKeyedStateBackend:
 
     # -- current key ---------------------------------------------------------------------------
     def set_current_key(self, key: Any, key_group: int | None = None) -> None:
-        if key_group is None:
-            key_group = key_group_of(key, self.max_parallelism)
-        if key_group not in self.key_groups:
-            raise RuntimeError(
-                f"key {key!r} (key group {key_group}) is not owned by this subtask "
-                f"({self.key_groups}): records were routed to the wrong subtask"
-            )
+        self.current_key_group = owned_key_group(key, key_group, self.key_groups, self.max_parallelism)
         self.current_key = key
-        self.current_key_group = key_group
         self._current_encoded = encode_key(key)
 
     def _db_key(self, name: str) -> bytes:

@@ -116,3 +116,19 @@ def encode_key(key: Any) -> bytes:
     parts: list[bytes] = []
     _encode(key, parts)
     return b"".join(parts)
+
+
+def owned_key_group(key: Any, key_group: int | None, owned: KeyGroupRange, max_parallelism: int) -> int:
+    """The key group of `key` (computed if not given), checked to be one of `owned`.
+
+    A key outside a subtask's range means records were routed to the wrong subtask: a bug,
+    never something to store silently.
+    """
+    if key_group is None:
+        key_group = key_group_of(key, max_parallelism)
+    if key_group not in owned:
+        raise RuntimeError(
+            f"key {key!r} (key group {key_group}) is not owned by this subtask "
+            f"({owned}): records were routed to the wrong subtask"
+        )
+    return key_group
