@@ -26,10 +26,9 @@ import os
 import shutil
 import statistics
 import tempfile
-import time
 from typing import Any
 
-from .runner import IMAGES, benchmark
+from .runner import IMAGES, benchmark, timed_execute
 from .spark_subprocess import run_on_spark
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0)
@@ -69,19 +68,7 @@ def run_once(
     directory = tempfile.mkdtemp(prefix="epochal-abs-") if mode != "none" else None
     try:
         job = abs_env(records, parallelism, mode, interval, directory, session).job_graph(f"abs-{mode}")
-        if session is None:
-            from epochal.cluster.inprocess import InProcessExecutor
-
-            started = time.perf_counter()
-            result = InProcessExecutor().execute(job)
-            seconds = time.perf_counter() - started
-        else:
-            from epochal.cluster.spark import SparkExecutor
-
-            ex = SparkExecutor(session)
-            result = ex.execute(job)
-            events = dict(ex.timeline)
-            seconds = events["finished"] - events["running"]
+        result, seconds = timed_execute(job, session)
         counted = result.operator("count").records_in
         if counted != records:
             raise RuntimeError(f"the count saw {counted} records of {records}")

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import sys
+import time
 from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +43,26 @@ def benchmark(name: str, title: str) -> Callable[[BenchFn], BenchFn]:
 def _load() -> None:
     for module in _MODULES:
         importlib.import_module(module)
+
+
+def timed_execute(job: Any, session: Any = None) -> tuple[Any, float]:
+    """Execute a job graph; return its result and the seconds it processed for.
+
+    In-process that is the whole `execute()`; on Spark it is from every worker running to the job
+    finished, so the Spark stage's start-up (measured by `startup_recovery`) is left out.
+    """
+    if session is None:
+        from epochal.cluster.inprocess import InProcessExecutor
+
+        started = time.perf_counter()
+        result = InProcessExecutor().execute(job)
+        return result, time.perf_counter() - started
+    from epochal.cluster.spark import SparkExecutor
+
+    executor = SparkExecutor(session)
+    result = executor.execute(job)
+    events = dict(executor.timeline)
+    return result, events["finished"] - events["running"]
 
 
 def machine() -> dict[str, Any]:

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from .runner import IMAGES, benchmark
+from .runner import IMAGES, benchmark, timed_execute
 from .spark_subprocess import run_on_spark
 
 DEFAULT_BATCH = 1024  # lines per source batch: the environment's default
@@ -51,19 +51,7 @@ def run_wordcount(
     """One word count run: words/s over the run (in-process: execute(); Spark: running → finished)."""
     env = wordcount_env(lines, columnar, parallelism, batch_size, "spark" if session else "inprocess", session)
     job = env.job_graph("wordcount-" + ("columnar" if columnar else "records"))
-    if session is None:
-        from epochal.cluster.inprocess import InProcessExecutor
-
-        started = time.perf_counter()
-        result = InProcessExecutor().execute(job)
-        seconds = time.perf_counter() - started
-    else:
-        from epochal.cluster.spark import SparkExecutor
-
-        ex = SparkExecutor(session)
-        result = ex.execute(job)
-        events = dict(ex.timeline)
-        seconds = events["finished"] - events["running"]
+    result, seconds = timed_execute(job, session)
     words = result.operator("count").records_in
     return {"words": words, "seconds": seconds, "words_per_s": words / seconds}
 
