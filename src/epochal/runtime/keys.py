@@ -90,6 +90,20 @@ def batch_keys(
     return records, keys, key_groups
 
 
+def encode_key_column(batch: pa.RecordBatch, column: str, operator_name: str) -> tuple[pa.Array, np.ndarray]:
+    """`(distinct keys, index of each row's key)` of a key column; None is a key like any other."""
+    try:
+        keys = batch.column(column)
+    except KeyError as exc:
+        raise KeySelectorError(
+            operator_name, f"<batch with columns {batch.schema.names}>", KeyError(column)
+        ) from exc
+    if isinstance(keys, pa.DictionaryArray):  # its dictionary may repeat values: encode afresh
+        keys = keys.dictionary_decode()
+    encoded = pc.dictionary_encode(keys, null_encoding="encode")
+    return encoded.dictionary, encoded.indices.to_numpy(zero_copy_only=False)
+
+
 def arrow_key_groups(
     batch: pa.RecordBatch, column: str, max_parallelism: int, operator_name: str
 ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -98,15 +112,7 @@ def arrow_key_groups(
     Returns `(distinct keys, index of each row's key, key group of each distinct key)`: per-row
     work stays vectorized, Python touches each distinct key once.
     """
-    try:
-        keys = batch.column(column)
-    except KeyError as exc:
-        raise KeySelectorError(
-            operator_name, f"<batch with columns {batch.schema.names}>", KeyError(column)
-        ) from exc
-    encoded = pc.dictionary_encode(keys, null_encoding="encode")  # None is a key like any other
-    indices = encoded.indices.to_numpy(zero_copy_only=False)
-    distinct = encoded.dictionary
+    distinct, indices = encode_key_column(batch, column, operator_name)
     try:
         groups = np.array(key_groups_of_keys(distinct.to_pylist(), max_parallelism), dtype=np.int64)
     except UnhashableKeyError as exc:

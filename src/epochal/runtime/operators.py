@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..errors import OperatorError
+from ..errors import KeySelectorError, OperatorError
 from ..plan.specs import (
     IterationHeadSpec,
     KeyedCountSpec,
@@ -38,11 +38,13 @@ from ..plan.specs import (
 from ..config import StateConfig
 from ..state.backend import HeapKeyedStateBackend, KeyedStateSnapshot
 from ..state.handles import ListState, MapState, ValueState
-from ..state.keygroups import KeyGroupRange
+from ..state.keygroups import KeyGroupRange, UnhashableKeyError
 from .batches import batch_len, to_arrow, to_records
 from .clock import Clock
 from .elements import Batch
-from .keys import arrow_key_groups, batch_keys, key_groups_of_records, record_key_fn
+from .columnar_count import ColumnarCounts
+from .key_index import KeyIndex
+from .keys import batch_keys, encode_key_column, key_groups_of_keys, key_groups_of_records, record_key_fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,19 +398,21 @@ class KeyedCountOperator(KeyedOperator):
     """Running count per key, emitting `(key, count)` for every record.
 
     On an Arrow batch keyed by a column the whole update is vectorized: each distinct key's
-    count is looked up once, and each row's running count is the key's previous count plus the
-    row's rank among the rows of its key, so the output is the same record for record as the
-    per-record path, whatever the batch boundaries.
+    count moves once, in numpy (`ColumnarCounts`, on the heap backend), and each row's running
+    count is the key's previous count plus the row's rank among the rows of its key, so the
+    output is the same record for record as the per-record path, whatever the batch boundaries.
     """
 
     def __init__(self, spec: KeyedCountSpec) -> None:
         super().__init__(spec)
         self.key = spec.key
         self._key_fn = record_key_fn(spec.key)
+        self._columnar: ColumnarCounts | None = None
 
     def process(self, batch: Batch) -> Batch | None:
         if isinstance(batch, pa.RecordBatch) and isinstance(self.key, str):
             return self._process_arrow(batch)
+        self._flush_columnar(drop=True)  # records read and write the backend directly
         records = to_records(batch)
         keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
         maps: dict[int, tuple[Any, set[Any]]] = {}
@@ -428,23 +432,12 @@ class KeyedCountOperator(KeyedOperator):
 
     def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         assert isinstance(self.key, str)
-        distinct, indices, groups = arrow_key_groups(batch, self.key, self.ctx.max_parallelism, self.name)
-        n_distinct = len(distinct)
-        per_key = np.bincount(indices, minlength=n_distinct)
-        base = np.empty(n_distinct, dtype=np.int64)
-        backend = self.backend
-        maps: dict[int, dict[Any, int]] = {}
-        for i, (key, kg) in enumerate(zip(distinct.to_pylist(), groups.tolist())):
-            m = maps.get(kg)
-            if m is None:
-                m = maps[kg] = backend.raw_map(_COUNT, kg)
-            previous = m.get(key, 0)
-            base[i] = previous
-            m[key] = previous + int(per_key[i])
-            backend.dirty_keys(_COUNT, kg).add(key)
+        distinct, indices = encode_key_column(batch, self.key, self.name)
+        per_key = np.bincount(indices, minlength=len(distinct))
+        base = self._add_counts(distinct, per_key)
         # rank of each row among the rows of its key, in arrival order
         # numpy sorts 16-bit integers stably by radix, in linear time: ~9x faster than int32
-        narrow = indices.astype(np.int16) if n_distinct <= np.iinfo(np.int16).max else indices
+        narrow = indices.astype(np.int16) if len(distinct) <= np.iinfo(np.int16).max else indices
         order = np.argsort(narrow, kind="stable")
         starts = np.concatenate(([0], np.cumsum(per_key)[:-1]))
         rank = np.empty(len(indices), dtype=np.int64)
@@ -453,6 +446,44 @@ class KeyedCountOperator(KeyedOperator):
         return pa.RecordBatch.from_arrays(
             [batch.column(self.key), pa.array(counts, pa.int64())], names=[self.key, "count"]
         )
+
+    def _add_counts(self, distinct: pa.Array, per_key: np.ndarray) -> np.ndarray:
+        """Add each distinct key's rows to its count; returns the counts before."""
+        columnar = self._columnar
+        if columnar is not None and not columnar.accepts(distinct.type):
+            self._flush_columnar(drop=True)
+            columnar = None
+        if columnar is None and KeyIndex.supports(distinct.type) and isinstance(self.backend, HeapKeyedStateBackend):
+            columnar = self._columnar = ColumnarCounts(distinct.type, self.backend, _COUNT)
+        if columnar is not None:
+            return columnar.add(distinct, per_key)
+        # other key types, and the disk backend (whose state need not fit in memory): per key
+        try:
+            groups = key_groups_of_keys(distinct.to_pylist(), self.ctx.max_parallelism)
+        except UnhashableKeyError as exc:
+            raise KeySelectorError(self.name, f"<column {self.key!r}>", exc) from exc
+        base = np.empty(len(distinct), dtype=np.int64)
+        backend = self.backend
+        for i, (key, kg) in enumerate(zip(distinct.to_pylist(), groups)):
+            backend.set_current_key(key, kg)
+            previous = backend.get(_COUNT, 0)
+            base[i] = previous
+            backend.put(_COUNT, previous + int(per_key[i]))
+        return base
+
+    def _flush_columnar(self, drop: bool = False) -> None:
+        if self._columnar is not None:
+            self._columnar.flush()
+            if drop:
+                self._columnar = None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        self._flush_columnar()
+        return super().snapshot(checkpoint_id)
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        self._columnar = None
+        super().restore(keyed, states)
 
 
 class KeyedReduceOperator(KeyedOperator):

@@ -1,0 +1,77 @@
+"""Running counts per key for Arrow batches, held in numpy: the working state of a columnar count.
+
+The keyed-state backend stays the state of record. Snapshots, incremental checkpoints, rescaling
+and the state reader see counts only there, in their key groups (dissertation §4.2). This table
+is a write-back cache in front of it: a batch adds to numpy counts by slot (`KeyIndex`), and
+`flush` writes the counts changed since the last flush into the backend — once per checkpoint,
+in the synchronous part of the snapshot, so the state a barrier fixes is exactly the state after
+the records before it (ABS, Algorithm 1). A key new to the table starts from the backend's count,
+which is how restored and rescaled state comes back in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..state.backend import HeapKeyedStateBackend
+from .key_index import GrowableArray, KeyIndex
+
+
+class ColumnarCounts:
+    """Counts by slot of a `KeyIndex`, flushed into one state of a heap backend."""
+
+    def __init__(self, key_type: pa.DataType, backend: HeapKeyedStateBackend, state: str) -> None:
+        self.index = KeyIndex(key_type, backend.max_parallelism)
+        self.backend = backend
+        self.state = state
+        self._counts = GrowableArray(np.int64)
+        self._dirty = GrowableArray(np.bool_, False)
+
+    def accepts(self, key_type: pa.DataType) -> bool:
+        return KeyIndex.normalised_type(key_type) == self.index.key_type
+
+    def add(self, distinct: pa.Array, increments: np.ndarray) -> np.ndarray:
+        """Add `increments[i]` to the count of `distinct[i]`; returns the counts before."""
+        slots, added = self.index.lookup(distinct)
+        if added.any():
+            self._load(np.sort(slots[added]))
+        counts = self._counts.values
+        before = counts[slots]
+        counts[slots] = before + increments
+        self._dirty.values[slots] = True
+        return before
+
+    def _load(self, new_slots: np.ndarray) -> None:
+        """Counts so far of keys new to the table: restored ones are in the backend, others 0."""
+        assert new_slots[0] == len(self._counts) and new_slots[-1] == len(self.index) - 1
+        backend = self.backend
+        keys = self.index.keys_at(new_slots).to_pylist()
+        groups = self.index.key_groups[new_slots].tolist()
+        loaded = np.empty(len(keys), dtype=np.int64)
+        for i, (key, key_group) in enumerate(zip(keys, groups)):
+            backend.set_current_key(key, key_group)  # raises for a key routed to the wrong subtask
+            loaded[i] = backend.get(self.state, 0)
+        self._counts.extend(loaded)
+        self._dirty.extend(np.zeros(len(keys), dtype=np.bool_))
+
+    def flush(self) -> None:
+        """Write the counts changed since the last flush into the backend, marked dirty there."""
+        dirty = self._dirty.values
+        slots = np.flatnonzero(dirty)
+        if not len(slots):
+            return
+        groups = self.index.key_groups[slots]
+        order = np.argsort(groups, kind="stable")
+        slots, groups = slots[order], groups[order]
+        keys = self.index.keys_at(slots).to_pylist()
+        counts = self._counts.values[slots].tolist()
+        bounds = np.flatnonzero(np.diff(groups)) + 1
+        starts = [0, *bounds.tolist()]
+        ends = [*bounds.tolist(), len(slots)]
+        for start, end in zip(starts, ends):
+            key_group = int(groups[start])
+            chunk = keys[start:end]
+            self.backend.raw_map(self.state, key_group).update(zip(chunk, counts[start:end]))
+            self.backend.dirty_keys(self.state, key_group).update(chunk)
+        dirty[slots] = False

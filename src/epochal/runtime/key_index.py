@@ -1,0 +1,377 @@
+"""Arrow key columns → dense slots, found with array operations: the index of columnar operators.
+
+Why it exists: a Python loop over a batch's distinct keys, even one dict lookup each, held the
+columnar word count to a quarter of a plain pyarrow split-and-count (issue 5). `KeyIndex` keeps
+an open-addressing hash table in numpy arrays, so a batch's distinct keys find their slots in a
+few array passes; only keys never seen before touch Python, once, for their key group
+(dissertation §4.2: every key belongs to one of a fixed number of key groups).
+
+Hashes are 64-bit — a polynomial over the bytes of a string, a bijective mix of an integer —
+and only pick a candidate: every candidate is checked against the stored key, so a collision
+costs a detour through a small dict, never a wrong slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .keys import key_groups_of_keys
+
+_U64 = np.uint64
+_P = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64
+_P_INV = pow(_P, -1, 1 << 64)
+# Linear probing stays short while at most a quarter of the cells are taken (16 bytes a cell).
+_MAX_LOAD = 0.25
+
+
+class _Powers:
+    """P**j and P**-j modulo 2**64, grown on demand: the polynomial hash needs both."""
+
+    def __init__(self) -> None:
+        self.up = np.ones(1, dtype=_U64)
+        self.down = np.ones(1, dtype=_U64)
+
+    def ensure(self, n: int) -> None:
+        if len(self.up) >= n:
+            return
+        size = max(n, 2 * len(self.up))
+        self.up = np.cumprod(np.full(size, _P, dtype=_U64)) * _U64(_P_INV)  # [P**0, P**1, ...]
+        self.down = np.cumprod(np.full(size, _P_INV, dtype=_U64)) * _U64(_P)
+
+
+_POWERS = _Powers()
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser, in place: a bijection spreading every bit over the output."""
+    h ^= h >> _U64(33)
+    h *= _U64(0xFF51AFD7ED558CCD)
+    h ^= h >> _U64(33)
+    h *= _U64(0xC4CEB9FE1A85EC53)
+    h ^= h >> _U64(33)
+    return h
+
+
+def _binary_hashes(array: pa.Array) -> np.ndarray:
+    """One hash per value of a (large) string or binary array, in one pass over its bytes.
+
+    h(s) = mix(sum(s[j] * P**j) + len(s) * P): with prefix sums S over the whole data buffer,
+    the value at [a, b) sums to (S[b] - S[a]) * P**-a, all wrapping modulo 2**64. Two values of
+    one length and one polynomial differ in no byte; the length tells zero-padded values apart.
+    """
+    n = len(array)
+    offset_type = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type, count=array.offset + n + 1)[array.offset:]
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buffer, dtype=np.uint8, count=hi)[lo:] if hi > lo else np.empty(0, np.uint8)
+    _POWERS.ensure(hi - lo + 1)
+    prefix = np.empty(hi - lo + 1, dtype=_U64)
+    prefix[0] = 0
+    terms = prefix[1:]
+    np.multiply(data, _POWERS.up[: hi - lo], out=terms)
+    np.cumsum(terms, out=terms)
+    starts = offsets[:-1] - lo if lo else offsets[:-1]
+    ends = offsets[1:] - lo if lo else offsets[1:]
+    h = prefix[ends]
+    h -= prefix[starts]
+    h *= _POWERS.down[starts]
+    lengths = (ends - starts).astype(_U64)
+    lengths *= _U64(_P)
+    h += lengths
+    return _mix64(h)
+
+
+class GrowableArray:
+    """A 1-d numpy array that appends in amortised O(1): its capacity doubles when full."""
+
+    def __init__(self, dtype: Any, fill: Any = 0) -> None:
+        self._data = np.full(16, fill, dtype=dtype)
+        self._fill = fill
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def values(self) -> np.ndarray:
+        """The filled part, as a view: valid until the next `extend`."""
+        return self._data[: self._size]
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self._size + len(values)
+        if end > len(self._data):
+            grown = np.full(max(end, 2 * len(self._data)), self._fill, dtype=self._data.dtype)
+            grown[: self._size] = self.values
+            self._data = grown
+        self._data[self._size : end] = values
+        self._size = end
+
+
+def _is_binary_like(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+class _BinaryKeys:
+    """The keys of every slot as one contiguous large string/binary array: one `take` checks them."""
+
+    def __init__(self, key_type: pa.DataType) -> None:
+        self.type = key_type
+        self._offsets = GrowableArray(np.int64)
+        self._offsets.extend(np.zeros(1, dtype=np.int64))
+        self._data = GrowableArray(np.uint8)
+        self._array: pa.Array | None = None
+
+    def append(self, keys: pa.Array) -> None:
+        _, offsets_buffer, data_buffer = keys.buffers()
+        offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=keys.offset + len(keys) + 1)[keys.offset:]
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        self._offsets.extend(offsets[1:] - lo + self._offsets.values[-1])
+        if hi > lo:
+            self._data.extend(np.frombuffer(data_buffer, dtype=np.uint8, count=hi)[lo:])
+        self._array = None
+
+    def array(self) -> pa.Array:
+        if self._array is None:  # zero-copy views of the numpy buffers, rebuilt after appends
+            buffers = [None, pa.py_buffer(self._offsets.values), pa.py_buffer(self._data.values)]
+            self._array = pa.Array.from_buffers(self.type, len(self._offsets) - 1, buffers)
+        return self._array
+
+
+class _IntegerKeys:
+    """The keys of every slot as one contiguous int64 array."""
+
+    def __init__(self) -> None:
+        self._values = GrowableArray(np.int64)
+        self._array: pa.Array | None = None
+
+    def append(self, keys: pa.Array) -> None:
+        self._values.extend(keys.fill_null(0).to_numpy(zero_copy_only=False))
+        self._array = None
+
+    def array(self) -> pa.Array:
+        if self._array is None:
+            values = self._values.values
+            self._array = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+        return self._array
+
+
+class KeyIndex:
+    """Dense slots `0, 1, 2, …` for every distinct key seen in Arrow key columns of one type.
+
+    Also keeps each slot's key (as Arrow, to check candidates) and key group. Supported key
+    types: strings, binaries and integers (`supports`); other columns take the per-key path.
+    Unbounded: it holds every key it has seen, like the keyed state it indexes.
+    """
+
+    def __init__(self, key_type: pa.DataType, max_parallelism: int) -> None:
+        if not self.supports(key_type):
+            raise TypeError(f"no columnar key index for keys of type {key_type}")
+        self.key_type = self.normalised_type(key_type)
+        self.max_parallelism = max_parallelism
+        self._keys = _IntegerKeys() if pa.types.is_integer(self.key_type) else _BinaryKeys(self.key_type)
+        self._key_groups = GrowableArray(np.int64)
+        self._size = 0
+        self._cells_hash = np.zeros(64, dtype=_U64)
+        self._cells_slot = np.full(64, -1, dtype=np.int64)
+        self._null_slot = -1
+        self._overflow: dict[Any, int] = {}  # keys whose hash another key holds in the table
+
+    @staticmethod
+    def supports(key_type: pa.DataType) -> bool:
+        # uint64 is left out: its upper half does not fit the int64 the index holds
+        return _is_binary_like(key_type) or (pa.types.is_integer(key_type) and not pa.types.is_uint64(key_type))
+
+    @staticmethod
+    def normalised_type(key_type: pa.DataType) -> pa.DataType:
+        """The type keys are held as: one index serves every column of the same normalised type."""
+        if pa.types.is_integer(key_type):
+            return pa.int64()
+        if pa.types.is_string(key_type) or pa.types.is_large_string(key_type):
+            return pa.large_string()
+        if pa.types.is_binary(key_type) or pa.types.is_large_binary(key_type):
+            return pa.large_binary()
+        return key_type
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def key_groups(self) -> np.ndarray:
+        """The key group of every slot (a view: valid until keys are added)."""
+        return self._key_groups.values
+
+    def keys_at(self, slots: np.ndarray) -> pa.Array:
+        """The keys of `slots`, as Arrow of the index's type."""
+        keys = self._keys.array().take(pa.array(slots, pa.int64()))
+        if self._null_slot >= 0:
+            is_null = slots == self._null_slot
+            if is_null.any():
+                keys = pc.if_else(pa.array(is_null), pa.nulls(len(keys), self.key_type), keys)
+        return keys
+
+    # -- lookup --------------------------------------------------------------------------------
+    def lookup(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Slots of `keys` (distinct values, e.g. a dictionary), adding the unseen ones.
+
+        Returns `(slots, added)`: `added` masks the keys that got a slot just now.
+        """
+        keys = self._normalise(keys)
+        hashes = self._hashes(keys)
+        if keys.null_count:
+            valid = keys.is_valid().to_numpy(zero_copy_only=False)
+            slots = np.full(len(keys), -1, dtype=np.int64)
+            slots[valid] = self._probe(hashes[valid])
+        else:
+            valid = None
+            slots = self._probe(hashes)
+        self._verify(keys, slots)
+        added = np.zeros(len(keys), dtype=bool)
+        missing = slots < 0 if valid is None else valid & (slots < 0)
+        if missing.any():
+            self._resolve_missing(keys, hashes, np.flatnonzero(missing), slots, added)
+        if valid is not None and not valid.all():
+            if self._null_slot < 0:
+                self._null_slot = int(self._append(keys.filter(~valid))[0])
+                added[~valid] = True
+            slots[~valid] = self._null_slot
+        return slots, added
+
+    def _verify(self, keys: pa.Array, slots: np.ndarray) -> None:
+        """Unset the slots whose stored key differs: a hash match is only a candidate."""
+        found = slots >= 0
+        if found.all():
+            same = pc.equal(self.keys_at(slots), keys)
+        else:
+            rows = np.flatnonzero(found)
+            if not len(rows):
+                return
+            same = pc.equal(self.keys_at(slots[rows]), keys.take(pa.array(rows)))
+        if same.false_count:
+            mismatch = ~same.to_numpy(zero_copy_only=False)
+            if found.all():
+                slots[mismatch] = -1
+            else:
+                slots[rows[mismatch]] = -1
+
+    def _normalise(self, keys: pa.Array) -> pa.Array:
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if keys.type != self.key_type:
+            keys = keys.cast(self.key_type)
+        return keys
+
+    def _hashes(self, keys: pa.Array) -> np.ndarray:
+        if pa.types.is_integer(self.key_type):
+            values = keys.fill_null(0).to_numpy(zero_copy_only=False)
+            return _mix64(values.view(_U64).copy())
+        return _binary_hashes(keys)
+
+    def _resolve_missing(
+        self, keys: pa.Array, hashes: np.ndarray, missing: np.ndarray, slots: np.ndarray, added: np.ndarray
+    ) -> None:
+        """Keys the table did not hold: true collisions live in `_overflow`, the rest are new."""
+        if self._overflow:
+            py_keys = keys.take(pa.array(missing)).to_pylist()
+            for i, key in zip(missing.tolist(), py_keys):
+                slots[i] = self._overflow.get(key, -1)
+            missing = missing[slots[missing] < 0]
+            if not len(missing):
+                return
+        new_slots = self._append(keys.take(pa.array(missing)))
+        slots[missing] = new_slots
+        added[missing] = True
+        if self._size > _MAX_LOAD * len(self._cells_slot):
+            self._grow()
+        placed = self._insert(hashes[missing], new_slots)
+        if not placed.all():  # their hash is taken (by an older key, or one added just now)
+            for i in missing[~placed].tolist():
+                self._overflow[keys[i].as_py()] = int(slots[i])
+
+    # -- the hash table ------------------------------------------------------------------------
+    # Cell i holds a hash and its slot (-1: empty), in two arrays: numpy gathers 1-d arrays fast.
+    def _probe(self, hashes: np.ndarray) -> np.ndarray:
+        """The slot in the cell that holds each hash, or -1: linear probing, all rows at once."""
+        mask = len(self._cells_slot) - 1
+        pos = (hashes & _U64(mask)).astype(np.intp)
+        cell = self._cells_slot[pos]
+        # a sparse table: most rows end at their first cell, with a hit or an empty one
+        on = cell >= 0
+        hit = self._cells_hash[pos] == hashes
+        out = np.where(hit & on, cell, -1)
+        todo = np.flatnonzero(on & ~hit)
+        while len(todo):
+            p = pos[todo] = (pos[todo] + 1) & mask
+            cell = self._cells_slot[p]
+            on = cell >= 0
+            hit = on & (self._cells_hash[p] == hashes[todo])
+            out[todo[hit]] = cell[hit]
+            todo = todo[on & ~hit]
+        return out
+
+    def _insert(self, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Place new hashes; returns which were placed (False: the hash is in the table already)."""
+        if len(hashes) <= 32:  # the usual batch brings a few new keys: a plain loop is quicker
+            return self._insert_few(hashes, slots)
+        mask = len(self._cells_slot) - 1
+        placed = np.zeros(len(hashes), dtype=bool)
+        pos = (hashes & _U64(mask)).astype(np.intp)
+        todo = np.arange(len(hashes))
+        while len(todo):
+            p = pos[todo]
+            cell = self._cells_slot[p]
+            empty = cell < 0
+            # a cell holding the same hash: this key collides, it goes to the overflow dict
+            taken = ~empty & (self._cells_hash[p] == hashes[todo])
+            claim = todo[empty]
+            free, first = np.unique(p[empty], return_index=True)
+            winners = claim[first]
+            self._cells_slot[free] = slots[winners]
+            self._cells_hash[free] = hashes[winners]
+            placed[winners] = True
+            # losers of a claim probe the same cell again: it is theirs no longer, or holds their hash
+            lost = np.setdiff1d(claim, winners, assume_unique=True)
+            moving = todo[~empty & ~taken]
+            pos[moving] = (pos[moving] + 1) & mask
+            todo = np.concatenate((moving, lost))
+        return placed
+
+    def _insert_few(self, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        cells_slot, cells_hash = self._cells_slot, self._cells_hash
+        mask = len(cells_slot) - 1
+        placed = np.zeros(len(hashes), dtype=bool)
+        for i, (h, slot) in enumerate(zip(hashes.tolist(), slots.tolist())):
+            pos = h & mask
+            while cells_slot[pos] >= 0:
+                if int(cells_hash[pos]) == h:
+                    break
+                pos = (pos + 1) & mask
+            else:
+                cells_slot[pos] = slot
+                cells_hash[pos] = h
+                placed[i] = True
+        return placed
+
+    def _grow(self) -> None:
+        capacity = len(self._cells_slot)
+        while _MAX_LOAD * capacity < self._size:
+            capacity *= 2
+        occupied = self._cells_slot >= 0
+        slots, hashes = self._cells_slot[occupied], self._cells_hash[occupied]
+        self._cells_hash = np.zeros(capacity, dtype=_U64)
+        self._cells_slot = np.full(capacity, -1, dtype=np.int64)
+        self._insert(hashes, slots)
+
+    # -- slot storage --------------------------------------------------------------------------
+    def _append(self, keys: pa.Array) -> np.ndarray:
+        """New slots for `keys`, with their key groups (the one pass of Python per new key)."""
+        first = self._size
+        groups = np.asarray(key_groups_of_keys(keys.to_pylist(), self.max_parallelism), dtype=np.int64)
+        self._key_groups.extend(groups)
+        self._keys.append(keys)
+        self._size += len(keys)
+        return np.arange(first, self._size, dtype=np.int64)

@@ -1,0 +1,116 @@
+"""KeyIndex: slots agree with a dict of Python keys, whatever the batches, types and collisions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from epochal.runtime import key_index
+from epochal.runtime.key_index import GrowableArray, KeyIndex
+from epochal.state.keygroups import key_group_of
+
+MAX_P = 128
+
+
+def check_against_dict(index: KeyIndex, batches: list[pa.Array]) -> None:
+    """Feed distinct-key batches; every key keeps one slot, new ones are flagged as added."""
+    reference: dict[object, int] = {}
+    used: set[int] = set()
+    for batch in batches:
+        slots, added = index.lookup(batch)
+        for key, slot, is_new in zip(batch.to_pylist(), slots.tolist(), added.tolist()):
+            if key in reference:
+                assert slot == reference[key] and not is_new, key
+            else:
+                assert is_new and slot not in used, key
+                reference[key] = slot
+                used.add(slot)
+            assert index.key_groups[slot] == key_group_of(key, MAX_P)
+    assert len(index) == len(reference) and sorted(reference.values()) == list(range(len(reference)))
+    every = np.array(sorted(reference.values()), dtype=np.int64)
+    assert index.keys_at(every).to_pylist() == sorted(reference, key=reference.__getitem__)
+
+
+def distinct(values: list) -> list:
+    return list(dict.fromkeys(values))
+
+
+text_batches = st.lists(
+    st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=40).map(distinct), max_size=12
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text_batches)
+def test_string_keys(batches: list[list]) -> None:
+    check_against_dict(KeyIndex(pa.string(), MAX_P), [pa.array(b, pa.string()) for b in batches])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40).map(distinct), max_size=12))
+def test_integer_keys(batches: list[list]) -> None:
+    check_against_dict(KeyIndex(pa.int64(), MAX_P), [pa.array(b, pa.int64()) for b in batches])
+
+
+@settings(max_examples=100, deadline=None)
+@given(text_batches)
+def test_colliding_hashes_still_give_exact_slots(batches: list[list]) -> None:
+    # Three bits of hash: nearly every key collides with another, in the table and in one batch.
+    real = KeyIndex._hashes
+    KeyIndex._hashes = lambda self, keys: real(self, keys) & np.uint64(7)  # type: ignore[method-assign]
+    try:
+        check_against_dict(KeyIndex(pa.string(), MAX_P), [pa.array(b, pa.string()) for b in batches])
+    finally:
+        KeyIndex._hashes = real  # type: ignore[method-assign]
+
+
+def test_many_keys_grow_the_table() -> None:
+    index = KeyIndex(pa.string(), MAX_P)
+    words = [f"w{i}" for i in range(50_000)]
+    batches = [pa.array(words[i : i + 7_000]) for i in range(0, len(words), 7_000)]
+    check_against_dict(index, batches + batches[::-1])
+
+
+def test_other_string_and_integer_widths_are_the_same_keys() -> None:
+    index = KeyIndex(pa.string(), MAX_P)
+    first, _ = index.lookup(pa.array(["a", "b"]))
+    again, added = index.lookup(pa.array(["b", "a", "c"], pa.large_string()))
+    assert again.tolist() == [first[1], first[0], 2] and added.tolist() == [False, False, True]
+    ints = KeyIndex(pa.int32(), MAX_P)
+    s1, _ = ints.lookup(pa.array([5, -1], pa.int32()))
+    s2, _ = ints.lookup(pa.array([-1, 5], pa.int16()))
+    assert s2.tolist() == [s1[1], s1[0]]
+
+
+def test_sliced_arrays_hash_their_own_values() -> None:
+    index = KeyIndex(pa.string(), MAX_P)
+    full = pa.array(["xx", "yy", "zz", "ww"])
+    slots, _ = index.lookup(full.slice(1, 2))
+    assert index.keys_at(slots).to_pylist() == ["yy", "zz"]
+    again, added = index.lookup(pa.array(["zz", "yy"]))
+    assert again.tolist() == slots[::-1].tolist() and not added.any()
+
+
+def test_binary_hash_depends_on_every_byte_and_the_length() -> None:
+    values = pa.array(["", "\0", "\0\0", "a", "a\0", "ab", "ba"])
+    hashes = key_index._binary_hashes(values)
+    assert len(set(hashes.tolist())) == len(values)
+
+
+def test_unsupported_key_type_is_refused() -> None:
+    assert not KeyIndex.supports(pa.float64())
+    with pytest.raises(TypeError, match="double"):
+        KeyIndex(pa.float64(), MAX_P)
+
+
+def test_growable_array_appends_and_keeps_values() -> None:
+    g = GrowableArray(np.int64)
+    expected: list[int] = []
+    for n in (0, 3, 20, 100, 1):
+        chunk = np.arange(n) + len(expected)
+        g.extend(chunk)
+        expected += chunk.tolist()
+    assert g.values.tolist() == expected
