@@ -56,7 +56,7 @@ def test_random_changes_restore_exactly_from_every_chain(tmp_path, kind):
     lengths = []
     for checkpoint_id in range(1, 15):
         for _ in range(60):
-            key = rng.randrange(40)
+            key = rng.randrange(200)  # about a quarter of the keys change: deltas pay
             backend.set_current_key(key)
             op = rng.random()
             if op < 0.4:
@@ -98,6 +98,26 @@ def test_a_one_percent_change_writes_about_one_percent(tmp_path, kind):
     assert 0.005 < delta / full < 0.03
     assert len(subtask.keyed_chain()) == 2
     backend.close()
+
+
+def test_a_snapshot_that_changed_most_entries_is_written_in_full(tmp_path):
+    """A delta of most keys is as large as the state and costs more to build: write it full."""
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend("memory")
+    state = ValueState(backend, "v")
+    for key in range(100):
+        backend.set_current_key(key)
+        state.update(0)
+    _checkpoint(storage, backend, 1)
+    chains = []
+    for checkpoint_id, changed in ((2, 10), (3, 60), (4, 10)):
+        for key in range(changed):
+            backend.set_current_key(key)
+            state.update(checkpoint_id)
+        subtask, _ = _checkpoint(storage, backend, checkpoint_id)
+        chains.append(len(subtask.keyed_chain()))
+    assert chains == [2, 1, 2]
+    assert _model_state(storage, subtask) == {("v", k): 4 if k < 10 else 3 if k < 60 else 0 for k in range(100)}
 
 
 def test_an_aborted_checkpoint_never_becomes_a_base(tmp_path):
@@ -151,8 +171,9 @@ def test_a_manifest_referencing_a_removed_file_is_refused(tmp_path):
     storage = CheckpointStorage(str(tmp_path))
     backend = _backend("memory")
     state = ValueState(backend, "v")
-    backend.set_current_key("a")
-    state.update(1)
+    for key in "acdefg":
+        backend.set_current_key(key)
+        state.update(1)
     _checkpoint(storage, backend, 1)
     backend.set_current_key("b")
     state.update(2)

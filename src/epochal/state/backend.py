@@ -37,13 +37,15 @@ _IMMUTABLE_EXACT = frozenset((int, float, str, bytes, bool, type(None), complex,
 
 
 def _is_immutable(value: Any) -> bool:
-    if type(value) in _IMMUTABLE_EXACT:  # the common case, one set lookup (object: sentinels)
+    t = type(value)
+    if t in _IMMUTABLE_EXACT:  # the common case, one set lookup (object: sentinels)
         return True
-    if isinstance(value, _IMMUTABLE):
+    if t is tuple:  # checked for every key once per checkpoint: a plain loop, no generator
+        for item in value:
+            if type(item) not in _IMMUTABLE_EXACT and not _is_immutable(item):
+                return False
         return True
-    if type(value) is tuple:
-        return all(_is_immutable(v) for v in value)
-    return False
+    return isinstance(value, _IMMUTABLE)
 
 
 class _StateMap:
@@ -120,6 +122,10 @@ class KeyedStateSnapshot:
         """Free what the snapshot holds once it is written (the disk backend's checkpoint)."""
 
 
+# A snapshot that changed at least this share of the entries is written in full.
+_MOSTLY_CHANGED = 0.5
+
+
 class IncrementalTracker:
     """Which checkpoint a subtask's next snapshot builds on, and whether to write it in full.
 
@@ -149,11 +155,22 @@ class IncrementalTracker:
         delta_bytes = sum(h.size for h in self.base_chain[1:])
         return delta_bytes > self.compact_ratio * base_bytes
 
-    def plan(self, checkpoint_id: int, dirty: dict[int, dict[str, set[Any]]]) -> tuple[dict[int, dict[str, set[Any]]] | None, tuple[FileHandle, ...]]:
-        """Record this snapshot's dirty sets; return (dirty union or None for full, base chain)."""
+    def plan(
+        self, checkpoint_id: int, dirty: dict[int, dict[str, set[Any]]], entries: int | None = None
+    ) -> tuple[dict[int, dict[str, set[Any]]] | None, tuple[FileHandle, ...]]:
+        """Record this snapshot's dirty sets; return (dirty union or None for full, base chain).
+
+        `entries`, the number of entries in the state if known, lets a snapshot that changed
+        most of them be written in full: about as large as the delta, cheaper to build, and it
+        ends the chain.
+        """
         self._pending[checkpoint_id] = (dirty, None)
         if self._needs_full():
             return None, ()
+        if entries is not None:
+            changed = sum(len(keys) for states in dirty.values() for keys in states.values())
+            if changed >= _MOSTLY_CHANGED * entries:
+                return None, ()
         union: dict[int, dict[str, set[Any]]] = {}
         for cid in sorted(self._pending):
             if cid <= self.base_id:  # type: ignore[operator]
@@ -310,9 +327,11 @@ class HeapKeyedStateBackend:
         """
         groups: dict[int, dict[str, dict[Any, Any]]] = {}
         dirty: dict[int, dict[str, set[Any]]] = {}
+        entries = 0
         for name in sorted(self._maps):  # a fixed order: snapshot bytes depend on content only
             for offset, m in enumerate(self._maps[name]):
                 key_group = self.key_groups.start + offset
+                entries += len(m.data)
                 if m.data:
                     groups.setdefault(key_group, {})[name] = m.freeze()
                 else:
@@ -322,7 +341,7 @@ class HeapKeyedStateBackend:
                     m.dirty = set()
         if checkpoint_id is None:
             return KeyedStateSnapshot(self.key_groups, groups)
-        union, base = self.tracker.plan(checkpoint_id, dirty)
+        union, base = self.tracker.plan(checkpoint_id, dirty, entries)
         snap = KeyedStateSnapshot(self.key_groups, groups, union, base)
         self.tracker.attach(checkpoint_id, snap)
         return snap
