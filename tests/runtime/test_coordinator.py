@@ -585,3 +585,21 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 TestCoordinatorMachine = CoordinatorMachine.TestCase
 TestCoordinatorMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+
+
+def test_retention_spares_the_base_of_a_checkpoint_still_in_flight(tmp_path):
+    """A final checkpoint triggered while a periodic one is pending was based on the checkpoint
+    before: completing the periodic one must not let retention drop that base."""
+    storage = CheckpointStorage(str(tmp_path))
+    h = Harness(CheckpointConfig(interval=1.0, directory=str(tmp_path), retain=1, timeout=10.0), storage)
+    h.at(1.0)
+    h.ack_all(1)
+    h.at(2.0)  # checkpoint 2 pending, based on 1
+    for task in h.sources:
+        h.coordinator.on_inputs_ended(InputsEnded(task))
+    final = h.coordinator.trigger(is_final=True)  # based on 1 as well
+    assert h.coordinator.pending[final].based_on == 1
+    h.ack_all(2)
+    assert storage.complete_checkpoints() == [1, 2]  # 1 stays while the final one is in flight
+    h.ack_all(final)
+    assert storage.complete_checkpoints() == [final]

@@ -275,6 +275,17 @@ def test_retain_keeps_the_newest_complete_and_drops_older_incomplete(storage: Ch
     assert storage.latest().checkpoint_id == 6
 
 
+def test_retain_keeps_what_an_in_flight_checkpoint_builds_on(storage: CheckpointStorage) -> None:
+    """Checkpoint 3 was triggered when 1 was the newest complete one (its deltas reference 1's
+    files); 2 completes first. Dropping 1 now would leave 3 pointing at deleted files."""
+    for cid in (1, 2, 4):
+        write_checkpoint(storage, cid)
+    storage.retain(1, newest_complete=2, in_flight_base=1)
+    assert storage.complete_checkpoints() == [1, 2, 4]
+    storage.retain(1, newest_complete=4)  # nothing in flight any more: back to `keep`
+    assert storage.complete_checkpoints() == [4]
+
+
 @given(
     st.lists(st.booleans(), min_size=1, max_size=8),
     st.integers(min_value=1, max_value=4),

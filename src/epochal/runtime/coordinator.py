@@ -80,6 +80,9 @@ class PendingCheckpoint:
     started_wall: float
     is_final: bool
     awaiting: set[TaskId]
+    # the newest complete checkpoint when this one was triggered: its incremental state may
+    # build on that one's files, so retention keeps them while this checkpoint is in flight
+    based_on: int = 0
     acks: dict[TaskId, AcknowledgeCheckpoint] = field(default_factory=dict)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
@@ -200,10 +203,10 @@ class CheckpointCoordinator:
         self._next_id += 1
         now = self.clock.now()
         self._last_trigger = now
-        self.pending[checkpoint_id] = PendingCheckpoint(
-            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks)
-        )
         completed = self.completed[-1].checkpoint_id if self.completed else 0
+        self.pending[checkpoint_id] = PendingCheckpoint(
+            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed
+        )
         message = TriggerCheckpoint(checkpoint_id, now, is_final, self.config.mode == "synchronous", completed)
         for task in self.tasks:
             if task in self.sources or task in self.ended:
@@ -260,7 +263,8 @@ class CheckpointCoordinator:
             del self.pending[older.checkpoint_id]
             self._recent.append(older.checkpoint_id)
         if self.storage is not None:
-            self.storage.retain(self.config.retain, pending.checkpoint_id)
+            in_flight = [p.based_on for p in self.pending.values()]
+            self.storage.retain(self.config.retain, pending.checkpoint_id, min(in_flight, default=None))
         log.info("checkpoint %d complete (%.1f ms, %d bytes)", manifest.checkpoint_id, manifest.duration_ms, manifest.size)
         notify = NotifyCheckpointComplete(pending.checkpoint_id, pending.is_final)
         for task in self.tasks:

@@ -403,14 +403,18 @@ class CheckpointStorage:
         except (OSError, FileNotFoundError):
             pass
 
-    def retain(self, keep: int, newest_complete: int) -> None:
+    def retain(self, keep: int, newest_complete: int, in_flight_base: int | None = None) -> None:
         """Keep the newest `keep` complete checkpoints; drop older ones and older incomplete ones.
 
         Files that a kept manifest references (the shared files of incremental chains) stay
         where they are; their directory goes once nothing references them any more.
+        `in_flight_base` is the oldest checkpoint an in-flight one may build on: it and every
+        newer complete checkpoint are kept too, or that checkpoint would reference lost files.
         """
         complete = self.complete_checkpoints()
         kept = complete[-keep:] if keep > 0 else []
+        if in_flight_base is not None:
+            kept = sorted(set(kept) | {cid for cid in complete if cid >= in_flight_base})
         doomed = [cid for cid in self.checkpoint_ids() if cid < newest_complete and cid not in kept]
         if not doomed:
             return
