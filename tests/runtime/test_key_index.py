@@ -67,6 +67,17 @@ def test_colliding_hashes_still_give_exact_slots(batches: list[list]) -> None:
         KeyIndex._hashes = real  # type: ignore[method-assign]
 
 
+def test_colliding_hashes_in_large_batches_take_the_vectorized_insert() -> None:
+    real = KeyIndex._hashes
+    KeyIndex._hashes = lambda self, keys: real(self, keys) & np.uint64(0xF0000000F)  # type: ignore[method-assign]
+    try:
+        words = [f"k{i}" for i in range(600)]
+        batches = [pa.array(words[:300]), pa.array(words[150:]), pa.array(words[::-1])]
+        check_against_dict(KeyIndex(pa.string(), MAX_P), batches)
+    finally:
+        KeyIndex._hashes = real  # type: ignore[method-assign]
+
+
 def test_many_keys_grow_the_table() -> None:
     index = KeyIndex(pa.string(), MAX_P)
     words = [f"w{i}" for i in range(50_000)]

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..state.backend import HeapKeyedStateBackend
+from ..state.keygroups import owned_key_group
 from .key_index import GrowableArray, KeyIndex
 
 
@@ -27,6 +28,9 @@ class ColumnarCounts:
         self.state = state
         self._counts = GrowableArray(np.int64)
         self._dirty = GrowableArray(np.bool_, False)
+        # Only this table writes the state while it lives, so if the backend holds none of it
+        # now, a key new to the table is new to the backend too: its count so far is 0.
+        self._backend_empty = next(iter(backend.keys(state)), None) is None
 
     def accepts(self, key_type: pa.DataType) -> bool:
         return KeyIndex.normalised_type(key_type) == self.index.key_type
@@ -45,12 +49,21 @@ class ColumnarCounts:
     def _load(self, new_slots: np.ndarray) -> None:
         """Counts so far of keys new to the table: restored ones are in the backend, others 0."""
         assert new_slots[0] == len(self._counts) and new_slots[-1] == len(self.index) - 1
+        groups = self.index.key_groups[new_slots]
+        owned = self.backend.key_groups
+        foreign = np.flatnonzero((groups < owned.start) | (groups >= owned.end))
+        if len(foreign):  # routed to the wrong subtask: a bug, never something to count
+            slot = new_slots[foreign[:1]]
+            owned_key_group(self.index.keys_at(slot)[0].as_py(), int(groups[foreign[0]]), owned, self.backend.max_parallelism)
+        if self._backend_empty:
+            self._counts.extend(np.zeros(len(new_slots), dtype=np.int64))
+            self._dirty.extend(np.zeros(len(new_slots), dtype=np.bool_))
+            return
         backend = self.backend
         keys = self.index.keys_at(new_slots).to_pylist()
-        groups = self.index.key_groups[new_slots].tolist()
         loaded = np.empty(len(keys), dtype=np.int64)
-        for i, (key, key_group) in enumerate(zip(keys, groups)):
-            backend.set_current_key(key, key_group)  # raises for a key routed to the wrong subtask
+        for i, (key, key_group) in enumerate(zip(keys, groups.tolist())):
+            backend.set_current_key(key, key_group)
             loaded[i] = backend.get(self.state, 0)
         self._counts.extend(loaded)
         self._dirty.extend(np.zeros(len(keys), dtype=np.bool_))

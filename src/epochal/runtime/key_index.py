@@ -26,6 +26,7 @@ _P = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64
 _P_INV = pow(_P, -1, 1 << 64)
 # Linear probing stays short while at most a quarter of the cells are taken (16 bytes a cell).
 _MAX_LOAD = 0.25
+_LOW = np.uint64(0xFFFFFFFF)
 
 
 class _Powers:
@@ -176,8 +177,8 @@ class KeyIndex:
         self._keys = _IntegerKeys() if pa.types.is_integer(self.key_type) else _BinaryKeys(self.key_type)
         self._key_groups = GrowableArray(np.int64)
         self._size = 0
-        self._cells_hash = np.zeros(64, dtype=_U64)
-        self._cells_slot = np.full(64, -1, dtype=np.int64)
+        self._cells = np.zeros(64, dtype=_U64)
+        self._slot_hashes = GrowableArray(_U64)  # the full hash of every slot, to rehash on growth
         self._null_slot = -1
         self._overflow: dict[Any, int] = {}  # keys whose hash another key holds in the table
 
@@ -236,7 +237,7 @@ class KeyIndex:
             self._resolve_missing(keys, hashes, np.flatnonzero(missing), slots, added)
         if valid is not None and not valid.all():
             if self._null_slot < 0:
-                self._null_slot = int(self._append(keys.filter(~valid))[0])
+                self._null_slot = int(self._append(keys.filter(~valid), np.zeros(1, dtype=_U64))[0])
                 added[~valid] = True
             slots[~valid] = self._null_slot
         return slots, added
@@ -282,10 +283,10 @@ class KeyIndex:
             missing = missing[slots[missing] < 0]
             if not len(missing):
                 return
-        new_slots = self._append(keys.take(pa.array(missing)))
+        new_slots = self._append(keys.take(pa.array(missing)), hashes[missing])
         slots[missing] = new_slots
         added[missing] = True
-        if self._size > _MAX_LOAD * len(self._cells_slot):
+        if self._size > _MAX_LOAD * len(self._cells):
             self._grow()
         placed = self._insert(hashes[missing], new_slots)
         if not placed.all():  # their hash is taken (by an older key, or one added just now)
@@ -293,47 +294,51 @@ class KeyIndex:
                 self._overflow[keys[i].as_py()] = int(slots[i])
 
     # -- the hash table ------------------------------------------------------------------------
-    # Cell i holds a hash and its slot (-1: empty), in two arrays: numpy gathers 1-d arrays fast.
+    # One uint64 per cell: the hash's upper 32 bits (a tag) and slot + 1 (0: empty). A probe is
+    # one gather from a table half the size of separate hash and slot arrays: at scale a lookup
+    # is bound by cache misses, not arithmetic. Equal tags are only candidates, like equal hashes.
     def _probe(self, hashes: np.ndarray) -> np.ndarray:
         """The slot in the cell that holds each hash, or -1: linear probing, all rows at once."""
-        mask = len(self._cells_slot) - 1
+        mask = len(self._cells) - 1
         pos = (hashes & _U64(mask)).astype(np.intp)
-        cell = self._cells_slot[pos]
+        tags = hashes >> _U64(32)
+        cells = self._cells[pos]
         # a sparse table: most rows end at their first cell, with a hit or an empty one
-        on = cell >= 0
-        hit = self._cells_hash[pos] == hashes
-        out = np.where(hit & on, cell, -1)
-        todo = np.flatnonzero(on & ~hit)
+        occupied = cells != 0
+        hit = occupied & ((cells >> _U64(32)) == tags)
+        out = np.where(hit, (cells & _LOW).astype(np.int64) - 1, -1)
+        todo = np.flatnonzero(occupied & ~hit)
         while len(todo):
             p = pos[todo] = (pos[todo] + 1) & mask
-            cell = self._cells_slot[p]
-            on = cell >= 0
-            hit = on & (self._cells_hash[p] == hashes[todo])
-            out[todo[hit]] = cell[hit]
-            todo = todo[on & ~hit]
+            cells = self._cells[p]
+            occupied = cells != 0
+            hit = occupied & ((cells >> _U64(32)) == tags[todo])
+            out[todo[hit]] = (cells[hit] & _LOW).astype(np.int64) - 1
+            todo = todo[occupied & ~hit]
         return out
 
     def _insert(self, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Place new hashes; returns which were placed (False: the hash is in the table already)."""
+        """Place new hashes; returns which were placed (False: the tag is in its chain already)."""
         if len(hashes) <= 32:  # the usual batch brings a few new keys: a plain loop is quicker
             return self._insert_few(hashes, slots)
-        mask = len(self._cells_slot) - 1
+        mask = len(self._cells) - 1
         placed = np.zeros(len(hashes), dtype=bool)
         pos = (hashes & _U64(mask)).astype(np.intp)
+        tags = hashes >> _U64(32)
+        values = (tags << _U64(32)) | (slots.astype(_U64) + _U64(1))
         todo = np.arange(len(hashes))
         while len(todo):
             p = pos[todo]
-            cell = self._cells_slot[p]
-            empty = cell < 0
-            # a cell holding the same hash: this key collides, it goes to the overflow dict
-            taken = ~empty & (self._cells_hash[p] == hashes[todo])
+            cells = self._cells[p]
+            empty = cells == 0
+            # a cell holding the same tag: this key collides, it goes to the overflow dict
+            taken = ~empty & ((cells >> _U64(32)) == tags[todo])
             claim = todo[empty]
             free, first = np.unique(p[empty], return_index=True)
             winners = claim[first]
-            self._cells_slot[free] = slots[winners]
-            self._cells_hash[free] = hashes[winners]
+            self._cells[free] = values[winners]
             placed[winners] = True
-            # losers of a claim probe the same cell again: it is theirs no longer, or holds their hash
+            # losers of a claim probe the same cell again: it is theirs no longer, or holds their tag
             lost = np.setdiff1d(claim, winners, assume_unique=True)
             moving = todo[~empty & ~taken]
             pos[moving] = (pos[moving] + 1) & mask
@@ -341,35 +346,35 @@ class KeyIndex:
         return placed
 
     def _insert_few(self, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        cells_slot, cells_hash = self._cells_slot, self._cells_hash
-        mask = len(cells_slot) - 1
+        cells = self._cells
+        mask = len(cells) - 1
         placed = np.zeros(len(hashes), dtype=bool)
         for i, (h, slot) in enumerate(zip(hashes.tolist(), slots.tolist())):
-            pos = h & mask
-            while cells_slot[pos] >= 0:
-                if int(cells_hash[pos]) == h:
+            pos, tag = h & mask, h >> 32
+            while cell := int(cells[pos]):
+                if cell >> 32 == tag:
                     break
                 pos = (pos + 1) & mask
             else:
-                cells_slot[pos] = slot
-                cells_hash[pos] = h
+                cells[pos] = (tag << 32) | (slot + 1)
                 placed[i] = True
         return placed
 
     def _grow(self) -> None:
-        capacity = len(self._cells_slot)
+        capacity = len(self._cells)
         while _MAX_LOAD * capacity < self._size:
             capacity *= 2
-        occupied = self._cells_slot >= 0
-        slots, hashes = self._cells_slot[occupied], self._cells_hash[occupied]
-        self._cells_hash = np.zeros(capacity, dtype=_U64)
-        self._cells_slot = np.full(capacity, -1, dtype=np.int64)
-        self._insert(hashes, slots)
+        old = self._cells[self._cells != 0]
+        self._cells = np.zeros(capacity, dtype=_U64)
+        # a cell keeps only the tag: the rest of the hash comes from the slot's stored hash
+        slots = (old & _LOW).astype(np.int64) - 1
+        self._insert(self._slot_hashes.values[slots], slots)
 
     # -- slot storage --------------------------------------------------------------------------
-    def _append(self, keys: pa.Array) -> np.ndarray:
+    def _append(self, keys: pa.Array, hashes: np.ndarray) -> np.ndarray:
         """New slots for `keys`, with their key groups (the one pass of Python per new key)."""
         first = self._size
+        self._slot_hashes.extend(hashes)
         groups = np.asarray(key_groups_of_keys(keys.to_pylist(), self.max_parallelism), dtype=np.int64)
         self._key_groups.extend(groups)
         self._keys.append(keys)

@@ -113,8 +113,12 @@ def arrow_key_groups(
     work stays vectorized, Python touches each distinct key once.
     """
     distinct, indices = encode_key_column(batch, column, operator_name)
+    return distinct, indices, key_groups_of_column(distinct, column, max_parallelism, operator_name)
+
+
+def key_groups_of_column(distinct: pa.Array, column: str, max_parallelism: int, operator_name: str) -> np.ndarray:
+    """The key group of every distinct key of a column, one Python step each (memoised)."""
     try:
-        groups = np.array(key_groups_of_keys(distinct.to_pylist(), max_parallelism), dtype=np.int64)
+        return np.array(key_groups_of_keys(distinct.to_pylist(), max_parallelism), dtype=np.int64)
     except UnhashableKeyError as exc:
         raise KeySelectorError(operator_name, f"<column {column!r}>", exc) from exc
-    return distinct, indices, groups

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..errors import KeySelectorError, OperatorError
+from ..errors import OperatorError
 from ..plan.specs import (
     IterationHeadSpec,
     KeyedCountSpec,
@@ -38,13 +38,13 @@ from ..plan.specs import (
 from ..config import StateConfig
 from ..state.backend import HeapKeyedStateBackend, KeyedStateSnapshot
 from ..state.handles import ListState, MapState, ValueState
-from ..state.keygroups import KeyGroupRange, UnhashableKeyError
+from ..state.keygroups import KeyGroupRange
 from .batches import batch_len, to_arrow, to_records
 from .clock import Clock
 from .elements import Batch
 from .columnar_count import ColumnarCounts
 from .key_index import KeyIndex
-from .keys import batch_keys, encode_key_column, key_groups_of_keys, key_groups_of_records, record_key_fn
+from .keys import batch_keys, encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,13 +458,11 @@ class KeyedCountOperator(KeyedOperator):
         if columnar is not None:
             return columnar.add(distinct, per_key)
         # other key types, and the disk backend (whose state need not fit in memory): per key
-        try:
-            groups = key_groups_of_keys(distinct.to_pylist(), self.ctx.max_parallelism)
-        except UnhashableKeyError as exc:
-            raise KeySelectorError(self.name, f"<column {self.key!r}>", exc) from exc
+        assert isinstance(self.key, str)
+        groups = key_groups_of_column(distinct, self.key, self.ctx.max_parallelism, self.name)
         base = np.empty(len(distinct), dtype=np.int64)
         backend = self.backend
-        for i, (key, kg) in enumerate(zip(distinct.to_pylist(), groups)):
+        for i, (key, kg) in enumerate(zip(distinct.to_pylist(), groups.tolist())):
             backend.set_current_key(key, kg)
             previous = backend.get(_COUNT, 0)
             base[i] = previous

@@ -15,7 +15,11 @@ import pyarrow as pa
 from ..plan.specs import PartitionKind, Partitioning
 from .batches import batch_len, to_records
 from .elements import Batch
-from .keys import arrow_key_groups, key_groups_of_records, record_key_fn
+from .key_index import KeyIndex
+from .keys import encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
+
+# A partitioner's key index only routes; past this many keys it starts afresh (bounded memory).
+_INDEX_LIMIT = 1 << 20
 
 
 class Partitioner:
@@ -40,6 +44,7 @@ class Partitioner:
         owner = [(kg * num_channels) // max_parallelism for kg in range(max_parallelism)]
         self._owner = np.array(owner, dtype=np.int64)
         self._owner_list = owner  # for per-record routing: list indexing beats numpy scalars
+        self._index: KeyIndex | None = None
 
     def split(self, batch: Batch) -> Iterator[tuple[int, Batch]]:
         if batch_len(batch) == 0:
@@ -70,10 +75,21 @@ class Partitioner:
             if bucket:
                 yield target, bucket
 
-    def _split_arrow(self, batch: pa.RecordBatch) -> Iterator[tuple[int, Batch]]:
+    def _arrow_key_groups(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        """`(key group of each distinct key, index of each row's key)`, from a `KeyIndex` if it can."""
         assert isinstance(self._key, str)
-        _, indices, groups = arrow_key_groups(batch, self._key, self.max_parallelism, self.target_name)
-        targets = self._owner[groups][indices]
+        distinct, indices = encode_key_column(batch, self._key, self.target_name)
+        if KeyIndex.supports(distinct.type):
+            index = self._index
+            if index is None or index.key_type != KeyIndex.normalised_type(distinct.type) or len(index) > _INDEX_LIMIT:
+                index = self._index = KeyIndex(distinct.type, self.max_parallelism)
+            slots, _ = index.lookup(distinct)
+            return index.key_groups[slots], indices
+        return key_groups_of_column(distinct, self._key, self.max_parallelism, self.target_name), indices
+
+    def _split_arrow(self, batch: pa.RecordBatch) -> Iterator[tuple[int, Batch]]:
+        groups, indices = self._arrow_key_groups(batch)
+        targets = self._owner[groups][indices].astype(np.int16)  # 16-bit: numpy radix-sorts it
         order = np.argsort(targets, kind="stable")
         sorted_targets = targets[order]
         bounds = np.searchsorted(sorted_targets, np.arange(self.num_channels + 1))
