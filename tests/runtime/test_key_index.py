@@ -78,6 +78,18 @@ def test_colliding_hashes_in_large_batches_take_the_vectorized_insert() -> None:
         KeyIndex._hashes = real  # type: ignore[method-assign]
 
 
+def test_keys_sharing_a_tag_stay_found_when_the_table_grows() -> None:
+    # 16 tags, full position bits: growth re-places keys whose tags then meet in one chain
+    real = KeyIndex._hashes
+    KeyIndex._hashes = lambda self, keys: real(self, keys) & np.uint64(0xF_FFFFFFFF)  # type: ignore[method-assign]
+    try:
+        words = [f"k{i}" for i in range(3000)]
+        batches = [pa.array(words[i : i + 20]) for i in range(0, len(words), 20)]
+        check_against_dict(KeyIndex(pa.string(), MAX_P), batches + batches[::-1])
+    finally:
+        KeyIndex._hashes = real  # type: ignore[method-assign]
+
+
 def test_many_keys_grow_the_table() -> None:
     index = KeyIndex(pa.string(), MAX_P)
     words = [f"w{i}" for i in range(50_000)]

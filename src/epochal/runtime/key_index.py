@@ -368,7 +368,10 @@ class KeyIndex:
         self._cells = np.zeros(capacity, dtype=_U64)
         # a cell keeps only the tag: the rest of the hash comes from the slot's stored hash
         slots = (old & _LOW).astype(np.int64) - 1
-        self._insert(self._slot_hashes.values[slots], slots)
+        placed = self._insert(self._slot_hashes.values[slots], slots)
+        # keys whose tags never met in the old chains may meet in the new ones
+        for slot, key in zip(slots[~placed].tolist(), self.keys_at(slots[~placed]).to_pylist()):
+            self._overflow[key] = slot
 
     # -- slot storage --------------------------------------------------------------------------
     def _append(self, keys: pa.Array, hashes: np.ndarray) -> np.ndarray:
