@@ -27,7 +27,7 @@ import statistics
 import tempfile
 from typing import Any
 
-from .runner import IMAGES, benchmark, timed_execute
+from .runner import benchmark, pyplot, save_figure, timed_execute
 from .spark_subprocess import run_on_spark
 
 INTERVALS = (0.5, 1.0, 2.0, 5.0)
@@ -279,14 +279,9 @@ def _summary(result: dict[str, Any]) -> str:
 
 
 def _plot(result: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
-    os.makedirs(IMAGES, exist_ok=True)
     hosts = [result["hosts"][k] for k in ("inprocess", "spark")]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, host in zip(axes, hosts):
@@ -304,8 +299,7 @@ def _plot(result: dict[str, Any]) -> None:
     axes[0].set_ylabel("run time ÷ baseline run time")
     fig.suptitle("Run time impact of snapshots (ABS paper, Fig. 6)")
     fig.tight_layout()
-    fig.savefig(os.path.join(IMAGES, "abs_fig6.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "abs_fig6.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, host in zip(axes, hosts):
@@ -324,5 +318,4 @@ def _plot(result: dict[str, Any]) -> None:
         ax.legend(fontsize=8)
     fig.suptitle("Throughput against workers (ABS paper, Fig. 7)")
     fig.tight_layout()
-    fig.savefig(os.path.join(IMAGES, "abs_fig7.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "abs_fig7.png")

@@ -32,6 +32,27 @@ _REGISTRY: dict[str, tuple[BenchFn, str]] = {}
 _MODULES = ["benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput", "benchmarks.abs_eval"]
 
 
+def pyplot() -> Any | None:
+    """matplotlib's pyplot on the file-only Agg backend, or None without the `bench` extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save_figure(fig: Any, name: str) -> None:
+    """Write a figure into the report's image folder, and free it."""
+    import matplotlib.pyplot as plt
+
+    os.makedirs(IMAGES, exist_ok=True)
+    fig.savefig(os.path.join(IMAGES, name), dpi=110)
+    plt.close(fig)
+
+
 def benchmark(name: str, title: str) -> Callable[[BenchFn], BenchFn]:
     def register(fn: BenchFn) -> BenchFn:
         _REGISTRY[name] = (fn, title)

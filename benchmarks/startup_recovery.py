@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from .runner import IMAGES, ROOT, benchmark
+from .runner import ROOT, benchmark, pyplot, save_figure
 
 _COLD_SCRIPT = r"""
 import time, json, sys
@@ -180,12 +180,8 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def _plot(result: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     keys = [
         ("cold start", "cold_start_to_running_s"),
@@ -201,6 +197,4 @@ def _plot(result: dict[str, Any]) -> None:
     ax.set_ylabel("seconds (median, min–max)")
     ax.set_title("Epochal on Spark local[2]: start-up and recovery")
     fig.tight_layout()
-    os.makedirs(IMAGES, exist_ok=True)
-    fig.savefig(os.path.join(IMAGES, "startup_recovery.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "startup_recovery.png")

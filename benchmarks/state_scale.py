@@ -21,7 +21,7 @@ import tempfile
 import time
 from typing import Any
 
-from .runner import IMAGES, benchmark
+from .runner import benchmark, pyplot, save_figure
 
 VALUE_BYTES = 1024
 CHANGED = 0.01
@@ -168,12 +168,8 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def _plot(rows: list[dict[str, Any]]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for kind, marker in (("memory", "o"), ("disk", "s")):
@@ -198,6 +194,4 @@ def _plot(rows: list[dict[str, Any]]) -> None:
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    os.makedirs(IMAGES, exist_ok=True)
-    fig.savefig(os.path.join(IMAGES, "state_scale.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "state_scale.png")

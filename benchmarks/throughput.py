@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from .runner import IMAGES, benchmark, timed_execute
+from .runner import benchmark, pyplot, save_figure, timed_execute
 from .spark_subprocess import run_on_spark
 
 DEFAULT_BATCH = 1024  # lines per source batch: the environment's default
@@ -162,12 +162,8 @@ def _summary(result: dict[str, Any]) -> str:
 
 
 def _plot(result: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     widths = [len(result["hosts"][k]["paths"]) for k in ("inprocess", "spark")]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, gridspec_kw={"width_ratios": widths})
@@ -190,6 +186,4 @@ def _plot(result: dict[str, Any]) -> None:
     axes[0].set_ylabel("M words/s per core")
     fig.suptitle("Keyed word count: throughput per core")
     fig.tight_layout()
-    os.makedirs(IMAGES, exist_ok=True)
-    fig.savefig(os.path.join(IMAGES, "throughput.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, "throughput.png")

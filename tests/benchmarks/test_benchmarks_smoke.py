@@ -65,7 +65,7 @@ def test_abs_fig7_and_summary_render(monkeypatch, tmp_path):
     fig7 = abs_eval.fig7(records=2000, parallelisms=[1, 2])
     assert set(fig7["throughput"]) == {"1", "2"}
     fig6 = abs_eval.fig6(records=2000, parallelism=2, rounds=1)
-    monkeypatch.setattr(abs_eval, "IMAGES", str(tmp_path))
+    monkeypatch.setattr(runner, "IMAGES", str(tmp_path))
     result = {"records": 2000, "cores": 2, "hosts": {
         "inprocess": {"host": "in-process", "fig6": fig6, "fig7": fig7},
         "spark": {"host": "spark local[2]", "fig6": fig6, "fig7": fig7},

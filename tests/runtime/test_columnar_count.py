@@ -18,6 +18,7 @@ from epochal.state.backend import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of, key_group_range
 from epochal.state.reader import read_state
 from epochal.testing import CollectSink, Crash, ListSource
+from expectations import running_counts
 
 MAX_P = 128
 
@@ -86,15 +87,6 @@ def _env(tmp_path, parallelism=2, backend="memory", batch_size=5):
     )
 
 
-def _expected(keys):
-    seen: Counter = Counter()
-    out = []
-    for k in keys:
-        seen[k] += 1
-        out.append((k, seen[k]))
-    return sorted(out, key=repr)
-
-
 @pytest.mark.parametrize("backend", ["memory", "disk"])
 def test_columnar_counts_survive_a_crash_exactly_once(tmp_path, backend):
     keys = [f"w{(i * 31) % 17}" for i in range(400)]
@@ -105,7 +97,7 @@ def test_columnar_counts_survive_a_crash_exactly_once(tmp_path, backend):
         .map_batches(lambda b: b).key_by("k").count().uid("counts").sink_to(sink))
     result = env.execute("columnar-crash")
     assert result.restarts == 1
-    assert sorted(map(tuple, sink.committed()), key=repr) == _expected(keys)
+    assert sorted(map(tuple, sink.committed()), key=repr) == running_counts(keys)
     assert {r.key: r.value for r in read_state(str(tmp_path / "ckpt"), "counts")} == dict(Counter(keys))
 
 
@@ -123,7 +115,7 @@ def test_records_between_arrow_batches_see_and_leave_the_same_counts(tmp_path):
         .map_batches(alternate).key_by("k").count().uid("counts").sink_to(sink))
     env.execute("mixed")
     got = sorted((r["k"], r["count"]) if isinstance(r, dict) else tuple(r) for r in sink.committed())
-    assert got == sorted(_expected(keys))
+    assert got == sorted(running_counts(keys))
 
 
 def test_state_from_columnar_counts_rescales(tmp_path):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -55,39 +58,55 @@ def test_integer_keys(batches: list[list]) -> None:
     check_against_dict(KeyIndex(pa.int64(), MAX_P), [pa.array(b, pa.int64()) for b in batches])
 
 
+@contextlib.contextmanager
+def hashes_replaced(replace: Callable[[np.ndarray, pa.Array], np.ndarray]) -> Iterator[None]:
+    """Every KeyIndex hashes keys through `replace(real hashes, keys)` inside the block."""
+    real = KeyIndex._hashes
+    KeyIndex._hashes = lambda self, keys: replace(real(self, keys), keys)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        KeyIndex._hashes = real  # type: ignore[method-assign]
+
+
 @settings(max_examples=100, deadline=None)
 @given(text_batches)
 def test_colliding_hashes_still_give_exact_slots(batches: list[list]) -> None:
     # Three bits of hash: nearly every key collides with another, in the table and in one batch.
-    real = KeyIndex._hashes
-    KeyIndex._hashes = lambda self, keys: real(self, keys) & np.uint64(7)  # type: ignore[method-assign]
-    try:
+    with hashes_replaced(lambda h, _: h & np.uint64(7)):
         check_against_dict(KeyIndex(pa.string(), MAX_P), [pa.array(b, pa.string()) for b in batches])
-    finally:
-        KeyIndex._hashes = real  # type: ignore[method-assign]
 
 
 def test_colliding_hashes_in_large_batches_take_the_vectorized_insert() -> None:
-    real = KeyIndex._hashes
-    KeyIndex._hashes = lambda self, keys: real(self, keys) & np.uint64(0xF0000000F)  # type: ignore[method-assign]
-    try:
+    with hashes_replaced(lambda h, _: h & np.uint64(0xF0000000F)):
         words = [f"k{i}" for i in range(600)]
         batches = [pa.array(words[:300]), pa.array(words[150:]), pa.array(words[::-1])]
         check_against_dict(KeyIndex(pa.string(), MAX_P), batches)
-    finally:
-        KeyIndex._hashes = real  # type: ignore[method-assign]
 
 
-def test_keys_sharing_a_tag_stay_found_when_the_table_grows() -> None:
-    # 16 tags, full position bits: growth re-places keys whose tags then meet in one chain
-    real = KeyIndex._hashes
-    KeyIndex._hashes = lambda self, keys: real(self, keys) & np.uint64(0xF_FFFFFFFF)  # type: ignore[method-assign]
-    try:
+def test_many_keys_sharing_16_tags_stay_exact_through_growth() -> None:
+    with hashes_replaced(lambda h, _: h & np.uint64(0xF_FFFFFFFF)):
         words = [f"k{i}" for i in range(3000)]
         batches = [pa.array(words[i : i + 20]) for i in range(0, len(words), 20)]
         check_against_dict(KeyIndex(pa.string(), MAX_P), batches + batches[::-1])
-    finally:
-        KeyIndex._hashes = real  # type: ignore[method-assign]
+
+
+def test_a_key_whose_chain_meets_its_tag_only_after_growth_keeps_its_slot() -> None:
+    """Built cell by cell: in the 64-cell table "b" (home 60, pushed to 63) never passes "a"
+    (cell 2), both with tag 1. Growing to 128 cells re-places cells in order, so "b", home 60,
+    finds 60-65 taken and meets "a" at 66 with its own tag: it must stay findable."""
+    low = {"f64": 64, "f65": 65, "a": 66, "f60": 60, "f61": 61, "f62": 62, "b": 60, "f63": 63}
+    low |= {f"g{i}": 10 + i for i in range(9)}  # the ninth new key pushes the load past a quarter
+    tag = {k: 1 if k in ("a", "b") else 2 + i for i, k in enumerate(low)}
+    chosen = lambda _, keys: np.array([(tag[k] << 32) | low[k] for k in keys.to_pylist()], dtype=np.uint64)
+    with hashes_replaced(chosen):
+        index = KeyIndex(pa.string(), MAX_P)
+        slots = {k: int(index.lookup(pa.array([k]))[0][0]) for k in ["f64", "f65", "a", "f60", "f61", "f62", "b", "f63"]}
+        assert len(index._cells) == 64
+        index.lookup(pa.array([f"g{i}" for i in range(9)]))
+        assert len(index._cells) == 128
+        again, added = index.lookup(pa.array(["b", "a"]))
+        assert again.tolist() == [slots["b"], slots["a"]] and not added.any()
 
 
 def test_many_keys_grow_the_table() -> None:

@@ -33,7 +33,7 @@ class ColumnarCounts:
         self._backend_empty = next(iter(backend.keys(state)), None) is None
 
     def accepts(self, key_type: pa.DataType) -> bool:
-        return KeyIndex.normalised_type(key_type) == self.index.key_type
+        return self.index.accepts(key_type)
 
     def add(self, distinct: pa.Array, increments: np.ndarray) -> np.ndarray:
         """Add `increments[i]` to the count of `distinct[i]`; returns the counts before."""

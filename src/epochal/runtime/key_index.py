@@ -198,6 +198,10 @@ class KeyIndex:
             return pa.large_binary()
         return key_type
 
+    def accepts(self, key_type: pa.DataType) -> bool:
+        """Whether keys of `key_type` are the keys of this index (same normalised type)."""
+        return self.normalised_type(key_type) == self.key_type
+
     def __len__(self) -> int:
         return self._size
 
@@ -244,20 +248,15 @@ class KeyIndex:
 
     def _verify(self, keys: pa.Array, slots: np.ndarray) -> None:
         """Unset the slots whose stored key differs: a hash match is only a candidate."""
-        found = slots >= 0
-        if found.all():
+        rows = np.flatnonzero(slots >= 0)
+        if len(rows) == len(slots):  # the usual case: compare whole arrays, no gather of keys
             same = pc.equal(self.keys_at(slots), keys)
-        else:
-            rows = np.flatnonzero(found)
-            if not len(rows):
-                return
+        elif len(rows):
             same = pc.equal(self.keys_at(slots[rows]), keys.take(pa.array(rows)))
+        else:
+            return
         if same.false_count:
-            mismatch = ~same.to_numpy(zero_copy_only=False)
-            if found.all():
-                slots[mismatch] = -1
-            else:
-                slots[rows[mismatch]] = -1
+            slots[rows[~same.to_numpy(zero_copy_only=False)]] = -1
 
     def _normalise(self, keys: pa.Array) -> pa.Array:
         if isinstance(keys, pa.ChunkedArray):

@@ -81,7 +81,7 @@ class Partitioner:
         distinct, indices = encode_key_column(batch, self._key, self.target_name)
         if KeyIndex.supports(distinct.type):
             index = self._index
-            if index is None or index.key_type != KeyIndex.normalised_type(distinct.type) or len(index) > _INDEX_LIMIT:
+            if index is None or not index.accepts(distinct.type) or len(index) > _INDEX_LIMIT:
                 index = self._index = KeyIndex(distinct.type, self.max_parallelism)
             slots, _ = index.lookup(distinct)
             return index.key_groups[slots], indices

@@ -16,17 +16,9 @@ from hypothesis import strategies as st
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.connectors import FileSink, TextFileSource, read_committed
 from epochal.testing import CollectSink, ListSource
+from expectations import running_counts
 
 WORDS = [f"w{(i * 7919) % 13}" for i in range(240)] + ["solo", "", "ünï", "w1"]
-
-
-def _expected_counts(keys):
-    seen: Counter = Counter()
-    out = []
-    for k in keys:
-        seen[k] += 1
-        out.append((k, seen[k]))
-    return sorted(out, key=repr)
 
 
 def _count(make_env, probe_sink, items, *, columnar, parallelism, batch_size, splits=2):
@@ -52,7 +44,7 @@ def test_running_count_per_key_in_order(make_env):
 
 def test_per_record_path_counts_every_key(make_env, probe_sink):
     got, sink = _count(make_env, probe_sink, WORDS, columnar=False, parallelism=2, batch_size=16)
-    assert got == _expected_counts(WORDS)
+    assert got == running_counts(WORDS)
     assert not sink.arrow_batches()  # the per-record path emits Python records
 
 
@@ -61,7 +53,7 @@ def test_per_record_path_counts_every_key(make_env, probe_sink):
 def test_columnar_path_matches_per_record_path(make_env, probe_sink, batch_size, parallelism):
     per_record, _ = _count(make_env, probe_sink, WORDS, columnar=False, parallelism=parallelism, batch_size=batch_size)
     columnar, sink = _count(make_env, probe_sink, WORDS, columnar=True, parallelism=parallelism, batch_size=batch_size)
-    assert columnar == per_record == _expected_counts(WORDS)
+    assert columnar == per_record == running_counts(WORDS)
     # and the columnar run really was vectorized: the count emitted Arrow batches
     assert len(sink.arrow_batches()) == len(sink.batches) > 0
     assert all(b.schema.names == ["value", "count"] for b in sink.arrow_batches())
@@ -72,7 +64,7 @@ def test_columnar_integer_keys_match_per_record(make_env, probe_sink):
     items = [i % 9 - 4 for i in range(100)]
     per_record, _ = _count(make_env, probe_sink, items, columnar=False, parallelism=2, batch_size=7)
     columnar, sink = _count(make_env, probe_sink, items, columnar=True, parallelism=2, batch_size=7)
-    assert columnar == per_record == _expected_counts(items)
+    assert columnar == per_record == running_counts(items)
     assert sink.arrow_batches()
 
 
@@ -87,7 +79,7 @@ def test_columnar_and_per_record_agree_for_any_batching(make_env, probe_sink, wo
     kwargs = dict(parallelism=parallelism, batch_size=batch_size, splits=splits)
     per_record, _ = _count(make_env, probe_sink, words, columnar=False, **kwargs)
     columnar, _ = _count(make_env, probe_sink, words, columnar=True, **kwargs)
-    assert columnar == per_record == _expected_counts(words)
+    assert columnar == per_record == running_counts(words)
 
 
 def test_text_lines_counted_by_column_match_per_record(make_env, probe_sink, tmp_path):
@@ -106,7 +98,7 @@ def test_text_lines_counted_by_column_match_per_record(make_env, probe_sink, tmp
         env.execute("count-text")
         results[columnar] = sorted(sink.values(), key=repr)
         assert bool(sink.arrow_batches()) is columnar
-    assert results[True] == results[False] == _expected_counts(lines)
+    assert results[True] == results[False] == running_counts(lines)
 
 
 def test_columnar_null_keys_match_per_record(make_env, probe_sink):
@@ -121,7 +113,7 @@ def test_columnar_null_keys_match_per_record(make_env, probe_sink):
         stream.key_by("k").count().sink_to(sink)
         env.execute("count-null")
         results.append(sorted(sink.values(), key=repr))
-    assert results[0] == results[1] == _expected_counts(["a", None, "a", None])
+    assert results[0] == results[1] == running_counts(["a", None, "a", None])
 
 
 def test_issue_wordcount_example(tmp_path):
@@ -143,7 +135,7 @@ def test_issue_wordcount_example(tmp_path):
     assert result.checkpoints and result.checkpoints[-1].is_final
     records = read_committed(str(out))
     words = "the cat sat on the mat the end".split()
-    assert sorted(map(tuple, records)) == _expected_counts(words)
+    assert sorted(map(tuple, records)) == running_counts(words)
     finals: dict = {}
     for word, n in records:
         finals[word] = max(finals.get(word, 0), n)
