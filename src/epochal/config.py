@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 
+# Young objects collected every 50,000 allocations instead of CPython's 700 (cluster/gc_tuning.py).
+DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointConfig:
     """When and where to checkpoint, and how much failure to tolerate.
@@ -120,3 +124,6 @@ class JobConfig:
     channel_capacity: int = 8
     batch_size: int = 1024
     state: StateConfig = field(default_factory=StateConfig)
+    # The garbage collector's thresholds while a host runs the job (see cluster/gc_tuning.py);
+    # None leaves the process's own settings alone.
+    gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD

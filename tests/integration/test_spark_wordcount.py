@@ -95,3 +95,17 @@ def test_too_few_slots_is_a_clear_error_before_submission(spark, tmp_path) -> No
     env = wordcount_env(str(tmp_path), str(tmp_path / "out"), str(tmp_path / "ckpt"), spark=spark, parallelism=3)
     with pytest.raises(EpochalError, match="needs 3 task slots"):
         env.execute("too-wide")
+
+
+def test_workers_run_under_the_jobs_gc_thresholds(spark, tmp_path) -> None:
+    import gc
+
+    from epochal.testing import ListSource
+
+    threshold = (12_345, 11, 13)
+    env = StreamEnvironment(parallelism=2, spark=spark, gc_threshold=threshold)
+    env.from_source(ListSource(range(8), splits=2)).map(lambda _: gc.get_threshold()).sink_to(
+        FileSink(str(tmp_path / "out"))
+    )
+    env.execute("gc")
+    assert [tuple(t) for t in read_committed(str(tmp_path / "out"))] == [threshold] * 8

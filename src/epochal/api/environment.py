@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Literal
 
-from ..config import CheckpointConfig, JobConfig, RestartStrategy, StateConfig
+from ..config import DEFAULT_GC_THRESHOLD, CheckpointConfig, JobConfig, RestartStrategy, StateConfig
 from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
@@ -66,6 +66,10 @@ class StreamEnvironment:
             state larger than memory); shorthand for `state=StateConfig(backend=...)`.
         state: the full keyed-state configuration (`StateConfig`): backend, incremental
             checkpoints and their compaction.
+        gc_threshold: Python's garbage-collector thresholds (`gc.set_threshold`) while the
+            job runs; the default collects young objects every 50,000 allocations instead of
+            700, which the data path's short-lived records make worth about 10 %. `None` keeps
+            the process's settings.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class StreamEnvironment:
         seed: int = 0,
         state_backend: str | None = None,
         state: StateConfig | None = None,
+        gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD,
     ) -> None:
         if executor not in ("inprocess", "spark"):
             raise ValueError(f"executor must be 'inprocess' or 'spark', not {executor!r}")
@@ -95,6 +100,7 @@ class StreamEnvironment:
         self.channel_capacity = channel_capacity
         self.seed = seed
         self.state = state or StateConfig()
+        self.gc_threshold = gc_threshold
         if state_backend is not None:
             self.state = replace(self.state, backend=state_backend)  # type: ignore[arg-type]
         self._graph = LogicalGraph()
@@ -116,7 +122,9 @@ class StreamEnvironment:
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
-        config = JobConfig(self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state)
+        config = JobConfig(
+            self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold
+        )
         return compile_job(self._graph, name, self.parallelism, self.max_parallelism, config)
 
     def execute(

@@ -28,6 +28,7 @@ from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_me
 from ..runtime.task import Task
 from ..runtime.wiring import build_tasks, local_channels
 from ..state.storage import CheckpointStorage, Manifest
+from .gc_tuning import tuned_gc
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ class InProcessExecutor:
         self._attempt_checkpoints: list[Any] = []
 
     def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
+        with tuned_gc(job.config.gc_threshold):
+            return self._execute(job, from_checkpoint)
+
+    def _execute(self, job: JobGraph, from_checkpoint: str | int | None) -> JobResult:
         config = job.config
         storage = CheckpointStorage(config.checkpoint.directory) if config.checkpoint.directory else None
         clock: Clock = VirtualClock() if self.virtual_time else WallClock()

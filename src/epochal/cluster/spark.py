@@ -38,6 +38,7 @@ from ..runtime.generation import Generation
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
 from ..state.storage import CheckpointStorage, Manifest
+from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .worker import Worker, worker_of
 
@@ -113,9 +114,10 @@ def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str
         port = listener.getsockname()[1]
         addresses = ctx.allGather(f"{host}:{port}")
         peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
-        worker = Worker(job, index, workers, launch, driver, listener, peers)
-        worker.connect()
-        worker.run()
+        with tuned_gc(job.config.gc_threshold, freeze=True):
+            worker = Worker(job, index, workers, launch, driver, listener, peers)
+            worker.connect()
+            worker.run()
         yield index
 
     return run

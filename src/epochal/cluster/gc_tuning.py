@@ -1,0 +1,45 @@
+"""Python's garbage collector, set for a streaming worker while it hosts a job.
+
+Why: the data path allocates and drops millions of small containers (record tuples, batch
+lists). CPython runs a young-generation collection every 700 container allocations by default,
+so a batch of 1,024 records is scanned while it is still alive and its records are promoted to
+older generations, to be scanned again there. Checkpoints make it worse: state maps copied on
+write after a snapshot count as long-lived growth and trigger full collections, which traverse
+every tracked object of the process. Measured on the ABS benchmark's job (in-process, 2 shared
+cores): the default thresholds cost about 13 % of the run time without checkpoints, and added
+full collections with ABS at 1 s.
+
+Records are acyclic: reference counting frees them; the cycle collector finds little. Raising
+the thresholds keeps cyclic garbage around a little longer (at most one young generation,
+50,000 objects by default), which is cheap. The host restores the old settings when the job is
+done: the in-process executor runs in the user's process, and Spark may reuse a Python worker.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from typing import Iterator
+
+
+@contextmanager
+def tuned_gc(threshold: tuple[int, int, int] | None, *, freeze: bool = False) -> Iterator[None]:
+    """Run the body with `gc.set_threshold(*threshold)`; `None` changes nothing.
+
+    `freeze` (for a worker process that hosts nothing but the job) moves every object alive at
+    the start, imported modules included, out of the collector's sight (`gc.freeze`), so full
+    collections traverse only what the job allocated.
+    """
+    if threshold is None:
+        yield
+        return
+    previous = gc.get_threshold()
+    gc.set_threshold(*threshold)
+    if freeze:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.unfreeze()
+        gc.set_threshold(*previous)
