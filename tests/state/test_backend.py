@@ -68,10 +68,16 @@ ops = st.one_of(
     st.tuples(st.just("value_mutate"), keys, st.sampled_from("xyz"), small),  # value()[k] = v, in place
     st.tuples(st.just("value_nested_mutate"), keys, small),  # value()["n"].append(v), in place
     st.tuples(st.just("value_clear"), keys),
+    st.tuples(st.just("reduce"), keys, small),  # reduce_into with a fn that extends acc in place
     st.tuples(st.just("snapshot")),
 )
 
-NAMES = ["raw", "list", "map", "value"]
+NAMES = ["raw", "list", "map", "value", "reduce"]
+
+
+def _extend_in_place(acc: list[int], record: list[int]) -> list[int]:
+    acc.extend(record)
+    return acc
 
 
 def apply(op: tuple, backend: HeapKeyedStateBackend, model: dict[str, dict[Any, Any]]) -> None:
@@ -126,6 +132,11 @@ def apply(op: tuple, backend: HeapKeyedStateBackend, model: dict[str, dict[Any, 
     elif kind == "value_clear":
         val.clear()
         model["value"].pop(key, None)
+    elif kind == "reduce":
+        out: list[Any] = []
+        backend.reduce_into(out, "reduce", [[op[2]]], [key], [key_group_of(key, MAX_PAR)], _extend_in_place)
+        model["reduce"][key] = model["reduce"].get(key, []) + [op[2]]
+        assert out == [model["reduce"][key]]
     else:  # pragma: no cover
         raise AssertionError(kind)
 
@@ -300,3 +311,33 @@ def test_restore_skips_foreign_key_groups() -> None:
     backend = HeapKeyedStateBackend(KeyGroupRange(0, 2), MAX_PAR)
     backend.restore({1: {"s": {"x": 1}}, 3: {"s": {"y": 2}}})
     assert list(backend.keys("s")) == [(1, "x")]
+
+
+def test_reduce_into_names_the_failing_record_by_its_index() -> None:
+    backend = full_backend()
+    records, keys_ = [1, 2, 0, 4], ["a", "a", "a", "a"]
+    out: list[Any] = []
+    with pytest.raises(ZeroDivisionError):
+        backend.reduce_into(out, "r", records, keys_, [key_group_of("a", MAX_PAR)] * 4, lambda acc, r: acc // r)
+    assert records[len(out)] == 0  # the operator reports this record
+    assert out == [1, 0]
+
+
+def test_reduce_into_refuses_a_key_group_it_does_not_own() -> None:
+    owned = key_group_range(0, 2, MAX_PAR)
+    backend = HeapKeyedStateBackend(owned, MAX_PAR)
+    outside = next(k for k in KEYS if key_group_of(k, MAX_PAR) not in owned)
+    with pytest.raises(RuntimeError, match="not owned"):
+        backend.reduce_into([], "r", [1], [outside], [key_group_of(outside, MAX_PAR)], lambda a, r: a + r)
+
+
+def test_reduce_into_copies_an_accumulator_a_snapshot_shares_before_fn_changes_it() -> None:
+    backend = full_backend()
+    group = [key_group_of("k", MAX_PAR)]
+    backend.reduce_into([], "r", [[1]], ["k"], group, _extend_in_place)
+    snap = backend.snapshot()
+    out: list[Any] = []
+    backend.reduce_into(out, "r", [[2], [3]], ["k", "k"], group * 2, _extend_in_place)
+    assert out[0] is out[1]  # copied once, then owned: changed in place
+    assert out[1] == [1, 2, 3]
+    assert snapshot_contents(snap) == {"r": {"k": [1]}}

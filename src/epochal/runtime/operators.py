@@ -391,7 +391,6 @@ class KeyedOperator(RuntimeOperator):
 
 
 _COUNT = "count"
-_MISSING = object()
 _INT16_MAX = int(np.iinfo(np.int16).max)
 
 
@@ -495,18 +494,11 @@ class KeyedReduceOperator(KeyedOperator):
 
     def process(self, batch: Batch) -> Batch | None:
         records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
-        backend, fn = self.backend, self.fn
-        out = []
-        record = None
+        out: list[Any] = []
         try:
-            for record, key, kg in zip(records, keys, groups):
-                backend.set_current_key(key, kg)
-                acc = backend.get_for_read("reduce", _MISSING)
-                value = record if acc is _MISSING else fn(acc, record)
-                backend.put("reduce", value)
-                out.append(value)
+            self.backend.reduce_into(out, "reduce", records, keys, groups, self.fn)
         except Exception as exc:
-            raise OperatorError(self.name, record, exc) from exc
+            raise OperatorError(self.name, records[len(out)], exc) from exc
         return out
 
 

@@ -239,6 +239,18 @@ class DiskKeyedStateBackend:
         self.db.put(self._db_key(name), pickle.dumps((self.current_key, value), _PICKLE))
         self._mark(name, self.current_key_group, self.current_key)
 
+    def reduce_into(
+        self, out: list[Any], name: str, records: list[Any], keys: list[Any], key_groups: list[int],
+        fn: Callable[[Any, Any], Any],
+    ) -> None:
+        """As `HeapKeyedStateBackend.reduce_into`: fold each record into its key's value."""
+        for record, key, key_group in zip(records, keys, key_groups):
+            self.set_current_key(key, key_group)
+            acc = self.get_for_read(name, _MISSING)
+            value = record if acc is _MISSING else fn(acc, record)
+            self.put(name, value)
+            out.append(value)
+
     def delete(self, name: str) -> None:
         self._write_back()
         db_key = self._db_key(name)
