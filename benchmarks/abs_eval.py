@@ -179,7 +179,7 @@ def run(quick: bool) -> dict[str, Any]:
     # runs bracketed by baselines beat fewer one-minute runs on a machine whose speed drifts for
     # minutes at a time (see fig6), and 20 s amortise the final checkpoint of a bounded job,
     # which the baseline (no checkpointing at all) does not take
-    records = 200_000 if quick else int(os.environ.get("EPOCHAL_ABS_RECORDS", 6_000_000))
+    records = 200_000 if quick else int(os.environ.get("EPOCHAL_ABS_RECORDS", 8_000_000))
     spark_records = records if quick else 2 * records
     fig7_records = records
     rounds = 1 if quick else int(os.environ.get("EPOCHAL_ABS_ROUNDS", 3))
