@@ -305,7 +305,7 @@ class HeapKeyedStateBackend:
         self, out: list[Any], name: str, records: list[Any], keys: list[Any], key_groups: list[int],
         fn: Callable[[Any, Any], Any],
     ) -> None:
-        """Fold each record into its key's value (the first record is the value) and append the result.
+        """Fold each record into its key's value (a key's first record is its value); append each result.
 
         The rolling reduce's per-record loop, fused: one call per batch instead of three per
         record. On an exception, `len(out)` is the index of the record that raised. The first
