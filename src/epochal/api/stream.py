@@ -222,7 +222,11 @@ class KeyedStream(DataStream):
         return self._add(lambda n: KeyedCountSpec(n, n, key), "count", name)
 
     def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> DataStream:
-        """Rolling reduce per key: emits `fn(previous, record)` (the first record as is)."""
+        """Rolling reduce per key: emits `fn(previous, record)` (the first record as is).
+
+        `fn` should return a new value, not change `previous` in place: the emitted record and
+        the key's state are one object.
+        """
         key = self._key
         return self._add(lambda n: KeyedReduceSpec(n, n, key, fn), "reduce", name)
 
