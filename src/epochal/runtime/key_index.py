@@ -24,7 +24,7 @@ from .keys import key_groups_of_keys
 _U64 = np.uint64
 _P = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64
 _P_INV = pow(_P, -1, 1 << 64)
-# Linear probing stays short while at most a quarter of the cells are taken (16 bytes a cell).
+# Linear probing stays short while at most a quarter of the cells are taken (8 bytes a cell).
 _MAX_LOAD = 0.25
 _LOW = np.uint64(0xFFFFFFFF)
 
@@ -176,7 +176,6 @@ class KeyIndex:
         self.max_parallelism = max_parallelism
         self._keys = _IntegerKeys() if pa.types.is_integer(self.key_type) else _BinaryKeys(self.key_type)
         self._key_groups = GrowableArray(np.int64)
-        self._size = 0
         self._cells = np.zeros(64, dtype=_U64)
         self._slot_hashes = GrowableArray(_U64)  # the full hash of every slot, to rehash on growth
         self._null_slot = -1
@@ -203,7 +202,7 @@ class KeyIndex:
         return self.normalised_type(key_type) == self.key_type
 
     def __len__(self) -> int:
-        return self._size
+        return len(self._key_groups)
 
     @property
     def key_groups(self) -> np.ndarray:
@@ -285,7 +284,7 @@ class KeyIndex:
         new_slots = self._append(keys.take(pa.array(missing)), hashes[missing])
         slots[missing] = new_slots
         added[missing] = True
-        if self._size > _MAX_LOAD * len(self._cells):
+        if len(self) > _MAX_LOAD * len(self._cells):
             self._grow()
         placed = self._insert(hashes[missing], new_slots)
         if not placed.all():  # their hash is taken (by an older key, or one added just now)
@@ -361,7 +360,7 @@ class KeyIndex:
 
     def _grow(self) -> None:
         capacity = len(self._cells)
-        while _MAX_LOAD * capacity < self._size:
+        while _MAX_LOAD * capacity < len(self):
             capacity *= 2
         old = self._cells[self._cells != 0]
         self._cells = np.zeros(capacity, dtype=_U64)
@@ -375,10 +374,9 @@ class KeyIndex:
     # -- slot storage --------------------------------------------------------------------------
     def _append(self, keys: pa.Array, hashes: np.ndarray) -> np.ndarray:
         """New slots for `keys`, with their key groups (the one pass of Python per new key)."""
-        first = self._size
+        first = len(self)
         self._slot_hashes.extend(hashes)
         groups = np.asarray(key_groups_of_keys(keys.to_pylist(), self.max_parallelism), dtype=np.int64)
         self._key_groups.extend(groups)
         self._keys.append(keys)
-        self._size += len(keys)
-        return np.arange(first, self._size, dtype=np.int64)
+        return np.arange(first, len(self), dtype=np.int64)
