@@ -43,7 +43,7 @@ def test_counts_reach_the_backend_only_when_flushed_and_then_exactly():
     table.flush()
     assert _stored(backend) == {"a": 3, "b": 5, "c": 1}
     # the incremental tracker sees every flushed key as changed, in its own key group
-    dirty = {k: g for g in range(MAX_P) for k in backend.dirty_keys("count", g)}
+    dirty = {k: g for g in range(MAX_P) for k in backend.changed_keys("count", g)}
     assert dirty == {k: key_group_of(k, MAX_P) for k in "abc"}
 
 
@@ -55,7 +55,7 @@ def test_only_changed_counts_are_written_again():
     backend.snapshot(1)  # takes the dirty sets along
     table.add(pa.array(["b"]), np.array([1]))
     table.flush()
-    changed = {k for g in range(MAX_P) for k in backend.dirty_keys("count", g)}
+    changed = {k for g in range(MAX_P) for k in backend.changed_keys("count", g)}
     assert changed == {"b"} and _stored(backend) == {"a": 1, "b": 2}
 
 

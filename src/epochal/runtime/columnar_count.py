@@ -69,7 +69,7 @@ class ColumnarCounts:
         self._dirty.extend(np.zeros(len(keys), dtype=np.bool_))
 
     def flush(self) -> None:
-        """Write the counts changed since the last flush into the backend, marked dirty there."""
+        """Write the counts changed since the last flush into the backend, marked changed there."""
         dirty = self._dirty.values
         slots = np.flatnonzero(dirty)
         if not len(slots):
@@ -86,5 +86,5 @@ class ColumnarCounts:
             key_group = int(groups[start])
             chunk = keys[start:end]
             self.backend.raw_map(self.state, key_group).update(zip(chunk, counts[start:end]))
-            self.backend.dirty_keys(self.state, key_group).update(chunk)
+            self.backend.mark_changed(self.state, key_group, chunk)
         dirty[slots] = False

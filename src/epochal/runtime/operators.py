@@ -15,6 +15,7 @@ import contextlib
 import copy
 import heapq
 import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -415,20 +416,12 @@ class KeyedCountOperator(KeyedOperator):
         self._flush_columnar(drop=True)  # records read and write the backend directly
         records = to_records(batch)
         keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
-        maps: dict[int, tuple[Any, set[Any]]] = {}
-        backend = self.backend
-        out = []
-        append = out.append
-        for key, kg in zip(keys, groups):
-            entry = maps.get(kg)
-            if entry is None:
-                entry = maps[kg] = (backend.raw_map(_COUNT, kg), backend.dirty_keys(_COUNT, kg))
-            m, dirty = entry
-            c = m.get(key, 0) + 1
-            m[key] = c
-            dirty.add(key)
-            append((key, c))
-        return out
+        counts: list[int] = []
+        try:  # a count is a rolling sum of ones
+            self.backend.reduce_into(counts, _COUNT, [1] * len(keys), keys, groups, operator.add)
+        except Exception as exc:
+            raise OperatorError(self.name, records[len(counts)], exc) from exc
+        return list(zip(keys, counts))
 
     def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         assert isinstance(self.key, str)

@@ -60,23 +60,6 @@ def _split(db_key: bytes) -> tuple[int, str]:
     return kg, db_key[4 : 4 + n].decode("utf-8")
 
 
-class _RawMap:
-    """A dict-like view of one state in one key group (for `KeyedCountOperator`'s fast path)."""
-
-    __slots__ = ("_db", "_prefix")
-
-    def __init__(self, backend: "DiskKeyedStateBackend", name: str, key_group: int) -> None:
-        self._db = backend.db
-        self._prefix = _KG.pack(key_group) + _name_prefix(name)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        raw = self._db.get(self._prefix + encode_key(key))
-        return default if raw is None else pickle.loads(raw)[1]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._db.put(self._prefix + encode_key(key), pickle.dumps((key, value), _PICKLE))
-
-
 class DiskSnapshot:
     """A fixed view of a disk backend: a RocksDB checkpoint (full) or snapshot (delta)."""
 
@@ -259,13 +242,6 @@ class DiskKeyedStateBackend:
             self._mark(name, self.current_key_group, self.current_key)
 
     # -- whole-key-group access ----------------------------------------------------------------
-    def raw_map(self, name: str, key_group: int) -> _RawMap:
-        self._write_back()
-        return _RawMap(self, name, key_group)
-
-    def dirty_keys(self, name: str, key_group: int) -> set[Any]:
-        return self._dirty.setdefault(key_group, {}).setdefault(name, set())
-
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
         self._write_back()
         suffix = _name_prefix(name)
