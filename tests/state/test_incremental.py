@@ -3,7 +3,9 @@ chains, and retention that never deletes a file a retained checkpoint still refe
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 
 import pytest
 
@@ -182,3 +184,31 @@ def test_a_manifest_referencing_a_removed_file_is_refused(tmp_path):
     states, _ = write_task_snapshot(storage, 2, TaskId(0, 0), ALL, [("op", snap)])
     with pytest.raises(CheckpointError, match="retention removed"):
         storage.write_manifest(Manifest(2, "j", 0.0, 0.0, (OperatorState("op", 1, 16, (states[0].state,)),)))
+
+
+class _Box:
+    """A value that can be watched for being freed (ints cannot be weakly referenced)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def test_a_written_heap_snapshot_frees_the_old_values_before_its_checkpoint_completes(tmp_path):
+    """Old values only the frozen maps hold go as soon as the snapshot is written.
+
+    The tracker keeps the snapshot until the checkpoint completes, for its file chain; holding the
+    old values that long kept every write after the snapshot from reusing their memory.
+    """
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend("heap")
+    backend.set_current_key("k")
+    backend.put("v", _Box(1))
+    snap = OperatorSnapshot(keyed=backend.snapshot(1))
+    old = weakref.ref(backend.get("v"))
+    backend.put("v", _Box(2))  # now only the frozen map holds the old value
+    assert old() is not None
+    write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", snap)])
+    del snap
+    gc.collect()
+    assert old() is None
+    assert 1 in backend.tracker._pending  # not complete yet: the tracker still holds the snapshot

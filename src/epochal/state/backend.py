@@ -135,7 +135,9 @@ class KeyedStateSnapshot:
             yield key_group, section
 
     def release(self) -> None:
-        """Free what the snapshot holds once it is written (the disk backend's checkpoint)."""
+        """Drop the frozen maps once written: the tracker keeps the snapshot until its checkpoint
+        completes (for `chain`), and old values only the frozen maps hold should be freed now."""
+        self.groups = {}
 
 
 # A snapshot that changed at least this share of the entries is written in full.
