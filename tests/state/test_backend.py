@@ -69,10 +69,11 @@ ops = st.one_of(
     st.tuples(st.just("value_nested_mutate"), keys, small),  # value()["n"].append(v), in place
     st.tuples(st.just("value_clear"), keys),
     st.tuples(st.just("reduce"), keys, small),  # reduce_into with a fn that extends acc in place
+    st.tuples(st.just("count"), keys),  # count_into
     st.tuples(st.just("snapshot")),
 )
 
-NAMES = ["raw", "list", "map", "value", "reduce"]
+NAMES = ["raw", "list", "map", "value", "reduce", "count"]
 
 
 def _extend_in_place(acc: list[int], record: list[int]) -> list[int]:
@@ -137,6 +138,11 @@ def apply(op: tuple, backend: HeapKeyedStateBackend, model: dict[str, dict[Any, 
         backend.reduce_into(out, "reduce", [[op[2]]], [key], [key_group_of(key, MAX_PAR)], _extend_in_place)
         model["reduce"][key] = model["reduce"].get(key, []) + [op[2]]
         assert out == [model["reduce"][key]]
+    elif kind == "count":
+        out = []
+        backend.count_into(out, "count", [key], [key_group_of(key, MAX_PAR)])
+        model["count"][key] = model["count"].get(key, 0) + 1
+        assert out == [(key, model["count"][key])]
     else:  # pragma: no cover
         raise AssertionError(kind)
 
@@ -323,12 +329,24 @@ def test_reduce_into_names_the_failing_record_by_its_index() -> None:
     assert out == [1, 0]
 
 
-def test_reduce_into_refuses_a_key_group_it_does_not_own() -> None:
+def test_reduce_into_and_count_into_refuse_a_key_group_they_do_not_own() -> None:
     owned = key_group_range(0, 2, MAX_PAR)
     backend = HeapKeyedStateBackend(owned, MAX_PAR)
     outside = next(k for k in KEYS if key_group_of(k, MAX_PAR) not in owned)
     with pytest.raises(RuntimeError, match="not owned"):
         backend.reduce_into([], "r", [1], [outside], [key_group_of(outside, MAX_PAR)], lambda a, r: a + r)
+    with pytest.raises(RuntimeError, match="not owned"):
+        backend.count_into([], "c", [outside], [key_group_of(outside, MAX_PAR)])
+
+
+def test_count_into_names_the_failing_record_by_its_index() -> None:
+    backend = full_backend()
+    group = key_group_of("b", MAX_PAR)
+    backend.restore({group: {"c": {"b": "not a number"}}})
+    out: list[Any] = []
+    with pytest.raises(TypeError):
+        backend.count_into(out, "c", ["a", "a", "b"], [key_group_of("a", MAX_PAR), key_group_of("a", MAX_PAR), group])
+    assert out == [("a", 1), ("a", 2)]  # len(out): the record that failed
 
 
 def test_reduce_into_copies_an_accumulator_a_snapshot_shares_before_fn_changes_it() -> None:

@@ -15,7 +15,7 @@ from epochal.runtime.snapshots import read_keyed_chain, write_task_snapshot
 from epochal.state.backend import HeapKeyedStateBackend
 from epochal.state.disk import DiskKeyedStateBackend
 from epochal.state.handles import ListState, MapState, ValueState
-from epochal.state.keygroups import KeyGroupRange
+from epochal.state.keygroups import KeyGroupRange, key_group_of
 from epochal.state.storage import CheckpointStorage, Manifest, OperatorState
 
 ALL = KeyGroupRange(0, 16)
@@ -61,20 +61,27 @@ def test_random_changes_restore_exactly_from_every_chain(tmp_path, kind):
             key = rng.randrange(200)  # about a quarter of the keys change: deltas pay
             backend.set_current_key(key)
             op = rng.random()
-            if op < 0.4:
+            if op < 0.3:
                 value.update(value.value() + 1)
                 model[("v", key)] = model.get(("v", key), 0) + 1
-            elif op < 0.6:
+            elif op < 0.45:
                 items.add(checkpoint_id)
                 model[("l", key)] = model.get(("l", key), []) + [checkpoint_id]
-            elif op < 0.8:
+            elif op < 0.6:
                 tags.put("t", checkpoint_id)
                 model[("m", key)] = {"t": checkpoint_id}
+            elif op < 0.8:  # the fused per-batch paths track their writes too
+                backend.count_into([], "c", [key], [key_group_of(key, 16)])
+                model[("c", key)] = model.get(("c", key), 0) + 1
+                backend.reduce_into([], "r", [key], [key], [key_group_of(key, 16)], max)
+                model[("r", key)] = key
             else:
                 value.clear()
                 items.clear()
                 tags.clear()
-                for name in "vlm":
+                backend.set_current_key(key)
+                backend.delete("c")
+                for name in "vlmc":
                     model.pop((name, key), None)
         subtask, _ = _checkpoint(storage, backend, checkpoint_id, retain=2)
         lengths.append(len(subtask.keyed_chain()))

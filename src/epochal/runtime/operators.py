@@ -15,7 +15,6 @@ import contextlib
 import copy
 import heapq
 import itertools
-import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -416,12 +415,12 @@ class KeyedCountOperator(KeyedOperator):
         self._flush_columnar(drop=True)  # records read and write the backend directly
         records = to_records(batch)
         keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
-        counts: list[int] = []
-        try:  # a count is a rolling sum of ones
-            self.backend.reduce_into(counts, _COUNT, [1] * len(keys), keys, groups, operator.add)
-        except Exception as exc:
-            raise OperatorError(self.name, records[len(counts)], exc) from exc
-        return list(zip(keys, counts))
+        out: list[Any] = []
+        try:
+            self.backend.count_into(out, _COUNT, keys, groups)
+        except Exception as exc:  # e.g. a restored count that is not a number
+            raise OperatorError(self.name, records[len(out)], exc) from exc
+        return out
 
     def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         assert isinstance(self.key, str)

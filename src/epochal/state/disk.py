@@ -234,6 +234,14 @@ class DiskKeyedStateBackend:
             self.put(name, value)
             out.append(value)
 
+    def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
+        """As `HeapKeyedStateBackend.count_into`: add one to each key's count."""
+        for key, key_group in zip(keys, key_groups):
+            self.set_current_key(key, key_group)
+            count = self.get(name, 0) + 1
+            self.put(name, count)
+            out.append((key, count))
+
     def delete(self, name: str) -> None:
         self._write_back()
         db_key = self._db_key(name)
