@@ -12,10 +12,10 @@ per entry).
 
 Checkpoints are incremental (ChronoStream §III-B, "asynchronous delta checkpointing"): the first
 write of a key after a snapshot records the key as *changed* in its key group, and the next
-snapshot takes the changed sets along with the frozen maps. `IncrementalTracker` decides whether a snapshot is written in full or
-as a delta over the subtask's last complete checkpoint (whose files the manifest then references),
-and compacts: a chain is at most `compact_every` files long, and its deltas never outweigh
-`compact_ratio` times its full file.
+snapshot takes the changed sets along with the frozen maps. `IncrementalTracker` decides whether
+a snapshot is written in full or as a delta over the subtask's last complete checkpoint (whose
+files the manifest then references), and compacts: a chain is at most `compact_every` files
+long, and its deltas never outweigh `compact_ratio` times its full file.
 """
 
 from __future__ import annotations
