@@ -269,7 +269,15 @@ class HeapKeyedStateBackend:
         self.current_key = key
 
     # -- entries of the current key ------------------------------------------------------------
+    def _state_maps(self, name: str) -> list[_StateMap]:
+        """One state's maps, one per key group of the range (made on first use)."""
+        maps = self._maps.get(name)
+        if maps is None:
+            maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
+        return maps
+
     def _map(self, name: str, key_group: int) -> _StateMap:
+        # `_state_maps`, inlined: this runs for every state access of a record
         maps = self._maps.get(name)
         if maps is None:
             maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
@@ -330,9 +338,7 @@ class HeapKeyedStateBackend:
         access to a key after a snapshot copies a mutable value before `fn` may change it in
         place, as `get_for_read` does.
         """
-        maps = self._maps.get(name)
-        if maps is None:
-            maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
+        maps = self._state_maps(name)
         start, end, epoch = self.key_groups.start, self.key_groups.end, self.epoch
         immutable, absent, append = _IMMUTABLE_EXACT, _ABSENT, out.append
         for record, key, key_group in zip(records, keys, key_groups):
@@ -340,17 +346,17 @@ class HeapKeyedStateBackend:
                 owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
             m = maps[key_group - start]
             data = m.writable() if m.frozen else m.data
-            stamps = m.stamps
+            owned = m.stamps.get(key) == epoch
             acc = data.get(key, absent)
             if acc is absent:
                 value = record
             else:
-                if type(acc) not in immutable and stamps.get(key) != epoch and not _is_immutable(acc):
+                if not owned and type(acc) not in immutable and not _is_immutable(acc):
                     acc = copy.deepcopy(acc)
                 value = fn(acc, record)
             data[key] = value
-            if stamps.get(key) != epoch:
-                stamps[key] = epoch
+            if not owned:  # `m.mark`, inlined
+                m.stamps[key] = epoch
                 m.changed.add(key)
             append(value)
 
@@ -360,9 +366,7 @@ class HeapKeyedStateBackend:
         The per-record count's loop, fused like `reduce_into` (which would cost a call of `fn`
         per record, and a tuple per record after it: measured 13 % slower on the word count).
         """
-        maps = self._maps.get(name)
-        if maps is None:
-            maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
+        maps = self._state_maps(name)
         start, end, epoch, append = self.key_groups.start, self.key_groups.end, self.epoch, out.append
         for key, key_group in zip(keys, key_groups):
             if not start <= key_group < end:
@@ -372,7 +376,7 @@ class HeapKeyedStateBackend:
             count = data.get(key, 0) + 1
             data[key] = count
             stamps = m.stamps
-            if stamps.get(key) != epoch:
+            if stamps.get(key) != epoch:  # `m.mark`, inlined
                 stamps[key] = epoch
                 m.changed.add(key)
             append((key, count))
