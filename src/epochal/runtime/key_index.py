@@ -331,16 +331,15 @@ class KeyIndex:
             empty = cells == 0
             # a cell holding the same tag: this key collides, it goes to the overflow dict
             taken = ~empty & ((cells >> _U64(32)) == tags[todo])
-            claim = todo[empty]
-            free, first = np.unique(p[empty], return_index=True)
-            winners = claim[first]
-            self._cells[free] = values[winners]
-            placed[winners] = True
-            # losers of a claim probe the same cell again: it is theirs no longer, or holds their tag
-            lost = np.setdiff1d(claim, winners, assume_unique=True)
+            claim, free = todo[empty], p[empty]
+            # rows claiming one cell: the last write wins (values are distinct: slots are), the
+            # others read back another value and probe the same cell again, as occupied now
+            self._cells[free] = values[claim]
+            won = self._cells[free] == values[claim]
+            placed[claim[won]] = True
             moving = todo[~empty & ~taken]
             pos[moving] = (pos[moving] + 1) & mask
-            todo = np.concatenate((moving, lost))
+            todo = np.concatenate((moving, claim[~won]))
         return placed
 
     def _insert_few(self, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
