@@ -71,6 +71,7 @@ ops = st.one_of(
     st.tuples(st.just("reduce"), keys, small),  # reduce_into with a fn that extends acc in place
     st.tuples(st.just("count"), keys),  # count_into
     st.tuples(st.just("snapshot")),
+    st.tuples(st.just("release")),  # the oldest snapshot is written: nothing reads it any more
 )
 
 NAMES = ["raw", "list", "map", "value", "reduce", "count"]
@@ -83,7 +84,7 @@ def _extend_in_place(acc: list[int], record: list[int]) -> list[int]:
 
 def apply(op: tuple, backend: HeapKeyedStateBackend, model: dict[str, dict[Any, Any]]) -> None:
     kind = op[0]
-    if kind == "snapshot":
+    if kind in ("snapshot", "release"):
         return
     key = op[1]
     backend.set_current_key(key)
@@ -156,6 +157,9 @@ def test_snapshots_never_see_later_writes(op_list: list[tuple]) -> None:
     for op in op_list + [("snapshot",)]:
         if op[0] == "snapshot":
             taken.append((backend.snapshot(), copy.deepcopy(nonempty(model))))
+        elif op[0] == "release":
+            if taken:
+                taken.pop(0)[0].release()
         else:
             apply(op, backend, model)
         # every snapshot taken so far still holds exactly the state at its point
@@ -400,3 +404,35 @@ def test_write_tracking_holds_the_key_objects_of_the_state_itself() -> None:
     for maps in backend._maps.values():
         for m in maps:
             assert {id(k) for k in m.stamps} == {id(k) for k in m.data}
+
+
+def test_batch_loops_write_in_place_once_every_snapshot_is_released() -> None:
+    """Copy-on-write guards a snapshot until it is written; after that it only costs."""
+    backend = full_backend()
+    group = [key_group_of("k", MAX_PAR)]
+    backend.reduce_into([], "r", [[1]], ["k"], group, _extend_in_place)
+    live = backend._maps["r"][group[0]].data
+    accumulator = live["k"]
+    backend.snapshot(1).release()
+    written = backend.snapshot(2)  # unreleased: protects its maps ...
+    backend.reduce_into([], "r", [[2]], ["k"], group, _extend_in_place)
+    assert snapshot_contents(written) == {"r": {"k": [1]}}
+    assert backend._maps["r"][group[0]].data is not live
+    written.release()  # ... until it is written
+    live = backend._maps["r"][group[0]].data
+    accumulator = live["k"]
+    backend.snapshot(3).release()
+    backend.reduce_into([], "r", [[3]], ["k"], group, _extend_in_place)
+    assert backend._maps["r"][group[0]].data is live  # the map is not copied
+    assert live["k"] is accumulator == [1, 2, 3]  # nor the accumulator
+    assert backend.changed_keys("r", group[0]) == {"k"}  # and the write is still tracked
+
+
+def test_a_snapshot_nobody_holds_reads_nothing() -> None:
+    backend = full_backend()
+    backend.snapshot()  # dropped at once, never written: nothing can read its maps
+    assert not backend.snapshot_readers()
+    held = backend.snapshot(1)  # the tracker holds it until its checkpoint completes
+    assert backend.snapshot_readers()
+    held.release()
+    assert not backend.snapshot_readers()

@@ -21,6 +21,7 @@ long, and its deltas never outweigh `compact_ratio` times its full file.
 from __future__ import annotations
 
 import copy
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -71,9 +72,11 @@ class _StateMap:
         self.stamps: dict[Any, int] = {}  # key -> epoch of its last write; only live keys
         self.changed: set[Any] = set()  # keys written or deleted since the last snapshot
 
-    def writable(self) -> dict[Any, Any]:
+    def writable(self, shared: bool = True) -> dict[Any, Any]:
+        """`data`, safe to write: copied first if frozen and a snapshot may still read it."""
         if self.frozen:
-            self.data = self.data.copy()  # keeps the key objects: see the class docstring
+            if shared:
+                self.data = self.data.copy()  # keeps the key objects: see the class docstring
             self.frozen = False
         return self.data
 
@@ -91,7 +94,7 @@ class _StateMap:
 Sections = Iterable[tuple[int, dict[str, Any]]]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class KeyedStateSnapshot:
     """The fixed keyed state of one subtask: key group → state name → {key: value}.
 
@@ -109,6 +112,7 @@ class KeyedStateSnapshot:
     dirty: dict[int, dict[str, set[Any]]] | None = None
     base: tuple[FileHandle, ...] = ()
     chain: tuple[FileHandle, ...] | None = field(default=None)
+    released: bool = False
 
     @property
     def is_delta(self) -> bool:
@@ -136,8 +140,13 @@ class KeyedStateSnapshot:
 
     def release(self) -> None:
         """Drop the frozen maps once written: the tracker keeps the snapshot until its checkpoint
-        completes (for `chain`), and old values only the frozen maps hold should be freed now."""
+        completes (for `chain`), and old values only the frozen maps hold should be freed now.
+
+        Also tells the backend that nothing reads the maps any more (`released`, set last), so
+        its batch loops may write them in place again (`HeapKeyedStateBackend.snapshot_readers`).
+        """
         self.groups = {}
+        self.released = True
 
 
 # A snapshot that changed at least this share of the entries is written in full.
@@ -262,6 +271,21 @@ class HeapKeyedStateBackend:
         self.current_key_group = -1
         self.epoch = 1  # bumped by every snapshot; see `_StateMap`
         self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
+        self._readers: list[weakref.ref[KeyedStateSnapshot]] = []  # snapshots that may read maps
+
+    def snapshot_readers(self) -> bool:
+        """Whether a snapshot taken here may still read frozen maps (neither released nor gone).
+
+        Copy-on-write protects a snapshot only until it is written: checked once per batch, it
+        spares the batch loops the copy of a frozen map and of a shared mutable value, and the
+        immutability check of every key's first write after a snapshot (most of those writes
+        come after the write, which takes milliseconds). Called by the processing thread only,
+        which alone takes snapshots; a writer thread may release one meanwhile, and a stale
+        True only copies.
+        """
+        if self._readers:
+            self._readers = [r for r in self._readers if (s := r()) is not None and not s.released]
+        return bool(self._readers)
 
     # -- current key ---------------------------------------------------------------------------
     def set_current_key(self, key: Any, key_group: int | None = None) -> None:
@@ -341,17 +365,18 @@ class HeapKeyedStateBackend:
         maps = self._state_maps(name)
         start, end, epoch = self.key_groups.start, self.key_groups.end, self.epoch
         immutable, absent, append = _IMMUTABLE_EXACT, _ABSENT, out.append
+        shared = self.snapshot_readers()
         for record, key, key_group in zip(records, keys, key_groups):
             if not start <= key_group < end:
                 owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
             m = maps[key_group - start]
-            data = m.writable() if m.frozen else m.data
+            data = m.writable(shared) if m.frozen else m.data
             owned = m.stamps.get(key) == epoch
             acc = data.get(key, absent)
             if acc is absent:
                 value = record
             else:
-                if not owned and type(acc) not in immutable and not _is_immutable(acc):
+                if shared and not owned and type(acc) not in immutable and not _is_immutable(acc):
                     acc = copy.deepcopy(acc)
                 value = fn(acc, record)
             data[key] = value
@@ -368,11 +393,12 @@ class HeapKeyedStateBackend:
         """
         maps = self._state_maps(name)
         start, end, epoch, append = self.key_groups.start, self.key_groups.end, self.epoch, out.append
+        shared = self.snapshot_readers()
         for key, key_group in zip(keys, key_groups):
             if not start <= key_group < end:
                 owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
             m = maps[key_group - start]
-            data = m.writable() if m.frozen else m.data
+            data = m.writable(shared) if m.frozen else m.data
             count = data.get(key, 0) + 1
             data[key] = count
             stamps = m.stamps
@@ -427,10 +453,12 @@ class HeapKeyedStateBackend:
                     m.changed = set()
         self.epoch += 1  # nothing is owned any more: every value may be shared with `groups`
         if checkpoint_id is None:
-            return KeyedStateSnapshot(self.key_groups, groups)
-        union, base = self.tracker.plan(checkpoint_id, dirty, entries)
-        snap = KeyedStateSnapshot(self.key_groups, groups, union, base)
-        self.tracker.attach(checkpoint_id, snap)
+            snap = KeyedStateSnapshot(self.key_groups, groups)
+        else:
+            union, base = self.tracker.plan(checkpoint_id, dirty, entries)
+            snap = KeyedStateSnapshot(self.key_groups, groups, union, base)
+            self.tracker.attach(checkpoint_id, snap)
+        self._readers.append(weakref.ref(snap))
         return snap
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
