@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import pickle
@@ -348,6 +350,11 @@ manifests = st.builds(
 @settings(max_examples=100)
 def test_manifest_json_round_trips(manifest: Manifest) -> None:
     assert Manifest.from_json(manifest.to_json(), source="m") == manifest
+    # the body is the dataclass fields, as `asdict` gives them: the format stays readable
+    body = json.loads(manifest.to_json())["manifest"]
+    expected = json.loads(json.dumps(dataclasses.asdict(manifest)))
+    del expected["location"]
+    assert body == {**expected, "format_version": 2}
 
 
 def test_manifest_helpers() -> None:

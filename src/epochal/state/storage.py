@@ -25,7 +25,7 @@ import logging
 import os
 import posixpath
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Iterable
 
 import pyarrow.fs as pafs
@@ -86,6 +86,21 @@ class TaskCheckpointStats:
     bytes: int
 
 
+def _plain(value: Any) -> Any:
+    """`dataclasses.asdict` for the manifest's types, without its deep copy of every leaf."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    names = _FIELD_NAMES.get(type(value))
+    if names is None:
+        if not is_dataclass(value):
+            return value
+        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
+    return {name: _plain(getattr(value, name)) for name in names}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Manifest:
     """The commit record of one checkpoint; its presence makes the checkpoint complete."""
@@ -131,12 +146,17 @@ class Manifest:
 
     # -- JSON ------------------------------------------------------------------------------------
     def to_json(self) -> bytes:
-        body = asdict(self)
+        """The manifest and its checksum, as compact JSON (`python -m json.tool` pretty-prints).
+
+        Written once per checkpoint by the coordinator: `dataclasses.asdict` and an indented
+        dump (which takes the pure-Python encoder) cost about 1 ms of it, in-process.
+        """
+        body = _plain(self)
         del body["location"]
         body["format_version"] = _FORMAT_VERSION
         payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
         checksum = hashlib.sha256(payload.encode()).hexdigest()
-        return json.dumps({"manifest": body, "sha256": checksum}, sort_keys=True, indent=1).encode()
+        return f'{{"manifest":{payload},"sha256":"{checksum}"}}'.encode()
 
     @staticmethod
     def from_json(data: bytes, source: str) -> "Manifest":
