@@ -254,9 +254,14 @@ class CheckpointStorage:
 
     def _write(self, relative: str, chunks: Iterable[bytes]) -> FileHandle:
         digest, size = hashlib.sha256(), 0
+        path = self._abs(relative)
         try:
-            self.fs.create_dir(posixpath.dirname(self._abs(relative)), recursive=True)
-            with self.fs.open_output_stream(self._abs(relative)) as out:
+            try:  # the directory exists for all but a checkpoint's first file: try that first
+                stream = self.fs.open_output_stream(path)
+            except OSError:  # missing parent: FileNotFoundError locally, other kinds elsewhere
+                self.fs.create_dir(posixpath.dirname(path), recursive=True)
+                stream = self.fs.open_output_stream(path)
+            with stream as out:
                 for chunk in chunks:
                     out.write(chunk)
                     digest.update(chunk)
