@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import abs_eval, runner, throughput, workloads  # noqa: E402
+from benchmarks import abs_eval, abs_target, runner, throughput, workloads  # noqa: E402
 
 
 def test_generator_source_is_deterministic_and_even():
@@ -82,3 +82,14 @@ def test_abs_fig7_and_summary_render(monkeypatch, tmp_path):
 def test_benchmarks_are_registered():
     runner._load()
     assert {"abs_eval", "throughput", "startup_recovery"} <= set(runner._REGISTRY)
+
+
+def test_abs_target_alternates_and_summarises():
+    result = abs_target.alternate(records=2000, rounds=2)
+    assert len(result["ratios"]) == 2 and len(result["baseline_seconds"]) == 3
+    assert result["ci90_low"] <= result["median"] <= result["ci90_high"]
+    # the interval of a median of equal ratios is that ratio; quartiles bracket the median
+    assert abs_target.summarise([1.02] * 5)["ci90_low"] == abs_target.summarise([1.02] * 5)["ci90_high"] == 1.02
+    spread = abs_target.summarise([1.0, 1.01, 1.02, 1.03, 1.10])
+    assert spread["median"] == 1.02 and spread["q1"] <= 1.02 <= spread["q3"]
+    assert 1.0 <= spread["ci90_low"] <= 1.02 <= spread["ci90_high"] <= 1.10
