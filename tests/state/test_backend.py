@@ -412,7 +412,6 @@ def test_batch_loops_write_in_place_once_every_snapshot_is_released() -> None:
     group = [key_group_of("k", MAX_PAR)]
     backend.reduce_into([], "r", [[1]], ["k"], group, _extend_in_place)
     live = backend._maps["r"][group[0]].data
-    accumulator = live["k"]
     backend.snapshot(1).release()
     written = backend.snapshot(2)  # unreleased: protects its maps ...
     backend.reduce_into([], "r", [[2]], ["k"], group, _extend_in_place)
