@@ -221,7 +221,8 @@ class SinkOperator(RuntimeOperator):
             committable = self._writer.prepare_commit(checkpoint_id)
         if committable is not None:
             self._pending[checkpoint_id] = committable
-        return OperatorSnapshot(state=dict(self._pending))
+        # nothing pending: no state, and no file (restore treats None and {} alike)
+        return OperatorSnapshot(state=dict(self._pending) if self._pending else None)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [cid for cid in sorted(self._pending) if cid <= checkpoint_id]
