@@ -33,6 +33,7 @@ from .spark_subprocess import run_on_spark
 INTERVALS = (0.5, 1.0, 2.0, 5.0)
 FIG7_INTERVAL = 3.0
 KEYS = 10_000
+TARGET_OVERHEAD = 0.03  # the issue's bound for ABS at a 1 s interval
 
 
 def abs_env(
@@ -81,6 +82,18 @@ def run_once(
     finally:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def periodic_checkpoints(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's checkpoints but the final one (which a bounded job takes at its end)."""
+    return [c for c in run["checkpoints"] if not c["final"]]
+
+
+def run_sizes(quick: bool) -> tuple[int, int]:
+    """Records a run in-process and on Spark: about 20 s on either host (Spark's two workers
+    run about twice as fast)."""
+    records = 200_000 if quick else int(os.environ.get("EPOCHAL_ABS_RECORDS", 8_000_000))
+    return records, records if quick else 2 * records
 
 
 def _manifest_stats(directory: str) -> list[dict[str, Any]]:
@@ -138,12 +151,12 @@ def fig6(records: int, parallelism: int, rounds: int, session: Any = None) -> di
     table = {}
     for name, xs in runs.items():
         seconds = statistics.median(x["seconds"] for x in xs)
-        checkpoints = [c for x in xs for c in x["checkpoints"] if not c["final"]]
+        checkpoints = [c for x in xs for c in periodic_checkpoints(x)]
         table[name] = {
             "mode": xs[0]["mode"], "interval": xs[0]["interval"], "seconds": seconds,
             "runs_seconds": [x["seconds"] for x in xs],
             "ratios": ratios.get(name, [1.0]), "ratio": statistics.median(ratios.get(name, [1.0])),
-            "checkpoints_per_run": statistics.mean(len([c for c in x["checkpoints"] if not c["final"]]) for x in xs),
+            "checkpoints_per_run": statistics.mean(len(periodic_checkpoints(x)) for x in xs),
             "duration_ms_p50": _percentile([c["duration_ms"] for c in checkpoints], 50),
             "duration_ms_p99": _percentile([c["duration_ms"] for c in checkpoints], 99),
             "alignment_ms_p50": _percentile([a for c in checkpoints for a in c["alignment_ms"]], 50),
@@ -179,8 +192,7 @@ def run(quick: bool) -> dict[str, Any]:
     # runs bracketed by baselines beat fewer one-minute runs on a machine whose speed drifts for
     # minutes at a time (see fig6), and 20 s amortise the final checkpoint of a bounded job,
     # which the baseline (no checkpointing at all) does not take
-    records = 200_000 if quick else int(os.environ.get("EPOCHAL_ABS_RECORDS", 8_000_000))
-    spark_records = records if quick else 2 * records
+    records, spark_records = run_sizes(quick)
     fig7_records = records
     rounds = 1 if quick else int(os.environ.get("EPOCHAL_ABS_ROUNDS", 3))
     hosts: dict[str, Any] = {}
@@ -250,7 +262,7 @@ def _summary(result: dict[str, Any]) -> str:
         if abs1:
             overhead = abs1["ratio"] - 1
             parts += ["", f"ABS at 1 s costs **{overhead:+.1%}** against the baseline "
-                      f"({'meets' if overhead <= 0.03 else 'misses'} the ≤ 3 % target)."]
+                      f"({'meets' if overhead <= TARGET_OVERHEAD else 'misses'} the ≤ 3 % target)."]
         f7 = host["fig7"]
         parts += [
             "",
@@ -290,7 +302,7 @@ def _plot(result: dict[str, Any]) -> None:
             xs = [i for i in INTERVALS if f"{mode}@{i}" in configs]
             ax.plot(xs, [configs[f"{mode}@{i}"]["ratio"] for i in xs], style, label=label)
         ax.axhline(1.0, color="black", linewidth=1, label="baseline (no snapshots)")
-        ax.axhline(1.03, color="gray", linestyle=":", label="+3 % (target for ABS at 1 s)")
+        ax.axhline(1 + TARGET_OVERHEAD, color="gray", linestyle=":", label="+3 % (target for ABS at 1 s)")
         ax.set_xticks(list(INTERVALS))
         ax.set_xticklabels([f"{i:g}" for i in INTERVALS])
         ax.set_xlabel("snapshot interval (s)")

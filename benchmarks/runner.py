@@ -29,7 +29,10 @@ IMAGES = os.path.join(ROOT, "docs", "img")
 
 BenchFn = Callable[[bool], dict[str, Any]]
 _REGISTRY: dict[str, tuple[BenchFn, str]] = {}
-_MODULES = ["benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput", "benchmarks.abs_eval", "benchmarks.abs_target"]
+_MODULES = [
+    "benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput",
+    "benchmarks.abs_eval", "benchmarks.abs_target",
+]
 
 
 def pyplot() -> Any | None:

@@ -90,15 +90,9 @@ def _plain(value: Any) -> Any:
     """`dataclasses.asdict` for the manifest's types, without its deep copy of every leaf."""
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
-    names = _FIELD_NAMES.get(type(value))
-    if names is None:
-        if not is_dataclass(value):
-            return value
-        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
-    return {name: _plain(getattr(value, name)) for name in names}
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    return value
 
 
 @dataclass(frozen=True, slots=True)
