@@ -23,6 +23,7 @@ from .api.stream import DataStream as DataStream
 from .api.stream import KeyedStream as KeyedStream
 from .config import CheckpointConfig as CheckpointConfig
 from .config import RestartStrategy as RestartStrategy
+from .config import StateConfig as StateConfig
 from .errors import CheckpointError as CheckpointError
 from .errors import CorruptCheckpointError as CorruptCheckpointError
 from .errors import EpochalError as EpochalError
@@ -57,6 +58,7 @@ __all__ = sorted(
         "SplitReader",
         "StreamEnvironment",
         "ValueState",
+            "StateConfig",
     ]
 )
 

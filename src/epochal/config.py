@@ -80,6 +80,12 @@ class StateConfig:
             more than `compact_ratio` times the size of its full file.
         local_dir: where the disk backend keeps its working databases (default: the system
             temporary directory). They are deleted when the task ends.
+        inline_snapshot_entries: a memory-backend snapshot of at most this many entries is
+            serialised in the synchronous part of the checkpoint, about 60 ns an entry (1.2 ms
+            at the default), and released at once: the records after the barrier then write
+            the state in place. A larger one is serialised asynchronously while the records
+            after the barrier copy what they write (copy-on-write), so the task never stops
+            for long. 0 serialises every snapshot asynchronously.
     """
 
     backend: Literal["memory", "disk"] = "memory"
@@ -87,6 +93,7 @@ class StateConfig:
     compact_every: int = 10
     compact_ratio: float = 1.0
     local_dir: str | None = None
+    inline_snapshot_entries: int = 20_000
 
     def __post_init__(self) -> None:
         if self.backend not in ("memory", "disk"):
@@ -95,6 +102,8 @@ class StateConfig:
             raise ValueError("StateConfig.compact_every must be at least 1")
         if self.compact_ratio <= 0:
             raise ValueError("StateConfig.compact_ratio must be positive")
+        if self.inline_snapshot_entries < 0:
+            raise ValueError("StateConfig.inline_snapshot_entries must not be negative")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from epochal import CheckpointConfig, StreamEnvironment
+from epochal import CheckpointConfig, StateConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.connectors import FileSink, TextFileSource, read_committed
 from spark_jobs import expected_updates, write_corpus
@@ -33,6 +33,8 @@ def _job(corpus: str, out: str, ckpt: str, fail_at: int | None, seed: int):
     env = StreamEnvironment(
         parallelism=2, executor="inprocess", seed=seed, batch_size=32,
         checkpoint=CheckpointConfig(interval=0.005, directory=ckpt),
+        # odd seeds serialise every snapshot asynchronously: copy-on-write under failures too
+        state=StateConfig(inline_snapshot_entries=0 if seed % 2 else 20_000),
     )
     env.from_source(TextFileSource(corpus)).flat_map(split).key_by(lambda w: w).count().sink_to(FileSink(out))
     return env.job_graph("wordcount")

@@ -145,6 +145,56 @@ def test_an_aborted_checkpoint_never_becomes_a_base(tmp_path):
     assert _model_state(storage, subtask) == {("v", "a"): 1, ("v", "b"): 2, ("v", "c"): 3}
 
 
+def test_a_state_that_keeps_changing_mostly_goes_unrecorded_until_it_turns_sparse(tmp_path):
+    """Recording the changes of a state written in full anyway only costs: it stops, in
+    doubling stretches, and a sparse snapshot in between brings the deltas back."""
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend("memory")
+    state = ValueState(backend, "v")
+    model: dict = {}
+
+    def write(keys, value):
+        for key in keys:
+            backend.set_current_key(key)
+            state.update(value)
+            model[("v", key)] = value
+
+    recorded, chains = [], []
+    for checkpoint_id in range(1, 23):
+        write(range(100) if checkpoint_id <= 16 else range(checkpoint_id, 100, 25), checkpoint_id)
+        recorded.append(backend.tracker.tracks_changes)
+        subtask, _ = _checkpoint(storage, backend, checkpoint_id)
+        chains.append(len(subtask.keyed_chain()))
+        assert _model_state(storage, subtask) == model, f"checkpoint {checkpoint_id}"
+    # epochs 1 and 2 record (a first checkpoint is all new keys); then 1, 2, 4 and 8 unrecorded
+    # epochs between recorded ones, so the sparse writes from 17 on wait for epoch 21
+    assert [i for i, r in enumerate(recorded, 1) if r] == [1, 2, 4, 7, 12, 21, 22]
+    assert chains == [1] * 20 + [2, 3]
+
+
+def test_an_unrecorded_epoch_since_the_base_forces_a_full_snapshot(tmp_path):
+    """A delta must cover every epoch since its base; one whose changes went unrecorded (its
+    checkpoint aborted) leaves nothing to build it from."""
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend("memory")
+    state = ValueState(backend, "v")
+    for checkpoint_id in (1, 2):  # two mostly-changed snapshots: epoch 3 goes unrecorded
+        for key in range(10):
+            backend.set_current_key(key)
+            state.update(checkpoint_id)
+        _checkpoint(storage, backend, checkpoint_id)
+    assert not backend.tracker.tracks_changes
+    backend.set_current_key(3)
+    state.update("lost?")
+    backend.snapshot(3)  # taken, never completed: checkpoint 2 stays the base
+    assert backend.tracker.tracks_changes
+    backend.set_current_key(4)
+    state.update("sparse")  # 1 of 10 keys: a delta, were every epoch since the base recorded
+    subtask, _ = _checkpoint(storage, backend, 4)
+    assert len(subtask.keyed_chain()) == 1
+    assert _model_state(storage, subtask)[("v", 3)] == "lost?"
+
+
 def test_incremental_off_writes_every_checkpoint_in_full(tmp_path):
     storage = CheckpointStorage(str(tmp_path))
     backend = _backend("memory", incremental=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import CheckpointError
 from ..plan.job_graph import TaskId
@@ -28,14 +28,40 @@ def _file_stem(uid: str, subtask: int) -> str:
     return f"{safe}-{digest}-{subtask}"
 
 
-def _write_keyed(storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedStateSnapshot) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
-    """Write a full file or a delta; returns (the new file or None, the chain's earlier files)."""
+def _keyed_chunks(keyed: KeyedStateSnapshot) -> Iterator[bytes] | None:
+    """The chunks of a keyed snapshot's file (full or delta), or None if it holds nothing."""
     sections = iter(keyed.delta_sections() if keyed.is_delta else keyed.full_sections())
     first = next(sections, None)
+    if first is None:
+        return None
+    return iter_keyed_file(itertools.chain([first], sections), delta=keyed.is_delta)
+
+
+def serialise_small_snapshots(snapshots: Sequence[tuple[str, OperatorSnapshot]], max_entries: int) -> None:
+    """Serialise heap snapshots of at most `max_entries` entries now, and release them.
+
+    Called in the synchronous part (`StateConfig.inline_snapshot_entries`). For a small state,
+    copy-on-write costs the records after the barrier more than serialising does: each key
+    group's map is copied on its first write, cold in the cache. A snapshot that cannot be
+    serialised is left whole, for the writer to report.
+    """
+    for _, snap in snapshots:
+        keyed = snap.keyed
+        if isinstance(keyed, KeyedStateSnapshot) and keyed.entries <= max_entries and keyed.encoded is None:
+            try:
+                chunks = _keyed_chunks(keyed)
+                keyed.encoded = list(chunks) if chunks is not None else []
+            except Exception:
+                continue
+            keyed.release()
+
+
+def _write_keyed(storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedStateSnapshot) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
+    """Write a full file or a delta; returns (the new file or None, the chain's earlier files)."""
+    chunks = _keyed_chunks(keyed) if keyed.encoded is None else keyed.encoded
     base = keyed.base if keyed.is_delta else ()
     handle = None
-    if first is not None:
-        chunks = iter_keyed_file(itertools.chain([first], sections), delta=keyed.is_delta)
+    if chunks:  # an iterator, or a non-empty list
         handle = storage.write_file(checkpoint_id, stem + ".keyed", chunks)
     return handle, base
 

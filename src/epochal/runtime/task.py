@@ -49,7 +49,7 @@ from .operators import (
     create_operator,
 )
 from .partition import Partitioner
-from .snapshots import read_operator_restore, write_task_snapshot
+from .snapshots import read_operator_restore, serialise_small_snapshots, write_task_snapshot
 
 
 class InputChannel(Protocol):
@@ -430,6 +430,8 @@ class Task:
         snapshots = [(op.uid, op.snapshot(barrier.checkpoint_id)) for op in self.chain]
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.output.broadcast(barrier)
+        # after the barrier left: downstream aligns while this task serialises a small state
+        serialise_small_snapshots(snapshots, self.setup.state.inline_snapshot_entries)
         sync_ms = (time.perf_counter() - started) * 1000
         self.last_checkpoint = barrier.checkpoint_id
         open_back_edges = set(self.back_edges) - self.aligner.ended

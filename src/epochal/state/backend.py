@@ -55,7 +55,8 @@ class _StateMap:
     `stamps` says, per key, in which epoch (the backend's count of freezes) the key was last
     written: a key stamped with the current epoch is *owned*, i.e. its value was put or copied
     since the freeze and no snapshot shares it. The first write in an epoch also adds the key to
-    `changed`, the delta of the next snapshot.
+    `changed`, the delta of the next snapshot; `changed` is None in an epoch whose changes go
+    unrecorded (`IncrementalTracker.tracks_changes`).
 
     Why stamps and not per-snapshot sets, probed per record: a set rebuilt from empty after a
     snapshot stores the key objects of the first records after it, not the ones `data` holds, so
@@ -66,11 +67,12 @@ class _StateMap:
 
     __slots__ = ("data", "frozen", "stamps", "changed")
 
-    def __init__(self) -> None:
+    def __init__(self, tracked: bool = True) -> None:
         self.data: dict[Any, Any] = {}
         self.frozen = False
         self.stamps: dict[Any, int] = {}  # key -> epoch of its last write; only live keys
-        self.changed: set[Any] = set()  # keys written or deleted since the last snapshot
+        # keys written or deleted since the last snapshot; None while changes go unrecorded
+        self.changed: set[Any] | None = set() if tracked else None
 
     def writable(self, shared: bool = True) -> dict[Any, Any]:
         """`data`, safe to write: copied first if frozen and a snapshot may still read it."""
@@ -84,7 +86,8 @@ class _StateMap:
         """`key` was written: it is owned in `epoch`, and changed."""
         if self.stamps.get(key) != epoch:
             self.stamps[key] = epoch
-            self.changed.add(key)
+            if self.changed is not None:
+                self.changed.add(key)
 
     def freeze(self) -> dict[Any, Any]:
         self.frozen = True
@@ -113,6 +116,8 @@ class KeyedStateSnapshot:
     base: tuple[FileHandle, ...] = ()
     chain: tuple[FileHandle, ...] | None = field(default=None)
     released: bool = False
+    entries: int = 0  # in all its maps, counted when taken
+    encoded: list[bytes] | None = None  # its file's chunks, if serialised before the writer ran
 
     @property
     def is_delta(self) -> bool:
@@ -151,6 +156,8 @@ class KeyedStateSnapshot:
 
 # A snapshot that changed at least this share of the entries is written in full.
 _MOSTLY_CHANGED = 0.5
+# After such a snapshot, up to this many epochs leave their changes unrecorded (see below).
+_MAX_UNTRACKED = 8
 
 
 class IncrementalTracker:
@@ -161,6 +168,14 @@ class IncrementalTracker:
     until a checkpoint completes (`on_complete`), and a delta is the union of the dirty sets of
     every snapshot taken since its base. After a restore there is no base: the first checkpoint
     is full.
+
+    Recording changes costs a set insertion per key and epoch, and is wasted on a state that
+    changes mostly between checkpoints: its snapshots are written in full anyway. So after two
+    snapshots in a row that changed most entries, the next epoch goes unrecorded
+    (`tracks_changes` is False; its snapshot is full); while the recorded snapshots in between
+    keep changing most entries, the unrecorded stretches double, up to `_MAX_UNTRACKED`. One
+    mostly-changed snapshot alone changes nothing: a state's first checkpoint is all new keys.
+    A workload that turns sparse waits at most `_MAX_UNTRACKED` checkpoints for its deltas.
     """
 
     def __init__(self, incremental: bool = True, compact_every: int = 10, compact_ratio: float = 1.0) -> None:
@@ -169,7 +184,15 @@ class IncrementalTracker:
         self.compact_ratio = compact_ratio
         self.base_id: int | None = None
         self.base_chain: tuple[FileHandle, ...] = ()
-        self._pending: dict[int, tuple[dict[int, dict[str, set[Any]]], KeyedStateSnapshot | None]] = {}
+        # checkpoint → (its dirty sets, None if unrecorded; its snapshot once attached)
+        self._pending: dict[int, tuple[dict[int, dict[str, set[Any]]] | None, KeyedStateSnapshot | None]] = {}
+        self._mostly_changed_streak = 0
+        self._untracked_left = 0
+
+    @property
+    def tracks_changes(self) -> bool:
+        """Whether the epoch starting now should record the keys it changes."""
+        return self.incremental and self._untracked_left == 0
 
     def _needs_full(self) -> bool:
         if not self.incremental or self.base_id is None:
@@ -183,26 +206,36 @@ class IncrementalTracker:
         return delta_bytes > self.compact_ratio * base_bytes
 
     def plan(
-        self, checkpoint_id: int, dirty: dict[int, dict[str, set[Any]]], entries: int | None = None
+        self, checkpoint_id: int, dirty: dict[int, dict[str, set[Any]]] | None, entries: int | None = None
     ) -> tuple[dict[int, dict[str, set[Any]]] | None, tuple[FileHandle, ...]]:
         """Record this snapshot's dirty sets; return (dirty union or None for full, base chain).
 
-        `entries`, the number of entries in the state if known, lets a snapshot that changed
-        most of them be written in full: about as large as the delta, cheaper to build, and it
-        ends the chain.
+        `dirty` is None for an epoch that recorded no changes: the snapshot is full. `entries`,
+        the number of entries in the state if known, lets a snapshot that changed most of them
+        be written in full: about as large as the delta, cheaper to build, and it ends the chain.
         """
         self._pending[checkpoint_id] = (dirty, None)
-        if self._needs_full():
+        if dirty is None:
+            self._untracked_left = max(0, self._untracked_left - 1)
             return None, ()
         if entries is not None:
             changed = sum(len(keys) for states in dirty.values() for keys in states.values())
             if changed >= _MOSTLY_CHANGED * entries:
+                self._mostly_changed_streak += 1
+                if self._mostly_changed_streak >= 2:
+                    self._untracked_left = min(2 ** (self._mostly_changed_streak - 2), _MAX_UNTRACKED)
                 return None, ()
+            self._mostly_changed_streak = 0
+        if self._needs_full():
+            return None, ()
         union: dict[int, dict[str, set[Any]]] = {}
         for cid in sorted(self._pending):
             if cid <= self.base_id:  # type: ignore[operator]
                 continue
-            for key_group, states in self._pending[cid][0].items():
+            since_base = self._pending[cid][0]
+            if since_base is None:  # an epoch since the base went unrecorded
+                return None, ()
+            for key_group, states in since_base.items():
                 target = union.setdefault(key_group, {})
                 for name, keys in states.items():
                     target.setdefault(name, set()).update(keys)
@@ -228,6 +261,7 @@ class IncrementalTracker:
     def reset(self) -> None:
         self.base_id, self.base_chain = None, ()
         self._pending.clear()
+        self._mostly_changed_streak = self._untracked_left = 0
 
 
 def apply_sections(target: dict[int, dict[str, dict[Any, Any]]], is_delta: bool, groups: dict[int, Any]) -> None:
@@ -271,6 +305,7 @@ class HeapKeyedStateBackend:
         self.current_key_group = -1
         self.epoch = 1  # bumped by every snapshot; see `_StateMap`
         self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
+        self._tracking = self.tracker.tracks_changes  # whether this epoch records changed keys
         self._readers: list[weakref.ref[KeyedStateSnapshot]] = []  # snapshots that may read maps
 
     def snapshot_readers(self) -> bool:
@@ -297,14 +332,14 @@ class HeapKeyedStateBackend:
         """One state's maps, one per key group of the range (made on first use)."""
         maps = self._maps.get(name)
         if maps is None:
-            maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
+            maps = self._maps[name] = [_StateMap(self._tracking) for _ in self.key_groups]
         return maps
 
     def _map(self, name: str, key_group: int) -> _StateMap:
         # `_state_maps`, inlined: this runs for every state access of a record
         maps = self._maps.get(name)
         if maps is None:
-            maps = self._maps[name] = [_StateMap() for _ in self.key_groups]
+            maps = self._maps[name] = [_StateMap(self._tracking) for _ in self.key_groups]
         return maps[key_group - self.key_groups.start]
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -349,7 +384,8 @@ class HeapKeyedStateBackend:
         if key in m.data:
             del m.writable()[key]
             m.stamps.pop(key, None)
-            m.changed.add(key)
+            if m.changed is not None:
+                m.changed.add(key)
 
     def reduce_into(
         self, out: list[Any], name: str, records: list[Any], keys: list[Any], key_groups: list[int],
@@ -382,7 +418,8 @@ class HeapKeyedStateBackend:
             data[key] = value
             if not owned:  # `m.mark`, inlined
                 m.stamps[key] = epoch
-                m.changed.add(key)
+                if (changed := m.changed) is not None:
+                    changed.add(key)
             append(value)
 
     def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
@@ -404,7 +441,8 @@ class HeapKeyedStateBackend:
             stamps = m.stamps
             if stamps.get(key) != epoch:  # `m.mark`, inlined
                 stamps[key] = epoch
-                m.changed.add(key)
+                if (changed := m.changed) is not None:
+                    changed.add(key)
             append((key, count))
 
     # -- whole-key-group access, for operators and snapshots ------------------------------------
@@ -423,8 +461,9 @@ class HeapKeyedStateBackend:
             m.mark(key, epoch)
 
     def changed_keys(self, name: str, key_group: int) -> set[Any]:
-        """The keys of one key group changed since the last snapshot (a copy; for inspection)."""
-        return set(self._map(name, key_group).changed)
+        """The keys of one key group changed since the last snapshot (a copy; for inspection);
+        empty in an epoch that records no changes."""
+        return set(self._map(name, key_group).changed or ())
 
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
         for offset, m in enumerate(self._maps.get(name, ())):
@@ -450,14 +489,20 @@ class HeapKeyedStateBackend:
                     m.freeze()
                 if checkpoint_id is not None and m.changed:
                     dirty.setdefault(key_group, {})[name] = m.changed
-                    m.changed = set()
         self.epoch += 1  # nothing is owned any more: every value may be shared with `groups`
         if checkpoint_id is None:
-            snap = KeyedStateSnapshot(self.key_groups, groups)
+            snap = KeyedStateSnapshot(self.key_groups, groups, entries=entries)
         else:
-            union, base = self.tracker.plan(checkpoint_id, dirty, entries)
-            snap = KeyedStateSnapshot(self.key_groups, groups, union, base)
+            union, base = self.tracker.plan(checkpoint_id, dirty if self._tracking else None, entries)
+            snap = KeyedStateSnapshot(self.key_groups, groups, union, base, entries=entries)
             self.tracker.attach(checkpoint_id, snap)
+            self._tracking = tracking = self.tracker.tracks_changes
+            for maps in self._maps.values():
+                for m in maps:
+                    if not tracking:
+                        m.changed = None
+                    elif m.changed is None or m.changed:  # an empty set is kept
+                        m.changed = set()
         self._readers.append(weakref.ref(snap))
         return snap
 

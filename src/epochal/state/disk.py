@@ -77,6 +77,7 @@ class DiskSnapshot:
         self.dirty = dirty
         self.base = base
         self.chain: tuple[FileHandle, ...] | None = None
+        self.encoded: list[bytes] | None = None  # never serialised early: the writer reads the db
         self._checkpoint_dir = checkpoint_dir
         self._db_snapshot = db_snapshot
 
