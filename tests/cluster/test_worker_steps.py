@@ -1,0 +1,37 @@
+"""The Spark worker steps a runnable task a few times in a row, so queues can form and be joined."""
+
+from __future__ import annotations
+
+from epochal.cluster import worker as worker_module
+from epochal.cluster.worker import Worker
+
+
+class _Task:
+    def __init__(self, name: str, work: int, log: list[str]) -> None:
+        self.name, self.work, self.log = name, work, log
+
+    def is_runnable(self) -> bool:
+        return self.work > 0
+
+    def step(self) -> None:
+        self.work -= 1
+        self.log.append(self.name)
+
+
+def _worker(tasks: list[_Task]) -> Worker:
+    worker = Worker.__new__(Worker)  # only the stepping loop is exercised: no sockets
+    worker.failed = False
+    worker.tasks = {t.name: t for t in tasks}
+    return worker
+
+
+def test_a_runnable_task_takes_a_burst_of_steps_then_yields_its_turn() -> None:
+    log: list[str] = []
+    busy = _worker([_Task("source", 6, log), _Task("count", 3, log)])._step_tasks()
+    burst = worker_module._BURST
+    assert busy and 1 < burst < 6
+    assert log == ["source"] * burst + ["count"] * 3 + ["source"] * (6 - burst)
+
+
+def test_nothing_runnable_is_not_busy() -> None:
+    assert not _worker([_Task("idle", 0, [])])._step_tasks()
