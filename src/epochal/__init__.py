@@ -56,9 +56,9 @@ __all__ = sorted(
         "SinkWriter",
         "Source",
         "SplitReader",
+        "StateConfig",
         "StreamEnvironment",
         "ValueState",
-            "StateConfig",
     ]
 )
 

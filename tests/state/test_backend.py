@@ -177,7 +177,7 @@ def test_snapshot_counts_its_entries(op_list: list[tuple]) -> None:
     for op in op_list:
         apply(op, backend, model)
     snap = backend.snapshot()
-    assert snap.entry_count() == sum(len(m) for m in model.values())
+    assert snap.entries == sum(len(m) for m in model.values())
     assert snap.key_groups == KeyGroupRange(0, MAX_PAR)
 
 

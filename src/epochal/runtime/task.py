@@ -371,11 +371,9 @@ class Task:
         count), so a backlog of small batches is worth one copy into a larger one. Only what is
         already queued is joined: nothing waits for more input.
         """
+        parts, rows = [batch], batch.num_rows
         nxt = channel.peek()
-        if type(nxt) is not pa.RecordBatch or batch.num_rows + nxt.num_rows > ARROW_JOIN_ROWS:
-            return batch
-        parts, rows, schema = [batch], batch.num_rows, batch.schema
-        while type(nxt) is pa.RecordBatch and rows + nxt.num_rows <= ARROW_JOIN_ROWS and nxt.schema.equals(schema):
+        while type(nxt) is pa.RecordBatch and rows + nxt.num_rows <= ARROW_JOIN_ROWS and nxt.schema.equals(batch.schema):
             parts.append(channel.poll())
             rows += nxt.num_rows
             nxt = channel.peek()

@@ -123,9 +123,6 @@ class KeyedStateSnapshot:
     def is_delta(self) -> bool:
         return self.dirty is not None
 
-    def entry_count(self) -> int:
-        return sum(len(m) for states in self.groups.values() for m in states.values())
-
     def full_sections(self) -> Sections:
         """`(key group, {state: {key: value}})` in ascending key group, for a full file."""
         for key_group in sorted(self.groups):
