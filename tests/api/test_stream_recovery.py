@@ -76,7 +76,7 @@ def _items(crash_at=None):
     return items
 
 
-def _build(pipeline, tmp_path, *, crash_at=None, interval=0.005, parallelism=2, directory="ckpt"):
+def _build(pipeline, tmp_path, *, crash_at=None, interval=0.003, parallelism=2, directory="ckpt"):
     env = StreamEnvironment(
         parallelism=parallelism,
         checkpoint=CheckpointConfig(interval=interval, directory=str(tmp_path / directory)),

@@ -1,9 +1,9 @@
-"""The Spark worker steps a runnable task a few times in a row, so queues can form and be joined."""
+"""Hosts step a runnable task a few times in a row, so queues can form and be joined."""
 
 from __future__ import annotations
 
-from epochal.cluster import worker as worker_module
 from epochal.cluster.worker import Worker
+from epochal.runtime.task import STEPS_IN_A_ROW, Task
 
 
 class _Task:
@@ -17,6 +17,8 @@ class _Task:
         self.work -= 1
         self.log.append(self.name)
 
+    run_steps = Task.run_steps
+
 
 def _worker(tasks: list[_Task]) -> Worker:
     worker = Worker.__new__(Worker)  # only the stepping loop is exercised: no sockets
@@ -28,10 +30,19 @@ def _worker(tasks: list[_Task]) -> Worker:
 def test_a_runnable_task_takes_a_burst_of_steps_then_yields_its_turn() -> None:
     log: list[str] = []
     busy = _worker([_Task("source", 6, log), _Task("count", 3, log)])._step_tasks()
-    burst = worker_module._BURST
+    burst = STEPS_IN_A_ROW
     assert busy and 1 < burst < 6
     assert log == ["source"] * burst + ["count"] * 3 + ["source"] * (6 - burst)
 
 
 def test_nothing_runnable_is_not_busy() -> None:
     assert not _worker([_Task("idle", 0, [])])._step_tasks()
+
+
+def test_run_steps_stops_when_the_task_is_no_longer_runnable() -> None:
+    log: list[str] = []
+    task = _Task("t", 2, log)
+    assert task.run_steps(5) == 2 and log == ["t", "t"]
+    assert task.run_steps(5) == 0
+    task.work = 9
+    assert task.run_steps(3) == 3 and task.work == 6

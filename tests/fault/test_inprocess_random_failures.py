@@ -43,7 +43,7 @@ def _job(corpus: str, out: str, ckpt: str, fail_at: int | None, seed: int):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("corpus"))
-    write_corpus(path, files=3, lines=400)
+    write_corpus(path, files=3, lines=700)
     return path
 
 

@@ -4,7 +4,8 @@ Every task of the job graph lives here, connected by `LocalChannel`s. One schedu
 runnable task, or a pending background snapshot write, with a seeded random generator, so two
 runs with the same seed and a virtual clock interleave identically: a failing interleaving found
 by a randomized test replays exactly. With the wall clock (the default) timing is real but the
-order of steps is still drawn from the seed.
+order of steps is still drawn from the seed. A picked task takes a few steps in a row
+(`Task.run_steps`), as on a Spark worker, so backlogs form and get joined.
 
 Failure handling is the job manager's (dissertation §4.1.3.1, rollback, L3156–3185): any error
 stops every task, pending checkpoints are aborted, and the job restarts from its latest complete
@@ -25,7 +26,7 @@ from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.coordinator import AbortReason
 from ..runtime.generation import Generation
 from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
-from ..runtime.task import Task
+from ..runtime.task import STEPS_IN_A_ROW, Task
 from ..runtime.wiring import build_tasks, local_channels
 from ..state.storage import CheckpointStorage, Manifest
 from .gc_tuning import tuned_gc
@@ -180,13 +181,20 @@ class InProcessExecutor:
                     continue
                 pick = rng.randrange(len(runnable))
                 if pick < n_tasks:
-                    runnable[pick].step()
-                else:
-                    background.pending.remove(runnable[pick])
-                    runnable[pick]()
+                    steps = runnable[pick].run_steps()
+                else:  # as many background writes as a task's steps, so writes keep pace
+                    work = runnable[pick]
+                    steps = 0
+                    while True:
+                        background.pending.remove(work)
+                        work()
+                        steps += 1
+                        if steps == STEPS_IN_A_ROW or not background.pending:
+                            break
+                        work = background.pending[rng.randrange(len(background.pending))]
                 self._deliver(outbox, attempt)
                 if virtual is not None:
-                    virtual.advance(self.step_time)
+                    virtual.advance(self.step_time * steps)
         except BaseException:
             coordinator.stop(AbortReason.TASK_FAILED)
             for task in tasks:

@@ -50,10 +50,6 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.005
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
-# Steps a runnable task takes in a row before the next task's turn. One step each would move
-# every batch on at once, so queues never hold more than one and the consumer never gets to
-# join a backlog (`Task._coalesce*`): a few in a row let it, at a latency of a few steps.
-_BURST = 4
 PROGRESS_INTERVAL = 1.0
 
 
@@ -257,10 +253,7 @@ class Worker:
             while progressed and time.monotonic() < deadline:
                 progressed = False
                 for task in list(self.tasks.values()):
-                    for _ in range(_BURST):
-                        if not task.is_runnable():
-                            break
-                        task.step()
+                    if task.run_steps():
                         progressed = busy = True
         except Exception as exc:
             self._fail(exc)

@@ -57,6 +57,11 @@ from .snapshots import read_operator_restore, serialise_small_snapshots, write_t
 # Arrow batches queued on one channel are joined up to this many rows (`Task._coalesce_arrow`).
 # Rows are cheap in columnar operators; the cap bounds the copy and the batch's memory.
 ARROW_JOIN_ROWS = 65_536
+# Steps a host lets a runnable task take in a row before the next task's turn (`run_steps`).
+# One step each would move every batch on at once: queues would never hold more than one, and
+# the consumer would never get a backlog to join (`_coalesce*`). A few in a row let it, at a
+# latency of a few steps; the channel's capacity bounds the backlog either way.
+STEPS_IN_A_ROW = 4
 
 
 class InputChannel(Protocol):
@@ -249,6 +254,14 @@ class Task:
             if self.inputs[idx] and not self.aligner.is_blocked(idx):
                 return idx
         return None
+
+    def run_steps(self, limit: int = STEPS_IN_A_ROW) -> int:
+        """Step while runnable, at most `limit` times; returns how many steps were taken."""
+        for taken in range(limit):
+            if not self.is_runnable():
+                return taken
+            self.step()
+        return limit
 
     def step(self) -> None:
         """Do one unit of work; exceptions propagate to the host, which fails the job."""
