@@ -3,8 +3,8 @@
 Why it exists: a Python loop over a batch's distinct keys, even one dict lookup each, held the
 columnar word count to a quarter of a plain pyarrow split-and-count (issue 5). `KeyIndex` keeps
 an open-addressing hash table in numpy arrays, so a batch's distinct keys find their slots in a
-few array passes; only keys never seen before touch Python, once, for their key group
-(dissertation §4.2: every key belongs to one of a fixed number of key groups).
+few array passes. Keys never seen before get their key group (dissertation §4.2: every key
+belongs to one of a fixed number of key groups) hashed as a column, or, a few at a time, in Python.
 
 Hashes are 64-bit — a polynomial over the bytes of a string, a bijective mix of an integer —
 and only pick a candidate: every candidate is checked against the stored key, so a collision
@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import column_hash
 from .keys import key_groups_of_keys
 
 _U64 = np.uint64
@@ -27,6 +28,9 @@ _P_INV = pow(_P, -1, 1 << 64)
 # Linear probing stays short while at most a quarter of the cells are taken (8 bytes a cell).
 _MAX_LOAD = 0.25
 _LOW = np.uint64(0xFFFFFFFF)
+# From this many new keys on, their key groups are hashed as a column (`column_hash`): below
+# it, a Python step per key (memoised) is quicker than an array pass per byte position.
+_VECTOR_GROUPS_MIN = 64
 
 
 class _Powers:
@@ -372,10 +376,13 @@ class KeyIndex:
 
     # -- slot storage --------------------------------------------------------------------------
     def _append(self, keys: pa.Array, hashes: np.ndarray) -> np.ndarray:
-        """New slots for `keys`, with their key groups (the one pass of Python per new key)."""
+        """New slots for `keys`, with their key groups."""
         first = len(self)
         self._slot_hashes.extend(hashes)
-        groups = np.asarray(key_groups_of_keys(keys.to_pylist(), self.max_parallelism), dtype=np.int64)
+        if len(keys) >= _VECTOR_GROUPS_MIN and column_hash.supports(keys.type):
+            groups = column_hash.key_groups(keys, self.max_parallelism)
+        else:
+            groups = np.asarray(key_groups_of_keys(keys.to_pylist(), self.max_parallelism), dtype=np.int64)
         self._key_groups.extend(groups)
         self._keys.append(keys)
         return np.arange(first, len(self), dtype=np.int64)

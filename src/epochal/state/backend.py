@@ -451,11 +451,12 @@ class HeapKeyedStateBackend:
         """
         return self._map(name, key_group).writable()
 
-    def mark_changed(self, name: str, key_group: int, keys: Iterable[Any]) -> None:
-        """Record keys of one key group written through `raw_map`."""
-        m, epoch = self._map(name, key_group), self.epoch
-        for key in keys:
-            m.mark(key, epoch)
+    def mark_changed(self, name: str, key_group: int, keys: list[Any]) -> None:
+        """Record keys of one key group written through `raw_map`: `mark` for each, in bulk."""
+        m = self._map(name, key_group)
+        m.stamps.update(dict.fromkeys(keys, self.epoch))  # an existing entry keeps its key object
+        if m.changed is not None:
+            m.changed.update(keys)
 
     def changed_keys(self, name: str, key_group: int) -> set[Any]:
         """The keys of one key group changed since the last snapshot (a copy; for inspection);
