@@ -183,15 +183,13 @@ class InProcessExecutor:
                 if pick < n_tasks:
                     steps = runnable[pick].run_steps()
                 else:  # as many background writes as a task's steps, so writes keep pace
-                    work = runnable[pick]
-                    steps = 0
-                    while True:
-                        background.pending.remove(work)
-                        work()
+                    pending = background.pending
+                    pending.remove(runnable[pick])
+                    runnable[pick]()
+                    steps = 1
+                    while steps < STEPS_IN_A_ROW and pending:
+                        pending.pop(rng.randrange(len(pending)))()
                         steps += 1
-                        if steps == STEPS_IN_A_ROW or not background.pending:
-                            break
-                        work = background.pending[rng.randrange(len(background.pending))]
                 self._deliver(outbox, attempt)
                 if virtual is not None:
                     virtual.advance(self.step_time * steps)

@@ -10,9 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .elements import Batch
+
+
+def binary_buffers(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """`(offsets, data)` of a string or binary array of either width, as zero-copy numpy views.
+
+    Row i is `data[offsets[i] : offsets[i + 1]]`. A sliced array's offsets index its parent's
+    data, so `data` runs from the buffer's start to the array's last byte.
+    """
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if large else np.int32, count=array.offset + len(array) + 1)
+    offsets = offsets[array.offset :]
+    end = int(offsets[-1])
+    data = np.frombuffer(data_buffer, dtype=np.uint8, count=end) if end else np.empty(0, np.uint8)
+    return offsets, data
 
 
 def batch_len(batch: Batch) -> int:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..state.keygroups import stable_hash
+from .batches import binary_buffers
 
 _U32 = np.uint32
 # Rows longer than this take zlib, one call each: a byte position costs one array pass, so a
@@ -70,16 +71,6 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
     return h
 
 
-def _utf8_parts(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(data, starts, lengths)` of a string array: its bytes and where each row's are."""
-    offset_type = np.int64 if pa.types.is_large_string(strings.type) else np.int32
-    _, offsets_buffer, data_buffer = strings.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=offset_type, count=strings.offset + len(strings) + 1)[strings.offset :]
-    end = int(offsets[-1])
-    data = np.frombuffer(data_buffer, dtype=np.uint8, count=end) if end else np.zeros(1, np.uint8)
-    return data, offsets[:-1].astype(np.int64), np.diff(offsets).astype(np.int64)
-
-
 def supports(key_type: pa.DataType) -> bool:
     return (
         pa.types.is_string(key_type)
@@ -95,7 +86,8 @@ def stable_hashes(keys: pa.Array) -> np.ndarray:
     is_string = not pa.types.is_integer(keys.type)
     # an integer hashes as the bytes b"i<decimal>;", exactly the decimal Arrow casts it to
     text = keys if is_string else pc.cast(keys, pa.large_string())
-    data, starts, lengths = _utf8_parts(text)
+    offsets, data = binary_buffers(text)
+    starts, lengths = offsets[:-1].astype(np.int64), np.diff(offsets).astype(np.int64)
     state = np.full(len(keys), 0xFFFFFFFF, dtype=_U32)
     if not is_string:
         _crc_byte(state, ord("i"))

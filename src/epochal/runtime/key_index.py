@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import column_hash
+from .batches import binary_buffers
 from .keys import key_groups_of_keys
 
 _U64 = np.uint64
@@ -68,12 +69,9 @@ def _binary_hashes(array: pa.Array) -> np.ndarray:
     the value at [a, b) sums to (S[b] - S[a]) * P**-a, all wrapping modulo 2**64. Two values of
     one length and one polynomial differ in no byte; the length tells zero-padded values apart.
     """
-    n = len(array)
-    offset_type = np.int64 if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type) else np.int32
-    _, offsets_buffer, data_buffer = array.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=offset_type, count=array.offset + n + 1)[array.offset:]
+    offsets, data = binary_buffers(array)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(data_buffer, dtype=np.uint8, count=hi)[lo:] if hi > lo else np.empty(0, np.uint8)
+    data = data[lo:]
     _POWERS.ensure(hi - lo + 1)
     prefix = np.empty(hi - lo + 1, dtype=_U64)
     prefix[0] = 0
@@ -132,12 +130,11 @@ class _BinaryKeys:
         self._array: pa.Array | None = None
 
     def append(self, keys: pa.Array) -> None:
-        _, offsets_buffer, data_buffer = keys.buffers()
-        offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=keys.offset + len(keys) + 1)[keys.offset:]
+        offsets, data = binary_buffers(keys)
         lo, hi = int(offsets[0]), int(offsets[-1])
         self._offsets.extend(offsets[1:] - lo + self._offsets.values[-1])
         if hi > lo:
-            self._data.extend(np.frombuffer(data_buffer, dtype=np.uint8, count=hi)[lo:])
+            self._data.extend(data[lo:])
         self._array = None
 
     def array(self) -> pa.Array:

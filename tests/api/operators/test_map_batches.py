@@ -78,11 +78,11 @@ def test_none_or_an_empty_result_drops_the_batch(make_env):
     none_sink, empty_sink = CollectSink(), CollectSink()
     src = env.from_source(ListSource([1, 2, 3], batch_size=1))
     # batches may reach an operator joined (`Task._coalesce_arrow`): decide on rows, not on batches
-    src.map_batches(lambda b: None).sink_to(none_sink)
+    src.map_batches(lambda b: None, name="to_none").sink_to(none_sink, name="none_sink")
     src.map_batches(lambda b: b.filter(pc.greater(b.column("value"), 1))).sink_to(empty_sink)
     result = env.execute("map-batches-drop")
     assert none_sink.committed() == []
-    assert result.operator("sink").records_in == 0 and result.operator("map_batches").records_in == 3
+    assert result.operator("none_sink").records_in == 0 and result.operator("to_none").records_in == 3
     assert empty_sink.committed() == [2, 3]
 
 
