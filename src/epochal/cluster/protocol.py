@@ -1,4 +1,4 @@
-"""Messages between the job manager (Spark driver) and the workers (Spark barrier tasks).
+"""Messages between the job master (Spark driver) and the workers (Spark barrier tasks).
 
 The task-level messages of `runtime.messages` travel inside `ToTask` / `FromTask`; the rest is
 the hosting protocol: who is there, start, restart in place, stop.
@@ -23,9 +23,9 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Build the tasks of `generation`, restoring from checkpoint `checkpoint_id` if not None."""
+    """Build the tasks of `attempt`, restoring from checkpoint `checkpoint_id` if not None."""
 
-    generation: int
+    attempt: int
     checkpoint_id: int | None
 
 
@@ -36,10 +36,10 @@ class Stop:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """The worker's tasks of `generation` are open and restored: records flow again."""
+    """The worker's tasks of `attempt` are open and restored: records flow again."""
 
     worker: int
-    generation: int
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class Progress:
     """Per-task record counts of one worker, sent about once a second for live metrics."""
 
     worker: int
-    generation: int
+    attempt: int
     tasks: tuple[tuple[TaskId, tuple[Any, ...]], ...]
 
 
@@ -59,7 +59,7 @@ class ToTask:
 
 @dataclass(frozen=True, slots=True)
 class FromTask:
-    generation: int
+    attempt: int
     message: Any
 
 
@@ -68,5 +68,5 @@ class WorkerFailed:
     """A task raised; the worker stopped its tasks and waits for a `Start` or a `Stop`."""
 
     worker: int
-    generation: int
+    attempt: int
     error: Any  # the exception when it pickles, else its text

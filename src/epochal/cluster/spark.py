@@ -2,18 +2,17 @@
 
 Spark gang-schedules the N tasks (one Epochal worker each, `cluster.worker`); they find each
 other through the barrier context (`allGather`, once, at start) and then talk over their own TCP
-links. The driver hosts the job manager: the checkpoint coordinator, the workers' control links,
-and failure handling.
+links. The driver hosts the job master (`runtime.job_master`, shared with the in-process
+executor) and, here, the workers' control links.
 
-Failure handling follows the dissertation's rollback (§4.1.3.1, L3156–3185) with two speeds
-(`shared/notes/spark-hosting-facts.md`):
-- a task that raises leaves its process alive: the job manager starts a new *generation* in
-  place, every worker rebuilding its tasks from the latest complete checkpoint, no Spark work;
+The job master decides every restart; this host carries it out at one of two speeds:
+- a task that raises leaves its process alive: the next *attempt* starts in place, every worker
+  rebuilding its tasks from the checkpoint the job master picked, with no Spark work;
 - a worker process that dies (SIGKILL, OOM) or a lost executor fails the barrier stage, which
-  Spark never retries for a result stage: the job manager cancels what is left and submits a
-  new stage (a new *launch*), restoring from the latest complete checkpoint.
-The job manager owns the generation and launch numbers, since a rerun Spark task cannot tell
-that it is a retry.
+  Spark never retries for a result stage: the host cancels what is left and submits a new stage
+  (a new *launch*), whose workers start the next attempt.
+The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
+it is a retry.
 """
 
 from __future__ import annotations
@@ -30,14 +29,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import CheckpointError, EpochalError, JobFailedError, NoCheckpointError
+from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
+from ..runtime.attempt import Attempt
 from ..runtime.clock import WallClock
-from ..runtime.coordinator import AbortReason
-from ..runtime.generation import Generation
+from ..runtime.job_master import JobMaster
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
-from ..runtime.result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
-from ..state.storage import CheckpointStorage, Manifest
+from ..runtime.result import JobProgress, JobResult, merge_metrics
 from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .worker import Worker, worker_of
@@ -51,7 +49,7 @@ def create_session(master: str) -> Any:
     """A SparkSession on `master`, set up for long-running barrier tasks.
 
     Python workers use this interpreter; a cancelled task's Python process is killed after
-    200 ms instead of Spark's default seconds (faster relaunch, spark-hosting-facts.md trap 5).
+    200 ms instead of Spark's default seconds (a relaunch then takes ~5 s instead of ~8 s).
     """
     is_local = master.startswith("local")
     if is_local:  # on this machine only: keep Spark off other interfaces
@@ -146,7 +144,7 @@ class SparkExecutor:
 
     Args:
         spark: the SparkSession to use; None creates (or reuses) the embedded local one.
-        bind_host: the address the job manager listens on for its workers; defaults to
+        bind_host: the address the job master listens on for its workers; defaults to
             `spark.driver.host`, which workers on any cluster can reach.
     """
 
@@ -173,53 +171,30 @@ class SparkExecutor:
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
                 f"({sc.master}) has {slots}; lower the parallelism or add executors/cores"
             )
-        storage = CheckpointStorage(job.config.checkpoint.directory) if job.config.checkpoint.directory else None
-        manifest: Manifest | None = None
-        if from_checkpoint is not None:
-            if storage is None:
-                raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
-            manifest = storage.resolve(from_checkpoint)
-            if manifest.is_savepoint:  # workers load manifests by id from the job's own storage
-                manifest = storage.adopt(manifest)
+        master = JobMaster(job, WallClock(), from_checkpoint, self.progress)
         host = self.bind_host or sc.getConf().get("spark.driver.host", "127.0.0.1")
-        return _JobManager(job, sc, workers, storage, manifest, host, self).run()
+        with tuned_gc(job.config.gc_threshold):
+            return _StageHost(master, sc, workers, host, self).run()
 
 
-class _JobManager:
-    """The driver side of one job: launches, generations, coordinator, failures."""
+class _StageHost:
+    """The driver side of one job on Spark: launches, workers' links, and message routing."""
 
-    def __init__(
-        self,
-        job: JobGraph,
-        sc: Any,
-        workers: int,
-        storage: CheckpointStorage | None,
-        manifest: Manifest | None,
-        host: str,
-        executor: "SparkExecutor",
-    ) -> None:
-        self.job = job
+    def __init__(self, master: JobMaster, sc: Any, workers: int, host: str, executor: "SparkExecutor") -> None:
+        self.master = master
+        self.job = master.job
         self.sc = sc
         self.workers = workers
-        self.storage = storage
-        self.manifest = manifest
-        self.clock = WallClock()
         self.server = socket.create_server((host, 0), backlog=max(8, workers * 2))
         self.address = (host, self.server.getsockname()[1])
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}
-        self.generation = 0
         self.launches = 0
-        self.restarts = 0
-        self.failures: list[str] = []
-        self.restored_from: list[int | None] = []
         self.running: set[int] = set()
-        self.current: Generation | None = None
-        self.done_generations: list[Generation] = []
+        self.attempt: Attempt | None = None
         self.failed_at: float | None = None
         self.executor = executor
         self.live: dict[TaskId, tuple[Any, ...]] = {}
-        self._last_progress = 0.0
 
     # -- launches --------------------------------------------------------------------------------
     def _event(self, name: str) -> None:
@@ -240,7 +215,7 @@ class _JobManager:
                 self.sc.setJobGroup(group, f"epochal {self.job.name} launch {number}", interruptOnCancel=True)
                 rdd = self.sc.parallelize(range(self.workers), self.workers).barrier().mapPartitions(fn)
                 rdd.collect()
-            except BaseException as exc:  # noqa: BLE001 - reported to the job manager
+            except BaseException as exc:  # noqa: BLE001 - reported to the job master
                 launch.error.append(exc)
 
         launch.thread = InheritableThread(target=body, daemon=True)
@@ -284,50 +259,43 @@ class _JobManager:
             pass
         link.close()
 
-    def _cancel(self, launch: _Launch) -> None:
+    def _stop_workers(self, launch: _Launch, cancel: bool) -> None:
+        """Tell every worker to leave; cancel the Spark job too when the stage is being given up."""
         for link in self.links.values():
             try:
                 link.send_object(Stop())
-                link.flush()
+                link.flush_blocking(5.0)
             except LinkClosed:
                 pass
-        self.sc.cancelJobGroup(launch.group)
+        if cancel:
+            self.sc.cancelJobGroup(launch.group)
         launch.thread.join(timeout=60)
         for link in self.links.values():
             self._drop(link)
         self.links = {}
+        if launch.error and not cancel:
+            log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
 
-    # -- generations -----------------------------------------------------------------------------
-    def _start_generation(self) -> None:
-        if self.current is not None:
-            self.current.coordinator.stop(AbortReason.TASK_FAILED)
-            self.done_generations.append(self.current)
-        self.generation += 1
+    # -- attempts --------------------------------------------------------------------------------
+    def _start_attempt(self) -> None:
         self.running = set()
         self.live = {}
-        checkpoint_id = self.manifest.checkpoint_id if self.manifest is not None else None
-        self.restored_from.append(checkpoint_id)
-        next_id = max(self.storage.checkpoint_ids(), default=0) + 1 if self.storage else 1
-        self.current = Generation(self.job, self.storage, self.clock, self._send, next_id)
+        self.attempt = self.master.start_attempt(self._send)
+        restore = self.master.restore_from
+        start = Start(self.attempt.number, restore.checkpoint_id if restore is not None else None)
         for link in self.links.values():
-            link.send_object(Start(self.generation, checkpoint_id))
+            link.send_object(start)
 
     def _send(self, task: TaskId, message: Any) -> None:
         link = self.links.get(worker_of(task))
         if link is not None:
             link.send_object(ToTask(task, message))
 
-    def _restart_budget(self, cause: BaseException) -> None:
-        self.failures.append(f"{type(cause).__name__}: {cause}")
-        log.warning("job %r failed: %s", self.job.name, cause)
-        if self.restarts >= self.job.config.restart.max_restarts:
-            raise JobFailedError(self.job.name, self.restarts + 1, cause)
-        self.restarts += 1
+    def _fail(self, cause: BaseException) -> None:
+        """The attempt failed: the job master decides (raises JobFailedError when spent)."""
         self.failed_at = time.monotonic()
         self._event("failed")
-        if self.job.config.restart.delay:
-            time.sleep(self.job.config.restart.delay)
-        self.manifest = self.storage.latest() if self.storage is not None else None
+        self.master.on_failure(cause)
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -336,50 +304,32 @@ class _JobManager:
                 launch = self._submit()
                 try:
                     self._accept_workers(launch)
-                    self._start_generation()
+                    self._start_attempt()
                     self._supervise(launch)
                 except WorkerLost as exc:
-                    self._cancel(launch)
-                    self._restart_budget(exc)
+                    self._stop_workers(launch, cancel=True)
+                    self._fail(exc)
                     continue
                 except BaseException:
-                    self._cancel(launch)
+                    self._stop_workers(launch, cancel=True)
                     raise
-                self._finish(launch)
+                self._stop_workers(launch, cancel=False)
                 self._event("finished")
-                assert self.current is not None
-                return JobResult(
-                    self.job.name,
-                    self.restarts,
-                    tuple(self._checkpoints()),
-                    merge_metrics([m.metrics for m in self.current.finished.values()]),
-                    tuple(self.failures),
-                    tuple(self.restored_from),
-                )
+                return self.master.result()
         finally:
             self.server.close()
 
-    def _finish(self, launch: _Launch) -> None:
-        for link in self.links.values():
-            try:
-                link.send_object(Stop())
-                link.flush_blocking(5.0)
-            except LinkClosed:
-                pass
-        launch.thread.join(timeout=60)
-        for link in self.links.values():
-            self._drop(link)
-        if launch.error:
-            log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
-
     def _supervise(self, launch: _Launch) -> None:
         """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
-        assert self.current is not None
-        while not self.current.is_finished:
-            try:
-                self.current.coordinator.tick()
-            except CheckpointError as exc:  # too many failed checkpoints: roll back, as any failure
-                self._restart_in_place(exc)
+        while True:
+            attempt = self.attempt
+            assert attempt is not None
+            if attempt.is_finished:
+                return
+            if attempt.failure is not None:  # e.g. too many failed checkpoints
+                self._restart_in_place(attempt.failure)
+                continue
+            attempt.coordinator.tick()
             for link in self.links.values():
                 try:
                     link.flush()
@@ -395,53 +345,33 @@ class _JobManager:
                     raise WorkerLost(f"worker {key.data} is gone ({exc})") from exc
                 for kind, _, _, payload in frames:
                     if kind == CONTROL:
-                        try:
-                            self._on_message(pickle.loads(payload))
-                        except CheckpointError as exc:
-                            self._restart_in_place(exc)
-
-    def _report_progress(self) -> None:
-        if self.executor.progress is None:
-            return
-        now = time.monotonic()
-        if now - self._last_progress < 0.5:
-            return
-        self._last_progress = now
-        metrics = merge_metrics(list(self.live.values()))
-        self.executor.progress(progress_of(self.job, metrics, self._checkpoints(), self.restarts))
-
-    def _checkpoints(self) -> list[CheckpointSummary]:
-        """Checkpoints completed by every generation so far."""
-        generations = [*self.done_generations, *([self.current] if self.current else [])]
-        return [CheckpointSummary.of(c.manifest) for g in generations for c in g.coordinator.completed]
+                        self._on_message(pickle.loads(payload))
 
     def _on_message(self, message: Any) -> None:
-        assert self.current is not None
+        attempt = self.attempt
+        assert attempt is not None
         kind = type(message)
+        if getattr(message, "attempt", attempt.number) != attempt.number:
+            return  # from before a restart
         if kind is FromTask:
-            if message.generation == self.generation:  # else from before a restart
-                self.current.deliver(message.message)
+            attempt.deliver(message.message)
         elif kind is Progress:
-            if message.generation == self.generation:
-                self.live.update(message.tasks)
-                self._report_progress()
+            self.live.update(message.tasks)
+            self.master.report_progress(lambda: merge_metrics(list(self.live.values())))
         elif kind is Running:
-            if message.generation == self.generation:
-                self.running.add(message.worker)
-                if len(self.running) == self.workers:
-                    self._event("running")
-                    if self.failed_at is not None:
-                        self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
-                        self.failed_at = None
+            self.running.add(message.worker)
+            if len(self.running) == self.workers:
+                self._event("running")
+                if self.failed_at is not None:
+                    self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
+                    self.failed_at = None
         elif kind is WorkerFailed:
-            if message.generation != self.generation:
-                return
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
             self._restart_in_place(error)
 
     def _restart_in_place(self, error: BaseException) -> None:
-        self._restart_budget(error)  # raises JobFailedError when spent
-        self._start_generation()
+        self._fail(error)  # raises JobFailedError when the budget is spent
+        self._start_attempt()
 
 
 def _describe(errors: list[BaseException]) -> str:

@@ -4,11 +4,11 @@ Subtask `i` of each vertex runs on worker `i`. Tasks on the same worker talk thr
 queues; tasks on different workers through `runtime.network` links with credit-based flow
 control. The loop alternates between socket I/O (a selector), stepping runnable tasks, and
 flushing output batches whose timeout expired. Snapshot uploads run on a background thread
-(the asynchronous part of ABS, dissertation L3513–3534); their acknowledgements are handed back
+(the asynchronous part of ABS, dissertation §4.5); their acknowledgements are handed back
 to the loop through a queue.
 
 A task that raises does not end the process: the worker reports it and waits for the job
-manager to `Start` a new generation (restore from the latest checkpoint, in place) or `Stop`.
+master to `Start` the next attempt (restoring a checkpoint, in place) or `Stop`.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class Worker:
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}  # peer worker → link
         self.driver: Link | None = None
-        self.generation = 0
+        self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
         self.inputs: dict[int, RemoteInputChannel] = {}
         self.outputs: dict[int, RemoteOutputChannel] = {}
@@ -132,18 +132,19 @@ class Worker:
         self.selector.register(link, selectors.EVENT_READ, peer)
 
     def _start(self, start: Start) -> None:
-        """(Re)build this worker's tasks for a generation, restoring from a checkpoint."""
+        """(Re)build this worker's tasks for an attempt, restoring from a checkpoint."""
         self._close_tasks()
-        self.generation = start.generation
+        self.attempt = start.attempt
         self.failed = False
         manifest = None
         if start.checkpoint_id is not None:
             assert self.storage is not None
-            # The job manager verified the checkpoint; each file read below is checked again.
+            # Each file read below is checked against its checksum: a corrupt one fails the attempt,
+            # and the job master then refuses that checkpoint.
             manifest = self.storage.load_manifest(start.checkpoint_id)
         ends: dict[ChannelKey, ChannelEnds] = {}
         self.inputs, self.outputs = {}, {}
-        capacity, gen = self.config.channel_capacity, self.generation
+        capacity, attempt_no = self.config.channel_capacity, self.attempt
         for wire_id, key in enumerate(self.keys):
             edge = self.job.edges[key.edge]
             src, dst = worker_of(TaskId(edge.source, key.source)), worker_of(TaskId(edge.target, key.target))
@@ -152,17 +153,17 @@ class Worker:
                 ends[key] = ChannelEnds(ch, ch)
             elif src == self.index:
                 out = RemoteOutputChannel(
-                    self.links[dst], wire_id, gen, capacity, self.config.batch_size, FLUSH_INTERVAL,
+                    self.links[dst], wire_id, attempt_no, capacity, self.config.batch_size, FLUSH_INTERVAL,
                     elastic=edge.is_back_edge,
                 )
                 self.outputs[wire_id] = out
                 ends[key] = ChannelEnds(out, None)
             elif dst == self.index:
-                inp = RemoteInputChannel(self.links[src], wire_id, gen, capacity)
+                inp = RemoteInputChannel(self.links[src], wire_id, attempt_no, capacity)
                 self.inputs[wire_id] = inp
                 ends[key] = ChannelEnds(None, inp)
         mine = [t for t in self.job.task_ids() if worker_of(t) == self.index]
-        send = self._sender(gen)
+        send = self._sender(attempt_no)
         self.tasks = build_tasks(self.job, mine, ends, self.clock, self.storage, manifest, send, self.background)
         try:
             for task in self.tasks.values():
@@ -170,16 +171,16 @@ class Worker:
         except Exception as exc:
             self._fail(exc)
             return
-        self._to_driver(Running(self.index, gen))
+        self._to_driver(Running(self.index, attempt_no))
         pending, self.future_frames = self.future_frames, []
         for frame in pending:
             self._on_frame(*frame)
 
-    def _sender(self, generation: int) -> Callable[[Any], None]:
+    def _sender(self, attempt: int) -> Callable[[Any], None]:
         outbox = self.outbox
 
         def send(message: Any) -> None:  # called from the loop and from the snapshot thread
-            outbox.put(FromTask(generation, message))
+            outbox.put(FromTask(attempt, message))
 
         return send
 
@@ -197,7 +198,7 @@ class Worker:
             error: Any = exc
         except Exception:
             error = f"{type(exc).__name__}: {exc}"
-        self._to_driver(WorkerFailed(self.index, self.generation, error))
+        self._to_driver(WorkerFailed(self.index, self.attempt, error))
 
     def _to_driver(self, message: Any) -> None:
         assert self.driver is not None
@@ -215,7 +216,7 @@ class Worker:
                 if now - self._last_progress >= PROGRESS_INTERVAL and self.tasks and not self.failed:
                     self._last_progress = now
                     metrics = tuple((t.id, t.metrics()) for t in self.tasks.values())
-                    self._to_driver(Progress(self.index, self.generation, metrics))
+                    self._to_driver(Progress(self.index, self.attempt, metrics))
                 self._flush_links()
                 self._poll_io(0.0 if busy else self._idle_timeout())
         finally:
@@ -317,11 +318,11 @@ class Worker:
         elif type(message) is Stop:
             self.stopped = True
 
-    def _on_frame(self, kind: int, generation: int, wire_id: int, payload: bytes) -> None:
-        if generation < self.generation:
+    def _on_frame(self, kind: int, attempt: int, wire_id: int, payload: bytes) -> None:
+        if attempt < self.attempt:
             return  # from before a restart
-        if generation > self.generation:
-            self.future_frames.append((kind, generation, wire_id, payload))
+        if attempt > self.attempt:
+            self.future_frames.append((kind, attempt, wire_id, payload))
             return
         if kind == CREDIT:
             out = self.outputs.get(wire_id)

@@ -1,7 +1,7 @@
 """Align checkpoint barriers across one task's input channels.
 
 Implements ABS §4.2, Algorithm 1 (acyclic graphs), the dissertation's epoch alignment
-(Algorithm 6, L2409–2565): an input is blocked once it delivered the barrier of checkpoint n; when
+(§3.4, Algorithm 6): an input is blocked once it delivered the barrier of checkpoint n; when
 every input has delivered it, the task snapshots its state, forwards the barrier and unblocks
 all inputs. Pure: no I/O, no clock; the task loop drives it and asks `is_blocked` before reading.
 

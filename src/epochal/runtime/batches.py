@@ -1,8 +1,8 @@
 """Conversions between the two batch shapes: Python lists and Arrow record batches.
 
-Records stay columnar as long as operators allow (Arrow → Python objects costs far more than
-any vectorized step, see `shared/notes/spark-hosting-facts.md`). The conversion rules are fixed
-so that the per-record and the columnar path of a program produce the same records:
+Records stay columnar as long as operators allow: Arrow → Python objects costs far more than
+any vectorized step (measured between two Spark tasks: tens of millions of Arrow rows/s, under
+two million pickled tuples/s). The conversion rules are fixed so that the per-record and the columnar path of a program produce the same records:
 an Arrow row is a tuple of its columns, or the bare value when there is one column.
 """
 

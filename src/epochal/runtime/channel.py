@@ -1,10 +1,10 @@
 """Bounded FIFO channels between tasks.
 
 The capacity (in batches) is what turns a slow consumer into a slow producer: a task does not
-run while any of its output channels is full (credit-style backpressure, dissertation L2576–2660).
+run while any of its output channels is full (credit-style backpressure, dissertation §3.4, flow control).
 A task may overshoot by the output of one step, so one step never blocks half-way. A loop's
 back-edge is *elastic* (never full): otherwise a loop whose channels all fill would wait on
-itself; the loop head reads feedback first once it piles up (dissertation L6827–6858).
+itself; the loop head reads feedback first once it piles up (dissertation §6.4, cyclic flow control).
 A channel that crosses processes has the same interface (`runtime.network`).
 """
 

@@ -11,10 +11,18 @@ class Clock(Protocol):
         """Seconds since the epoch (or since the start of a virtual run)."""
         ...
 
+    def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass (a virtual clock just moves on)."""
+        ...
+
 
 class WallClock:
     def now(self) -> float:
         return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
 
 
 class VirtualClock:
@@ -28,3 +36,6 @@ class VirtualClock:
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))

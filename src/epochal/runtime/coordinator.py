@@ -1,11 +1,15 @@
 """The checkpoint coordinator: triggers checkpoints, collects acknowledgements, commits.
 
-Implements the job manager's side of ABS (§4.2: the coordinator periodically injects barriers at
-the sources) and of the dissertation's two-phase epoch commit (§4.1.3, L3059–3155): a checkpoint
-is *pending* until every task acknowledged its durable part (prepare), then *complete* once its
-manifest is written, and only then are tasks told to commit (commit phase). Several checkpoints
-may be pending (pipelined epochs); one that exceeds its timeout is aborted; a number of
-consecutive failed checkpoints is tolerated (L3559–3566).
+Implements the job master's side of ABS (§4.2: the coordinator periodically injects barriers at
+the sources) and of the dissertation's two-phase epoch commit (§4.1.3): a checkpoint is *pending*
+until every task acknowledged its durable part (prepare), then *complete* once its manifest is
+written, and only then are tasks told to commit (commit phase). Several checkpoints may be
+pending (pipelined epochs); one that exceeds its timeout is aborted; a number of consecutive
+failed checkpoints is tolerated (§4.5), and one more is reported to the failure manager (the
+`on_failure` callback), which fails the attempt like a task's error.
+
+Observers learn of completions and aborts through callbacks, so history and metrics live outside
+the protocol.
 
 Deviation (for bounded inputs): a task whose inputs have all ended can no longer receive
 barriers, so the coordinator triggers it directly, like a source; once every task has ended,
@@ -129,8 +133,12 @@ class PendingCheckpoint:
 Send = Callable[[TaskId, object], None]
 
 
+def _ignore(_: object) -> None:
+    pass
+
+
 class CheckpointCoordinator:
-    """Drives checkpoints for one run (attempt) of a job.
+    """Drives checkpoints for one attempt of a job.
 
     Args:
         job: the job graph; its config says when to checkpoint.
@@ -138,6 +146,10 @@ class CheckpointCoordinator:
         clock: the runtime's clock (virtual in replayable runs).
         send: delivers a message to a task.
         first_checkpoint_id: ids continue across restarts, so a new attempt never reuses one.
+        on_completed: told of every completed checkpoint, after its manifest is written.
+        on_aborted: told of every aborted checkpoint.
+        on_failure: the failure manager, told once when more consecutive checkpoints failed than
+            tolerated; the coordinator triggers nothing after that.
     """
 
     def __init__(
@@ -147,8 +159,15 @@ class CheckpointCoordinator:
         clock: Clock,
         send: Send,
         first_checkpoint_id: int = 1,
+        on_completed: Callable[[CompletedCheckpoint], None] = _ignore,
+        on_aborted: Callable[[AbortedCheckpoint], None] = _ignore,
+        on_failure: Callable[[CheckpointError], None] = _ignore,
     ) -> None:
         self.job = job
+        self.on_completed = on_completed
+        self.on_aborted = on_aborted
+        self.on_failure = on_failure
+        self.is_stopped = False
         self.config: CheckpointConfig = job.config.checkpoint
         self.storage = storage
         self.clock = clock
@@ -172,6 +191,7 @@ class CheckpointCoordinator:
         c = self.config
         return (
             c.is_periodic
+            and not self.is_stopped
             and self.final_checkpoint is None
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
@@ -190,6 +210,8 @@ class CheckpointCoordinator:
 
     def tick(self) -> None:
         """Expire overdue checkpoints and trigger a periodic one if it is due."""
+        if self.is_stopped:
+            return
         now = self.clock.now()
         for pending in list(self.pending.values()):
             if now - pending.triggered_at >= self.config.timeout:
@@ -218,6 +240,8 @@ class CheckpointCoordinator:
     # -- messages from tasks ---------------------------------------------------------------------
     def on_inputs_ended(self, message: InputsEnded) -> None:
         self.ended.add(message.task)
+        if self.is_stopped:
+            return
         # It will see no more barriers: checkpoints already under way are triggered here directly.
         for pending in self.pending.values():
             if message.task in pending.awaiting and message.task not in self.sources:
@@ -265,6 +289,7 @@ class CheckpointCoordinator:
         if self.storage is not None:
             in_flight = [p.based_on for p in self.pending.values()]
             self.storage.retain(self.config.retain, pending.checkpoint_id, min(in_flight, default=None))
+        self.on_completed(completed)
         log.info("checkpoint %d complete (%.1f ms, %d bytes)", manifest.checkpoint_id, manifest.duration_ms, manifest.size)
         notify = NotifyCheckpointComplete(pending.checkpoint_id, pending.is_final)
         for task in self.tasks:
@@ -278,23 +303,30 @@ class CheckpointCoordinator:
             for task in self.sources:
                 self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
-        self.aborted.append(pending.abort(reason, detail))
+        aborted = pending.abort(reason, detail)
+        self.aborted.append(aborted)
         log.warning("checkpoint %d aborted (%s): %s", pending.checkpoint_id, reason.value, detail)
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
+        self.on_aborted(aborted)
         self._consecutive_failures += 1
         if self._consecutive_failures > self.config.tolerable_failures:
-            raise CheckpointError(
+            error = CheckpointError(
                 f"{self._consecutive_failures} consecutive checkpoint failure(s), "
                 f"more than the {self.config.tolerable_failures} tolerated; last: checkpoint "
                 f"{pending.checkpoint_id} {reason.value}: {detail}"
             )
+            self.stop(AbortReason.TASK_FAILED)
+            self.on_failure(error)
+            return
         if pending.is_final:  # the last epoch must commit: try again at once
             self.final_checkpoint = None
             self.trigger(is_final=True)
 
     def stop(self, reason: AbortReason = AbortReason.COORDINATOR_STOPPED) -> None:
-        """Abort everything pending (the job failed or was cancelled); nothing counts as failed."""
+        """Abort everything pending and trigger nothing more (the attempt failed or was
+        cancelled); nothing counts as failed."""
+        self.is_stopped = True
         for pending in list(self.pending.values()):
             del self.pending[pending.checkpoint_id]
             self.aborted.append(pending.abort(reason))

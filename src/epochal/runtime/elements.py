@@ -1,6 +1,6 @@
 """What travels on a channel: record batches and in-band control events, FIFO per channel.
 
-Barriers (the thesis' *epoch markers*, dissertation §3.4, L2351–2408), watermarks and
+Barriers (the thesis' *epoch markers*, dissertation §3.4), watermarks and
 end-of-input are in-band so that FIFO order alone places them exactly between records, which is
 what makes a barrier cut the stream consistently (ABS §4.2, assumption of FIFO channels).
 """
@@ -46,13 +46,13 @@ class LoopProbe:
     """A termination probe sent round a loop by its head once the loop's input has ended.
 
     Each task of the loop forwards it after it arrived on all its loop inputs, marking it
-    `dirty` if it processed anything since it forwarded the previous round. A round that comes
+    `active` if it processed anything since it forwarded the previous round. A round that comes
     back clean proves the loop empty: every record of the loop was processed before the probe
     passed, and none was sent after it (FIFO channels).
     """
 
     round: int
-    dirty: bool
+    active: bool
 
 
 Element = Union[list[Any], pa.RecordBatch, Barrier, Watermark, EndOfInput, LoopProbe]

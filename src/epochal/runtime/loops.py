@@ -1,24 +1,28 @@
-"""Deciding that a loop is empty, so that a bounded job with a loop can finish.
+"""Loops: deciding that a loop is empty, and a loop head's snapshots in flight.
+
+Termination, so that a bounded job with a loop can finish:
 
 A loop head whose input has ended sends termination probes round its loop
 (`elements.LoopProbe`); every task of the loop forwards a probe once it arrived on all its loop
-inputs, marked dirty if the task processed anything since the previous round. A loop may have
-several head subtasks, and a task's dirtiness reaches only the heads downstream of it, so no
-single head can decide: the job manager collects each head's verdict per round and ends the
-loop when, for one round, every head saw it clean. Then no task processed a record between two
+inputs, marked active if the task processed anything since the previous round. A loop may have
+several head subtasks, and a task's activity reaches only the heads downstream of it, so no
+single head can decide: the job master collects each head's verdict per round and ends the
+loop when, for one round, no head saw it active. Then no task processed a record between two
 probe passes and none sent one after a probe passed (FIFO channels): the loop is empty.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..plan.job_graph import JobGraph, TaskId
+from .elements import LoopProbe
 from .messages import EndLoop, LoopRoundEnded
 
 
 class LoopTermination:
-    """The job manager's side of loop termination, for every loop of one job."""
+    """The job master's side of loop termination, for every loop of one job."""
 
     def __init__(self, job: JobGraph, send: Callable[[TaskId, object], None]) -> None:
         self.send = send
@@ -43,3 +47,100 @@ class LoopTermination:
             self.ended.add(vertex)
             for task in self.heads[vertex]:
                 self.send(task, EndLoop())
+
+
+class LoopProbes:
+    """One task's part in loop termination: starting rounds (a head) or forwarding them.
+
+    `active` is set whenever the task processes records; a probe forwarded (or a verdict sent)
+    clears it, so each round reports whether the task processed anything since the last one.
+
+    Args:
+        is_head: the task heads a loop: it starts rounds and sends the verdicts to the job master.
+        back_edges: the head's inputs that close the loop.
+        loop_inputs: a loop member's inputs from inside the loop (back-edges included).
+        num_inputs: all of the task's inputs.
+    """
+
+    def __init__(self, is_head: bool, back_edges: frozenset[int], loop_inputs: frozenset[int], num_inputs: int) -> None:
+        self.is_head = is_head
+        self.back_edges = back_edges
+        self.loop_inputs = loop_inputs
+        self.outside = frozenset(range(num_inputs)) - loop_inputs
+        self.active = False
+        self.in_flight = False
+        self._round = 0
+        self._arrivals: dict[int, list[bool]] = {}
+
+    def start_round(self) -> LoopProbe:
+        """A head whose input ended sends a probe round its loop."""
+        self._round += 1
+        self.in_flight = True
+        self.active = False
+        return LoopProbe(self._round, False)
+
+    def on_probe(self, probe: LoopProbe, ended: frozenset[int]) -> LoopProbe | tuple[int, bool] | None:
+        """A probe arrived on one loop input; `ended` are the task's inputs that have ended.
+
+        Returns None until the round arrived on every open loop input; then, for a member, the
+        probe to forward, and for a head, `(round, clean)`: its verdict for the job master.
+        """
+        arrivals = self._arrivals.setdefault(probe.round, [])
+        arrivals.append(probe.active)
+        expected = len(self.back_edges - ended) if self.is_head else len(self.loop_inputs)
+        if len(arrivals) < expected:
+            return None
+        del self._arrivals[probe.round]
+        if self.is_head:
+            self.in_flight = False
+            return probe.round, not any(arrivals) and not self.active
+        active = any(arrivals) or self.active or not self.outside <= ended
+        self.active = False
+        return LoopProbe(probe.round, active)
+
+
+@dataclass(slots=True)
+class PendingLoopSnapshot:
+    """A loop head's checkpoint waiting for its barrier to come back on every back-edge."""
+
+    checkpoint_id: int
+    waiting: set[int]
+    snapshots: list[tuple[str, Any]]
+    alignment_ms: float
+    sync_ms: float
+    log: list[Any] = field(default_factory=list)
+
+
+class LoopSnapshots:
+    """A loop head's checkpoints in flight: state fixed, feedback logged until the barrier returns.
+
+    ABS §4.3, Algorithm 2: the head snapshots its state when the barrier arrives on its regular
+    inputs, then logs every record arriving on a back-edge until the same barrier comes back on
+    it; the log is part of the head's state, replayed into the loop on restore.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[int, PendingLoopSnapshot] = {}
+
+    def hold(self, pending: PendingLoopSnapshot) -> None:
+        self._pending[pending.checkpoint_id] = pending
+
+    def log_feedback(self, channel: int, batch: Any) -> None:
+        for pending in self._pending.values():
+            if channel in pending.waiting:
+                pending.log.append(batch)
+
+    def barrier_returned(self, channel: int, checkpoint_id: int) -> PendingLoopSnapshot | None:
+        """The barrier came back on `channel` (or the channel ended); the snapshot once complete."""
+        pending = self._pending.get(checkpoint_id)
+        if pending is None:
+            return None
+        pending.waiting.discard(channel)
+        if pending.waiting:
+            return None
+        return self._pending.pop(checkpoint_id)
+
+    def channel_ended(self, channel: int) -> list[PendingLoopSnapshot]:
+        """A back-edge ended: it returns no more barriers; the snapshots that are now complete."""
+        done = [self.barrier_returned(channel, cid) for cid in list(self._pending)]
+        return [p for p in done if p is not None]

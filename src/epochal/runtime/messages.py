@@ -1,4 +1,4 @@
-"""Control messages between tasks and the job manager.
+"""Control messages between tasks and the job master.
 
 Plain frozen records, so that the same protocol runs through a queue in one process or over TCP
 between Spark workers and the driver. Named for the dissertation's epoch commit (§4.1.3):
@@ -14,7 +14,7 @@ from ..plan.job_graph import TaskId
 from ..state.storage import SubtaskState, TaskCheckpointStats
 
 
-# job manager → task ---------------------------------------------------------------------------
+# job master → task ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class TriggerCheckpoint:
     """Start checkpoint `checkpoint_id` here: sent to sources and to tasks whose inputs ended."""
@@ -46,7 +46,7 @@ class EndLoop:
     """Every head of the loop saw a clean probe round: the loop is empty, end its input."""
 
 
-# task → job manager ---------------------------------------------------------------------------
+# task → job master ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LoopRoundEnded:
     """A loop head's termination probe came back round `round`; `clean` if nothing moved."""

@@ -1,14 +1,14 @@
 """Channels over TCP: framing, multiplexed links, and credit-based flow control.
 
 All channels between two workers share one TCP connection (a `Link`). Each logical channel has
-its own credits (dissertation L2576–2660, and Flink's credit-based flow control): the consumer
+its own credits (dissertation §3.4, flow control, and Flink's credit-based flow control): the consumer
 grants `capacity` frames up front and returns credits as its task consumes them; the producer
 sends only while it has credit. So a channel blocked by barrier alignment stops only its own
 producer, and the connection itself is always drained: no head-of-line deadlock.
 
 Records leave in batches, when a batch is full or after a flush timeout. Arrow batches travel
 as Arrow IPC, Python lists as pickle protocol 5, control events (barriers, end-of-input) as
-pickle. Every frame carries the sender's *generation*; frames of an older generation (before a
+pickle. Every frame carries the sender's *attempt*; frames of an older attempt (before a
 restart) are dropped, frames of a newer one wait until the receiver has restarted too.
 """
 
@@ -26,7 +26,7 @@ import pyarrow as pa
 from .batches import batch_len
 from .elements import Element
 
-# kind (1 byte), generation, channel wire id, payload length
+# kind (1 byte), attempt, channel wire id, payload length
 _HEADER = struct.Struct("<BIIQ")
 
 DATA_PICKLE = 1
@@ -39,8 +39,8 @@ HELLO = 6
 _PICKLE = 5
 
 
-def encode_frame(kind: int, generation: int, channel: int, payload: bytes) -> bytes:
-    return _HEADER.pack(kind, generation, channel, len(payload)) + payload
+def encode_frame(kind: int, attempt: int, channel: int, payload: bytes) -> bytes:
+    return _HEADER.pack(kind, attempt, channel, len(payload)) + payload
 
 
 def encode_arrow(batch: pa.RecordBatch) -> bytes:
@@ -74,12 +74,12 @@ class Link:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send_frame(self, kind: int, generation: int, channel: int, payload: bytes) -> None:
-        self._out += _HEADER.pack(kind, generation, channel, len(payload))
+    def send_frame(self, kind: int, attempt: int, channel: int, payload: bytes) -> None:
+        self._out += _HEADER.pack(kind, attempt, channel, len(payload))
         self._out += payload
 
-    def send_object(self, message: Any, generation: int = 0) -> None:
-        self.send_frame(CONTROL, generation, 0, pickle.dumps(message, protocol=_PICKLE))
+    def send_object(self, message: Any, attempt: int = 0) -> None:
+        self.send_frame(CONTROL, attempt, 0, pickle.dumps(message, protocol=_PICKLE))
 
     @property
     def wants_write(self) -> bool:
@@ -105,7 +105,7 @@ class Link:
                 time.sleep(0.001)
 
     def receive(self) -> Iterator[tuple[int, int, int, bytes]]:
-        """Read what is available; yield complete frames `(kind, generation, channel, payload)`."""
+        """Read what is available; yield complete frames `(kind, attempt, channel, payload)`."""
         while True:
             try:
                 chunk = self.sock.recv(1 << 20)
@@ -128,11 +128,11 @@ class Link:
         offset = 0
         size = _HEADER.size
         while len(buf) - offset >= size:
-            kind, generation, channel, length = _HEADER.unpack_from(buf, offset)
+            kind, attempt, channel, length = _HEADER.unpack_from(buf, offset)
             if len(buf) - offset - size < length:
                 break
             start = offset + size
-            yield kind, generation, channel, bytes(buf[start : start + length])
+            yield kind, attempt, channel, bytes(buf[start : start + length])
             offset = start + length
         if offset:
             del buf[:offset]
@@ -146,18 +146,18 @@ class Link:
 
 
 def read_object_blocking(sock: socket.socket, timeout: float | None = None) -> tuple[int, Any]:
-    """Read one CONTROL or HELLO frame from a blocking socket: `(generation, object)`."""
+    """Read one CONTROL or HELLO frame from a blocking socket: `(attempt, object)`."""
     sock.settimeout(timeout)
     header = _recv_exact(sock, _HEADER.size)
-    kind, generation, _, length = _HEADER.unpack(header)
+    kind, attempt, _, length = _HEADER.unpack(header)
     payload = _recv_exact(sock, length)
     if kind not in (CONTROL, HELLO):
         raise ConnectionError(f"expected a control frame, got kind {kind}")
-    return generation, pickle.loads(payload)
+    return attempt, pickle.loads(payload)
 
 
-def write_object_blocking(sock: socket.socket, message: Any, generation: int = 0, kind: int = CONTROL) -> None:
-    sock.sendall(encode_frame(kind, generation, 0, pickle.dumps(message, protocol=_PICKLE)))
+def write_object_blocking(sock: socket.socket, message: Any, attempt: int = 0, kind: int = CONTROL) -> None:
+    sock.sendall(encode_frame(kind, attempt, 0, pickle.dumps(message, protocol=_PICKLE)))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -185,7 +185,7 @@ class RemoteOutputChannel:
         self,
         link: Link,
         wire_id: int,
-        generation: int,
+        attempt: int,
         capacity: int,
         batch_size: int,
         flush_interval: float,
@@ -194,7 +194,7 @@ class RemoteOutputChannel:
         self.link = link
         self.elastic = elastic  # a loop's back-edge: never held back (see runtime.channel)
         self.wire_id = wire_id
-        self.generation = generation
+        self.attempt = attempt
         self.credits = capacity
         self.batch_size = batch_size
         self.flush_interval = flush_interval
@@ -239,7 +239,7 @@ class RemoteOutputChannel:
             self.flush()
 
     def _frame(self, kind: int, payload: bytes) -> None:
-        self.link.send_frame(kind, self.generation, self.wire_id, payload)
+        self.link.send_frame(kind, self.attempt, self.wire_id, payload)
         self.credits -= 1
 
     def grant(self, credits: int) -> None:
@@ -249,10 +249,10 @@ class RemoteOutputChannel:
 class RemoteInputChannel:
     """The consumer's end of a channel from another worker: a queue that returns credit."""
 
-    def __init__(self, link: Link, wire_id: int, generation: int, capacity: int) -> None:
+    def __init__(self, link: Link, wire_id: int, attempt: int, capacity: int) -> None:
         self.link = link
         self.wire_id = wire_id
-        self.generation = generation
+        self.attempt = attempt
         self._queue: deque[Element] = deque()
         self._consumed = 0
         self._threshold = max(1, capacity // 2)
@@ -269,7 +269,7 @@ class RemoteInputChannel:
         element = self._queue.popleft()
         self._consumed += 1
         if self._consumed >= self._threshold:
-            self.link.send_frame(CREDIT, self.generation, self.wire_id, struct.pack("<I", self._consumed))
+            self.link.send_frame(CREDIT, self.attempt, self.wire_id, struct.pack("<I", self._consumed))
             self._consumed = 0
         return element
 

@@ -2,7 +2,7 @@
 
 Forward keeps a subtask's records on the matching downstream subtask; rebalance sends whole
 batches round robin; broadcast sends every batch everywhere; key-group routing sends each record
-to the subtask that owns its key group (dissertation §4.2, L3269–3303), vectorized on Arrow.
+to the subtask that owns its key group (dissertation §4.2, key groups), vectorized on Arrow.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ from ..state.storage import CheckpointStorage, Manifest
 from .channel import LocalChannel
 from .clock import Clock
 from .partition import Partitioner
-from .task import InputChannel, OutputChannel, OutputGate, Task, TaskSetup
+from .input_gate import InputChannel
+from .output_gate import OutputChannel, OutputGate
+from .task import Task, TaskSetup
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,91 @@
+"""One attempt of a job, as the job master sees it: its coordinator, its loops, its outcome.
+
+An *attempt* is one run of all of a job's tasks, from a restore (or the start) until it
+finishes or fails; after a failure the job master starts the next one from the latest complete
+checkpoint (dissertation §4.1.3.1, rollback recovery). Every host routes the messages its tasks
+send to the job master through `Attempt.deliver`, so both hosts handle them the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Protocol
+
+from ..errors import CheckpointError
+from ..plan.job_graph import JobGraph, TaskId
+from ..state.storage import CheckpointStorage
+from .clock import Clock
+from .coordinator import AbortedCheckpoint, AbortReason, CheckpointCoordinator, CompletedCheckpoint
+from .loops import LoopTermination
+from .messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, LoopRoundEnded, TaskFinished
+
+log = logging.getLogger(__name__)
+
+
+class AttemptObserver(Protocol):
+    """What the job master learns from an attempt as it runs."""
+
+    def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None: ...
+    def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None: ...
+
+
+class Attempt:
+    """Routes the messages tasks send to the job master, for one attempt.
+
+    A failure the attempt itself detects (too many failed checkpoints) is recorded in `failure`;
+    the host checks it between steps and fails the attempt as it would for a task's error.
+
+    Args:
+        number: 1 for the first attempt of a job, counting up across restarts.
+        first_checkpoint_id: ids go on across attempts, so no two attempts share one.
+    """
+
+    def __init__(
+        self,
+        number: int,
+        job: JobGraph,
+        storage: CheckpointStorage | None,
+        clock: Clock,
+        send: Callable[[TaskId, object], None],
+        first_checkpoint_id: int,
+        observer: AttemptObserver,
+    ) -> None:
+        self.number = number
+        self.observer = observer
+        self.coordinator = CheckpointCoordinator(
+            job, storage, clock, send, first_checkpoint_id,
+            on_completed=observer.checkpoint_completed,
+            on_aborted=observer.checkpoint_aborted,
+            on_failure=self._fail,
+        )
+        self.loops = LoopTermination(job, send)
+        self.finished: dict[TaskId, TaskFinished] = {}
+        self.failure: BaseException | None = None
+        self._tasks = len(job.task_ids())
+
+    @property
+    def is_finished(self) -> bool:
+        return len(self.finished) == self._tasks
+
+    def _fail(self, error: CheckpointError) -> None:
+        if self.failure is None:
+            self.failure = error
+
+    def deliver(self, message: Any) -> None:
+        kind = type(message)
+        if kind is AcknowledgeCheckpoint:
+            self.coordinator.on_acknowledge(message)
+        elif kind is DeclineCheckpoint:
+            self.coordinator.on_decline(message)
+        elif kind is InputsEnded:
+            self.coordinator.on_inputs_ended(message)
+        elif kind is TaskFinished:
+            self.finished[message.task] = message
+        elif kind is LoopRoundEnded:
+            self.loops.on_round(message)
+        else:
+            raise RuntimeError(f"unexpected message from a task: {message!r}")
+
+    def stop(self) -> None:
+        """The attempt is over (failed or cancelled): abort what is pending; no new checkpoints."""
+        self.coordinator.stop(AbortReason.TASK_FAILED)

@@ -1,0 +1,147 @@
+"""A subtask's part of a checkpoint: fix the state, write it off the processing path, acknowledge.
+
+ABS §4.2, Algorithm 1 asks each task to snapshot its state when a barrier is aligned and to go on
+at once; the dissertation (§4.5, asynchronous invocation) splits that snapshot into a
+*synchronous* part that only fixes the state (copy-on-write) and an *asynchronous* part that
+serialises and uploads it. The asynchronous part runs on the host's background runner (a
+thread on a Spark worker, a schedulable unit in the in-process executor); what it wrote comes
+back as a `SnapshotWritten` message through the task's inbox, so operators learn their written
+state (e.g. the file chain an incremental backend builds on) on the task's own thread, and only
+then is the checkpoint acknowledged to the job master (the prepare phase of the epoch commit,
+dissertation §4.1.3).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from ..config import StateConfig
+from ..plan.job_graph import TaskId
+from ..state.keygroups import KeyGroupRange
+from ..state.storage import CheckpointStorage, TaskCheckpointStats
+from .messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
+from .operators import OperatorSnapshot, RuntimeOperator
+from .snapshots import serialise_small_snapshots, write_task_snapshot
+
+log = logging.getLogger(__name__)
+
+Snapshots = list[tuple[str, OperatorSnapshot]]
+
+
+class BackgroundRunner(Protocol):
+    """Runs the asynchronous part of checkpoints off the processing path."""
+
+    def submit(self, fn: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotWritten:
+    """The asynchronous part of a checkpoint finished: what each operator's state became."""
+
+    checkpoint_id: int
+    states: tuple[OperatorSubtaskState, ...]
+    stats: TaskCheckpointStats
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFailed:
+    """The asynchronous part of a checkpoint failed; the checkpoint is declined."""
+
+    checkpoint_id: int
+    reason: str
+
+
+class SubtaskCheckpointer:
+    """Takes, writes and acknowledges the checkpoints of one subtask.
+
+    Args:
+        task_id: the subtask, named in acknowledgements.
+        task_name: for log lines.
+        key_groups: the key groups this subtask owns, recorded with its state.
+        storage: where state files go; None keeps checkpoints in memory only (no files).
+        background: runs the asynchronous part.
+        inbox: the task's inbox, where the asynchronous part's result is delivered.
+        send: to the job master.
+        state: inline serialisation threshold and backend options.
+    """
+
+    def __init__(
+        self,
+        task_id: TaskId,
+        task_name: str,
+        key_groups: KeyGroupRange,
+        storage: CheckpointStorage | None,
+        background: BackgroundRunner,
+        inbox: deque[Any],
+        send: Callable[[Any], None],
+        state: StateConfig,
+    ) -> None:
+        self.task_id = task_id
+        self.task_name = task_name
+        self.key_groups = key_groups
+        self.storage = storage
+        self.background = background
+        self.inbox = inbox
+        self.send = send
+        self.inline_entries = state.inline_snapshot_entries
+
+    def snapshot(self, chain: Sequence[RuntimeOperator], checkpoint_id: int) -> Snapshots:
+        """The synchronous part: fix every operator's state (cheap, copy-on-write)."""
+        return [(op.uid, op.snapshot(checkpoint_id)) for op in chain]
+
+    def serialise_small(self, snapshots: Snapshots) -> None:
+        """Serialise small keyed snapshots now (after the barrier left): see `snapshots`."""
+        serialise_small_snapshots(snapshots, self.inline_entries)
+
+    def write(
+        self,
+        checkpoint_id: int,
+        snapshots: Snapshots,
+        alignment_ms: float,
+        sync_ms: float,
+        synchronous: bool = False,
+    ) -> None:
+        """The asynchronous part: write the snapshots, then report back through the inbox.
+
+        A synchronous checkpoint (Naiad-style, `CheckpointConfig(mode="synchronous")`) writes
+        before the task does anything else.
+        """
+        storage, task_id, key_groups, inbox = self.storage, self.task_id, self.key_groups, self.inbox
+
+        def write_and_report() -> None:
+            began = time.perf_counter()
+            try:
+                states, size = write_task_snapshot(storage, checkpoint_id, task_id, key_groups, snapshots)
+            except Exception as exc:
+                inbox.append(SnapshotFailed(checkpoint_id, f"writing state failed: {exc}"))
+                return
+            async_ms = (time.perf_counter() - began) * 1000
+            stats = TaskCheckpointStats(str(task_id), alignment_ms, sync_ms, async_ms, size)
+            inbox.append(SnapshotWritten(checkpoint_id, states, stats))  # deque.append: thread-safe
+
+        if synchronous:
+            write_and_report()
+        else:
+            self.background.submit(write_and_report)
+
+    def on_written(self, result: SnapshotWritten, chain: Sequence[RuntimeOperator]) -> None:
+        """On the task's thread: operators learn their written state, then acknowledge."""
+        by_uid = {entry.uid: entry.state for entry in result.states}
+        for op in chain:
+            written = by_uid.get(op.uid)
+            if written is not None:
+                op.on_snapshot_written(result.checkpoint_id, written)
+        self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats))
+
+    def on_failed(self, failure: SnapshotFailed) -> None:
+        log.warning("%s: checkpoint %d declined: %s", self.task_name, failure.checkpoint_id, failure.reason)
+        self.send(DeclineCheckpoint(self.task_id, failure.checkpoint_id, failure.reason))
+
+    def decline(self, checkpoint_id: int, reason: str) -> None:
+        """Decline a checkpoint this subtask will not take (e.g. its alignment was abandoned)."""
+        log.info("%s: checkpoint %d declined: %s", self.task_name, checkpoint_id, reason)
+        self.send(DeclineCheckpoint(self.task_id, checkpoint_id, reason))

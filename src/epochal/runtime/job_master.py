@@ -1,0 +1,175 @@
+"""The job master: what every host does to run a job, whatever moves its bytes.
+
+One job master serves both hosts (the in-process executor and the Spark barrier stage). It owns
+- checkpoint storage and the resolution of `from_checkpoint` (a savepoint is adopted into the
+  job's own storage, so every host restores by checkpoint id);
+- attempts: their numbers and the checkpoint ids they continue from;
+- the failure manager: rollback recovery (dissertation §4.1.3.1): any failure of an attempt,
+  a task's error, a lost worker or too many failed checkpoints, stops it, and the next attempt
+  restores the latest complete checkpoint, until the restart budget (`RestartStrategy`) is spent;
+  a checkpoint found corrupt while restoring is refused and the one before it is used;
+- the checkpoint history, live progress, and the `JobResult`.
+
+A host keeps only what differs: how tasks are launched and how their messages travel. Job
+control (rescale, savepoint, cancel) and metrics belong here too, as later additions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from ..errors import CorruptCheckpointError, JobFailedError, NoCheckpointError
+from ..plan.job_graph import JobGraph, TaskId
+from ..state.storage import CheckpointStorage, Manifest
+from .attempt import Attempt
+from .clock import Clock
+from .coordinator import AbortedCheckpoint, CompletedCheckpoint
+from .messages import OperatorMetrics
+from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL = 0.5  # seconds between two progress reports
+
+
+class JobMaster:
+    """Runs the attempts of one job on behalf of a host.
+
+    A host calls `start_attempt` (then builds its tasks restoring `restore_from`), routes task
+    messages to the attempt, calls `on_failure` when the attempt fails (it raises
+    `JobFailedError` once the budget is spent), and `result` once the attempt finished.
+
+    Args:
+        job: the job graph.
+        clock: the runtime's clock; restart delays pass on it.
+        from_checkpoint: `"latest"`, a checkpoint id, a `chk-…` directory or a savepoint path.
+        progress: called with a live view of the job, at most every `PROGRESS_INTERVAL` seconds.
+
+    Raises:
+        NoCheckpointError: `from_checkpoint` names nothing restorable, or the job has no
+            checkpoint directory to restore from.
+    """
+
+    def __init__(
+        self,
+        job: JobGraph,
+        clock: Clock,
+        from_checkpoint: str | int | None = None,
+        progress: Callable[[JobProgress], None] | None = None,
+    ) -> None:
+        self.job = job
+        self.clock = clock
+        self.progress = progress
+        directory = job.config.checkpoint.directory
+        self.storage = CheckpointStorage(directory) if directory else None
+        self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        self.attempt: Attempt | None = None
+        self.restarts = 0
+        self.failures: list[str] = []
+        self.restored_from: list[int | None] = []
+        self.checkpoints: list[CheckpointSummary] = []
+        self.aborted: list[AbortedCheckpoint] = []
+        self._refused: set[int] = set()  # checkpoints found corrupt: never restored again
+        self._next_checkpoint_id = 1
+        self._last_progress = float("-inf")
+
+    def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
+        if from_checkpoint is None:
+            return None
+        if self.storage is None:
+            raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
+        manifest = self.storage.resolve(from_checkpoint)
+        if manifest.is_savepoint:  # tasks restore by id from the job's own storage
+            manifest = self.storage.adopt(manifest)
+        log.info("job %r restores checkpoint %d", self.job.name, manifest.checkpoint_id)
+        return manifest
+
+    # -- attempts --------------------------------------------------------------------------------
+    def start_attempt(self, send: Callable[[TaskId, object], None]) -> Attempt:
+        """A new attempt, restoring `restore_from`; its tasks are the host's to build."""
+        if self.attempt is not None:
+            self.attempt.stop()
+        restored = self.restore_from.checkpoint_id if self.restore_from is not None else None
+        self.restored_from.append(restored)
+        first_id = self._next_checkpoint_id
+        if self.storage is not None:
+            first_id = max(first_id, max(self.storage.checkpoint_ids(), default=0) + 1)
+        if restored is not None:
+            first_id = max(first_id, restored + 1)
+        self.attempt = Attempt(len(self.restored_from), self.job, self.storage, self.clock, send, first_id, self)
+        log.info(
+            "job %r: attempt %d starts %s", self.job.name, self.attempt.number,
+            "fresh" if restored is None else f"from checkpoint {restored}",
+        )
+        return self.attempt
+
+    def on_failure(self, cause: BaseException) -> None:
+        """The current attempt failed: roll back, or give up once the restart budget is spent.
+
+        Picks the checkpoint the next attempt restores (`restore_from`) and waits the restart
+        delay. A `CorruptCheckpointError` met while restoring refuses that checkpoint for good.
+
+        Raises:
+            JobFailedError: the budget is spent; its cause is `cause`.
+        """
+        if self.attempt is not None:
+            self.attempt.stop()
+        self.failures.append(f"{type(cause).__name__}: {cause}")
+        attempt = self.attempt.number if self.attempt is not None else 0
+        log.warning("job %r: attempt %d failed: %s", self.job.name, attempt, cause)
+        if isinstance(cause, CorruptCheckpointError) and self.restore_from is not None:
+            self._refused.add(self.restore_from.checkpoint_id)
+        if self.restarts >= self.job.config.restart.max_restarts:
+            raise JobFailedError(self.job.name, self.restarts + 1, cause) from cause
+        self.restarts += 1
+        self.clock.sleep(self.job.config.restart.delay)
+        self.restore_from = self._latest_restorable()
+
+    def _latest_restorable(self) -> Manifest | None:
+        """The newest complete checkpoint not refused; None restarts from scratch."""
+        if self.storage is None:
+            return None
+        before: int | None = None
+        while True:
+            manifest = self.storage.latest() if before is None else self.storage.latest(before=before)
+            if manifest is None or manifest.checkpoint_id not in self._refused:
+                if manifest is not None and self._refused:
+                    log.warning(
+                        "job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d",
+                        self.job.name, sorted(self._refused), manifest.checkpoint_id,
+                    )
+                return manifest
+            before = manifest.checkpoint_id
+
+    # -- observing the attempt ---------------------------------------------------------------
+    def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
+        self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
+
+    def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
+        self.aborted.append(checkpoint)
+        self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
+
+    def report_progress(self, metrics: Callable[[], tuple[OperatorMetrics, ...]]) -> None:
+        """Report live progress if it is time; `metrics` is only called then."""
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if now - self._last_progress < PROGRESS_INTERVAL:
+            return
+        self._last_progress = now
+        self.progress(progress_of(self.job, metrics(), self.checkpoints, self.restarts))
+
+    def result(self) -> JobResult:
+        """The outcome of the job, once the current attempt finished."""
+        assert self.attempt is not None and self.attempt.is_finished
+        return JobResult(
+            self.job.name,
+            self.restarts,
+            tuple(self.checkpoints),
+            merge_metrics([m.metrics for m in self.attempt.finished.values()]),
+            tuple(self.failures),
+            tuple(self.restored_from),
+        )

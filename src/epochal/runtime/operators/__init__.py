@@ -1,0 +1,58 @@
+"""The running operators: one class per core operator spec of `plan.specs`.
+
+- `base`: the base class, its context and snapshot, and the guard around user code;
+- `io`: sources and sinks (operator state: split positions, prepared commits);
+- `stateless`: map/filter/flat_map, map_batches, union;
+- `loop_head`: the head of a loop;
+- `keyed`: count and reduce per key; `process`: a user's keyed process function with timers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+from ...plan.specs import (
+    IterationHeadSpec,
+    KeyedCountSpec,
+    KeyedProcessSpec,
+    KeyedReduceSpec,
+    MapBatchesSpec,
+    OperatorSpec,
+    RecordFnSpec,
+    SinkSpec,
+    SourceSpec,
+    UnionSpec,
+)
+from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
+from .io import SinkOperator, SourceOperator, SourcePositions
+from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
+from .loop_head import IterationHeadOperator, LoopLog
+from .process import KeyedProcessOperator, ProcessContext
+from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
+
+__all__ = [
+    "IterationHeadOperator", "KeyedCountOperator", "KeyedOperator", "KeyedProcessOperator",
+    "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
+    "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
+    "SourcePositions", "UnionOperator", "create_operator",
+]
+
+_FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
+    SourceSpec: SourceOperator,
+    SinkSpec: SinkOperator,
+    RecordFnSpec: RecordFnOperator,
+    MapBatchesSpec: MapBatchesOperator,
+    UnionSpec: UnionOperator,
+    IterationHeadSpec: IterationHeadOperator,
+    KeyedCountSpec: KeyedCountOperator,
+    KeyedReduceSpec: KeyedReduceOperator,
+    KeyedProcessSpec: KeyedProcessOperator,
+}
+
+
+def create_operator(spec: OperatorSpec) -> RuntimeOperator:
+    """A fresh running operator for `spec`; user function objects are copied per subtask."""
+    if isinstance(spec, KeyedProcessSpec):
+        spec = KeyedProcessSpec(spec.name, spec.uid, spec.key, copy.deepcopy(spec.function))
+    return _FACTORIES[type(spec)](spec)

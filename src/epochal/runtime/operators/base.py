@@ -1,0 +1,105 @@
+"""The running operators' common ground: the base class, its context, and its snapshot.
+
+An operator turns one input batch into at most one output batch (`process`), so a chain of
+operators in one task is a loop of function calls. Every user function is called inside a guard
+that turns its exception into an `OperatorError` naming the operator and the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+
+from ...config import StateConfig
+from ...errors import OperatorError
+from ...plan.specs import OperatorSpec
+from ...state.backend import KeyedStateSnapshot
+from ...state.keygroups import KeyGroupRange
+from ...state.storage import SubtaskState
+from ..batches import batch_len
+from ..clock import Clock
+from ..elements import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorContext:
+    """Where a running operator sits: its subtask, its key groups, and the clock."""
+
+    subtask: int
+    parallelism: int
+    max_parallelism: int
+    key_groups: KeyGroupRange
+    clock: Clock
+    state: StateConfig = StateConfig()
+    name: str = ""  # the task's name, for the disk backend's working directory
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSnapshot:
+    """The fixed state of one operator of one subtask; serialised off the processing path."""
+
+    keyed: KeyedStateSnapshot | None = None
+    state: Any = None
+
+
+class RuntimeOperator:
+    """Base of the running operators; the defaults are those of a stateless operator."""
+
+    def __init__(self, spec: OperatorSpec) -> None:
+        self.name = spec.name
+        self.uid = spec.uid
+
+    def open(self, ctx: OperatorContext) -> None:
+        self.ctx = ctx
+
+    def process(self, batch: Batch) -> Batch | None:
+        return batch
+
+    def end_input(self) -> Batch | None:
+        return None
+
+    def next_timer(self) -> float | None:
+        return None
+
+    def on_processing_time(self, now: float) -> Batch | None:
+        return None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot()
+
+    def on_snapshot_written(self, checkpoint_id: int, written: SubtaskState) -> None:
+        """The asynchronous part wrote this operator's snapshot; called on the task's thread."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        pass
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        """Load state; `states` holds the operator state of *every* old subtask (union list)."""
+
+    def close(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def guard(operator: str, what: str) -> Iterator[None]:
+    """Turn a connector's exception into an OperatorError naming the operator and the step."""
+    try:
+        yield
+    except OperatorError:
+        raise
+    except Exception as exc:
+        raise OperatorError(operator, what, exc) from exc
+
+
+def batch_repr(batch: Batch) -> str:
+    head = batch.slice(0, 3).to_pylist() if isinstance(batch, pa.RecordBatch) else batch[:3]
+    return f"<batch of {batch_len(batch)} records: {head!r}...>"
+
+
+def extend(out: list[Any], produced: Iterable[Any] | None) -> None:
+    if produced is not None:
+        out.extend(produced)
+

@@ -1,0 +1,169 @@
+"""Keyed operators: state held per key, in the key groups of the subtask.
+
+Keyed state lives in a keyed-state backend (memory or RocksDB), cut into key groups, the unit of
+snapshot, rescaling and migration (dissertation §4.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...errors import OperatorError
+from ...plan.specs import KeyedCountSpec, KeyedReduceSpec
+from ...state.backend import HeapKeyedStateBackend
+from ..batches import to_records
+from ..columnar_count import ColumnarCounts
+from ..elements import Batch
+from ..key_index import KeyIndex
+from ..keys import batch_keys, encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
+from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
+
+
+
+def create_backend(ctx: OperatorContext, uid: str) -> Any:
+    """The keyed-state backend `ctx.state` asks for: memory (dicts) or disk (RocksDB)."""
+    config = ctx.state
+    options = dict(
+        incremental=config.incremental, compact_every=config.compact_every, compact_ratio=config.compact_ratio
+    )
+    if config.backend == "disk":
+        from ..state.disk import DiskKeyedStateBackend
+
+        return DiskKeyedStateBackend(
+            ctx.key_groups, ctx.max_parallelism, local_dir=config.local_dir, label=f"{uid}-{ctx.subtask}", **options
+        )
+    return HeapKeyedStateBackend(ctx.key_groups, ctx.max_parallelism, **options)
+
+
+class KeyedOperator(RuntimeOperator):
+    """An operator whose state is keyed, held in the key groups of its subtask."""
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        self.backend = create_backend(ctx, self.uid)
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot(keyed=self.backend.snapshot(checkpoint_id))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.backend.notify_checkpoint_complete(checkpoint_id)
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        if keyed:
+            self.backend.restore(keyed)
+
+    def close(self) -> None:
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+
+_COUNT = "count"
+_INT16_MAX = int(np.iinfo(np.int16).max)
+
+
+class KeyedCountOperator(KeyedOperator):
+    """Running count per key, emitting `(key, count)` for every record.
+
+    On an Arrow batch keyed by a column the whole update is vectorized: each distinct key's
+    count moves once, in numpy (`ColumnarCounts`, on the heap backend), and each row's running
+    count is the key's previous count plus the row's rank among the rows of its key, so the
+    output is the same record for record as the per-record path, whatever the batch boundaries.
+    """
+
+    def __init__(self, spec: KeyedCountSpec) -> None:
+        super().__init__(spec)
+        self.key = spec.key
+        self._key_fn = record_key_fn(spec.key)
+        self._columnar: ColumnarCounts | None = None
+
+    def process(self, batch: Batch) -> Batch | None:
+        if isinstance(batch, pa.RecordBatch) and isinstance(self.key, str):
+            return self._process_arrow(batch)
+        self._flush_columnar(drop=True)  # records read and write the backend directly
+        records = to_records(batch)
+        keys, groups = key_groups_of_records(records, self._key_fn, self.ctx.max_parallelism, self.name)
+        out: list[Any] = []
+        try:
+            self.backend.count_into(out, _COUNT, keys, groups)
+        except Exception as exc:  # e.g. a restored count that is not a number
+            raise OperatorError(self.name, records[len(out)], exc) from exc
+        return out
+
+    def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        assert isinstance(self.key, str)
+        distinct, indices = encode_key_column(batch, self.key, self.name)
+        per_key = np.bincount(indices, minlength=len(distinct))
+        base = self._add_counts(distinct, per_key)
+        # The rows grouped by key, in arrival order within a key (a stable sort; numpy sorts
+        # 16-bit integers by radix, in linear time: ~9x faster than int32). The p-th row of
+        # that order, of key k, is row p - start[k] of its key: its count is base[k] + 1 + that.
+        narrow = indices.astype(np.int16) if len(distinct) <= _INT16_MAX else indices
+        order = np.argsort(narrow, kind="stable")
+        offset = base + 1
+        offset[1:] -= np.cumsum(per_key)[:-1]
+        grouped = np.repeat(offset, per_key)
+        grouped += np.arange(len(indices))
+        counts = np.empty(len(indices), dtype=np.int64)
+        counts[order] = grouped
+        return pa.RecordBatch.from_arrays(
+            [batch.column(self.key), pa.array(counts, pa.int64())], names=[self.key, "count"]
+        )
+
+    def _add_counts(self, distinct: pa.Array, per_key: np.ndarray) -> np.ndarray:
+        """Add each distinct key's rows to its count; returns the counts before."""
+        columnar = self._columnar
+        if columnar is not None and not columnar.accepts(distinct.type):
+            self._flush_columnar(drop=True)
+            columnar = None
+        if columnar is None and KeyIndex.supports(distinct.type) and isinstance(self.backend, HeapKeyedStateBackend):
+            columnar = self._columnar = ColumnarCounts(distinct.type, self.backend, _COUNT)
+        if columnar is not None:
+            return columnar.add(distinct, per_key)
+        # other key types, and the disk backend (whose state need not fit in memory): per key
+        assert isinstance(self.key, str)
+        groups = key_groups_of_column(distinct, self.key, self.ctx.max_parallelism, self.name)
+        base = np.empty(len(distinct), dtype=np.int64)
+        backend = self.backend
+        for i, (key, kg) in enumerate(zip(distinct.to_pylist(), groups.tolist())):
+            backend.set_current_key(key, kg)
+            previous = backend.get(_COUNT, 0)
+            base[i] = previous
+            backend.put(_COUNT, previous + int(per_key[i]))
+        return base
+
+    def _flush_columnar(self, drop: bool = False) -> None:
+        if self._columnar is not None:
+            self._columnar.flush()
+            if drop:
+                self._columnar = None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        self._flush_columnar()
+        return super().snapshot(checkpoint_id)
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        self._columnar = None
+        super().restore(keyed, states)
+
+
+class KeyedReduceOperator(KeyedOperator):
+    """Rolling reduce per key: emits the new reduced value for every record."""
+
+    def __init__(self, spec: KeyedReduceSpec) -> None:
+        super().__init__(spec)
+        self.fn = spec.fn
+        self.key = spec.key
+
+    def process(self, batch: Batch) -> Batch | None:
+        records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
+        out: list[Any] = []
+        try:
+            self.backend.reduce_into(out, "reduce", records, keys, groups, self.fn)
+        except Exception as exc:
+            raise OperatorError(self.name, records[len(out)], exc) from exc
+        return out
+

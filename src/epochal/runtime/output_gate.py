@@ -1,0 +1,48 @@
+"""A task's output side: each outgoing edge's partitioner and the channels it routes to."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+from .elements import Batch
+from .partition import Partitioner
+
+
+class OutputChannel(Protocol):
+    """The producer's end of a channel: bounded, non-blocking."""
+
+    def has_capacity(self) -> bool: ...
+    def send(self, element: Any) -> None: ...
+
+
+class OutputGate:
+    """The task's outgoing edges: a partitioner and the channels it routes to, per edge."""
+
+    def __init__(
+        self,
+        edges: Sequence[tuple[Partitioner, Sequence[OutputChannel]]],
+        loop_edges: frozenset[int] = frozenset(),
+    ) -> None:
+        self.edges = list(edges)
+        self.channels = [ch for _, chans in self.edges for ch in chans]
+        # channels of edges inside a loop: where termination probes go
+        self.loop_channels = [ch for i, (_, chans) in enumerate(self.edges) if i in loop_edges for ch in chans]
+
+    def emit(self, batch: Batch) -> None:
+        for partitioner, channels in self.edges:
+            for target, piece in partitioner.split(batch):
+                channels[target].send(piece)
+
+    def broadcast(self, element: Any) -> None:
+        for ch in self.channels:
+            ch.send(element)
+
+    def broadcast_loop(self, element: Any) -> None:
+        for ch in self.loop_channels:
+            ch.send(element)
+
+    def has_capacity(self) -> bool:
+        for ch in self.channels:
+            if not ch.has_capacity():
+                return False
+        return True
