@@ -1,11 +1,19 @@
-"""Shared fixtures: the tests directory on sys.path, and one local Spark session per run."""
+"""Shared fixtures: the tests directory on sys.path, one local Spark session per run, and a
+job's tasks built by hand for tests that step them one at a time."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+
+from epochal.plan.job_graph import JobGraph, TaskId
+from epochal.runtime.clock import VirtualClock
+from epochal.runtime.task import Task
+from epochal.runtime.wiring import build_tasks, local_channels
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:
@@ -13,7 +21,7 @@ if TESTS not in sys.path:
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark() -> Iterator[Any]:
     """A local[2] SparkSession, started once: Spark start-up costs ~15 s on 2 cores."""
     from pyspark import cloudpickle
 
@@ -21,7 +29,38 @@ def spark():
     from epochal.cluster.spark import create_session
 
     # Spark workers cannot import modules from tests/: ship the job code by value.
-    cloudpickle.register_pickle_by_value(spark_jobs)
+    cloudpickle.register_pickle_by_value(spark_jobs)  # type: ignore[no-untyped-call]
     session = create_session("local[2]")
     yield session
     session.stop()
+
+
+class _Deferred:
+    """Background snapshot writes, kept and never run: the test steps only the tasks."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self.pending.append(fn)
+
+
+@pytest.fixture
+def open_tasks() -> Iterator[Callable[[JobGraph], dict[TaskId, Task]]]:
+    """`open_tasks(job)`: every task of `job` on local channels and a virtual clock, opened,
+    without checkpoint storage or a job master; the test steps them and feeds their inboxes."""
+    opened: list[Task] = []
+
+    def build(job: JobGraph) -> dict[TaskId, Task]:
+        messages: list[Any] = []  # what tasks send the job master: nobody reads it here
+        tasks = build_tasks(
+            job, job.task_ids(), local_channels(job), VirtualClock(), None, None, messages.append, _Deferred()
+        )
+        for task in tasks.values():
+            task.open()
+            opened.append(task)
+        return tasks
+
+    yield build
+    for task in opened:
+        task.close()

@@ -6,24 +6,27 @@ rows; never across a barrier or any other in-band event, so FIFO order and check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from epochal import CheckpointConfig, StreamEnvironment
-from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime import task as task_module
-from epochal.runtime.clock import VirtualClock
+from epochal.plan.job_graph import JobGraph, TaskId
+from epochal.runtime import input_gate
 from epochal.runtime.messages import TriggerCheckpoint
+from epochal.runtime.task import Task
 from epochal.testing import CollectSink, ListSource
+
+OpenTasks = Callable[[JobGraph], dict[TaskId, Task]]
 
 
 def _to_arrow(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch  # map_batches hands ListSource's ints over as an Arrow column `value`
 
 
-def _tasks(arrow: bool, batch_size: int):
+def _tasks(open_tasks: OpenTasks, arrow: bool, batch_size: int) -> tuple[Task, Task, list[Any]]:
     """A source task and a count task (p=1, a key_by between them), their operators spied on."""
     env = StreamEnvironment(parallelism=1, executor="inprocess", batch_size=batch_size,
                             checkpoint=CheckpointConfig(interval=100.0, directory=None))
@@ -33,12 +36,16 @@ def _tasks(arrow: bool, batch_size: int):
     else:  # lists are joined only below batch_size: halve them
         counts = stream.filter(lambda x: x % 2 == 0).key_by(lambda x: x).count()
     counts.sink_to(CollectSink())
-    attempt = InProcessExecutor()._start(env.job_graph("coalesce"), VirtualClock(), None, None, 1)
-    source, count = sorted(attempt.tasks.values(), key=lambda t: t.id.vertex)
+    source, count = sorted(open_tasks(env.job_graph("coalesce")).values(), key=lambda t: t.id.vertex)
     seen: list[Any] = []
     operator = count.chain[0]
     process = operator.process
-    operator.process = lambda batch: (seen.append(batch), process(batch))[1]
+
+    def spy(batch: Any) -> Any:
+        seen.append(batch)
+        return process(batch)
+
+    operator.process = spy  # type: ignore[method-assign]
     return source, count, seen
 
 
@@ -47,8 +54,8 @@ def _rows(batch: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("arrow", [False, True])
-def test_queued_batches_are_joined_but_never_across_a_barrier(arrow: bool) -> None:
-    source, count, seen = _tasks(arrow, batch_size=6)
+def test_queued_batches_are_joined_but_never_across_a_barrier(open_tasks: OpenTasks, arrow: bool) -> None:
+    source, count, seen = _tasks(open_tasks, arrow, batch_size=6)
     source.step()
     source.step()
     source.inbox.append(TriggerCheckpoint(1, 0.0))
@@ -63,9 +70,9 @@ def test_queued_batches_are_joined_but_never_across_a_barrier(arrow: bool) -> No
     assert count.last_checkpoint == 1
 
 
-def test_arrow_batches_are_joined_up_to_the_cap_only(monkeypatch) -> None:
-    monkeypatch.setattr(task_module, "ARROW_JOIN_ROWS", 12)
-    source, count, seen = _tasks(True, batch_size=5)
+def test_arrow_batches_are_joined_up_to_the_cap_only(open_tasks: OpenTasks, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(input_gate, "ARROW_JOIN_ROWS", 12)
+    source, count, seen = _tasks(open_tasks, True, batch_size=5)
     for _ in range(3):
         source.step()
     count.step()  # 5 + 5 rows; a third batch would make 15 > 12

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.clock import VirtualClock
+from epochal.plan.job_graph import JobGraph, TaskId
 from epochal.runtime.messages import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
+from epochal.runtime.task import Task
 from epochal.testing import CollectSink, Crash, ListSource
 
 
-def _env(tmp_path, items, mode="synchronous") -> tuple[StreamEnvironment, CollectSink]:
+def _env(
+    tmp_path: Path, items: list[Any], mode: Literal["aligned", "synchronous"] = "synchronous"
+) -> tuple[StreamEnvironment, CollectSink]:
     env = StreamEnvironment(
         parallelism=2, executor="inprocess", batch_size=16,
         checkpoint=CheckpointConfig(interval=0.01, directory=str(tmp_path / "ckpt"), mode=mode),
@@ -28,9 +34,9 @@ def test_mode_must_be_known() -> None:
         CheckpointConfig(mode="eventually")  # type: ignore[arg-type]
 
 
-def test_synchronous_checkpoints_are_exactly_once_across_a_crash(tmp_path) -> None:
+def test_synchronous_checkpoints_are_exactly_once_across_a_crash(tmp_path: Path) -> None:
     words = [f"w{i % 7}" for i in range(600)]
-    items = words[:400] + [Crash()] + words[400:]
+    items: list[Any] = [*words[:400], Crash(), *words[400:]]
     env, sink = _env(tmp_path, items)
     result = InProcessExecutor(seed=3, virtual_time=True).execute(env.job_graph("sync"))
     assert result.restarts == 1 and result.restored_from[-1] is not None
@@ -39,11 +45,11 @@ def test_synchronous_checkpoints_are_exactly_once_across_a_crash(tmp_path) -> No
     assert len(result.checkpoints) > 2
 
 
-def test_a_source_halts_after_a_synchronous_barrier_until_the_checkpoint_ends(tmp_path) -> None:
+def test_a_source_halts_after_a_synchronous_barrier_until_the_checkpoint_ends(
+    tmp_path: Path, open_tasks: Callable[[JobGraph], dict[TaskId, Task]]
+) -> None:
     env, _ = _env(tmp_path, [f"w{i}" for i in range(100)])
-    executor = InProcessExecutor(seed=0, virtual_time=True)
-    attempt = executor._start(env.job_graph("halt"), VirtualClock(), None, None, 1)
-    source = next(t for t in attempt.tasks.values() if t.source is not None)
+    source = next(t for t in open_tasks(env.job_graph("halt")).values() if t.source is not None)
     assert source.is_runnable()
     source.inbox.append(TriggerCheckpoint(1, 0.0, synchronous=True))
     source.step()

@@ -6,20 +6,24 @@ snapshots before the notice arrives must still build on (and commit) the complet
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from epochal import CheckpointConfig, StreamEnvironment
-from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.clock import VirtualClock
+from epochal.plan.job_graph import JobGraph, TaskId
 from epochal.runtime.messages import TriggerCheckpoint
+from epochal.runtime.task import Task
 from epochal.testing import CollectSink, ListSource
 
 
-def test_a_barrier_from_after_a_completion_commits_it_before_the_notice_arrives(tmp_path) -> None:
+def test_a_barrier_from_after_a_completion_commits_it_before_the_notice_arrives(
+    tmp_path: Path, open_tasks: Callable[[JobGraph], dict[TaskId, Task]]
+) -> None:
     env = StreamEnvironment(parallelism=1, executor="inprocess", batch_size=5,
                             checkpoint=CheckpointConfig(interval=1.0, directory=str(tmp_path)))
     sink = CollectSink()
     env.from_source(ListSource(list(range(20)))).map(lambda x: x + 1).sink_to(sink)
-    attempt = InProcessExecutor()._start(env.job_graph("notice"), VirtualClock(), None, None, 1)
-    (task,) = attempt.tasks.values()  # source -> map -> sink, chained
+    (task,) = open_tasks(env.job_graph("notice")).values()  # source -> map -> sink, chained
     task.step()  # 5 records written, staged
     task.inbox.append(TriggerCheckpoint(1, 0.0))
     task.step()  # checkpoint 1 prepared: its records wait for completion
