@@ -5,18 +5,23 @@
                        [--executor spark|inprocess] [-- ARGS]
     epochal checkpoints list D
     epochal savepoint D TARGET [--checkpoint latest|ID]
+
+Mistakes a user makes (a missing job file or checkpoint directory, a URI no filesystem
+serves) end with one line, `epochal: <message>`, and status 1, not a traceback.
+docs/operations.md documents every flag (tests/docs checks it against `build_parser`).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import runpy
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..api.environment import RunOverrides, run_overrides
-from ..errors import EpochalError
+from ..errors import EpochalError, NoCheckpointError
 from ..runtime.result import JobProgress
 from ..state.storage import CheckpointStorage, create_savepoint
 
@@ -44,7 +49,32 @@ class _ProgressLine:
             sys.stderr.write("\n")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _open_storage(directory: str) -> CheckpointStorage:
+    """The checkpoint directory `directory`, which must exist; never creates it."""
+    missing = f"no such checkpoint directory: {directory!r}"
+    if not directory.strip():
+        raise NoCheckpointError(missing)
+    try:
+        return CheckpointStorage(directory, create=False)
+    except NoCheckpointError as exc:
+        raise NoCheckpointError(missing) from exc
+    except (OSError, ValueError) as exc:  # pyarrow: a scheme it does not know, a host it cannot reach
+        raise NoCheckpointError(f"{missing} ({exc})") from exc
+
+
 def _run(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.job):
+        raise EpochalError(f"no such job file: {args.job!r}")
     session = None
     if args.master:
         from ..cluster.spark import create_session
@@ -59,11 +89,12 @@ def _run(args: argparse.Namespace) -> int:
         executor=args.executor,
         allow_non_restored_state=args.allow_non_restored_state,
     )
-    sys.argv = [args.job, *args.job_args]
+    argv, sys.argv = sys.argv, [args.job, *args.job_args]
     try:
         with run_overrides(overrides):
             runpy.run_path(args.job, run_name="__main__")
     finally:
+        sys.argv = argv
         display.close()
         if session is not None:
             session.stop()
@@ -71,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _checkpoints_list(args: argparse.Namespace) -> int:
-    storage = CheckpointStorage(args.directory, create=False)
+    storage = _open_storage(args.directory)
     rows = []
     for checkpoint_id in storage.complete_checkpoints():
         try:
@@ -85,14 +116,14 @@ def _checkpoints_list(args: argparse.Namespace) -> int:
     header = ("id", "time", "bytes", "duration ms", "")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     if not rows:
         print(f"(no complete checkpoints in {args.directory})")
     return 0
 
 
 def _savepoint(args: argparse.Namespace) -> int:
-    storage = CheckpointStorage(args.directory, create=False)
+    storage = _open_storage(args.directory)
     manifest = create_savepoint(storage, args.checkpoint, args.target)
     print(
         f"savepoint of checkpoint {manifest.checkpoint_id} written to {args.target} "
@@ -101,17 +132,20 @@ def _savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: `run`, `checkpoints list` and `savepoint`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a job file")
     run.add_argument("job", help="a Python file that builds a StreamEnvironment and calls execute()")
-    run.add_argument("--master", help="Spark master URL (default: the embedded local[*])")
-    run.add_argument("--parallelism", type=int, help="default parallelism of every environment")
-    run.add_argument("--checkpoint-dir", help="checkpoint directory (any pyarrow filesystem URI)")
+    run.add_argument("--master", metavar="URL", help="Spark master URL (default: the embedded local[*])")
+    run.add_argument("--parallelism", type=_positive_int, metavar="N", help="default parallelism of every environment")
+    run.add_argument("--checkpoint-dir", metavar="D", help="checkpoint directory (any pyarrow filesystem URI)")
     run.add_argument(
-        "--from-checkpoint", help="'latest', a checkpoint id, a chk-NNNNNNNN path, or a savepoint directory"
+        "--from-checkpoint",
+        metavar="latest|ID|PATH",
+        help="'latest', a checkpoint id, a chk-NNNNNNNN path, or a savepoint directory"
     )
     run.add_argument(
         "--allow-non-restored-state",
@@ -126,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoints = sub.add_parser("checkpoints", help="inspect checkpoints")
     csub = checkpoints.add_subparsers(dest="action", required=True)
     lst = csub.add_parser("list", help="list complete checkpoints")
-    lst.add_argument("directory")
+    lst.add_argument("directory", help="the job's checkpoint directory (a path or a pyarrow filesystem URI)")
     lst.set_defaults(func=_checkpoints_list)
 
     sp = sub.add_parser(
@@ -134,9 +168,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sp.add_argument("directory", help="the job's checkpoint directory")
     sp.add_argument("target", help="where the savepoint goes (must not exist, or be empty)")
-    sp.add_argument("--checkpoint", default="latest", help="'latest' (default) or a checkpoint id")
+    sp.add_argument("--checkpoint", default="latest", metavar="latest|ID", help="'latest' (default) or a checkpoint id")
     sp.set_defaults(func=_savepoint)
+    return parser
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     job_args: list[str] = []
     if "--" in argv:  # everything after `--` belongs to the job file
@@ -147,6 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except EpochalError as exc:
+        print(f"epochal: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if args.func is _run:
+            raise  # the job file's own error: its traceback is what its author needs
         print(f"epochal: {exc}", file=sys.stderr)
         return 1
 
