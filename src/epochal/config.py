@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-
 # Young objects collected every 50,000 allocations instead of CPython's 700 (cluster/gc_tuning.py).
 DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
 
@@ -119,7 +118,7 @@ class RestartStrategy:
     delay: float = 0.0
 
     @staticmethod
-    def none() -> "RestartStrategy":
+    def none() -> RestartStrategy:
         """Never restart: the first failure fails the job."""
         return RestartStrategy(max_restarts=0)
 

@@ -64,7 +64,7 @@ def _picklable(value: Any) -> Any:
         return _short_repr(value)
 
 
-def _rebuild_operator_error(cls: type, operator: str, record: Any, cause: Any) -> "OperatorError":
+def _rebuild_operator_error(cls: type[OperatorError], operator: str, record: Any, cause: Any) -> OperatorError:
     err = cls.__new__(cls)
     err.operator, err.record = operator, record
     err.cause = cause if isinstance(cause, BaseException) or cause is None else None

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .api.connector import Sink, SinkWriter, Source, SplitReader
 from .errors import InjectedFailure
@@ -94,7 +95,7 @@ class ListSource(Source):
 
 
 class _CollectWriter(SinkWriter):
-    def __init__(self, sink: "CollectSink") -> None:
+    def __init__(self, sink: CollectSink) -> None:
         self.sink = sink
         self.staged: list[Any] = []
 

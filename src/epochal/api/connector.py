@@ -12,7 +12,8 @@ that was already committed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..runtime.elements import Batch
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Literal
 
 from ..config import DEFAULT_GC_THRESHOLD, CheckpointConfig, JobConfig, RestartStrategy, StateConfig
+from ..errors import EpochalError
 from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
-from ..errors import EpochalError
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Source

@@ -8,8 +8,10 @@ stable `uid` with `.uid(...)` to keep state across program changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
+from ..errors import GraphError
 from ..plan.logical import LogicalEdge
 from ..plan.specs import (
     BROADCAST,
@@ -22,14 +24,13 @@ from ..plan.specs import (
     KeySelector,
     MapBatchesSpec,
     OperatorSpec,
-    PartitionKind,
     Partitioning,
+    PartitionKind,
     RecordFnKind,
     RecordFnSpec,
     SinkSpec,
     UnionSpec,
 )
-from ..errors import GraphError
 from .connector import Sink
 from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
 
@@ -51,7 +52,7 @@ class DataStream:
         [10, 20, 30]
     """
 
-    def __init__(self, env: "StreamEnvironment", node_id: int, partitioning: Partitioning | None = None) -> None:
+    def __init__(self, env: StreamEnvironment, node_id: int, partitioning: Partitioning | None = None) -> None:
         self._env = env
         self._node_id = node_id
         self._partitioning = partitioning
@@ -69,7 +70,7 @@ class DataStream:
                 f"broadcast, forward); call it on the operator before or after"
             )
 
-    def set_parallelism(self, parallelism: int) -> "DataStream":
+    def set_parallelism(self, parallelism: int) -> DataStream:
         """Run this operator with `parallelism` subtasks."""
         self._operator_only("set_parallelism")
         if parallelism < 1:
@@ -77,42 +78,42 @@ class DataStream:
         self._env._graph.nodes[self._node_id].parallelism = parallelism
         return self
 
-    def uid(self, uid: str) -> "DataStream":
+    def uid(self, uid: str) -> DataStream:
         """Give the operator a stable id: it names the operator's state in checkpoints."""
         self._operator_only("uid")
         self._env._graph.rename(self._node_id, uid=uid)
         return self
 
-    def named(self, name: str) -> "DataStream":
+    def named(self, name: str) -> DataStream:
         """Rename the operator (the uid follows unless set with `uid`)."""
         self._operator_only("named")
         self._env._graph.rename(self._node_id, name=name)
         return self
 
     # -- building blocks -------------------------------------------------------------------------
-    def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> "DataStream":
+    def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> DataStream:
         graph = self._env._graph
         op_name = name or graph.unique_name(base)
         node = graph.add(spec_factory(op_name), [LogicalEdge(self._node_id, self._partitioning)])
         return DataStream(self._env, node.id)
 
-    def _partitioned(self, partitioning: Partitioning) -> "DataStream":
+    def _partitioned(self, partitioning: Partitioning) -> DataStream:
         return DataStream(self._env, self._node_id, partitioning)
 
     # -- stateless operators ---------------------------------------------------------------------
-    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> "DataStream":
+    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> DataStream:
         """Emit `fn(record)` for every record."""
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn), "map", name)
 
-    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> "DataStream":
+    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> DataStream:
         """Keep the records for which `predicate(record)` is true."""
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate), "filter", name)
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> "DataStream":
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> DataStream:
         """Emit every record of the iterable `fn(record)` returns."""
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn), "flat_map", name)
 
-    def map_batches(self, fn: Callable[[Any], Any], *, name: str | None = None) -> "DataStream":
+    def map_batches(self, fn: Callable[[Any], Any], *, name: str | None = None) -> DataStream:
         """Apply `fn` to whole batches as `pyarrow.RecordBatch`: the vectorized path.
 
         `fn` returns a `RecordBatch` (or a `pyarrow.Table`). Records that arrive as Python
@@ -122,7 +123,7 @@ class DataStream:
         """
         return self._add(lambda n: MapBatchesSpec(n, n, fn), "map_batches", name)
 
-    def union(self, *others: "DataStream", name: str | None = None) -> "DataStream":
+    def union(self, *others: DataStream, name: str | None = None) -> DataStream:
         """Merge this stream with others; records keep their per-input order."""
         graph = self._env._graph
         for other in others:
@@ -135,11 +136,11 @@ class DataStream:
 
     def iterate(
         self,
-        body: Callable[["DataStream"], tuple["DataStream", "DataStream"]],
+        body: Callable[[DataStream], tuple[DataStream, DataStream]],
         *,
         name: str | None = None,
         feedback_threshold: int = 8,
-    ) -> "DataStream":
+    ) -> DataStream:
         """A loop: `body` maps the loop's stream to `(feedback, output)`; feedback flows back in.
 
         The loop's stream carries this stream's records and every feedback record. Checkpoints
@@ -181,24 +182,24 @@ class DataStream:
         return output
 
     # -- partitioning ----------------------------------------------------------------------------
-    def key_by(self, key: KeySelector) -> "KeyedStream":
+    def key_by(self, key: KeySelector) -> KeyedStream:
         """Partition by key: a function of the record, or a field name (Arrow column or dict key)."""
         return KeyedStream(self._env, self._node_id, key)
 
-    def rebalance(self) -> "DataStream":
+    def rebalance(self) -> DataStream:
         """Spread batches round robin over the next operator's subtasks."""
         return self._partitioned(REBALANCE)
 
-    def broadcast(self) -> "DataStream":
+    def broadcast(self) -> DataStream:
         """Send every record to every subtask of the next operator."""
         return self._partitioned(BROADCAST)
 
-    def forward(self) -> "DataStream":
+    def forward(self) -> DataStream:
         """Keep records on the same subtask index (needs equal parallelism)."""
         return self._partitioned(FORWARD)
 
     # -- sinks -----------------------------------------------------------------------------------
-    def sink_to(self, sink: Sink, *, name: str | None = None) -> "DataStream":
+    def sink_to(self, sink: Sink, *, name: str | None = None) -> DataStream:
         """Write the stream to `sink`; exactly once if the sink commits per checkpoint."""
         if not hasattr(sink, "create_writer"):
             raise TypeError(f"{sink!r} is not a Sink")
@@ -208,7 +209,7 @@ class DataStream:
 class KeyedStream(DataStream):
     """A stream partitioned by key: the keyed operators below keep state per key."""
 
-    def __init__(self, env: "StreamEnvironment", node_id: int, key: KeySelector) -> None:
+    def __init__(self, env: StreamEnvironment, node_id: int, key: KeySelector) -> None:
         super().__init__(env, node_id, Partitioning(PartitionKind.KEY_GROUP, key))
         self._key = key
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..api.connector import Sink, SinkWriter
 from ..errors import CheckpointError
@@ -125,7 +126,7 @@ def _fsync_dir(directory: str) -> None:
 
 def read_committed(directory: str) -> list[Any]:
     """Every record in the committed `part-*` files of a FileSink directory (hidden files skipped)."""
-    records = []
+    records: list[Any] = []
     for name in sorted(os.listdir(directory)):
         if name.startswith("part-"):
             with open(os.path.join(directory, name), encoding="utf-8") as f:

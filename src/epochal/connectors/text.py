@@ -10,8 +10,9 @@ the first line not yet handed out. Lines come out as an Arrow batch with one str
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,7 +112,7 @@ class TextFileSource(Source):
             return [self.path]
         if not os.path.isdir(self.path):
             raise EpochalError(f"TextFileSource: {self.path} is neither a file nor a directory")
-        files = []
+        files: list[str] = []
         for root, dirs, names in os.walk(self.path):
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
             files.extend(os.path.join(root, n) for n in names if not n.startswith((".", "_")))

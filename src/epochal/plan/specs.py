@@ -10,9 +10,10 @@ dict record).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 KeySelector = Callable[[Any], Any] | str
 

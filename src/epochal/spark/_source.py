@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
