@@ -167,7 +167,9 @@ def test_the_checker_catches_upward_imports(tmp_path):
             "state/backend.py": "def f():\n    from epochal.runtime.task import Task\n",
             "state/ok.py": "from ..errors import CheckpointError\nfrom . import backend\n",
             "runtime/__init__.py": "",
-            "runtime/task.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from epochal import DataStream\n",
+            "runtime/task.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from epochal import DataStream\n"
+            ),
             "cluster/__init__.py": "",
             "cluster/host.py": "import epochal.connectors.files\n",
         },

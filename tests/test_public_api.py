@@ -92,3 +92,41 @@ def _undocumented_members() -> list[str]:
 
 def test_every_public_method_has_a_docstring():
     assert _undocumented_members() == []
+
+
+def _protocol_members(protocol: type) -> dict[str, object]:
+    return {name: value for name, value in vars(protocol).items() if not name.startswith("_")}
+
+
+def test_the_runtime_context_is_a_process_context():
+    """The context a keyed process function gets conforms to `epochal.ProcessContext`: every member,
+    with the protocol's parameters (the runtime implements it structurally: it may not import api)."""
+    from epochal.testing import CollectSink, ListSource
+
+    seen: list[object] = []
+
+    class Probe(epochal.KeyedProcessFunction):
+        def open(self, ctx):
+            seen.append(ctx)
+
+        def process_element(self, value, ctx):
+            yield (ctx.key, ctx.subtask)
+
+    env = epochal.StreamEnvironment(1, executor="inprocess", restart=epochal.RestartStrategy.none())
+    sink = CollectSink()
+    env.from_source(ListSource(["a"])).key_by(lambda r: r).process(Probe()).sink_to(sink)
+    env.execute("probe")
+    assert sink.committed() == [("a", 0)]
+    (ctx,) = seen
+    assert isinstance(ctx, epochal.ProcessContext)
+    members = _protocol_members(epochal.ProcessContext)
+    assert {"key", "subtask", "value_state", "list_state", "map_state", "current_processing_time",
+            "register_processing_time_timer", "delete_processing_time_timer"} == set(members)
+    for name, member in members.items():
+        implemented = inspect.getattr_static(type(ctx), name)
+        if isinstance(member, property):
+            assert isinstance(implemented, property), f"{name} is a property of ProcessContext"
+            continue
+        expected = [(p.name, p.default) for p in inspect.signature(member).parameters.values()]
+        actual = [(p.name, p.default) for p in inspect.signature(implemented).parameters.values()]
+        assert actual == expected, f"ProcessContext.{name}"

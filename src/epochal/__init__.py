@@ -16,6 +16,7 @@ from .api.connector import Sink as Sink
 from .api.connector import SinkWriter as SinkWriter
 from .api.connector import Source as Source
 from .api.connector import SplitReader as SplitReader
+from .api.context import ProcessContext as ProcessContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
@@ -51,6 +52,7 @@ __all__ = sorted(
         "ListState",
         "MapState",
         "OperatorError",
+        "ProcessContext",
         "RestartStrategy",
         "Sink",
         "SinkWriter",

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
+from .context import ProcessContext
+
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
 OUT = TypeVar("OUT")
@@ -14,8 +16,9 @@ OUT = TypeVar("OUT")
 class KeyedProcessFunction(ABC):
     """Per-key logic with keyed state and processing-time timers.
 
-    `open(ctx)` runs once per subtask before any record (and again after a restart): register
-    state there with `ctx.value_state(name)`, `ctx.list_state(name)`, `ctx.map_state(name)`.
+    Every hook gets the same `ProcessContext` (`epochal.ProcessContext`). `open(ctx)` runs once
+    per subtask before any record (and again after a restart): register state there with
+    `ctx.value_state(name)`, `ctx.list_state(name)`, `ctx.map_state(name)`.
     `process_element(value, ctx)` runs per record with `ctx.key` set; it returns (or yields) the
     records to emit. `on_timer(timestamp, ctx)` runs when a processing-time timer registered with
     `ctx.register_processing_time_timer(ts)` is due, with `ctx.key` set to the timer's key.
@@ -33,14 +36,14 @@ class KeyedProcessFunction(ABC):
         ...             yield value
     """
 
-    def open(self, ctx: Any) -> None:  # noqa: B027 - optional hook
+    def open(self, ctx: ProcessContext) -> None:  # noqa: B027 - optional hook
         """Register state; called before the first record of each subtask."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
         """Handle one record of the current key; return or yield the records to emit."""
 
-    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any] | None:
+    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
         """Handle a due processing-time timer of `ctx.key`; return or yield records."""
         return None
 
@@ -77,10 +80,10 @@ class _AggregateProcess(KeyedProcessFunction):
     def __init__(self, aggregate: AggregateFunction[Any, Any, Any]) -> None:
         self.aggregate = aggregate
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: ProcessContext) -> None:
         self.acc = ctx.value_state("accumulator")
 
-    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any]:
         acc = self.acc.value()
         if acc is None:
             acc = self.aggregate.create_accumulator()
