@@ -4,6 +4,7 @@ that retention never touches and that a changed job starts from (operators match
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -12,7 +13,8 @@ from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
 from epochal.cli.main import main
 from epochal.errors import CheckpointError
 from epochal.state.reader import read_state
-from epochal.state.storage import CheckpointStorage, create_savepoint
+from epochal.state.savepoints import create_savepoint, load_savepoint
+from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, ListSource
 
 
@@ -111,11 +113,13 @@ def test_a_corrupt_savepoint_is_refused(tmp_path):
     env.execute("first")
     savepoint = str(tmp_path / "sp")
     manifest = create_savepoint(CheckpointStorage(directory), "latest", savepoint)
-    victim = os.path.join(savepoint, next(h.path for h in manifest.files() if h.path.endswith(".keyed")))
-    with open(victim, "r+b") as f:
+    handle = next(h for h in manifest.files() if h.path.endswith(".keyed"))
+    with open(os.path.join(savepoint, handle.path), "r+b") as f:
         f.seek(10)
         f.write(b"\xff\xff")
+    # the size is right, so it resolves; its bytes are verified as the job copies it in
+    assert load_savepoint(savepoint) == manifest
     env = _env(str(tmp_path / "other"))
     _counts_job(env, ITEMS)
-    with pytest.raises(CorruptCheckpointError):
+    with pytest.raises(CorruptCheckpointError, match=rf"{re.escape(handle.path)}: checksum mismatch"):
         env.execute("second", from_checkpoint=savepoint)

@@ -1,9 +1,11 @@
 """The bytes of one subtask's snapshot: keyed state indexed by key group, and operator state.
 
 A keyed-state file holds one pickled section per key group and an index at the end, so a
-subtask that restores after a rescale reads only the key groups it now owns (dissertation §4.2,
-range re-allocation, L3293). The file carries its own CRC-32 (in the trailer), and the manifest
-records its SHA-256; the magic at both ends catches a file of the wrong kind or a truncated one.
+subtask that restores after a rescale reads only the key groups it now owns (dissertation
+§4.2.2, state re-allocation). The file carries its own CRC-32 (in the trailer) over everything
+before the trailer, and the manifest records its SHA-256; the magic at both ends catches a file
+of the wrong kind or a truncated one, and the index must tile the sections exactly, which
+catches a damaged index offset (the one trailer field the CRC does not cover).
 
 Two kinds share the framing, told apart by the magic:
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..errors import CorruptCheckpointError
 
@@ -69,7 +72,9 @@ def decode_keyed_state(
     return groups
 
 
-def decode_keyed_file(data: bytes, wanted: range | None = None, *, source: str = "<bytes>") -> tuple[bool, dict[int, Any]]:
+def decode_keyed_file(
+    data: bytes, wanted: range | None = None, *, source: str = "<bytes>"
+) -> tuple[bool, dict[int, Any]]:
     """`(is_delta, key group → section)` for the key groups in `wanted` (all when None)."""
     try:
         if data.startswith(_MAGIC):
@@ -86,6 +91,7 @@ def decode_keyed_file(data: bytes, wanted: range | None = None, *, source: str =
         if zlib.crc32(memoryview(data)[: -_TRAILER.size]) != crc:
             raise ValueError("CRC-32 mismatch")
         index: dict[int, tuple[int, int]] = pickle.loads(data[index_offset : -_TRAILER.size])
+        _check_index(index, len(expected), index_offset)
         out = {}
         for key_group, (start, length) in index.items():
             if wanted is None or key_group in wanted:
@@ -93,6 +99,20 @@ def decode_keyed_file(data: bytes, wanted: range | None = None, *, source: str =
         return expected == _DELTA_MAGIC, out
     except Exception as exc:  # pickle raises many kinds on garbage
         raise CorruptCheckpointError(f"{source}: unreadable keyed state ({exc})") from exc
+
+
+def _check_index(index: Any, start: int, end: int) -> None:
+    """The index must be `{key group: (offset, length)}` whose sections tile `[start, end)`, as
+    `iter_keyed_file` writes them: per key group, O(key groups), never per entry."""
+    if not isinstance(index, dict):
+        raise ValueError("index is not a mapping (damaged index offset?)")
+    position = start
+    for offset, length in sorted(index.values()):
+        if offset != position or not isinstance(length, int) or length <= 0:
+            raise ValueError("index does not tile the file (damaged index offset?)")
+        position += length
+    if position != end or not all(isinstance(kg, int) for kg in index):
+        raise ValueError("index does not tile the file (damaged index offset?)")
 
 
 def encode_operator_state(state: Any) -> bytes:

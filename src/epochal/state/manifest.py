@@ -1,0 +1,252 @@
+"""The manifest of a checkpoint: typed records, and their JSON with a checksum of its own.
+
+A manifest is the commit record of one checkpoint (dissertation §4.1.3, the two-phase epoch
+commit: an epoch counts as committed only once every task is prepared, and the manifest is
+written last). It lists every file a restore reads, with size and SHA-256, and carries the
+SHA-256 of its own body, so a corrupt manifest is never mistaken for another one.
+
+The JSON is the records' fields, nothing hand-written per field: `to_plain` and `from_plain`
+walk the dataclass fields and their type hints. A field added with a default reads older
+manifests unchanged; that is how version 1 (one keyed file per subtask, no chains and no
+savepoint flag) still loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import types
+from collections.abc import Iterable
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from ..errors import CorruptCheckpointError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "FileHandle",
+    "SubtaskState",
+    "OperatorState",
+    "TaskCheckpointStats",
+    "Manifest",
+    "checkpoint_dir_name",
+    "checkpoint_of_path",
+    "to_plain",
+    "from_plain",
+]
+
+FORMAT_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})  # 1: one keyed file per subtask, no chains
+CHECKPOINT_PREFIX = "chk-"
+_STORED = "stored"  # field metadata key: False keeps a field out of the JSON
+
+
+def checkpoint_dir_name(checkpoint_id: int) -> str:
+    """The directory of checkpoint `checkpoint_id` under a storage root: `chk-<id:08d>`."""
+    return f"{CHECKPOINT_PREFIX}{checkpoint_id:08d}"
+
+
+def checkpoint_of_path(path: str) -> int | None:
+    """The id of the first `chk-…` directory in a root-relative path, or None."""
+    for part in path.split("/"):
+        suffix = part[len(CHECKPOINT_PREFIX) :]
+        if part.startswith(CHECKPOINT_PREFIX) and suffix.isdigit():
+            return int(suffix)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FileHandle:
+    """A file of a checkpoint: path relative to the storage root, size, and SHA-256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskState:
+    """Where one subtask of one operator left its state."""
+
+    subtask: int
+    key_group_start: int
+    key_group_end: int
+    keyed: FileHandle | None
+    operator: FileHandle | None
+    keyed_base: tuple[FileHandle, ...] = ()  # earlier files of the chain, full file first
+
+    def keyed_chain(self) -> tuple[FileHandle, ...]:
+        """Every file of this subtask's keyed state, in the order a restore applies them."""
+        return self.keyed_base + ((self.keyed,) if self.keyed is not None else ())
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorState:
+    """The state of every subtask of one operator, named by the operator's stable id."""
+
+    uid: str
+    parallelism: int
+    max_parallelism: int
+    subtasks: tuple[SubtaskState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCheckpointStats:
+    """What one task's part of a checkpoint cost."""
+
+    task: str
+    alignment_ms: float
+    sync_ms: float
+    async_ms: float
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """The commit record of one checkpoint; its presence makes the checkpoint complete."""
+
+    checkpoint_id: int
+    job_name: str
+    created_at: float
+    duration_ms: float
+    operators: tuple[OperatorState, ...]
+    tasks: tuple[TaskCheckpointStats, ...] = field(default=())
+    is_final: bool = False
+    is_savepoint: bool = False
+    # where this manifest was read from (a storage root URI): a fact of the reader, not stored
+    location: str = field(default="", compare=False, metadata={_STORED: False})
+
+    @property
+    def size(self) -> int:
+        return sum(t.bytes for t in self.tasks)
+
+    def operator(self, uid: str) -> OperatorState | None:
+        for op in self.operators:
+            if op.uid == uid:
+                return op
+        return None
+
+    def files(self) -> Iterable[FileHandle]:
+        """Every file a restore reads, each once (chains share files between subtasks)."""
+        seen: set[str] = set()
+        for op in self.operators:
+            for st in op.subtasks:
+                for handle in (*st.keyed_chain(), st.operator):
+                    if handle is not None and handle.path not in seen:
+                        seen.add(handle.path)
+                        yield handle
+
+    def written_size(self) -> int:
+        """Bytes of the files that live in this checkpoint's own directory (new in it)."""
+        own = checkpoint_dir_name(self.checkpoint_id) + "/"
+        return sum(h.size for h in self.files() if h.path.startswith(own))
+
+    def full_size(self) -> int:
+        """Bytes of every file a restore of this checkpoint reads."""
+        return sum(h.size for h in self.files())
+
+    def to_json(self) -> bytes:
+        """The manifest and its checksum, as compact JSON (`python -m json.tool` pretty-prints).
+
+        Written once per checkpoint by the coordinator, so compact and with the C encoder: an
+        indented dump takes the pure-Python one.
+        """
+        body = to_plain(self)
+        body["format_version"] = FORMAT_VERSION
+        payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        checksum = hashlib.sha256(payload.encode()).hexdigest()
+        return f'{{"manifest":{payload},"sha256":"{checksum}"}}'.encode()
+
+    @staticmethod
+    def from_json(data: bytes, source: str) -> Manifest:
+        """The manifest in `data`; raises CorruptCheckpointError naming `source` if it is not one."""
+        try:
+            outer = json.loads(data)
+            body = outer["manifest"]
+            # the checksum is over the canonical dump, so any spacing of the file reads
+            payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
+            if hashlib.sha256(payload.encode()).hexdigest() != outer["sha256"]:
+                raise CorruptCheckpointError(f"{source}: manifest checksum mismatch")
+            if body.pop("format_version") not in READABLE_VERSIONS:
+                raise CorruptCheckpointError(f"{source}: unknown manifest format")
+            manifest: Manifest = from_plain(Manifest, body)
+            return manifest
+        except CorruptCheckpointError:
+            raise
+        except Exception as exc:
+            raise CorruptCheckpointError(f"{source}: unreadable manifest ({exc})") from exc
+
+
+# -- the generic converter ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    hint: Any
+    required: bool
+
+
+@functools.cache
+def _stored_fields(cls: type) -> tuple[_Field, ...]:
+    """The stored fields of a dataclass with their resolved type hints (computed once per type)."""
+    hints = get_type_hints(cls)
+    return tuple(
+        _Field(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING)
+        for f in fields(cls)
+        if f.metadata.get(_STORED, True)
+    )
+
+
+def to_plain(value: Any) -> Any:
+    """A record as JSON values: a dataclass becomes a dict of its stored fields, a tuple a list.
+
+    Unlike `dataclasses.asdict`, leaves are not deep-copied (they are immutable).
+    """
+    if isinstance(value, tuple):
+        return [to_plain(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in _stored_fields(type(value))}
+    return value
+
+
+def from_plain(hint: Any, value: Any) -> Any:
+    """`value` (JSON values) as the type `hint`: dataclasses, `tuple[X, ...]`, `X | None`, and
+    str/int/float/bool. Raises ValueError on anything else, an unknown field, or a missing one."""
+    origin = get_origin(hint)
+    if origin is types.UnionType or origin is Union:
+        args = get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        others = [a for a in args if a is not type(None)]
+        if len(others) != 1:
+            raise ValueError(f"unsupported type {hint!r}")
+        return from_plain(others[0], value)
+    if origin is tuple:
+        item, ellipsis = get_args(hint)
+        if ellipsis is not Ellipsis or not isinstance(value, list):
+            raise ValueError(f"expected a list for {hint!r}, got {value!r}")
+        return tuple(from_plain(item, v) for v in value)
+    if isinstance(hint, type) and is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object for {hint.__name__}, got {value!r}")
+        known = _stored_fields(hint)
+        unknown = value.keys() - {f.name for f in known}
+        if unknown:
+            raise ValueError(f"unknown field(s) {sorted(unknown)} of {hint.__name__}")
+        kwargs = {}
+        for f in known:
+            if f.name in value:
+                kwargs[f.name] = from_plain(f.hint, value[f.name])
+            elif f.required:
+                raise ValueError(f"{hint.__name__} lacks field {f.name!r}")
+        return hint(**kwargs)
+    return _scalar(hint, value)
+
+
+def _scalar(hint: Any, value: Any) -> Any:
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint in (str, int, bool) and type(value) is hint:
+        return value
+    raise ValueError(f"expected {getattr(hint, '__name__', hint)}, got {value!r}")
