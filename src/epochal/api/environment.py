@@ -171,7 +171,8 @@ class StreamEnvironment:
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:
     """Fail before starting if the checkpoint holds state that no operator of `job` claims."""
     from ..runtime.snapshots import check_restored_operators
-    from ..state.storage import CheckpointStorage, load_savepoint
+    from ..state.savepoints import load_savepoint
+    from ..state.storage import CheckpointStorage
 
     directory = job.config.checkpoint.directory
     manifest = None

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from ..api.environment import RunOverrides, run_overrides
 from ..errors import EpochalError, NoCheckpointError
 from ..runtime.result import JobProgress
-from ..state.storage import CheckpointStorage, create_savepoint
+from ..state.savepoints import create_savepoint
+from ..state.storage import CheckpointStorage
 
 
 class _ProgressLine:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan.job_graph import TaskId
-from ..state.storage import SubtaskState, TaskCheckpointStats
+from ..state.manifest import SubtaskState, TaskCheckpointStats
 
 
 # job master → task ---------------------------------------------------------------------------

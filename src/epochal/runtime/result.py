@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..plan.job_graph import JobGraph
 from ..plan.specs import SinkSpec, SourceSpec
-from ..state.storage import Manifest
+from ..state.manifest import Manifest
 from .messages import OperatorMetrics
 
 

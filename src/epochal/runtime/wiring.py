@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..plan.specs import PartitionKind
-from ..state.storage import CheckpointStorage, Manifest
+from ..state.manifest import Manifest
+from ..state.storage import CheckpointStorage
 from .channel import LocalChannel
 from .clock import Clock
 from .partition import Partitioner

@@ -12,8 +12,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..state.keygroups import KeyGroupRange
+from ..state.manifest import Manifest
 from ..state.reader import iter_state, open_checkpoint, operator_state
-from ..state.storage import Manifest
 
 SCHEMA = "key_group int, key string, state string, value string, key_pickle binary, value_pickle binary"
 
