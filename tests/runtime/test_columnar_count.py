@@ -14,7 +14,7 @@ import pytest
 
 from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
 from epochal.runtime.columnar_count import ColumnarCounts
-from epochal.state.backend import HeapKeyedStateBackend
+from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of, key_group_range
 from epochal.state.reader import read_state
 from epochal.testing import CollectSink, Crash, ListSource
@@ -43,8 +43,8 @@ def test_counts_reach_the_backend_only_when_flushed_and_then_exactly():
     table.flush()
     assert _stored(backend) == {"a": 3, "b": 5, "c": 1}
     # the incremental tracker sees every flushed key as changed, in its own key group
-    dirty = {k: g for g in range(MAX_P) for k in backend.changed_keys("count", g)}
-    assert dirty == {k: key_group_of(k, MAX_P) for k in "abc"}
+    changed = {k: g for g in range(MAX_P) for k in backend.changed_keys("count", g)}
+    assert changed == {k: key_group_of(k, MAX_P) for k in "abc"}
 
 
 def test_only_changed_counts_are_written_again():
@@ -52,7 +52,7 @@ def test_only_changed_counts_are_written_again():
     table = ColumnarCounts(pa.string(), backend, "count")
     table.add(pa.array(["a", "b"]), np.array([1, 1]))
     table.flush()
-    backend.snapshot(1)  # takes the dirty sets along
+    backend.snapshot(1)  # takes the changed sets along
     table.add(pa.array(["b"]), np.array([1]))
     table.flush()
     changed = {k for g in range(MAX_P) for k in backend.changed_keys("count", g)}

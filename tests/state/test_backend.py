@@ -1,4 +1,4 @@
-"""Tests of `epochal.state.backend`: the heap keyed-state backend and its copy-on-write snapshots."""
+"""Tests of `epochal.state.heap`: the heap keyed-state backend and its copy-on-write snapshots."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.state.backend import HeapKeyedStateBackend, KeyedStateSnapshot
+from epochal.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from epochal.state.handles import ListState, MapState, ValueState
 from epochal.state.keygroups import KeyGroupRange, key_group_of, key_group_range
 from epochal.state.snapshot_files import decode_keyed_state, encode_keyed_state
@@ -22,7 +22,7 @@ def full_backend() -> HeapKeyedStateBackend:
     return HeapKeyedStateBackend(KeyGroupRange(0, MAX_PAR), MAX_PAR)
 
 
-def snapshot_contents(snap: KeyedStateSnapshot) -> dict[str, dict[Any, Any]]:
+def snapshot_contents(snap: HeapSnapshot) -> dict[str, dict[Any, Any]]:
     """name → {key: value}, checking that every entry sits in its key's key group."""
     out: dict[str, dict[Any, Any]] = {}
     for kg, states in snap.groups.items():
@@ -71,7 +71,7 @@ ops = st.one_of(
     st.tuples(st.just("reduce"), keys, small),  # reduce_into with a fn that extends acc in place
     st.tuples(st.just("count"), keys),  # count_into
     st.tuples(st.just("snapshot")),
-    st.tuples(st.just("release")),  # the oldest snapshot is written: nothing reads it any more
+    st.tuples(st.just("written")),  # the oldest snapshot's writer is done: nothing reads it any more
 )
 
 NAMES = ["raw", "list", "map", "value", "reduce", "count"]
@@ -84,7 +84,7 @@ def _extend_in_place(acc: list[int], record: list[int]) -> list[int]:
 
 def apply(op: tuple, backend: HeapKeyedStateBackend, model: dict[str, dict[Any, Any]]) -> None:
     kind = op[0]
-    if kind in ("snapshot", "release"):
+    if kind in ("snapshot", "written"):
         return
     key = op[1]
     backend.set_current_key(key)
@@ -153,13 +153,15 @@ def apply(op: tuple, backend: HeapKeyedStateBackend, model: dict[str, dict[Any, 
 def test_snapshots_never_see_later_writes(op_list: list[tuple]) -> None:
     backend = full_backend()
     model: dict[str, dict[Any, Any]] = {name: {} for name in NAMES}
-    taken: list[tuple[KeyedStateSnapshot, dict[str, dict[Any, Any]]]] = []
-    for op in op_list + [("snapshot",)]:
+    taken: list[tuple[HeapSnapshot, dict[str, dict[Any, Any]]]] = []
+    for checkpoint_id, op in enumerate(op_list + [("snapshot",)], 1):
         if op[0] == "snapshot":
-            taken.append((backend.snapshot(), copy.deepcopy(nonempty(model))))
-        elif op[0] == "release":
+            taken.append((backend.snapshot(checkpoint_id), copy.deepcopy(nonempty(model))))
+        elif op[0] == "written":
             if taken:
-                taken.pop(0)[0].release()
+                written = taken.pop(0)[0]
+                assert written.checkpoint_id is not None
+                backend.on_snapshot_written(written.checkpoint_id, ())
         else:
             apply(op, backend, model)
         # every snapshot taken so far still holds exactly the state at its point
@@ -406,32 +408,50 @@ def test_write_tracking_holds_the_key_objects_of_the_state_itself() -> None:
             assert {id(k) for k in m.stamps} == {id(k) for k in m.data}
 
 
-def test_batch_loops_write_in_place_once_every_snapshot_is_released() -> None:
-    """Copy-on-write guards a snapshot until it is written; after that it only costs."""
+def test_batch_loops_write_in_place_once_every_snapshot_is_written() -> None:
+    """Copy-on-write guards a snapshot until its writer is done; after that it only costs."""
     backend = full_backend()
     group = [key_group_of("k", MAX_PAR)]
     backend.reduce_into([], "r", [[1]], ["k"], group, _extend_in_place)
     live = backend._maps["r"][group[0]].data
-    backend.snapshot(1).release()
-    written = backend.snapshot(2)  # unreleased: protects its maps ...
+    first = backend.snapshot(1)
+    backend.on_snapshot_written(1, ())
+    assert first.released and first.groups == {}  # the frozen maps are dropped at once
+    written = backend.snapshot(2)  # its writer is not done: protects its maps ...
     backend.reduce_into([], "r", [[2]], ["k"], group, _extend_in_place)
     assert snapshot_contents(written) == {"r": {"k": [1]}}
     assert backend._maps["r"][group[0]].data is not live
-    written.release()  # ... until it is written
+    backend.on_snapshot_written(2, ())  # ... until it is
     live = backend._maps["r"][group[0]].data
     accumulator = live["k"]
-    backend.snapshot(3).release()
+    third = backend.snapshot(3)
+    backend.on_snapshot_written(3, ())
     backend.reduce_into([], "r", [[3]], ["k"], group, _extend_in_place)
     assert backend._maps["r"][group[0]].data is live  # the map is not copied
     assert live["k"] is accumulator == [1, 2, 3]  # nor the accumulator
     assert backend._maps["r"][group[0]].stamps["k"] == backend.epoch  # and it is owned now
+    assert third.released
+
+
+def test_a_snapshot_is_released_only_by_its_own_checkpoint() -> None:
+    backend = full_backend()
+    backend.set_current_key("k")
+    backend.put("v", 1)
+    one, two = backend.snapshot(1), backend.snapshot(2)
+    backend.on_snapshot_written(2, ())
+    assert two.released and not one.released
+    assert backend.snapshot_readers()  # checkpoint 1's writer may still read
+    backend.on_snapshot_written(7, None)  # a checkpoint it never took: nothing happens
+    assert not one.released
+    backend.on_snapshot_written(1, None)  # nothing written (failed, or no storage): released too
+    assert one.released and not backend.snapshot_readers()
 
 
 def test_a_snapshot_nobody_holds_reads_nothing() -> None:
     backend = full_backend()
     backend.snapshot()  # dropped at once, never written: nothing can read its maps
     assert not backend.snapshot_readers()
-    held = backend.snapshot(1)  # the tracker holds it until its checkpoint completes
+    held = backend.snapshot(1)  # a writer holds it until it is done
     assert backend.snapshot_readers()
-    held.release()
-    assert not backend.snapshot_readers()
+    backend.on_snapshot_written(1, ())
+    assert held.released and not backend.snapshot_readers()

@@ -1,27 +1,55 @@
-"""Tests of `epochal.state.handles`: ValueState, ListState and MapState act on the current key."""
+"""Tests of `epochal.state.handles`: ValueState, ListState and MapState act on the current key.
+
+Every test runs against both backends (`KeyedStateBackend`: heap and disk): the handles are
+written against the contract, so the behaviour must be the same.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.state.backend import HeapKeyedStateBackend
+from epochal.state.contract import KeyedStateBackend
+from epochal.state.disk import DiskKeyedStateBackend
 from epochal.state.handles import ListState, MapState, ValueState
+from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange
 
 MAX_PAR = 8
+KINDS = ["heap", "disk"]
 
 
-@pytest.fixture
-def backend() -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(KeyGroupRange(0, MAX_PAR), MAX_PAR)
+@contextlib.contextmanager
+def open_backend(kind: str) -> Iterator[KeyedStateBackend]:
+    backend: KeyedStateBackend
+    if kind == "disk":
+        backend = DiskKeyedStateBackend(KeyGroupRange(0, MAX_PAR), MAX_PAR)
+    else:
+        backend = HeapKeyedStateBackend(KeyGroupRange(0, MAX_PAR), MAX_PAR)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture(params=KINDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[KeyedStateBackend]:
+    with open_backend(request.param) as opened:
+        yield opened
+
+
+def _entries(snapshot: Any, name: str) -> dict[Any, Any]:
+    """{key: value} of state `name` in a full snapshot, read as its writer reads it."""
+    return {k: v for _, states in snapshot.full_sections() for k, v in states.get(name, {}).items()}
 
 
 # -- ValueState ----------------------------------------------------------------------------------
-def test_value_state_is_per_key(backend: HeapKeyedStateBackend) -> None:
+def test_value_state_is_per_key(backend: KeyedStateBackend) -> None:
     state = ValueState(backend, "v")
     backend.set_current_key("a")
     assert state.value() is None
@@ -37,7 +65,7 @@ def test_value_state_is_per_key(backend: HeapKeyedStateBackend) -> None:
     assert state.value() == 2
 
 
-def test_value_state_default_for_keys_without_a_value(backend: HeapKeyedStateBackend) -> None:
+def test_value_state_default_for_keys_without_a_value(backend: KeyedStateBackend) -> None:
     state = ValueState(backend, "v", default=0)
     backend.set_current_key("a")
     assert state.value() == 0
@@ -47,7 +75,7 @@ def test_value_state_default_for_keys_without_a_value(backend: HeapKeyedStateBac
     assert state.value() == 0
 
 
-def test_value_state_clear_of_a_missing_key_is_a_no_op(backend: HeapKeyedStateBackend) -> None:
+def test_value_state_clear_of_a_missing_key_is_a_no_op(backend: KeyedStateBackend) -> None:
     state = ValueState(backend, "v")
     backend.set_current_key("a")
     state.clear()
@@ -55,7 +83,7 @@ def test_value_state_clear_of_a_missing_key_is_a_no_op(backend: HeapKeyedStateBa
     assert list(backend.keys("v")) == []
 
 
-def test_states_with_different_names_are_independent(backend: HeapKeyedStateBackend) -> None:
+def test_states_with_different_names_are_independent(backend: KeyedStateBackend) -> None:
     one, two = ValueState(backend, "one"), ValueState(backend, "two")
     backend.set_current_key("a")
     one.update("x")
@@ -64,13 +92,13 @@ def test_states_with_different_names_are_independent(backend: HeapKeyedStateBack
     assert (one.value(), two.value()) == ("x", "y")
 
 
-def test_handles_on_the_same_name_share_state(backend: HeapKeyedStateBackend) -> None:
+def test_handles_on_the_same_name_share_state(backend: KeyedStateBackend) -> None:
     backend.set_current_key("a")
     ValueState(backend, "v").update(3)
     assert ValueState(backend, "v").value() == 3
 
 
-def test_a_mutable_default_is_not_shared_between_keys(backend: HeapKeyedStateBackend) -> None:
+def test_a_mutable_default_is_not_shared_between_keys(backend: KeyedStateBackend) -> None:
     state = ValueState(backend, "acc", default=[])
     backend.set_current_key("a")
     acc = state.value()
@@ -80,7 +108,7 @@ def test_a_mutable_default_is_not_shared_between_keys(backend: HeapKeyedStateBac
     assert state.value() == []
 
 
-def test_a_value_stored_from_a_mutable_default_is_copied_on_write(backend: HeapKeyedStateBackend) -> None:
+def test_a_value_stored_from_a_mutable_default_is_copied_on_write(backend: KeyedStateBackend) -> None:
     state = ValueState(backend, "acc", default={})
     backend.set_current_key("a")
     acc = state.value()
@@ -88,12 +116,11 @@ def test_a_value_stored_from_a_mutable_default_is_copied_on_write(backend: HeapK
     state.update(acc)
     snap = backend.snapshot()
     state.value()["n"] = 2
-    (entries,) = [states["acc"] for states in snap.groups.values()]
-    assert entries == {"a": {"n": 1}}
+    assert _entries(snap, "acc") == {"a": {"n": 1}}
 
 
 # -- ListState -----------------------------------------------------------------------------------
-def test_list_state_add_add_all_update_clear(backend: HeapKeyedStateBackend) -> None:
+def test_list_state_add_add_all_update_clear(backend: KeyedStateBackend) -> None:
     state = ListState(backend, "l")
     backend.set_current_key("a")
     assert state.get() == []
@@ -108,7 +135,7 @@ def test_list_state_add_add_all_update_clear(backend: HeapKeyedStateBackend) -> 
     assert state.get() == []
 
 
-def test_list_state_get_returns_a_copy(backend: HeapKeyedStateBackend) -> None:
+def test_list_state_get_returns_a_copy(backend: KeyedStateBackend) -> None:
     state = ListState(backend, "l")
     backend.set_current_key("a")
     state.add(1)
@@ -117,7 +144,7 @@ def test_list_state_get_returns_a_copy(backend: HeapKeyedStateBackend) -> None:
     assert state.get() == [1]
 
 
-def test_list_state_update_copies_its_argument(backend: HeapKeyedStateBackend) -> None:
+def test_list_state_update_copies_its_argument(backend: KeyedStateBackend) -> None:
     state = ListState(backend, "l")
     backend.set_current_key("a")
     values = [1, 2]
@@ -129,7 +156,7 @@ def test_list_state_update_copies_its_argument(backend: HeapKeyedStateBackend) -
 
 
 # -- MapState ------------------------------------------------------------------------------------
-def test_map_state_operations(backend: HeapKeyedStateBackend) -> None:
+def test_map_state_operations(backend: KeyedStateBackend) -> None:
     state = MapState(backend, "m")
     backend.set_current_key("a")
     assert state.is_empty() and state.keys() == [] and state.get("x") is None
@@ -150,7 +177,7 @@ def test_map_state_operations(backend: HeapKeyedStateBackend) -> None:
     assert state.is_empty() and state.get("z") is None
 
 
-def test_map_state_views_are_copies(backend: HeapKeyedStateBackend) -> None:
+def test_map_state_views_are_copies(backend: KeyedStateBackend) -> None:
     state = MapState(backend, "m")
     backend.set_current_key("a")
     state.put("x", 1)
@@ -161,7 +188,7 @@ def test_map_state_views_are_copies(backend: HeapKeyedStateBackend) -> None:
     assert state.is_empty()
 
 
-def test_map_state_remove_of_a_missing_key_creates_nothing(backend: HeapKeyedStateBackend) -> None:
+def test_map_state_remove_of_a_missing_key_creates_nothing(backend: KeyedStateBackend) -> None:
     state = MapState(backend, "m")
     backend.set_current_key("a")
     state.remove("x")
@@ -185,11 +212,17 @@ handle_ops = st.one_of(
 )
 
 
-@given(st.lists(handle_ops, max_size=50))
-@settings(max_examples=200, deadline=None)
-def test_handles_behave_like_a_dict_per_key(op_list: list[tuple]) -> None:
-    backend = HeapKeyedStateBackend(KeyGroupRange(0, MAX_PAR), MAX_PAR)
+@pytest.mark.parametrize("kind", KINDS)
+@given(op_list=st.lists(handle_ops, max_size=50))
+@settings(max_examples=100, deadline=None)
+def test_handles_behave_like_a_dict_per_key(kind: str, op_list: list[tuple]) -> None:
+    with open_backend(kind) as backend:
+        _check_handles_behave_like_a_dict_per_key(backend, op_list)
+
+
+def _check_handles_behave_like_a_dict_per_key(backend: KeyedStateBackend, op_list: list[tuple]) -> None:
     v, l, m = ValueState(backend, "v"), ListState(backend, "l"), MapState(backend, "m")
+    taken: list[tuple[Any, dict[str, dict[Any, Any]]]] = []  # snapshots, and the model then
     model_v: dict[Any, int] = {}
     model_l: dict[Any, list[int]] = {}
     model_m: dict[Any, dict[str, int]] = {}
@@ -224,9 +257,15 @@ def test_handles_behave_like_a_dict_per_key(op_list: list[tuple]) -> None:
             m.clear()
             model_m.pop(key, None)
         else:
-            backend.snapshot()
+            expected = {"v": dict(model_v), "l": {k: list(x) for k, x in model_l.items() if x}}
+            expected["m"] = {k: dict(x) for k, x in model_m.items() if x}
+            taken.append((backend.snapshot(), expected))
         for k in ["a", "b", "c", 1, 2, (1, "x")]:
             backend.set_current_key(k)
             assert v.value() == model_v.get(k)
             assert l.get() == model_l.get(k, [])
             assert dict(m.items()) == model_m.get(k, {})
+    for snap, expected in taken:  # later writes never reached a snapshot
+        for name in "vlm":
+            entries = {k: x for k, x in _entries(snap, name).items() if x != [] and x != {}}
+            assert entries == expected[name]

@@ -1,8 +1,9 @@
-"""Incremental checkpoints: deltas of dirty entries over the last complete checkpoint, bounded
+"""Incremental checkpoints: deltas of changed entries over the last complete checkpoint, bounded
 chains, and retention that never deletes a file a retained checkpoint still references."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import random
 import weakref
@@ -12,7 +13,7 @@ import pytest
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.operators import OperatorSnapshot
 from epochal.runtime.snapshots import read_keyed_chain, write_task_snapshot
-from epochal.state.backend import HeapKeyedStateBackend
+from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.disk import DiskKeyedStateBackend
 from epochal.state.handles import ListState, MapState, ValueState
 from epochal.state.keygroups import KeyGroupRange, key_group_of
@@ -27,11 +28,14 @@ def _backend(kind: str, **options):
     return HeapKeyedStateBackend(ALL, 16, **options)
 
 
-def _checkpoint(storage, backend, checkpoint_id, retain=100):
-    """Snapshot, write, complete (manifest), notify, and apply retention: one full cycle."""
+def _checkpoint(storage, backend, checkpoint_id, retain=100, report_written=True):
+    """Snapshot, write, report written (as the task does, on its thread), complete (manifest),
+    notify, and apply retention: one full cycle."""
     snap = OperatorSnapshot(keyed=backend.snapshot(checkpoint_id))
     states, written = write_task_snapshot(storage, checkpoint_id, TaskId(0, 0), ALL, [("op", snap)])
     subtask = states[0].state
+    if report_written:
+        backend.on_snapshot_written(checkpoint_id, subtask.keyed_chain())
     storage.write_manifest(Manifest(checkpoint_id, "j", 0.0, 0.0, (OperatorState("op", 1, 16, (subtask,)),)))
     storage.retain(retain, checkpoint_id)
     backend.notify_checkpoint_complete(checkpoint_id)
@@ -138,7 +142,7 @@ def test_an_aborted_checkpoint_never_becomes_a_base(tmp_path):
     _checkpoint(storage, backend, 1)
     backend.set_current_key("b")
     state.update(2)
-    backend.snapshot(2)  # taken, never completed: its dirty key must reach checkpoint 3's delta
+    backend.snapshot(2)  # taken, never completed: its changed key must reach checkpoint 3's delta
     backend.set_current_key("c")
     state.update(3)
     subtask, _ = _checkpoint(storage, backend, 3)
@@ -251,10 +255,12 @@ class _Box:
 
 
 def test_a_written_heap_snapshot_frees_the_old_values_before_its_checkpoint_completes(tmp_path):
-    """Old values only the frozen maps hold go as soon as the snapshot is written.
+    """Old values only the frozen maps hold go as soon as the writer is reported done.
 
-    The tracker keeps the snapshot until the checkpoint completes, for its file chain; holding the
-    old values that long kept every write after the snapshot from reusing their memory.
+    The writer only reads the snapshot; the task, which may still hold it, reports the write on
+    its own thread, and the backend drops the frozen maps then, long before the checkpoint
+    completes: holding the old values that long kept every write after the snapshot from
+    reusing their memory.
     """
     storage = CheckpointStorage(str(tmp_path))
     backend = _backend("heap")
@@ -263,9 +269,92 @@ def test_a_written_heap_snapshot_frees_the_old_values_before_its_checkpoint_comp
     snap = OperatorSnapshot(keyed=backend.snapshot(1))
     old = weakref.ref(backend.get("v"))
     backend.put("v", _Box(2))  # now only the frozen map holds the old value
-    assert old() is not None
-    write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", snap)])
-    del snap
+    states, _ = write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", snap)])
     gc.collect()
-    assert old() is None
-    assert 1 in backend.tracker._pending  # not complete yet: the tracker still holds the snapshot
+    assert old() is not None  # the writer released nothing
+    backend.on_snapshot_written(1, states[0].state.keyed_chain())
+    gc.collect()
+    assert old() is None  # though `snap` is still held
+    assert 1 in backend.tracker._pending  # and the checkpoint is not complete
+
+
+def _attributes(obj) -> dict:
+    """Every attribute of `obj` by name, as (identity, value)."""
+    names = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else list(vars(obj))
+    return {name: (id(getattr(obj, name)), getattr(obj, name)) for name in names}
+
+
+def _fill(backend, keys, value):
+    state = ValueState(backend, "v")
+    for key in keys:
+        backend.set_current_key(key)
+        state.update(value)
+
+
+@pytest.mark.parametrize("kind", ["memory", "disk"])
+def test_the_written_chain_reaches_the_tracker_only_through_on_snapshot_written(tmp_path, kind):
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend(kind)
+    _fill(backend, range(100), 0)
+    keyed = backend.snapshot(1)
+    before = _attributes(keyed)
+    states, _ = write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", OperatorSnapshot(keyed=keyed))])
+    assert _attributes(keyed) == before  # the writer only read the snapshot
+    storage.write_manifest(Manifest(1, "j", 0.0, 0.0, (OperatorState("op", 1, 16, (states[0].state,)),)))
+    backend.notify_checkpoint_complete(1)  # complete, but never reported written: no base
+    _fill(backend, [1], 1)
+    subtask, _ = _checkpoint(storage, backend, 2)
+    assert len(subtask.keyed_chain()) == 1  # full
+    _fill(backend, [2], 2)
+    subtask, _ = _checkpoint(storage, backend, 3)
+    assert len(subtask.keyed_chain()) == 2  # a delta over checkpoint 2, reported written
+    _fill(backend, [3], 3)
+    _checkpoint(storage, backend, 4, report_written=False)
+    _fill(backend, [4], 4)
+    subtask, _ = _checkpoint(storage, backend, 5)
+    assert len(subtask.keyed_chain()) == 1  # 4 completed unreported: 3 is no base any more
+    assert _model_state(storage, subtask) == {("v", k): {1: 1, 2: 2, 3: 3, 4: 4}.get(k, 0) for k in range(100)}
+    backend.close()
+
+
+def test_a_heap_snapshot_is_released_for_in_place_batch_writes_only_after_on_snapshot_written(tmp_path):
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend("memory")
+    group = [key_group_of("k", 16)]
+    backend.reduce_into([], "r", [[1]], ["k"], group, lambda acc, r: acc + r)
+    snap = OperatorSnapshot(keyed=backend.snapshot(1))
+    states, _ = write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", snap)])
+    assert backend.snapshot_readers()  # written, but not reported: still guarded
+    live = backend._maps["r"][group[0]].data
+    backend.reduce_into([], "r", [[2]], ["k"], group, lambda acc, r: acc + r)
+    assert backend._maps["r"][group[0]].data is not live  # copied on write
+    backend.on_snapshot_written(1, states[0].state.keyed_chain())
+    assert not backend.snapshot_readers() and snap.keyed.released
+    snap2 = OperatorSnapshot(keyed=backend.snapshot(2))
+    backend.on_snapshot_written(2, None)
+    live = backend._maps["r"][group[0]].data
+    backend.reduce_into([], "r", [[3]], ["k"], group, lambda acc, r: acc + r)
+    assert backend._maps["r"][group[0]].data is live  # in place
+    assert snap2.keyed.released
+
+
+def test_a_disk_snapshot_leaves_no_checkpoint_behind(tmp_path):
+    """A full disk snapshot is a RocksDB checkpoint on disk: removed when reported written, or
+    when nothing holds the snapshot any more (a write that failed and was never reported)."""
+    storage = CheckpointStorage(str(tmp_path / "ckpt"))
+    backend = DiskKeyedStateBackend(ALL, 16, local_dir=str(tmp_path / "work"))
+    _fill(backend, range(10), 0)
+
+    def snapshot_dirs():
+        return sorted(p.name for p in (tmp_path / "work").glob("*/snapshot-*"))
+
+    keyed = backend.snapshot(1)
+    assert snapshot_dirs() == ["snapshot-1"]
+    states, _ = write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", OperatorSnapshot(keyed=keyed))])
+    assert snapshot_dirs() == ["snapshot-1"]  # the writer only read it
+    backend.on_snapshot_written(1, states[0].state.keyed_chain())
+    assert snapshot_dirs() == []
+    backend.snapshot(None)  # dropped at once
+    gc.collect()
+    assert snapshot_dirs() == []
+    backend.close()

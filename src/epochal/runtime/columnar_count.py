@@ -14,20 +14,20 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..state.backend import HeapKeyedStateBackend
+from ..state.contract import RawMapBackend
 from ..state.keygroups import owned_key_group
 from .key_index import GrowableArray, KeyIndex
 
 
 class ColumnarCounts:
-    """Counts by slot of a `KeyIndex`, flushed into one state of a heap backend."""
+    """Counts by slot of a `KeyIndex`, flushed into one state of a backend with raw key-group maps."""
 
-    def __init__(self, key_type: pa.DataType, backend: HeapKeyedStateBackend, state: str) -> None:
+    def __init__(self, key_type: pa.DataType, backend: RawMapBackend, state: str) -> None:
         self.index = KeyIndex(key_type, backend.max_parallelism)
         self.backend = backend
         self.state = state
         self._counts = GrowableArray(np.int64)
-        self._dirty = GrowableArray(np.bool_, False)
+        self._changed = GrowableArray(np.bool_, False)  # changed since the last flush
         # Only this table writes the state while it lives, so if the backend holds none of it
         # now, a key new to the table is new to the backend too: its count so far is 0.
         self._backend_empty = next(iter(backend.keys(state)), None) is None
@@ -41,9 +41,9 @@ class ColumnarCounts:
         if added.any():
             self._load(np.sort(slots[added]))
         counts = self._counts.values
-        before = counts[slots]
+        before: np.ndarray = counts[slots]
         counts[slots] = before + increments
-        self._dirty.values[slots] = True
+        self._changed.values[slots] = True
         return before
 
     def _load(self, new_slots: np.ndarray) -> None:
@@ -54,24 +54,25 @@ class ColumnarCounts:
         foreign = np.flatnonzero((groups < owned.start) | (groups >= owned.end))
         if len(foreign):  # routed to the wrong subtask: a bug, never something to count
             slot = new_slots[foreign[:1]]
-            owned_key_group(self.index.keys_at(slot)[0].as_py(), int(groups[foreign[0]]), owned, self.backend.max_parallelism)
+            key = self.index.keys_at(slot)[0].as_py()
+            owned_key_group(key, int(groups[foreign[0]]), owned, self.backend.max_parallelism)  # raises
         if self._backend_empty:
             self._counts.extend(np.zeros(len(new_slots), dtype=np.int64))
-            self._dirty.extend(np.zeros(len(new_slots), dtype=np.bool_))
+            self._changed.extend(np.zeros(len(new_slots), dtype=np.bool_))
             return
         backend = self.backend
         keys = self.index.keys_at(new_slots).to_pylist()
         loaded = np.empty(len(keys), dtype=np.int64)
-        for i, (key, key_group) in enumerate(zip(keys, groups.tolist())):
+        for i, (key, key_group) in enumerate(zip(keys, groups.tolist(), strict=False)):
             backend.set_current_key(key, key_group)
             loaded[i] = backend.get(self.state, 0)
         self._counts.extend(loaded)
-        self._dirty.extend(np.zeros(len(keys), dtype=np.bool_))
+        self._changed.extend(np.zeros(len(keys), dtype=np.bool_))
 
     def flush(self) -> None:
         """Write the counts changed since the last flush into the backend, marked changed there."""
-        dirty = self._dirty.values
-        slots = np.flatnonzero(dirty)
+        changed = self._changed.values
+        slots = np.flatnonzero(changed)
         if not len(slots):
             return
         groups = self.index.key_groups[slots]
@@ -82,9 +83,9 @@ class ColumnarCounts:
         bounds = np.flatnonzero(np.diff(groups)) + 1
         starts = [0, *bounds.tolist()]
         ends = [*bounds.tolist(), len(slots)]
-        for start, end in zip(starts, ends):
+        for start, end in zip(starts, ends, strict=False):
             key_group = int(groups[start])
             chunk = keys[start:end]
-            self.backend.raw_map(self.state, key_group).update(zip(chunk, counts[start:end]))
+            self.backend.raw_map(self.state, key_group).update(zip(chunk, counts[start:end], strict=False))
             self.backend.mark_changed(self.state, key_group, chunk)
-        dirty[slots] = False
+        changed[slots] = False

@@ -38,8 +38,8 @@ class _Powers:
     """P**j and P**-j modulo 2**64, grown on demand: the polynomial hash needs both."""
 
     def __init__(self) -> None:
-        self.up = np.ones(1, dtype=_U64)
-        self.down = np.ones(1, dtype=_U64)
+        self.up: np.ndarray = np.ones(1, dtype=_U64)
+        self.down: np.ndarray = np.ones(1, dtype=_U64)
 
     def ensure(self, n: int) -> None:
         if len(self.up) >= n:
@@ -116,7 +116,8 @@ class GrowableArray:
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    types = pa.types
+    return bool(types.is_string(t) or types.is_large_string(t) or types.is_binary(t) or types.is_large_binary(t))
 
 
 class _BinaryKeys:
@@ -200,7 +201,7 @@ class KeyIndex:
 
     def accepts(self, key_type: pa.DataType) -> bool:
         """Whether keys of `key_type` are the keys of this index (same normalised type)."""
-        return self.normalised_type(key_type) == self.key_type
+        return bool(self.normalised_type(key_type) == self.key_type)
 
     def __len__(self) -> int:
         return len(self._key_groups)
@@ -277,7 +278,7 @@ class KeyIndex:
         """Keys the table did not hold: true collisions live in `_overflow`, the rest are new."""
         if self._overflow:
             py_keys = keys.take(pa.array(missing)).to_pylist()
-            for i, key in zip(missing.tolist(), py_keys):
+            for i, key in zip(missing.tolist(), py_keys, strict=False):
                 slots[i] = self._overflow.get(key, -1)
             missing = missing[slots[missing] < 0]
             if not len(missing):
@@ -347,7 +348,7 @@ class KeyIndex:
         cells = self._cells
         mask = len(cells) - 1
         placed = np.zeros(len(hashes), dtype=bool)
-        for i, (h, slot) in enumerate(zip(hashes.tolist(), slots.tolist())):
+        for i, (h, slot) in enumerate(zip(hashes.tolist(), slots.tolist(), strict=False)):
             pos, tag = h & mask, h >> 32
             while cell := int(cells[pos]):
                 if cell >> 32 == tag:
@@ -368,7 +369,7 @@ class KeyIndex:
         slots = (old & _LOW).astype(np.int64) - 1
         placed = self._insert(self._slot_hashes.values[slots], slots)
         # keys whose tags never met in the old chains may meet in the new ones
-        for slot, key in zip(slots[~placed].tolist(), self.keys_at(slots[~placed]).to_pylist()):
+        for slot, key in zip(slots[~placed].tolist(), self.keys_at(slots[~placed]).to_pylist(), strict=False):
             self._overflow[key] = slot
 
     # -- slot storage --------------------------------------------------------------------------

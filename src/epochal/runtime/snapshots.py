@@ -1,8 +1,11 @@
 """The asynchronous part of a task's checkpoint: serialise fixed state and write it out.
 
-Runs off the processing path (dissertation §4.5, L3513–3534): the task has already fixed its
-state copy-on-write and forwarded the barrier, and goes on processing while this runs. Restoring
-reads the same files back, taking only the key groups the restoring subtask owns.
+Runs off the processing path (dissertation §4.5, asynchronous snapshot invocation): the task has
+already fixed its state copy-on-write and forwarded the barrier, and goes on processing while
+this runs. The writer only *reads* the snapshots and *returns* what it wrote; the task hands
+that back to each keyed-state backend on its own thread (`KeyedStateBackend.on_snapshot_written`),
+which is also when the backend releases the snapshot. Restoring reads the same files back,
+taking only the key groups the restoring subtask owns.
 """
 
 from __future__ import annotations
@@ -10,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from ..errors import CheckpointError
 from ..plan.job_graph import TaskId
-from ..state.backend import KeyedStateSnapshot, apply_sections
+from ..state.contract import KeyedSnapshot
 from ..state.keygroups import KeyGroupRange
+from ..state.sections import KeyedGroups, apply_sections
 from ..state.snapshot_files import decode_keyed_file, decode_operator_state, encode_operator_state, iter_keyed_file
 from ..state.storage import CheckpointStorage, FileHandle, Manifest, SubtaskState, storage_for
 from .messages import OperatorSubtaskState
@@ -28,7 +33,7 @@ def _file_stem(uid: str, subtask: int) -> str:
     return f"{safe}-{digest}-{subtask}"
 
 
-def _keyed_chunks(keyed: KeyedStateSnapshot) -> Iterator[bytes] | None:
+def _keyed_chunks(keyed: KeyedSnapshot) -> Iterator[bytes] | None:
     """The chunks of a keyed snapshot's file (full or delta), or None if it holds nothing."""
     sections = iter(keyed.delta_sections() if keyed.is_delta else keyed.full_sections())
     first = next(sections, None)
@@ -38,16 +43,20 @@ def _keyed_chunks(keyed: KeyedStateSnapshot) -> Iterator[bytes] | None:
 
 
 def serialise_small_snapshots(snapshots: Sequence[tuple[str, OperatorSnapshot]], max_entries: int) -> None:
-    """Serialise heap snapshots of at most `max_entries` entries now, and release them.
+    """Serialise keyed snapshots of at most `max_entries` entries now, and release them.
 
-    Called in the synchronous part (`StateConfig.inline_snapshot_entries`). For a small state,
-    copy-on-write costs the records after the barrier more than serialising does: each key
-    group's map is copied on its first write, cold in the cache. A snapshot that cannot be
-    serialised is left whole, for the writer to report.
+    Called on the task's thread, in the synchronous part (`StateConfig.inline_snapshot_entries`).
+    For a small state, copy-on-write costs the records after the barrier more than serialising
+    does: each key group's map is copied on its first write, cold in the cache. Only snapshots
+    that know their size qualify (the heap backend's; a disk snapshot is read from the database
+    by the writer). A snapshot that cannot be serialised is left whole, for the writer to report.
     """
     for _, snap in snapshots:
         keyed = snap.keyed
-        if isinstance(keyed, KeyedStateSnapshot) and keyed.entries <= max_entries and keyed.encoded is None:
+        if keyed is None or keyed.encoded is not None:
+            continue
+        entries = keyed.entries
+        if entries is not None and entries <= max_entries:
             try:
                 chunks = _keyed_chunks(keyed)
                 keyed.encoded = list(chunks) if chunks is not None else []
@@ -56,7 +65,9 @@ def serialise_small_snapshots(snapshots: Sequence[tuple[str, OperatorSnapshot]],
             keyed.release()
 
 
-def _write_keyed(storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedStateSnapshot) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
+def _write_keyed(
+    storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedSnapshot
+) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
     """Write a full file or a delta; returns (the new file or None, the chain's earlier files)."""
     chunks = _keyed_chunks(keyed) if keyed.encoded is None else keyed.encoded
     base = keyed.base if keyed.is_delta else ()
@@ -73,31 +84,30 @@ def write_task_snapshot(
     key_groups: KeyGroupRange,
     snapshots: Sequence[tuple[str, OperatorSnapshot]],
 ) -> tuple[tuple[OperatorSubtaskState, ...], int]:
-    """Write one task's operator snapshots; returns their handles and the bytes written.
+    """Write one task's operator snapshots; returns where each operator's state went and the
+    bytes written.
 
     Keyed state goes out in full or as a delta over the subtask's last complete checkpoint
     (the snapshot decides); a delta's manifest entry lists the chain's earlier files as
-    `keyed_base`. Bytes written count only the new files.
+    `keyed_base`, so an operator's `SubtaskState.keyed_chain()` is the chain its keyed state
+    was written as: what the task passes to `on_snapshot_written` (None instead when `storage`
+    is None: nothing was written). Runs on a background thread: it only reads the snapshots.
+    Bytes written count only the new files.
     """
     states = []
     written = 0
     for uid, snap in snapshots:
         keyed_handle = op_handle = None
         keyed_base: tuple[FileHandle, ...] = ()
-        try:
-            if storage is not None:
-                stem = _file_stem(uid, task.subtask)
-                if snap.keyed is not None:
-                    keyed_handle, keyed_base = _write_keyed(storage, checkpoint_id, stem, snap.keyed)
-                    if keyed_handle is not None:
-                        written += keyed_handle.size
-                    snap.keyed.chain = keyed_base + ((keyed_handle,) if keyed_handle is not None else ())
-                if snap.state is not None:
-                    op_handle = storage.write_file(checkpoint_id, stem + ".op", encode_operator_state(snap.state))
-                    written += op_handle.size
-        finally:
+        if storage is not None:
+            stem = _file_stem(uid, task.subtask)
             if snap.keyed is not None:
-                snap.keyed.release()
+                keyed_handle, keyed_base = _write_keyed(storage, checkpoint_id, stem, snap.keyed)
+                if keyed_handle is not None:
+                    written += keyed_handle.size
+            if snap.state is not None:
+                op_handle = storage.write_file(checkpoint_id, stem + ".op", encode_operator_state(snap.state))
+                written += op_handle.size
         states.append(
             OperatorSubtaskState(
                 uid,
@@ -109,9 +119,9 @@ def write_task_snapshot(
 
 def read_keyed_chain(
     storage: CheckpointStorage, chain: Sequence[FileHandle], wanted: range | None = None
-) -> dict[int, dict[str, dict[Any, Any]]]:
+) -> KeyedGroups:
     """The keyed state a chain of files (full, then deltas) holds, for the key groups `wanted`."""
-    out: dict[int, dict[str, dict[Any, Any]]] = {}
+    out: KeyedGroups = {}
     for handle in chain:
         is_delta, groups = decode_keyed_file(storage.read_file(handle), wanted, source=handle.path)
         apply_sections(out, is_delta, groups)
@@ -135,7 +145,7 @@ def check_restored_operators(manifest: Manifest, uids: Iterable[str], allow_non_
 
 def read_operator_restore(
     storage: CheckpointStorage | None, manifest: Manifest, uid: str, key_groups: KeyGroupRange, max_parallelism: int
-) -> tuple[dict[int, dict[str, dict[Any, Any]]] | None, list[Any]]:
+) -> tuple[KeyedGroups | None, list[Any]]:
     """The keyed state of `key_groups` and the operator state of every old subtask of `uid`.
 
     An operator absent from the checkpoint starts empty (it was added to the job since). Files
@@ -150,7 +160,7 @@ def read_operator_restore(
             f"has max_parallelism={max_parallelism}; keyed state cannot be redistributed"
         )
     reader = storage_for(manifest, storage)
-    keyed: dict[int, dict[str, dict[Any, Any]]] = {}
+    keyed: KeyedGroups = {}
     states: list[Any] = []
     wanted = range(key_groups.start, key_groups.end)
     for st in op.subtasks:

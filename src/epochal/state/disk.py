@@ -14,15 +14,17 @@ range), the state name (length-prefixed), then the canonical bytes of the key (`
 `1`, `1.0` and `True` are one key, as in a dict). The value is the pickled `(key, value)`, so
 keys come back as the objects the user gave.
 
-Snapshots follow the memory backend's contract (`backend.py`): the synchronous part is cheap
-and later writes never leak into a snapshot.
+Snapshots follow the backends' contract (`contract.py`): the synchronous part is cheap, later
+writes never leak into a snapshot, and the writer only reads it.
 
 - A **delta** (the usual case with incremental checkpoints) takes a RocksDB snapshot (a
-  sequence number; no copying) and the dirty key sets; the asynchronous part reads just those
+  sequence number; no copying) and the changed key sets; the asynchronous part reads just those
   keys from the snapshot.
 - A **full** snapshot creates a RocksDB checkpoint (hard links to the immutable SST files,
   after flushing the memtable) in the working directory; the asynchronous part opens it
-  read-only and streams it out key group by key group, then deletes it.
+  read-only and streams it out key group by key group. The checkpoint is deleted when the
+  snapshot is released (`on_snapshot_written`) or, if that comes later, as soon as nothing
+  holds the snapshot any more (usually right after its writer is done).
 
 Values obtained for in-place change (`ListState.add`, `MapState.put`, a mutable `ValueState`
 value) are held and written back before the next access, so the handles work unchanged.
@@ -30,18 +32,21 @@ value) are held and written back before the next access, so the handles work unc
 
 from __future__ import annotations
 
-import copy
 import os
 import pickle
 import re
 import shutil
 import struct
 import tempfile
-from typing import Any, Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from .backend import IncrementalTracker, _is_immutable
+from .incremental import ChangedKeys, IncrementalTracker, add_changed
 from .keygroups import KeyGroupRange, encode_key, owned_key_group
+from .sections import KeyedGroups, Sections
 from .storage import FileHandle
+from .values import is_immutable, private
 
 _KG = struct.Struct(">H")
 _NAME_LEN = struct.Struct(">H")
@@ -67,31 +72,40 @@ class DiskSnapshot:
         self,
         key_groups: KeyGroupRange,
         *,
+        checkpoint_id: int | None = None,
         checkpoint_dir: str | None = None,
         db_snapshot: Any = None,
-        dirty: dict[int, dict[str, set[Any]]] | None = None,
+        changed: ChangedKeys | None = None,
         base: tuple[FileHandle, ...] = (),
     ) -> None:
         self.key_groups = key_groups
-        self.groups: dict[int, Any] = {}
-        self.dirty = dirty
+        self.checkpoint_id = checkpoint_id
+        self.changed = changed
         self.base = base
-        self.chain: tuple[FileHandle, ...] | None = None
         self.encoded: list[bytes] | None = None  # never serialised early: the writer reads the db
         self._checkpoint_dir = checkpoint_dir
         self._db_snapshot = db_snapshot
+        # the checkpoint's files go with the snapshot, whichever thread drops it last
+        self._remove_dir: weakref.finalize[Any, Any] | None = None
+        if checkpoint_dir is not None:
+            self._remove_dir = weakref.finalize(self, shutil.rmtree, checkpoint_dir, ignore_errors=True)
 
     @property
     def is_delta(self) -> bool:
-        return self.dirty is not None
+        return self.changed is not None
 
-    def full_sections(self) -> Iterator[tuple[int, dict[str, dict[Any, Any]]]]:
+    @property
+    def entries(self) -> int | None:
+        return None  # unknown without reading the database; never serialised early
+
+    def full_sections(self) -> Sections:
         from rocksdict import AccessType, Options, Rdict
 
         assert self._checkpoint_dir is not None
         db = Rdict(self._checkpoint_dir, Options(raw_mode=True), access_type=AccessType.read_only())
         try:
-            current, section = -1, {}
+            current = -1
+            section: dict[str, dict[Any, Any]] = {}
             it = db.iter()
             it.seek_to_first()
             while it.valid():
@@ -109,12 +123,12 @@ class DiskSnapshot:
         finally:
             db.close()
 
-    def delta_sections(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        assert self.dirty is not None and self._db_snapshot is not None
+    def delta_sections(self) -> Sections:
+        assert self.changed is not None and self._db_snapshot is not None
         snap = self._db_snapshot
-        for kg in sorted(self.dirty):
+        for kg in sorted(self.changed):
             section: dict[str, Any] = {}
-            for name, keys in self.dirty[kg].items():
+            for name, keys in self.changed[kg].items():
                 prefix = _KG.pack(kg) + _name_prefix(name)
                 upserts, deleted = {}, []
                 for key in keys:
@@ -130,14 +144,15 @@ class DiskSnapshot:
             yield kg, section
 
     def release(self) -> None:
+        """Nothing reads this snapshot any more: drop the RocksDB snapshot, delete the checkpoint."""
         self._db_snapshot = None
-        if self._checkpoint_dir is not None:
-            shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
-            self._checkpoint_dir = None
+        self._checkpoint_dir = None
+        if self._remove_dir is not None:
+            self._remove_dir()  # at most once, even if the finaliser ran
 
 
 class DiskKeyedStateBackend:
-    """Keyed state of one subtask in a RocksDB database; same interface as the heap backend."""
+    """Keyed state of one subtask in a RocksDB database; implements `KeyedStateBackend`."""
 
     def __init__(
         self,
@@ -164,9 +179,10 @@ class DiskKeyedStateBackend:
         self.current_key: Any = None
         self.current_key_group = -1
         self._current_encoded = b""
-        self._dirty: dict[int, dict[str, set[Any]]] = {}
+        self._changed: ChangedKeys = {}
         self._held: tuple[bytes, Any, Any] | None = None  # (db key, key, value) to write back
         self._snapshots = 0
+        self._unwritten: list[weakref.ref[DiskSnapshot]] = []  # snapshots not yet released
         self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
 
     # -- current key ---------------------------------------------------------------------------
@@ -179,7 +195,7 @@ class DiskKeyedStateBackend:
         return _KG.pack(self.current_key_group) + _name_prefix(name) + self._current_encoded
 
     def _mark(self, name: str, key_group: int, key: Any) -> None:
-        self._dirty.setdefault(key_group, {}).setdefault(name, set()).add(key)
+        add_changed(self._changed, key_group, name, key)
 
     def _write_back(self) -> None:
         if self._held is not None:
@@ -212,8 +228,8 @@ class DiskKeyedStateBackend:
         db_key = self._db_key(name)
         value = self._read(db_key)
         if value is _MISSING:
-            return default if _is_immutable(default) else copy.deepcopy(default)
-        if not _is_immutable(value):  # the caller may change it in place: write it back
+            return private(default)
+        if not is_immutable(value):  # the caller may change it in place: write it back
             self._held = (db_key, self.current_key, value)
             self._mark(name, self.current_key_group, self.current_key)
         return value
@@ -227,8 +243,8 @@ class DiskKeyedStateBackend:
         self, out: list[Any], name: str, records: list[Any], keys: list[Any], key_groups: list[int],
         fn: Callable[[Any, Any], Any],
     ) -> None:
-        """As `HeapKeyedStateBackend.reduce_into`: fold each record into its key's value."""
-        for record, key, key_group in zip(records, keys, key_groups):
+        """Fold each record into its key's value, a key at a time (`KeyedStateBackend.reduce_into`)."""
+        for record, key, key_group in zip(records, keys, key_groups, strict=False):
             self.set_current_key(key, key_group)
             acc = self.get_for_read(name, _MISSING)
             value = record if acc is _MISSING else fn(acc, record)
@@ -236,8 +252,8 @@ class DiskKeyedStateBackend:
             out.append(value)
 
     def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
-        """As `HeapKeyedStateBackend.count_into`: add one to each key's count."""
-        for key, key_group in zip(keys, key_groups):
+        """Add one to each key's count, a key at a time (`KeyedStateBackend.count_into`)."""
+        for key, key_group in zip(keys, key_groups, strict=False):
             self.set_current_key(key, key_group)
             count = self.get(name, 0) + 1
             self.put(name, count)
@@ -271,15 +287,33 @@ class DiskKeyedStateBackend:
         self._write_back()
         if checkpoint_id is None:
             return DiskSnapshot(self.key_groups, checkpoint_dir=self._checkpoint())
-        dirty = {kg: states for kg, states in self._dirty.items() if any(states.values())}
-        self._dirty = {}
-        union, base = self.tracker.plan(checkpoint_id, dirty)
+        changed = {kg: states for kg, states in self._changed.items() if any(states.values())}
+        self._changed = {}
+        union, base = self.tracker.plan(checkpoint_id, changed)
         if union is None:
-            snap = DiskSnapshot(self.key_groups, checkpoint_dir=self._checkpoint())
+            snap = DiskSnapshot(self.key_groups, checkpoint_id=checkpoint_id, checkpoint_dir=self._checkpoint())
         else:
-            snap = DiskSnapshot(self.key_groups, db_snapshot=self.db.snapshot(), dirty=union, base=base)
-        self.tracker.attach(checkpoint_id, snap)  # type: ignore[arg-type]
+            snap = DiskSnapshot(
+                self.key_groups, checkpoint_id=checkpoint_id, db_snapshot=self.db.snapshot(), changed=union, base=base
+            )
+        self._unwritten = [r for r in self._unwritten if r() is not None]
+        self._unwritten.append(weakref.ref(snap))
         return snap
+
+    def on_snapshot_written(self, checkpoint_id: int, chain: tuple[FileHandle, ...] | None) -> None:
+        """The writer of `checkpoint_id` is done (task's thread): record the chain, release the
+        snapshot (its RocksDB snapshot or checkpoint)."""
+        self.tracker.on_written(checkpoint_id, chain)
+        unwritten = []
+        for ref in self._unwritten:
+            snap = ref()
+            if snap is None:
+                continue
+            if snap.checkpoint_id == checkpoint_id:
+                snap.release()
+            else:
+                unwritten.append(ref)
+        self._unwritten = unwritten
 
     def _checkpoint(self) -> str:
         from rocksdict import Checkpoint
@@ -292,7 +326,7 @@ class DiskKeyedStateBackend:
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.tracker.on_complete(checkpoint_id)
 
-    def restore(self, groups: dict[int, dict[str, dict[Any, Any]]]) -> None:
+    def restore(self, groups: KeyedGroups) -> None:
         from rocksdict import WriteBatch
 
         self._write_back()

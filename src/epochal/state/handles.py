@@ -1,14 +1,16 @@
 """User-facing keyed state: handles that read and write the current key's entry.
 
 Handles are registered by name in a function's `open()` (only registered state is part of a
-checkpoint, dissertation L3336–3347) and always act on the key of the record being processed.
+checkpoint: state is declared through a descriptor, dissertation §4.3) and always act on the key
+of the record being processed. They work on any backend (`KeyedStateBackend`, `contract.py`).
 """
 
 from __future__ import annotations
 
-from typing import Generic, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Generic, TypeVar
 
-from .backend import HeapKeyedStateBackend
+from .contract import KeyedStateBackend
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -24,12 +26,13 @@ class ValueState(Generic[T]):
 
     __slots__ = ("_backend", "_name", "_default")
 
-    def __init__(self, backend: HeapKeyedStateBackend, name: str, default: T | None = None) -> None:
+    def __init__(self, backend: KeyedStateBackend, name: str, default: T | None = None) -> None:
         self._backend, self._name, self._default = backend, name, default
 
     def value(self) -> T | None:
         """The current key's value, or the default when it has none."""
-        return self._backend.get_for_read(self._name, self._default)
+        value: T | None = self._backend.get_for_read(self._name, self._default)
+        return value
 
     def update(self, value: T) -> None:
         """Set the current key's value."""
@@ -45,7 +48,7 @@ class ListState(Generic[T]):
 
     __slots__ = ("_backend", "_name")
 
-    def __init__(self, backend: HeapKeyedStateBackend, name: str) -> None:
+    def __init__(self, backend: KeyedStateBackend, name: str) -> None:
         self._backend, self._name = backend, name
 
     def get(self) -> list[T]:
@@ -74,7 +77,7 @@ class MapState(Generic[K, V]):
 
     __slots__ = ("_backend", "_name")
 
-    def __init__(self, backend: HeapKeyedStateBackend, name: str) -> None:
+    def __init__(self, backend: KeyedStateBackend, name: str) -> None:
         self._backend, self._name = backend, name
 
     def _read(self) -> dict[K, V]:

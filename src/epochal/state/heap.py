@@ -1,0 +1,390 @@
+"""Keyed state held in memory, cut into key groups, snapshotted copy-on-write.
+
+A snapshot must not stop the stream (ABS §4; dissertation §4.5, asynchronous snapshot
+invocation): the synchronous part only *fixes* the state, and serialising it happens elsewhere.
+Here fixing is O(key groups × states): every per-key-group map is marked frozen and handed to the
+snapshot as is. The first write to a frozen map after that copies the map (once per key group
+per checkpoint), and the first in-place access to a mutable value copies that value, so the
+snapshot never sees a later write. Once the writer is done (`on_snapshot_written`, on the task's
+thread) nothing reads the frozen maps any more, and the batch loops write in place again.
+
+Deviation: the copy granularity is the key group, not the entry (Flink's CopyOnWriteStateMap is
+per entry).
+
+Checkpoints are incremental (`incremental.py`): the first write of a key after a snapshot
+records the key as *changed* in its key group, and the next snapshot takes the changed sets
+along with the frozen maps.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .incremental import ChangedKeys, IncrementalTracker
+from .keygroups import KeyGroupRange, owned_key_group
+from .sections import KeyedGroups, Sections
+from .storage import FileHandle
+from .values import IMMUTABLE_EXACT, is_immutable
+
+_ABSENT = object()
+
+
+class _StateMap:
+    """The entries of one state in one key group; frozen while a snapshot holds it.
+
+    `stamps` says, per key, in which epoch (the backend's count of freezes) the key was last
+    written: a key stamped with the current epoch is *owned*, i.e. its value was put or copied
+    since the freeze and no snapshot shares it. The first write in an epoch also adds the key to
+    `changed`, the delta of the next snapshot; `changed` is None in an epoch whose changes go
+    unrecorded (`IncrementalTracker.tracks_changes`).
+
+    Why stamps and not per-snapshot sets, probed per record: a set rebuilt from empty after a
+    snapshot stores the key objects of the first records after it, not the ones `data` holds, so
+    every later probe touches two objects per key. Measured: keyed operators 5-15 % slower for
+    the rest of the run after the first checkpoint. `stamps` is never rebuilt (only copied), so
+    it holds the very key objects `data` does; `changed` is added to once per key and epoch.
+    """
+
+    __slots__ = ("data", "frozen", "stamps", "changed")
+
+    def __init__(self, tracked: bool = True) -> None:
+        self.data: dict[Any, Any] = {}
+        self.frozen = False
+        self.stamps: dict[Any, int] = {}  # key -> epoch of its last write; only live keys
+        # keys written or deleted since the last snapshot; None while changes go unrecorded
+        self.changed: set[Any] | None = set() if tracked else None
+
+    def writable(self, shared: bool = True) -> dict[Any, Any]:
+        """`data`, safe to write: copied first if frozen and a snapshot may still read it."""
+        if self.frozen:
+            if shared:
+                self.data = self.data.copy()  # keeps the key objects: see the class docstring
+            self.frozen = False
+        return self.data
+
+    def mark(self, key: Any, epoch: int) -> None:
+        """`key` was written: it is owned in `epoch`, and changed."""
+        if self.stamps.get(key) != epoch:
+            self.stamps[key] = epoch
+            if self.changed is not None:
+                self.changed.add(key)
+
+    def freeze(self) -> dict[Any, Any]:
+        self.frozen = True
+        return self.data
+
+
+@dataclass(eq=False, slots=True, weakref_slot=True)
+class HeapSnapshot:
+    """The fixed keyed state of one subtask: key group → state name → {key: value}.
+
+    The inner dicts are shared with the live backend and are frozen there: treat them as
+    read-only. Serialising them is the asynchronous part of the checkpoint, which only reads
+    this object; `release` (on the task's thread) drops the maps once nothing reads them.
+
+    `changed` is None for a snapshot to be written in full; otherwise it names, per key group
+    and state, the keys that changed since the checkpoint whose file chain is `base`, and the
+    snapshot is written as a delta over that chain.
+    """
+
+    key_groups: KeyGroupRange
+    groups: KeyedGroups
+    changed: ChangedKeys | None = None
+    base: tuple[FileHandle, ...] = ()
+    checkpoint_id: int | None = None
+    released: bool = False
+    entries: int = 0  # in all its maps, counted when taken
+    encoded: list[bytes] | None = None  # its file's chunks, if serialised before the writer ran
+
+    @property
+    def is_delta(self) -> bool:
+        return self.changed is not None
+
+    def full_sections(self) -> Sections:
+        """`(key group, {state: {key: value}})` in ascending key group, for a full file."""
+        for key_group in sorted(self.groups):
+            yield key_group, self.groups[key_group]
+
+    def delta_sections(self) -> Sections:
+        """`(key group, {state: (upserts, deleted keys)})` for the changed entries only."""
+        assert self.changed is not None
+        for key_group in sorted(self.changed):
+            states = self.groups.get(key_group, {})
+            section: dict[str, Any] = {}
+            for name, keys in self.changed[key_group].items():
+                data = states.get(name, {})
+                upserts = {k: data[k] for k in keys if k in data}
+                section[name] = (upserts, [k for k in keys if k not in data])
+            yield key_group, section
+
+    def release(self) -> None:
+        """Nothing reads the frozen maps any more: drop them, so that old values only they hold
+        are freed, and let the backend's batch loops write in place again (`released`).
+
+        Called on the task's thread only: by `HeapKeyedStateBackend.on_snapshot_written`, or
+        by a caller that serialised the snapshot early (`encoded`).
+        """
+        self.groups = {}
+        self.released = True
+
+
+class HeapKeyedStateBackend:
+    """In-memory keyed state of one subtask: the key groups of its `KeyGroupRange`.
+
+    Implements `KeyedStateBackend` and, alone of the backends, `RawKeyGroupMaps` (`contract.py`).
+    The operator sets the current key before user code runs; state handles then read and write
+    the current key's entry. Keys outside the range are a routing bug, and raise.
+    """
+
+    def __init__(
+        self,
+        key_groups: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        incremental: bool = True,
+        compact_every: int = 10,
+        compact_ratio: float = 1.0,
+    ) -> None:
+        self.key_groups = key_groups
+        self.max_parallelism = max_parallelism
+        self._maps: dict[str, list[_StateMap]] = {}
+        self.current_key: Any = None
+        self.current_key_group = -1
+        self.epoch = 1  # bumped by every snapshot; see `_StateMap`
+        self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
+        self._tracking = self.tracker.tracks_changes  # whether this epoch records changed keys
+        self._readers: list[weakref.ref[HeapSnapshot]] = []  # snapshots that may read maps
+
+    def snapshot_readers(self) -> bool:
+        """Whether a snapshot taken here may still read frozen maps (neither released nor gone).
+
+        Copy-on-write protects a snapshot only until it is written: checked once per batch, it
+        spares the batch loops the copy of a frozen map and of a shared mutable value, and the
+        immutability check of every key's first write after a snapshot (most of those writes
+        come after the write, which takes milliseconds). A snapshot is released on this thread
+        (`on_snapshot_written`, or after an early serialisation); one that nobody holds any
+        more, e.g. freed by its writer, can be read by nobody either.
+        """
+        if self._readers:
+            self._readers = [r for r in self._readers if (s := r()) is not None and not s.released]
+        return bool(self._readers)
+
+    # -- current key ---------------------------------------------------------------------------
+    def set_current_key(self, key: Any, key_group: int | None = None) -> None:
+        self.current_key_group = owned_key_group(key, key_group, self.key_groups, self.max_parallelism)
+        self.current_key = key
+
+    # -- entries of the current key ------------------------------------------------------------
+    def _state_maps(self, name: str) -> list[_StateMap]:
+        """One state's maps, one per key group of the range (made on first use)."""
+        maps = self._maps.get(name)
+        if maps is None:
+            maps = self._maps[name] = [_StateMap(self._tracking) for _ in self.key_groups]
+        return maps
+
+    def _map(self, name: str, key_group: int) -> _StateMap:
+        # `_state_maps`, inlined: this runs for every state access of a record
+        maps = self._maps.get(name)
+        if maps is None:
+            maps = self._maps[name] = [_StateMap(self._tracking) for _ in self.key_groups]
+        return maps[key_group - self.key_groups.start]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._map(name, self.current_key_group).data.get(self.current_key, default)
+
+    def get_mutable(self, name: str, factory: Callable[[], Any]) -> Any:
+        """The current key's value, safe to change in place (copied once if a snapshot shares it)."""
+        m = self._map(name, self.current_key_group)
+        key, epoch = self.current_key, self.epoch
+        data = m.writable()
+        value = data.get(key, _ABSENT)
+        if value is _ABSENT:
+            value = data[key] = factory()
+        elif m.stamps.get(key) == epoch:
+            return value
+        elif not is_immutable(value):
+            value = data[key] = copy.deepcopy(value)
+        m.mark(key, epoch)
+        return value
+
+    def get_for_read(self, name: str, default: Any = None) -> Any:
+        """The current key's value for a caller that may change it in place (ValueState).
+
+        A missing value reads as a private copy of a mutable `default`, never the shared object.
+        """
+        m = self._map(name, self.current_key_group)
+        value = m.data.get(self.current_key, _ABSENT)
+        if value is _ABSENT:
+            return default if is_immutable(default) else copy.deepcopy(default)
+        if m.stamps.get(self.current_key) == self.epoch or is_immutable(value):  # owned, or safe
+            return value
+        return self.get_mutable(name, dict)
+
+    def put(self, name: str, value: Any) -> None:
+        m = self._map(name, self.current_key_group)
+        m.writable()[self.current_key] = value
+        m.mark(self.current_key, self.epoch)
+
+    def delete(self, name: str) -> None:
+        m = self._map(name, self.current_key_group)
+        key = self.current_key
+        if key in m.data:
+            del m.writable()[key]
+            m.stamps.pop(key, None)
+            if m.changed is not None:
+                m.changed.add(key)
+
+    def reduce_into(
+        self, out: list[Any], name: str, records: list[Any], keys: list[Any], key_groups: list[int],
+        fn: Callable[[Any, Any], Any],
+    ) -> None:
+        """Fold each record into its key's value (a key's first record is its value); append each result.
+
+        The rolling reduce's per-record loop, fused: one call per batch instead of three per
+        record. On an exception, `len(out)` is the index of the record that raised. The first
+        access to a key after a snapshot copies a mutable value before `fn` may change it in
+        place, as `get_for_read` does.
+        """
+        maps = self._state_maps(name)
+        start, end, epoch = self.key_groups.start, self.key_groups.end, self.epoch
+        immutable, absent, append = IMMUTABLE_EXACT, _ABSENT, out.append
+        shared = self.snapshot_readers()
+        for record, key, key_group in zip(records, keys, key_groups, strict=False):
+            if not start <= key_group < end:
+                owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
+            m = maps[key_group - start]
+            data = m.writable(shared) if m.frozen else m.data
+            owned = m.stamps.get(key) == epoch
+            acc = data.get(key, absent)
+            if acc is absent:
+                value = record
+            else:
+                if shared and not owned and type(acc) not in immutable and not is_immutable(acc):
+                    acc = copy.deepcopy(acc)
+                value = fn(acc, record)
+            data[key] = value
+            if not owned:  # `m.mark`, inlined
+                m.stamps[key] = epoch
+                if (changed := m.changed) is not None:
+                    changed.add(key)
+            append(value)
+
+    def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
+        """Add one to each key's count; append `(key, new count)` per key.
+
+        The per-record count's loop, fused like `reduce_into` (which would cost a call of `fn`
+        per record, and a tuple per record after it: measured 13 % slower on the word count).
+        """
+        maps = self._state_maps(name)
+        start, end, epoch, append = self.key_groups.start, self.key_groups.end, self.epoch, out.append
+        shared = self.snapshot_readers()
+        for key, key_group in zip(keys, key_groups, strict=False):
+            if not start <= key_group < end:
+                owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
+            m = maps[key_group - start]
+            data = m.writable(shared) if m.frozen else m.data
+            count = data.get(key, 0) + 1
+            data[key] = count
+            stamps = m.stamps
+            if stamps.get(key) != epoch:  # `m.mark`, inlined
+                stamps[key] = epoch
+                if (changed := m.changed) is not None:
+                    changed.add(key)
+            append((key, count))
+
+    # -- whole-key-group access, for operators and snapshots ------------------------------------
+    def raw_map(self, name: str, key_group: int) -> dict[Any, Any]:
+        """A writable map of one key group, for vectorized operators that batch their updates.
+
+        The caller must pass every key it writes to `mark_changed`, or an incremental checkpoint
+        misses the change. Values must be immutable (e.g. numbers).
+        """
+        return self._map(name, key_group).writable()
+
+    def mark_changed(self, name: str, key_group: int, keys: list[Any]) -> None:
+        """Record keys of one key group written through `raw_map`: `mark` for each, in bulk."""
+        m = self._map(name, key_group)
+        m.stamps.update(dict.fromkeys(keys, self.epoch))  # an existing entry keeps its key object
+        if m.changed is not None:
+            m.changed.update(keys)
+
+    def changed_keys(self, name: str, key_group: int) -> set[Any]:
+        """The keys of one key group changed since the last snapshot (a copy; for inspection);
+        empty in an epoch that records no changes."""
+        return set(self._map(name, key_group).changed or ())
+
+    def keys(self, name: str) -> Iterator[tuple[int, Any]]:
+        for offset, m in enumerate(self._maps.get(name, ())):
+            for key in m.data:
+                yield self.key_groups.start + offset, key
+
+    def snapshot(self, checkpoint_id: int | None = None) -> HeapSnapshot:
+        """Fix the current state (synchronous, cheap); serialise the result elsewhere.
+
+        With a `checkpoint_id` the snapshot takes the changed sets along and may be a delta (see
+        `IncrementalTracker`); without one it is a full snapshot that leaves the tracking alone.
+        """
+        groups: KeyedGroups = {}
+        changed: ChangedKeys = {}
+        entries = 0
+        for name in sorted(self._maps):  # a fixed order: snapshot bytes depend on content only
+            for offset, m in enumerate(self._maps[name]):
+                key_group = self.key_groups.start + offset
+                entries += len(m.data)
+                if m.data:
+                    groups.setdefault(key_group, {})[name] = m.freeze()
+                else:
+                    m.freeze()
+                if checkpoint_id is not None and m.changed:
+                    changed.setdefault(key_group, {})[name] = m.changed
+        self.epoch += 1  # nothing is owned any more: every value may be shared with `groups`
+        if checkpoint_id is None:
+            snap = HeapSnapshot(self.key_groups, groups, entries=entries)
+        else:
+            union, base = self.tracker.plan(checkpoint_id, changed if self._tracking else None, entries)
+            snap = HeapSnapshot(self.key_groups, groups, union, base, checkpoint_id, entries=entries)
+            self._tracking = tracking = self.tracker.tracks_changes
+            for maps in self._maps.values():
+                for m in maps:
+                    if not tracking:
+                        m.changed = None
+                    elif m.changed is None or m.changed:  # an empty set is kept
+                        m.changed = set()
+        self._readers.append(weakref.ref(snap))
+        return snap
+
+    def on_snapshot_written(self, checkpoint_id: int, chain: tuple[FileHandle, ...] | None) -> None:
+        """The writer of `checkpoint_id` is done (task's thread): record the chain, and release
+        the snapshot, so the frozen maps are freed and the batch loops write in place again."""
+        self.tracker.on_written(checkpoint_id, chain)
+        readers = []
+        for ref in self._readers:
+            snap = ref()
+            if snap is None or snap.released:
+                continue
+            if snap.checkpoint_id == checkpoint_id:
+                snap.release()
+                continue
+            readers.append(ref)
+        self._readers = readers
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.tracker.on_complete(checkpoint_id)
+
+    def restore(self, groups: KeyedGroups) -> None:
+        """Load key groups (any superset of ours is fine: foreign key groups are skipped)."""
+        for key_group, states in groups.items():
+            if key_group not in self.key_groups:
+                continue
+            for name, entries in states.items():
+                m = self._map(name, key_group)
+                m.writable().update(entries)
+                # stamp 0: neither owned nor changed, but `stamps` now holds `data`'s key objects
+                m.stamps.update(dict.fromkeys(entries, 0))
+
+    def close(self) -> None:
+        pass
