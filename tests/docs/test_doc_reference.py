@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from doc_blocks import DOCS
+from doc_blocks import DOCS, REPO, pages
 
 import epochal.config
 from epochal import StreamEnvironment
@@ -110,3 +110,67 @@ def test_operations_md_documents_every_flag_of_every_subcommand(command: str) ->
     assert any(all(word in body for word in wanted) for body in sections), (
         f"`epochal {command}`: a section of docs/operations.md must name {wanted}"
     )
+
+
+# Source files the pages name, e.g. `runtime/coordinator.py` or `examples/wordcount.py`.
+_PATH = re.compile(
+    r"`((?:api|plan|runtime|state|cluster|connectors|cli|spark|examples|benchmarks)/[\w/.-]*\.(?:py|md))`"
+)
+# Generated from benchmarks/what_made_it_fast.md and the results: a record of what was changed
+# where, at the time.
+_HISTORY = {"benchmarks.md"}
+
+
+def test_the_source_files_the_pages_name_exist() -> None:
+    missing = []
+    for page in pages():
+        if os.path.basename(page) in _HISTORY:
+            continue
+        with open(os.path.join(REPO, page), encoding="utf-8") as f:
+            text = f.read()
+        for path in sorted(set(_PATH.findall(text))):
+            top = path.split("/")[0]
+            root = REPO if top in ("examples", "benchmarks") else os.path.join(REPO, "src", "epochal")
+            if not os.path.exists(os.path.join(root, path)):
+                missing.append(f"{page}: {path}")
+    assert not missing, "pages name files that do not exist:\n" + "\n".join(missing)
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(path: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to '-'."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    anchors: set[str] = set()
+    in_code = False
+    for line in lines:
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and line.startswith("#"):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            n, unique = 0, slug
+            while unique in anchors:
+                n += 1
+                unique = f"{slug}-{n}"
+            anchors.add(unique)
+    return anchors
+
+
+def test_the_links_between_pages_lead_somewhere() -> None:
+    broken = []
+    for page in pages():
+        here = os.path.dirname(os.path.join(REPO, page))
+        with open(os.path.join(REPO, page), encoding="utf-8") as f:
+            text = f.read()
+        for target in _LINK.findall(text):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            file, _, anchor = target.partition("#")
+            path = os.path.normpath(os.path.join(here, file)) if file else os.path.join(REPO, page)
+            if not os.path.exists(path):
+                broken.append(f"{page}: {target} (no such file)")
+            elif anchor and path.endswith(".md") and anchor not in _anchors(path):
+                broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
