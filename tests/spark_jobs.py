@@ -1,14 +1,27 @@
-"""Jobs shared by the Spark integration and fault tests (importable by worker processes too)."""
+"""Jobs shared by the Spark integration and fault tests (importable by worker processes too),
+and the waits and probes those tests share: complete checkpoints, a condition with a deadline,
+the `epochal` command in a process group of its own, a sink that records batch types."""
 
 from __future__ import annotations
 
 import collections
+import glob
+import importlib
 import os
 import random
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
-from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
+from epochal import CheckpointConfig, RestartStrategy, Sink, SinkWriter, StreamEnvironment
 from epochal.connectors import FileSink, TextFileSource
+from epochal.runtime.batches import batch_len
+from epochal.runtime.elements import Batch
+from epochal.state.storage import MANIFEST_NAME
+
+JOB_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "wordcount_job.py")
 
 
 def write_corpus(directory: str, files: int = 4, lines: int = 1500, seed: int = 7) -> None:
@@ -17,8 +30,7 @@ def write_corpus(directory: str, files: int = 4, lines: int = 1500, seed: int = 
     os.makedirs(directory, exist_ok=True)
     for f in range(files):
         with open(os.path.join(directory, f"f{f}.txt"), "w") as out:
-            for _ in range(lines):
-                out.write(" ".join(rng.choice(words) for _ in range(6)) + "\n")
+            out.writelines(" ".join(rng.choice(words) for _ in range(6)) + "\n" for _ in range(lines))
 
 
 def expected_updates(directory: str) -> list[tuple[str, int]]:
@@ -37,7 +49,7 @@ def slow_split(line: str) -> list[str]:
 
 
 def wordcount_env(
-    corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark=None,
+    corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark: Any = None,
     executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
 ) -> StreamEnvironment:
     env = StreamEnvironment(
@@ -58,11 +70,11 @@ def wordcount_env(
     return env
 
 
-def components_env(out: str, ckpt: str, *, spark=None, slow: float = 0.0, seed: int = 7,
+def components_env(out: str, ckpt: str, *, spark: Any = None, slow: float = 0.0, seed: int = 7,
                    vertices: int = 200, edges: int = 260, fail_marker: str | None = None,
                    fail_after: int = 0) -> StreamEnvironment:
     """The connected-components example's loop, optionally slowed down, or failing once, inside."""
-    import connected_components as cc
+    cc: Any = importlib.import_module("connected_components")  # examples/, on sys.path in the tests
 
     env = StreamEnvironment(
         parallelism=2, spark=spark, batch_size=16,
@@ -71,10 +83,10 @@ def components_env(out: str, ckpt: str, *, spark=None, slow: float = 0.0, seed: 
     )
     original = cc.PropagateLabels.process_element
 
-    class SlowPropagate(cc.PropagateLabels):
+    class SlowPropagate(cc.PropagateLabels):  # type: ignore[misc]
         calls = 0
 
-        def process_element(self, message, ctx):
+        def process_element(self, message: Any, ctx: Any) -> Any:
             if slow:
                 time.sleep(slow)
             SlowPropagate.calls += 1
@@ -87,7 +99,7 @@ def components_env(out: str, ckpt: str, *, spark=None, slow: float = 0.0, seed: 
 
     graph = cc.random_graph(vertices, edges, seed)
 
-    def body(loop):
+    def body(loop: Any) -> tuple[Any, Any]:
         tagged = loop.key_by(lambda m: m[1]).process(SlowPropagate(), name="propagate")
         feedback = tagged.filter(lambda t: t[0] == "feedback").map(lambda t: t[1])
         output = tagged.filter(lambda t: t[0] == "out").map(lambda t: t[1])
@@ -100,3 +112,57 @@ def components_env(out: str, ckpt: str, *, spark=None, slow: float = 0.0, seed: 
         .sink_to(FileSink(out))
     )
     return env
+
+
+# -- waiting on a run from outside -------------------------------------------------------------------
+def complete_checkpoints(ckpt: str) -> list[str]:
+    """The manifests of the complete checkpoints under `ckpt` (a manifest is written last)."""
+    return sorted(glob.glob(os.path.join(ckpt, "chk-*", MANIFEST_NAME)))
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Return once `condition()` holds; fail, naming `what`, after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting until {what}")
+        time.sleep(0.02)  # the poll interval, not a guess at how long anything takes
+
+
+def epochal_cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`epochal ARGS` in a new process group (so a test can kill the driver, its JVM and workers)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "epochal.cli.main", *args], env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+# -- a probe for what reaches a sink on a worker -------------------------------------------------------
+class _BatchTypeWriter(SinkWriter):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def write(self, batch: Batch) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{type(batch).__name__} {batch_len(batch)}\n")
+
+
+class BatchTypeSink(Sink):
+    """A sink without commits that writes the type and size of every batch it receives to a file
+    per subtask: it shows, from the driver, what shape of batch reached an operator on a worker."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
+        os.makedirs(self.directory, exist_ok=True)
+        return _BatchTypeWriter(os.path.join(self.directory, f"subtask-{subtask}.txt"))
+
+
+def batch_types(directory: str) -> dict[str, list[tuple[str, int]]]:
+    """Per subtask file of a `BatchTypeSink`: `(type name, rows)` of each batch, in order."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            out[name] = [(kind, int(rows)) for kind, rows in (line.split() for line in f)]
+    return out

@@ -1,36 +1,46 @@
 """Fault tests on local Spark: real worker processes and drivers killed with SIGKILL.
 
 Each asserts the exact committed output: every `(word, n)` update once, nothing lost, nothing
-duplicated, whatever the moment of the kill.
+duplicated, whatever the moment of the kill. The moment is drawn at random (a delay after a
+condition was met); what the tests wait on is always a condition with a deadline.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import read_committed
-from spark_jobs import expected_updates, wordcount_env, write_corpus
+from epochal.runtime.result import JobResult
+from spark_jobs import (
+    JOB_FILE,
+    complete_checkpoints,
+    epochal_cli,
+    expected_updates,
+    wait_until,
+    wordcount_env,
+    write_corpus,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault]
 
 TRIALS = 10
-JOB_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs", "wordcount_job.py")
 
 
-def _run_and_kill(spark, corpus: str, out: str, ckpt: str, rng: random.Random, after_checkpoint: bool):
+def _run_and_kill(
+    spark: Any, corpus: str, out: str, ckpt: str, rng: random.Random, after_checkpoint: bool
+) -> tuple[JobResult, SparkExecutor]:
     env = wordcount_env(corpus, out, ckpt, spark=spark)
     executor = SparkExecutor(spark)
-    outcome: dict[str, object] = {}
+    outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
@@ -40,25 +50,24 @@ def _run_and_kill(spark, corpus: str, out: str, ckpt: str, rng: random.Random, a
 
     thread = threading.Thread(target=run)
     thread.start()
-    deadline = time.monotonic() + 120
-    while len(executor.worker_pids) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
     if after_checkpoint:  # a moment when there is state to restore
-        while not glob.glob(os.path.join(ckpt, "chk-*", "MANIFEST.json")) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 2.0))
+        wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
+        delay = rng.uniform(0.0, 2.0)
     else:  # any moment, start-up included
-        time.sleep(rng.uniform(0.3, 4.0))
+        delay = rng.uniform(0.3, 4.0)
+    time.sleep(delay)  # the moment of the kill, not a wait for anything
+    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
     victim = rng.choice(sorted(executor.worker_pids.values()))
     os.kill(victim, signal.SIGKILL)
     thread.join(timeout=300)
     assert not thread.is_alive(), "the job did not finish after the kill"
     if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
+        raise outcome["error"]
     return outcome["result"], executor
 
 
-def test_sigkill_of_a_worker_at_a_random_moment_loses_and_duplicates_nothing(spark, tmp_path) -> None:
+def test_sigkill_of_a_worker_at_a_random_moment_loses_and_duplicates_nothing(spark: Any, tmp_path: Path) -> None:
     corpus = str(tmp_path / "corpus")
     write_corpus(corpus)
     expected = expected_updates(corpus)
@@ -75,46 +84,22 @@ def test_sigkill_of_a_worker_at_a_random_moment_loses_and_duplicates_nothing(spa
     assert restored_from_checkpoint >= TRIALS // 2
 
 
-def _wait_for_checkpoint(ckpt: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if glob.glob(os.path.join(ckpt, "chk-*", "MANIFEST.json")):
-            return
-        assert proc.poll() is None, "the job ended before its first checkpoint"
-        time.sleep(0.05)
-    raise AssertionError("no checkpoint completed in time")
-
-
-def _cli(args: list[str], env: dict[str, str], **kw):
-    return subprocess.Popen(
-        [sys.executable, "-m", "epochal.cli.main", *args], env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw,
-    )
-
-
-def test_killing_the_whole_run_then_resuming_from_latest_gives_identical_output(tmp_path) -> None:
+def test_killing_the_whole_run_then_resuming_from_latest_gives_identical_output(tmp_path: Path) -> None:
     corpus, out, ckpt = str(tmp_path / "corpus"), str(tmp_path / "out"), str(tmp_path / "ckpt")
     write_corpus(corpus)
+    expected = expected_updates(corpus)
     env = {**os.environ, "EPOCHAL_TEST_CORPUS": corpus, "EPOCHAL_TEST_OUT": out, "EPOCHAL_TEST_CKPT": ckpt}
-    first = _cli(["run", JOB_FILE, "--checkpoint-dir", ckpt], env)
-    _wait_for_checkpoint(ckpt, first)
-    time.sleep(random.Random(1).uniform(0.2, 1.5))
+    first = epochal_cli(["run", JOB_FILE, "--checkpoint-dir", ckpt], env)
+    wait_until(lambda: bool(complete_checkpoints(ckpt)) or first.poll() is not None, "a checkpoint completed", 180)
+    assert first.poll() is None, "the job ended before its first checkpoint"
+    time.sleep(random.Random(1).uniform(0.2, 1.5))  # the moment of the kill
     os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and every Python worker
     assert first.wait() == -signal.SIGKILL, "the run had ended before the kill"
-    second = _cli(["run", JOB_FILE, "--checkpoint-dir", ckpt, "--from-checkpoint", "latest"], env)
+    # Checkpoints committed part of the output. A resumed run that started over instead of
+    # restoring would commit those updates a second time.
+    committed_before = len(read_committed(out))
+    assert 0 < committed_before < len(expected)
+    second = epochal_cli(["run", JOB_FILE, "--checkpoint-dir", ckpt, "--from-checkpoint", "latest"], env)
     _, err = second.communicate(timeout=300)
     assert second.returncode == 0, err.decode()[-3000:]
-    assert sorted(map(tuple, read_committed(out))) == expected_updates(corpus)
-
-
-def test_the_same_job_passes_on_local_cluster_with_separate_executors(tmp_path) -> None:
-    corpus, out, ckpt = str(tmp_path / "corpus"), str(tmp_path / "out"), str(tmp_path / "ckpt")
-    write_corpus(corpus, files=2, lines=500)
-    env = {
-        **os.environ, "EPOCHAL_TEST_CORPUS": corpus, "EPOCHAL_TEST_OUT": out, "EPOCHAL_TEST_CKPT": ckpt,
-        "EPOCHAL_TEST_SLOW": "0",
-    }
-    proc = _cli(["run", JOB_FILE, "--master", "local-cluster[2,1,1024]", "--checkpoint-dir", ckpt], env)
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    assert sorted(map(tuple, read_committed(out))) == expected_updates(corpus)
+    assert sorted(map(tuple, read_committed(out))) == expected
