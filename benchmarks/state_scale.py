@@ -28,8 +28,8 @@ CHANGED = 0.01
 
 
 def _backend(kind: str, incremental: bool, local_dir: str) -> Any:
-    from epochal.state.backend import HeapKeyedStateBackend
     from epochal.state.disk import DiskKeyedStateBackend
+    from epochal.state.heap import HeapKeyedStateBackend
     from epochal.state.keygroups import KeyGroupRange
 
     groups = KeyGroupRange(0, 128)
