@@ -4,28 +4,34 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
 from epochal import CheckpointConfig, KeyedProcessFunction, RestartStrategy, StreamEnvironment
+from epochal.cluster.inprocess import InProcessExecutor
+from epochal.state.reader import read_state
+from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, ListSource
 
 pytestmark = pytest.mark.spark
 
 
 class Tags(KeyedProcessFunction):
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.tags = ctx.map_state("tags")
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
         self.tags.put(value[1] % 3, (value[1], "x"))
         return ()
 
 
-def _job(directory: str, items, backend="memory") -> None:
+def _job(directory: str, items: list[Any], backend: Literal["memory", "disk"] = "memory") -> None:
     env = StreamEnvironment(
         parallelism=2,
-        checkpoint=CheckpointConfig(interval=0.005, directory=directory, retain=5),
+        checkpoint=CheckpointConfig(interval=0.005, directory=directory, retain=10_000),  # keep them all
         executor="inprocess",
         restart=RestartStrategy.none(),
         state_backend=backend,
@@ -33,10 +39,15 @@ def _job(directory: str, items, backend="memory") -> None:
     keyed = env.from_source(ListSource(items, splits=2, batch_size=10), name="src").key_by(lambda r: r[0])
     keyed.count().uid("counts").sink_to(CollectSink(), name="out")
     keyed.process(Tags()).uid("tags").sink_to(CollectSink(), name="tags-out")
-    env.execute("spark-state")
+    # a virtual clock: checkpoints come at fixed points of the run, the first long before its end
+    InProcessExecutor(seed=0, virtual_time=True).execute(env.job_graph("spark-state"))
 
 
-def test_state_of_the_latest_and_of_a_given_checkpoint(spark, tmp_path):
+def _counts(rows: list[Any]) -> dict[Any, int]:
+    return {pickle.loads(r.key_pickle): pickle.loads(r.value_pickle) for r in rows}
+
+
+def test_state_of_the_latest_and_of_a_given_checkpoint(spark: Any, tmp_path: Path) -> None:
     import epochal.spark
 
     epochal.spark.register(spark)
@@ -46,8 +57,9 @@ def test_state_of_the_latest_and_of_a_given_checkpoint(spark, tmp_path):
     df = spark.read.format("epochal-state").option("operator", "counts").load(directory)
     assert df.columns == ["key_group", "key", "state", "value", "key_pickle", "value_pickle"]
     rows = df.collect()
-    counts = {pickle.loads(r.key_pickle): pickle.loads(r.value_pickle) for r in rows}
-    assert counts == {**{f"k{k}": 20 for k in range(11)}, (1, "t"): 1}
+    counts = _counts(rows)
+    expected: dict[Any, int] = {f"k{k}": 20 for k in range(11)}
+    assert counts == {**expected, (1, "t"): 1}
     assert {json.loads(r.key) if r.key.startswith('"') else r.key for r in rows} >= {"k0", "k10"}
     assert {r.state for r in rows} == {"count"}
     assert spark.read.format("epochal-state").option("operator", "counts").load(directory).where(
@@ -58,19 +70,19 @@ def test_state_of_the_latest_and_of_a_given_checkpoint(spark, tmp_path):
     assert {pickle.loads(r.key_pickle) for r in tags} == set(counts)
     assert all(r.state == "tags" for r in tags)
 
-    # an older complete checkpoint holds less (time travel by id)
-    from epochal.state.storage import CheckpointStorage
-
+    # an older complete checkpoint holds less (time travel by id), exactly what it holds
     first = CheckpointStorage(directory).complete_checkpoints()[0]
+    then = {row.key: row.value for row in read_state(directory, "counts", checkpoint=first)}
+    assert sum(then.values()) < len(items), "the first checkpoint came after the whole input"
     older = spark.read.format("epochal-state").option("operator", "counts").option("checkpoint", first).load(directory)
-    assert sum(pickle.loads(r.value_pickle) for r in older.collect()) <= len(items)
+    assert _counts(older.collect()) == then
 
 
-def test_an_unknown_operator_names_the_known_ones(spark, tmp_path):
+def test_an_unknown_operator_names_the_known_ones(spark: Any, tmp_path: Path) -> None:
     import epochal.spark
 
     epochal.spark.register(spark)
     directory = str(tmp_path / "ckpt")
     _job(directory, [("a", 1)])
-    with pytest.raises(Exception, match="counts"):
+    with pytest.raises(Exception, match="counts"):  # Spark wraps the error in its own type
         spark.read.format("epochal-state").option("operator", "nope").load(directory).collect()
