@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import pytest
 
 from epochal import CheckpointConfig, StateConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.connectors import FileSink, TextFileSource, read_committed
+from epochal.plan.job_graph import JobGraph
 from spark_jobs import expected_updates, write_corpus
 
 TRIALS = 24
 
 
-def _job(corpus: str, out: str, ckpt: str, fail_at: int | None, seed: int):
+def _job(corpus: str, out: str, ckpt: str, fail_at: int | None, seed: int) -> JobGraph:
     calls = {"n": 0, "failed": False}
 
     def split(line: str) -> list[str]:
@@ -41,15 +43,23 @@ def _job(corpus: str, out: str, ckpt: str, fail_at: int | None, seed: int):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("corpus"))
     write_corpus(path, files=3, lines=700)
     return path
 
 
-def test_a_udf_failing_once_at_random_records_changes_nothing_committed(corpus, tmp_path) -> None:
+def _lines(corpus: str) -> int:
+    total = 0
+    for name in os.listdir(corpus):
+        with open(os.path.join(corpus, name)) as f:
+            total += sum(1 for _ in f)
+    return total
+
+
+def test_a_udf_failing_once_at_random_records_changes_nothing_committed(corpus: str, tmp_path: Path) -> None:
     expected = expected_updates(corpus)
-    lines = sum(1 for name in os.listdir(corpus) for _ in open(os.path.join(corpus, name)))
+    lines = _lines(corpus)
     restored = 0
     for trial in range(TRIALS):
         rng = random.Random(trial)
@@ -64,22 +74,28 @@ def test_a_udf_failing_once_at_random_records_changes_nothing_committed(corpus, 
     assert restored >= TRIALS // 3, "too few failures restored from a checkpoint"
 
 
-def test_a_corrupt_latest_checkpoint_is_skipped_for_the_previous_one(corpus, tmp_path) -> None:
+def test_a_corrupt_latest_checkpoint_is_skipped_for_the_previous_one(corpus: str, tmp_path: Path) -> None:
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     InProcessExecutor(seed=1, virtual_time=True).execute(_job(corpus, out, ckpt, None, 1))
     complete = sorted(d for d in os.listdir(ckpt) if os.path.exists(os.path.join(ckpt, d, "MANIFEST.json")))
     assert len(complete) >= 2
     newest = os.path.join(ckpt, complete[-1])
     victim = next(os.path.join(newest, f) for f in sorted(os.listdir(newest)) if f.endswith(".keyed"))
-    data = bytearray(open(victim, "rb").read())
+    data = bytearray(Path(victim).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    open(victim, "wb").write(bytes(data))
+    Path(victim).write_bytes(bytes(data))
 
-    # Resuming "latest" must not load the corrupt checkpoint but the one before it. (Its output
-    # after that checkpoint was committed by the corrupt one already, so it is written again:
-    # only the newest complete checkpoint gives exactly-once output.)
+    # Resuming "latest" must not load the corrupt checkpoint but the one before it. The bytes are
+    # checked where they are read: the first attempt's restore finds the corrupt file and fails,
+    # the job master refuses that checkpoint, and the next attempt restores the previous one. (Its
+    # output after that checkpoint was committed by the corrupt one already, so it is written
+    # again: only the newest complete checkpoint gives exactly-once output.)
     result = InProcessExecutor(seed=2, virtual_time=True).execute(
         _job(corpus, out, ckpt, None, 2), from_checkpoint="latest"
     )
-    assert result.restored_from == (int(complete[-2].split("-")[1]),)
-    assert result.restarts == 0
+    corrupt, previous = (int(name.split("-")[1]) for name in complete[-2:][::-1])
+    assert result.restored_from == (corrupt, previous)
+    assert result.restarts == 1
+    (failure,) = result.failures
+    assert failure.startswith("CorruptCheckpointError")
+    assert f"checkpoint {corrupt}" in failure and os.path.basename(victim) in failure
