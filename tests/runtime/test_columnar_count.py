@@ -21,9 +21,10 @@ from epochal.testing import CollectSink, Crash, ListSource
 from expectations import running_counts
 
 MAX_P = 128
+ALL_GROUPS = KeyGroupRange(0, MAX_P)
 
 
-def _backend(owned: KeyGroupRange = KeyGroupRange(0, MAX_P)) -> HeapKeyedStateBackend:
+def _backend(owned: KeyGroupRange = ALL_GROUPS) -> HeapKeyedStateBackend:
     return HeapKeyedStateBackend(owned, MAX_P)
 
 

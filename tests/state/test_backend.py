@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from epochal.state.handles import ListState, MapState, ValueState
+from epochal.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from epochal.state.keygroups import KeyGroupRange, key_group_of, key_group_range
 from epochal.state.snapshot_files import decode_keyed_state, encode_keyed_state
 

@@ -221,7 +221,7 @@ def test_handles_behave_like_a_dict_per_key(kind: str, op_list: list[tuple]) -> 
 
 
 def _check_handles_behave_like_a_dict_per_key(backend: KeyedStateBackend, op_list: list[tuple]) -> None:
-    v, l, m = ValueState(backend, "v"), ListState(backend, "l"), MapState(backend, "m")
+    v, lst, m = ValueState(backend, "v"), ListState(backend, "l"), MapState(backend, "m")
     taken: list[tuple[Any, dict[str, dict[Any, Any]]]] = []  # snapshots, and the model then
     model_v: dict[Any, int] = {}
     model_l: dict[Any, list[int]] = {}
@@ -236,16 +236,16 @@ def _check_handles_behave_like_a_dict_per_key(backend: KeyedStateBackend, op_lis
             v.clear()
             model_v.pop(key, None)
         elif kind == "l.add":
-            l.add(op[2])
+            lst.add(op[2])
             model_l.setdefault(key, []).append(op[2])
         elif kind == "l.add_all":
-            l.add_all(op[2])
+            lst.add_all(op[2])
             model_l.setdefault(key, []).extend(op[2])
         elif kind == "l.update":
-            l.update(op[2])
+            lst.update(op[2])
             model_l[key] = list(op[2])
         elif kind == "l.clear":
-            l.clear()
+            lst.clear()
             model_l.pop(key, None)
         elif kind == "m.put":
             m.put(op[2], op[3])
@@ -263,7 +263,7 @@ def _check_handles_behave_like_a_dict_per_key(backend: KeyedStateBackend, op_lis
         for k in ["a", "b", "c", 1, 2, (1, "x")]:
             backend.set_current_key(k)
             assert v.value() == model_v.get(k)
-            assert l.get() == model_l.get(k, [])
+            assert lst.get() == model_l.get(k, [])
             assert dict(m.items()) == model_m.get(k, {})
     for snap, expected in taken:  # later writes never reached a snapshot
         for name in "vlm":

@@ -13,9 +13,9 @@ import pytest
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.operators import OperatorSnapshot
 from epochal.runtime.snapshots import read_keyed_chain, write_task_snapshot
-from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.disk import DiskKeyedStateBackend
 from epochal.state.handles import ListState, MapState, ValueState
+from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of
 from epochal.state.storage import CheckpointStorage, Manifest, OperatorState
 
