@@ -26,6 +26,7 @@ from ..errors import CorruptCheckpointError
 __all__ = [
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
+    "CHECKPOINT_PREFIX",
     "FileHandle",
     "SubtaskState",
     "OperatorState",

@@ -127,11 +127,7 @@ class CheckpointStorage:
     def write_manifest(self, manifest: Manifest) -> None:
         """Complete a checkpoint: the manifest goes last, atomically."""
         self._check_shared_files(manifest)
-        relative = posixpath.join(checkpoint_dir_name(manifest.checkpoint_id), MANIFEST_NAME)
-        try:
-            self.write(relative, manifest.to_json())
-        except CheckpointError as exc:
-            raise CheckpointError(f"cannot write manifest of checkpoint {manifest.checkpoint_id}: {exc}") from exc
+        self.write(posixpath.join(checkpoint_dir_name(manifest.checkpoint_id), MANIFEST_NAME), manifest.to_json())
         if self._retention is not None:
             self._retention.add(manifest)
 
