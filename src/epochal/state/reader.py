@@ -7,14 +7,17 @@ manifest exists), so what a reader sees is always committed state; an id reads a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import NoCheckpointError
-from .backend import apply_sections
 from .keygroups import KeyGroupRange
+from .manifest import Manifest, OperatorState
+from .savepoints import load_savepoint, storage_for
+from .sections import apply_sections
 from .snapshot_files import decode_keyed_file
-from .storage import CheckpointStorage, Manifest, OperatorState, load_savepoint, storage_for
+from .storage import CheckpointStorage
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +31,15 @@ class StateRow:
 
 
 def open_checkpoint(path: str, checkpoint: str | int | None = None) -> Manifest:
-    """The verified manifest of a checkpoint directory's latest (or given) checkpoint, or of a
-    savepoint directory."""
+    """The manifest of a checkpoint directory's latest (or given) checkpoint, or of a savepoint
+    directory, its files checked present with their sizes; `iter_state` verifies their bytes
+    as it reads them."""
     savepoint = load_savepoint(path)
     if savepoint is not None:
         if checkpoint is not None and str(checkpoint) != str(savepoint.checkpoint_id):
-            raise NoCheckpointError(f"{path!r} is a savepoint of checkpoint {savepoint.checkpoint_id}, not {checkpoint}")
+            raise NoCheckpointError(
+                f"{path!r} is a savepoint of checkpoint {savepoint.checkpoint_id}, not {checkpoint}"
+            )
         return savepoint
     storage = CheckpointStorage(path, create=False)
     return storage.resolve("latest" if checkpoint is None else checkpoint)
