@@ -1,13 +1,19 @@
-"""Job configuration: checkpointing and restarts.
+"""Job configuration (checkpointing, state, restarts), and the checks of what users pass in.
 
 Plain frozen dataclasses at the bottom of the import graph, so that every layer (the API that
-takes them, the job graph that carries them, the runtime that obeys them) can read them.
+takes them, the job graph that carries them, the runtime that obeys them) can read them. Each
+checks its fields when built, with the `check_*` functions at the end of this module, which the
+API, the connectors and `epochal.testing` use for their own arguments too: a value Epochal
+cannot run fails where it is given, naming the argument, not later inside a running job.
 """
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 # Young objects collected every 50,000 allocations instead of CPython's 700 (cluster/gc_tuning.py).
 DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
@@ -25,7 +31,8 @@ class CheckpointConfig:
         timeout: seconds after which an unfinished checkpoint is aborted.
         min_pause: seconds between the end of one checkpoint and the start of the next; keeps a
             slow checkpoint from being followed at once by another.
-        max_concurrent: checkpoints in flight at once (pipelined epoch commits, L3059).
+        max_concurrent: checkpoints in flight at once (pipelined epoch commits,
+            dissertation §4.1.3).
         tolerable_failures: consecutive failed checkpoints tolerated before the job fails.
         retain: complete checkpoints kept; older ones are deleted once a newer one completes.
         mode: `"aligned"` (the default) takes asynchronous barrier snapshots: the stream keeps
@@ -44,16 +51,16 @@ class CheckpointConfig:
     mode: Literal["aligned", "synchronous"] = "aligned"
 
     def __post_init__(self) -> None:
-        if self.interval is not None and self.interval <= 0:
-            raise ValueError("CheckpointConfig.interval must be positive")
-        if self.timeout <= 0:
-            raise ValueError("CheckpointConfig.timeout must be positive")
-        if self.max_concurrent < 1:
-            raise ValueError("CheckpointConfig.max_concurrent must be at least 1")
-        if self.retain < 1:
-            raise ValueError("CheckpointConfig.retain must be at least 1")
-        if self.mode not in ("aligned", "synchronous"):
-            raise ValueError(f"CheckpointConfig.mode must be 'aligned' or 'synchronous', not {self.mode!r}")
+        if self.interval is not None:
+            check_seconds("CheckpointConfig.interval", self.interval, or_none=True)
+        if self.directory is not None:  # a pathlib.Path is taken as its string
+            object.__setattr__(self, "directory", check_path("CheckpointConfig.directory", self.directory))
+        check_seconds("CheckpointConfig.timeout", self.timeout)
+        check_seconds("CheckpointConfig.min_pause", self.min_pause, zero=True)
+        check_int("CheckpointConfig.max_concurrent", self.max_concurrent)
+        check_int("CheckpointConfig.tolerable_failures", self.tolerable_failures, minimum=0)
+        check_int("CheckpointConfig.retain", self.retain)
+        check_choice("CheckpointConfig.mode", self.mode, ("aligned", "synchronous"))
 
     @property
     def is_periodic(self) -> bool:
@@ -95,14 +102,13 @@ class StateConfig:
     inline_snapshot_entries: int = 20_000
 
     def __post_init__(self) -> None:
-        if self.backend not in ("memory", "disk"):
-            raise ValueError(f"StateConfig.backend must be 'memory' or 'disk', not {self.backend!r}")
-        if self.compact_every < 1:
-            raise ValueError("StateConfig.compact_every must be at least 1")
-        if self.compact_ratio <= 0:
-            raise ValueError("StateConfig.compact_ratio must be positive")
-        if self.inline_snapshot_entries < 0:
-            raise ValueError("StateConfig.inline_snapshot_entries must not be negative")
+        check_choice("StateConfig.backend", self.backend, ("memory", "disk"))
+        check_bool("StateConfig.incremental", self.incremental)
+        check_int("StateConfig.compact_every", self.compact_every)
+        check_number("StateConfig.compact_ratio", self.compact_ratio)
+        if self.local_dir is not None:
+            object.__setattr__(self, "local_dir", check_path("StateConfig.local_dir", self.local_dir))
+        check_int("StateConfig.inline_snapshot_entries", self.inline_snapshot_entries, minimum=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,10 @@ class RestartStrategy:
 
     max_restarts: int = 3
     delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int("RestartStrategy.max_restarts", self.max_restarts, minimum=0)
+        check_seconds("RestartStrategy.delay", self.delay, zero=True)
 
     @staticmethod
     def none() -> RestartStrategy:
@@ -135,3 +145,134 @@ class JobConfig:
     # The garbage collector's thresholds while a host runs the job (see cluster/gc_tuning.py);
     # None leaves the process's own settings alone.
     gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD
+
+    def __post_init__(self) -> None:
+        check_instance("JobConfig.checkpoint", self.checkpoint, CheckpointConfig)
+        check_instance("JobConfig.restart", self.restart, RestartStrategy)
+        check_int("JobConfig.channel_capacity", self.channel_capacity)
+        check_int("JobConfig.batch_size", self.batch_size)
+        check_instance("JobConfig.state", self.state, StateConfig)
+        object.__setattr__(self, "gc_threshold", check_gc_threshold("JobConfig.gc_threshold", self.gc_threshold))
+
+
+# -- argument checks ---------------------------------------------------------------------------------
+# Each returns the value it accepts (normalised where said) and raises TypeError for a value of the
+# wrong type, ValueError for one out of range; the message names the argument and shows the value,
+# e.g. "parallelism must be a positive int, got 0". A bool is not taken for an int or a number.
+
+T = TypeVar("T")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _wrong_type(name: str, expected: str, value: object) -> TypeError:
+    return TypeError(f"{name} must be {expected}, got {_shown(value)} ({type(value).__name__})")
+
+
+def check_int(name: str, value: object, *, minimum: int | None = 1, maximum: int | None = None) -> int:
+    """`value`, an int of at least `minimum` (and at most `maximum`); `None`: no bound."""
+    if minimum is None:
+        expected = "an int" if maximum is None else f"an int <= {maximum}"
+    elif maximum is not None:
+        expected = f"an int in [{minimum}, {maximum}]"
+    else:
+        expected = {0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _wrong_type(name, expected, value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return value
+
+
+def _check_real(name: str, value: object, expected: str, zero: bool) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise _wrong_type(name, expected, value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return value
+
+
+def check_number(name: str, value: object, *, zero: bool = False) -> float:
+    """`value`, a finite number above zero (or at least zero, with `zero`)."""
+    return _check_real(name, value, "a non-negative, finite number" if zero else "a positive, finite number", zero)
+
+
+def check_seconds(name: str, value: object, *, zero: bool = False, or_none: bool = False) -> float:
+    """`value`, a duration in seconds: finite, above zero (or at least zero, with `zero`)."""
+    expected = ("a non-negative" if zero else "a positive") + " number of seconds" + (" or None" if or_none else "")
+    return _check_real(name, value, expected, zero)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """`value`, a bool (not merely truthy: a string "false" is a mistake, not False)."""
+    if not isinstance(value, bool):
+        raise _wrong_type(name, "True or False", value)
+    return value
+
+
+def check_name(name: str, value: object) -> str:
+    """`value`, a non-empty string (an operator's name or uid, a job's name)."""
+    if not isinstance(value, str):
+        raise _wrong_type(name, "a non-empty str", value)
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty str, got {value!r}")
+    return value
+
+
+def check_path(name: str, value: object) -> str:
+    """`value` as a string: a non-empty path or URI (an `os.PathLike` is converted)."""
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        raise _wrong_type(name, "a path (str or os.PathLike)", value)
+    if not text:
+        raise ValueError(f"{name} must be a non-empty path, got {value!r}")
+    return text
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """`value`, one of `choices`."""
+    expected = " or ".join(repr(c) for c in choices)
+    if not isinstance(value, str):
+        raise _wrong_type(name, expected, value)
+    if value not in choices:
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return value
+
+
+def check_callable(name: str, value: T) -> T:
+    """`value`, if it can be called (a user function)."""
+    if not callable(value):
+        raise _wrong_type(name, "callable", value)
+    return value
+
+
+def check_instance(name: str, value: object, cls: type[T]) -> T:
+    """`value`, an instance of `cls`."""
+    if not isinstance(value, cls):
+        raise _wrong_type(name, f"a {cls.__name__}", value)
+    return value
+
+
+def check_has_methods(name: str, value: T, kind: str, methods: Sequence[str]) -> T:
+    """`value`, if it has every one of `methods` (a source, a sink, a user function object)."""
+    if not all(callable(getattr(value, m, None)) for m in methods):
+        raise _wrong_type(name, f"a {kind} (with {', '.join(methods)})", value)
+    return value
+
+
+def check_gc_threshold(name: str, value: object) -> tuple[int, int, int] | None:
+    """`value` as a tuple of three non-negative ints (for `gc.set_threshold`), or None."""
+    if value is None:
+        return None
+    expected = "None or three non-negative ints"
+    if not isinstance(value, (tuple, list)) or len(value) != 3:
+        raise _wrong_type(name, expected, value)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise _wrong_type(name, expected, value)
+    first, second, third = value
+    if min(first, second, third) < 0:
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return (first, second, third)

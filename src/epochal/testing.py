@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .api.connector import Sink, SinkWriter, Source, SplitReader
+from .config import check_int
 from .errors import InjectedFailure
 from .runtime.batches import to_records
 from .runtime.elements import Batch
@@ -72,15 +73,20 @@ class ListSource(Source):
 
     Args:
         items: the records; a `Crash()` among them fails the job once at that point.
-        splits: how many splits (so how many source subtasks have work).
-        batch_size: records per batch at most (besides the environment's `batch_size`).
+        splits: how many splits (so how many source subtasks have work); at least 1.
+        batch_size: records per batch at most (besides the environment's `batch_size`); `None`
+            leaves it to the environment.
     """
 
-    def __init__(self, items: Sequence[Any], splits: int = 1, batch_size: int | None = None) -> None:
-        items = list(items)
-        n = max(1, splits)
-        bounds = [len(items) * i // n for i in range(n + 1)]
-        self._splits = [_ListSplit(f"list-{i}", tuple(items[bounds[i] : bounds[i + 1]])) for i in range(n)]
+    def __init__(self, items: Iterable[Any], splits: int = 1, batch_size: int | None = None) -> None:
+        if not isinstance(items, Iterable):
+            raise TypeError(f"items must be an iterable of records, got {items!r} ({type(items).__name__})")
+        records = list(items)
+        n = check_int("splits", splits)
+        if batch_size is not None:
+            check_int("batch_size", batch_size)
+        bounds = [len(records) * i // n for i in range(n + 1)]
+        self._splits = [_ListSplit(f"list-{i}", tuple(records[bounds[i] : bounds[i + 1]])) for i in range(n)]
         self.batch_size = batch_size
 
     def splits(self) -> Sequence[_ListSplit]:

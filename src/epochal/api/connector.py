@@ -1,6 +1,6 @@
 """The contracts of sources and sinks.
 
-A source must be *replayable* (dissertation L1702–1727, L2366–2408): it is cut into a
+A source must be *replayable* (dissertation §3.3.1.2, and §3.4.4.1, Algorithm 5): it is cut into a
 deterministic list of splits, and a reader can resume a split from a position it reported, so a
 restore rewinds to exactly the records after the checkpoint. A sink is written in two phases
 (dissertation §4.1.3): `prepare_commit` at each checkpoint seals what was written since the last

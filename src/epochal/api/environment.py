@@ -8,7 +8,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from ..config import DEFAULT_GC_THRESHOLD, CheckpointConfig, JobConfig, RestartStrategy, StateConfig
+from ..config import (
+    DEFAULT_GC_THRESHOLD,
+    CheckpointConfig,
+    JobConfig,
+    RestartStrategy,
+    StateConfig,
+    check_bool,
+    check_callable,
+    check_choice,
+    check_gc_threshold,
+    check_has_methods,
+    check_instance,
+    check_int,
+    check_name,
+    check_path,
+)
 from ..errors import EpochalError
 from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
@@ -20,6 +35,7 @@ from .connector import Source
 from .stream import DataStream
 
 Executor = Literal["inprocess", "spark"]
+EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +48,20 @@ class RunOverrides:
     progress: Callable[[JobProgress], None] | None = None
     executor: Executor | None = None
     allow_non_restored_state: bool = False
+
+    def __post_init__(self) -> None:
+        if self.parallelism is not None:
+            check_int("parallelism", self.parallelism)
+        if self.checkpoint_directory is not None:
+            directory = check_path("checkpoint_directory", self.checkpoint_directory)
+            object.__setattr__(self, "checkpoint_directory", directory)
+        if self.from_checkpoint is not None:
+            check_name("from_checkpoint", self.from_checkpoint)
+        if self.progress is not None:
+            check_callable("progress", self.progress)
+        if self.executor is not None:
+            check_choice("executor", self.executor, EXECUTORS)
+        check_bool("allow_non_restored_state", self.allow_non_restored_state)
 
 
 _overrides: RunOverrides | None = None
@@ -51,9 +81,12 @@ def run_overrides(overrides: RunOverrides) -> Iterator[None]:
 class StreamEnvironment:
     """Builds a stream program and executes it.
 
+    Every argument is checked here: a value the job could not run with raises `TypeError` or
+    `ValueError` naming the argument.
+
     Args:
-        parallelism: subtasks per operator unless an operator sets its own; defaults to the
-            number of CPU cores.
+        parallelism: subtasks per operator unless an operator sets its own; `None` (the
+            default) takes the number of CPU cores.
         checkpoint: when and where to checkpoint (`CheckpointConfig`).
         restart: how often a failed job restarts from its latest checkpoint (default: 3 times).
         max_parallelism: the number of key groups; fixed for the life of the job's state.
@@ -89,21 +122,29 @@ class StreamEnvironment:
         state: StateConfig | None = None,
         gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD,
     ) -> None:
-        if executor not in ("inprocess", "spark"):
-            raise ValueError(f"executor must be 'inprocess' or 'spark', not {executor!r}")
-        self.parallelism = parallelism or os.cpu_count() or 1
-        self.max_parallelism = max_parallelism
-        self.checkpoint = checkpoint or CheckpointConfig()
-        self.restart = restart or RestartStrategy()
-        self.executor = executor
+        self.max_parallelism = check_int("max_parallelism", max_parallelism)
+        if parallelism is None:
+            self.parallelism = os.cpu_count() or 1
+        else:
+            self.parallelism = check_int("parallelism", parallelism)
+            _check_within_max(parallelism, self.max_parallelism)
+        self.checkpoint = CheckpointConfig() if checkpoint is None else check_instance(
+            "checkpoint", checkpoint, CheckpointConfig
+        )
+        self.restart = RestartStrategy() if restart is None else check_instance("restart", restart, RestartStrategy)
+        check_choice("executor", executor, EXECUTORS)
+        self.executor: Executor = executor
+        if spark is not None and not hasattr(spark, "sparkContext"):
+            raise TypeError(f"spark must be a SparkSession or None, got {spark!r} ({type(spark).__name__})")
         self.spark = spark
-        self.batch_size = batch_size
-        self.channel_capacity = channel_capacity
-        self.seed = seed
-        self.state = state or StateConfig()
-        self.gc_threshold = gc_threshold
+        self.batch_size = check_int("batch_size", batch_size)
+        self.channel_capacity = check_int("channel_capacity", channel_capacity)
+        self.seed = check_int("seed", seed, minimum=None)
+        self.state = StateConfig() if state is None else check_instance("state", state, StateConfig)
+        self.gc_threshold = check_gc_threshold("gc_threshold", gc_threshold)
         if state_backend is not None:
-            self.state = replace(self.state, backend=state_backend)  # type: ignore[arg-type]
+            backend = check_choice("state_backend", state_backend, ("memory", "disk"))
+            self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
         self._graph = LogicalGraph()
         if _overrides is not None:
             if _overrides.parallelism is not None:
@@ -115,14 +156,14 @@ class StreamEnvironment:
 
     def from_source(self, source: Source, *, name: str | None = None) -> DataStream:
         """A stream of the records of a replayable source."""
-        if not hasattr(source, "splits") or not hasattr(source, "open_split"):
-            raise TypeError(f"{source!r} is not a Source")
-        op_name = name or self._graph.unique_name("source")
+        check_has_methods("source", source, "Source", ("splits", "open_split"))
+        op_name = self._graph.unique_name("source") if name is None else check_name("name", name)
         node = self._graph.add(SourceSpec(op_name, op_name, source), [])
         return DataStream(self, node.id)
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
+        check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold
         )
@@ -150,6 +191,9 @@ class StreamEnvironment:
             JobFailedError: the job failed more often than the restart strategy allows.
             CheckpointError: the checkpoint holds state no operator of this job claims.
         """
+        if from_checkpoint is not None:
+            _check_which_checkpoint(from_checkpoint)
+        check_bool("allow_non_restored_state", allow_non_restored_state)
         job = self.job_graph(name)
         progress = None
         if _overrides is not None:
@@ -166,6 +210,27 @@ class StreamEnvironment:
         from ..cluster.spark import SparkExecutor
 
         return SparkExecutor(self.spark, progress=progress).execute(job, from_checkpoint)
+
+
+def _check_within_max(parallelism: int, max_parallelism: int) -> None:
+    if parallelism > max_parallelism:
+        raise ValueError(
+            f"parallelism must be at most max_parallelism ({max_parallelism}), the number of key groups; "
+            f"got {parallelism}"
+        )
+
+
+def _check_which_checkpoint(which: object) -> None:
+    """`from_checkpoint`: "latest", a checkpoint id, or a path."""
+    if isinstance(which, str):
+        check_name("from_checkpoint", which)
+    elif isinstance(which, int) and not isinstance(which, bool):
+        check_int("from_checkpoint", which, minimum=0)
+    else:
+        raise TypeError(
+            f"from_checkpoint must be 'latest', a checkpoint id (int) or a path (str), got {which!r} "
+            f"({type(which).__name__})"
+        )
 
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:

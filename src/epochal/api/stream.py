@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..config import check_callable, check_has_methods, check_int, check_name
 from ..errors import GraphError
-from ..plan.logical import LogicalEdge
+from ..plan.logical import LogicalEdge, LogicalGraph
 from ..plan.specs import (
     BROADCAST,
     FORWARD,
@@ -71,29 +72,28 @@ class DataStream:
             )
 
     def set_parallelism(self, parallelism: int) -> DataStream:
-        """Run this operator with `parallelism` subtasks."""
+        """Run this operator with `parallelism` subtasks (at most the environment's `max_parallelism`)."""
         self._operator_only("set_parallelism")
-        if parallelism < 1:
-            raise ValueError("parallelism must be at least 1")
+        check_int("parallelism", parallelism, maximum=self._env.max_parallelism)
         self._env._graph.nodes[self._node_id].parallelism = parallelism
         return self
 
     def uid(self, uid: str) -> DataStream:
         """Give the operator a stable id: it names the operator's state in checkpoints."""
         self._operator_only("uid")
-        self._env._graph.rename(self._node_id, uid=uid)
+        self._env._graph.rename(self._node_id, uid=check_name("uid", uid))
         return self
 
     def named(self, name: str) -> DataStream:
         """Rename the operator (the uid follows unless set with `uid`)."""
         self._operator_only("named")
-        self._env._graph.rename(self._node_id, name=name)
+        self._env._graph.rename(self._node_id, name=check_name("name", name))
         return self
 
     # -- building blocks -------------------------------------------------------------------------
     def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> DataStream:
         graph = self._env._graph
-        op_name = name or graph.unique_name(base)
+        op_name = _name_or_unique(graph, name, base)
         node = graph.add(spec_factory(op_name), [LogicalEdge(self._node_id, self._partitioning)])
         return DataStream(self._env, node.id)
 
@@ -103,14 +103,17 @@ class DataStream:
     # -- stateless operators ---------------------------------------------------------------------
     def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> DataStream:
         """Emit `fn(record)` for every record."""
+        check_callable("fn", fn)
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn), "map", name)
 
     def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> DataStream:
         """Keep the records for which `predicate(record)` is true."""
+        check_callable("predicate", predicate)
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate), "filter", name)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> DataStream:
         """Emit every record of the iterable `fn(record)` returns."""
+        check_callable("fn", fn)
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn), "flat_map", name)
 
     def map_batches(self, fn: Callable[[Any], Any], *, name: str | None = None) -> DataStream:
@@ -121,15 +124,19 @@ class DataStream:
         Downstream per-record operators see each row as a tuple (or the bare value of a
         one-column batch).
         """
+        check_callable("fn", fn)
         return self._add(lambda n: MapBatchesSpec(n, n, fn), "map_batches", name)
 
     def union(self, *others: DataStream, name: str | None = None) -> DataStream:
         """Merge this stream with others; records keep their per-input order."""
         graph = self._env._graph
         for other in others:
+            if not isinstance(other, DataStream):
+                raise TypeError(f"others must be DataStreams, got {other!r} ({type(other).__name__})")
             if other._env is not self._env:
-                raise ValueError("cannot union streams of different environments")
-        op_name = name or graph.unique_name("union")
+                raise ValueError("others must belong to this stream's environment: cannot union streams of "
+                                 "different environments")
+        op_name = _name_or_unique(graph, name, "union")
         inputs = [LogicalEdge(s._node_id, s._partitioning) for s in (self, *others)]
         node = graph.add(UnionSpec(op_name, op_name), inputs)
         return DataStream(self._env, node.id)
@@ -167,8 +174,10 @@ class DataStream:
             >>> sorted(sink.committed())
             [0, 1, 2, 4]
         """
+        check_callable("body", body)
+        check_int("feedback_threshold", feedback_threshold)
         graph = self._env._graph
-        op_name = name or graph.unique_name("iterate")
+        op_name = _name_or_unique(graph, name, "iterate")
         head = graph.add(
             IterationHeadSpec(op_name, op_name, feedback_threshold), [LogicalEdge(self._node_id, self._partitioning)]
         )
@@ -184,6 +193,10 @@ class DataStream:
     # -- partitioning ----------------------------------------------------------------------------
     def key_by(self, key: KeySelector) -> KeyedStream:
         """Partition by key: a function of the record, or a field name (Arrow column or dict key)."""
+        if not callable(key):
+            if not isinstance(key, str):
+                raise TypeError(f"key must be a function or a field name (str), got {key!r} ({type(key).__name__})")
+            check_name("key", key)
         return KeyedStream(self._env, self._node_id, key)
 
     def rebalance(self) -> DataStream:
@@ -201,8 +214,7 @@ class DataStream:
     # -- sinks -----------------------------------------------------------------------------------
     def sink_to(self, sink: Sink, *, name: str | None = None) -> DataStream:
         """Write the stream to `sink`; exactly once if the sink commits per checkpoint."""
-        if not hasattr(sink, "create_writer"):
-            raise TypeError(f"{sink!r} is not a Sink")
+        check_has_methods("sink", sink, "Sink", ("create_writer",))
         return self._add(lambda n: SinkSpec(n, n, sink), "sink", name)
 
 
@@ -228,17 +240,25 @@ class KeyedStream(DataStream):
         `fn` should return a new value, not change `previous` in place: the emitted record and
         the key's state are one object.
         """
+        check_callable("fn", fn)
         key = self._key
         return self._add(lambda n: KeyedReduceSpec(n, n, key, fn), "reduce", name)
 
     def aggregate(self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None) -> DataStream:
         """Incremental aggregation per key: emits `(key, result)` for every record."""
-        return self.process(_AggregateProcess(aggregate), name=name or self._env._graph.unique_name("aggregate"))
+        check_has_methods("aggregate", aggregate, "AggregateFunction", ("create_accumulator", "add", "get_result"))
+        return self.process(_AggregateProcess(aggregate), name=_name_or_unique(self._env._graph, name, "aggregate"))
 
     def process(self, function: KeyedProcessFunction, *, name: str | None = None) -> DataStream:
         """Run a keyed process function (keyed state, timers) on every record."""
+        check_has_methods("function", function, "KeyedProcessFunction", ("process_element",))
         key = self._key
         return self._add(lambda n: KeyedProcessSpec(n, n, key, function), "process", name)
+
+
+def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:
+    """The operator name a user gave (checked), or a new unique one made from `base`."""
+    return graph.unique_name(base) if name is None else check_name("name", name)
 
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.

@@ -1,6 +1,6 @@
 """FileSink: JSON lines in `part-*` files, committed exactly once per checkpoint.
 
-The dissertation's temp-file-and-atomic-move sink (L3217–3252): each subtask writes a hidden
+The dissertation's temp-file-and-atomic-move sink (§4.1.4): each subtask writes a hidden
 staging file (`.part-…inprogress`); at a checkpoint it is closed and fsynced, and its name pair
 becomes the subtask's committable; when the checkpoint completes the file is renamed to its
 visible `part-…` name. A reader that skips names starting with `.` or `_` never sees
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.connector import Sink, SinkWriter
+from ..config import check_callable, check_path
 from ..errors import CheckpointError
 from ..runtime.batches import to_records
 from ..runtime.elements import Batch
@@ -92,9 +93,9 @@ class FileSink(Sink):
     checkpoints, when the job ends.
     """
 
-    def __init__(self, directory: str, encode: Callable[[Any], str] | None = None) -> None:
-        self.directory = os.path.abspath(directory)
-        self.encode = encode or _default_encode
+    def __init__(self, directory: str | os.PathLike[str], encode: Callable[[Any], str] | None = None) -> None:
+        self.directory = os.path.abspath(check_path("directory", directory))
+        self.encode = _default_encode if encode is None else check_callable("encode", encode)
 
     def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
         os.makedirs(self.directory, exist_ok=True)

@@ -9,6 +9,7 @@ the first line not yet handed out. Lines come out as an Arrow batch with one str
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..api.connector import Source, SplitReader
+from ..config import check_int, check_path
 from ..errors import EpochalError
 
 _DEFAULT_SPLIT = 64 * 1024 * 1024
@@ -90,6 +92,16 @@ class _LineReader(SplitReader):
         self.file.close()
 
 
+def _check_encoding(encoding: object) -> str:
+    if not isinstance(encoding, str):
+        raise TypeError(f"encoding must be a codec name (str), got {encoding!r} ({type(encoding).__name__})")
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise ValueError(f"encoding must be a known codec, got {encoding!r}") from None
+    return encoding
+
+
 class TextFileSource(Source):
     """Lines of a text file, or of every non-hidden file under a directory (sorted by path).
 
@@ -102,10 +114,10 @@ class TextFileSource(Source):
         >>> src = TextFileSource("corpus/")  # doctest: +SKIP
     """
 
-    def __init__(self, path: str, encoding: str = "utf-8", split_size: int = _DEFAULT_SPLIT) -> None:
-        self.path = os.path.abspath(path)
-        self.encoding = encoding
-        self.split_size = split_size
+    def __init__(self, path: str | os.PathLike[str], encoding: str = "utf-8", split_size: int = _DEFAULT_SPLIT) -> None:
+        self.path = os.path.abspath(check_path("path", path))
+        self.encoding = _check_encoding(encoding)
+        self.split_size = check_int("split_size", split_size)
 
     def _files(self) -> list[str]:
         if os.path.isfile(self.path):

@@ -86,7 +86,7 @@ class IterationHeadSpec(OperatorSpec):
 
     Its task consumes the loop's back-edges and logs them during checkpoints (ABS §4.3,
     Algorithm 2); `feedback_threshold` batches of buffered feedback make it read feedback only
-    (dissertation L6827–6858), so a heavy loop cannot deadlock on full channels.
+    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels.
     """
 
     feedback_threshold: int = 8

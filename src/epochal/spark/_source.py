@@ -81,12 +81,26 @@ class EpochalStateDataSource(DataSource):
             raise ValueError('epochal-state: .option("operator", UID) is required')
         if "://" not in path:
             path = os.path.abspath(path)
-        checkpoint = self.options.get("checkpoint")
-        manifest = open_checkpoint(path, None if checkpoint in (None, "", "latest") else int(checkpoint))
+        manifest = open_checkpoint(path, _checkpoint_id(self.options.get("checkpoint")))
         operator_state(manifest, operator)  # fail on the driver, with the known uids
         return _StateReader(manifest, operator)
 
 
+def _checkpoint_id(option: str | None) -> int | None:
+    """The `checkpoint` option as an id; None (the latest) when absent or "latest"."""
+    if option in (None, "", "latest"):
+        return None
+    try:
+        checkpoint_id = int(str(option))
+    except ValueError:
+        checkpoint_id = -1
+    if checkpoint_id < 0:
+        raise ValueError(f'epochal-state: option "checkpoint" must be a checkpoint id or "latest", got {option!r}')
+    return checkpoint_id
+
+
 def register(spark: Any) -> None:
     """Register the `epochal-state` data source with a SparkSession."""
+    if not hasattr(spark, "dataSource"):
+        raise TypeError(f"spark must be a SparkSession (Spark 4), got {spark!r} ({type(spark).__name__})")
     spark.dataSource.register(EpochalStateDataSource)
