@@ -8,6 +8,10 @@ so every run here replays exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from epochal import (
@@ -18,34 +22,41 @@ from epochal import (
     RestartStrategy,
     StreamEnvironment,
 )
+from epochal.api.stream import DataStream
 from epochal.connectors import FileSink, read_committed
-from epochal.errors import InjectedFailure
+from epochal.errors import InjectedFailure, OperatorError
+from epochal.runtime.result import JobResult
 from epochal.testing import CollectSink, Crash, ListSource
 
+Record = tuple[str, int]
+RunVirtual = Callable[..., JobResult]
+
 N_RECORDS = 400
-CRASH_AT = 250
+# Late in the second source split (records 200..399), so that checkpoints complete before it
+# whatever the seed: the restore then really comes from a checkpoint.
+CRASH_AT = 350
 
 
-class Sum(AggregateFunction):
-    def create_accumulator(self):
+class Sum(AggregateFunction[Record, int, int]):
+    def create_accumulator(self) -> int:
         return 0
 
-    def add(self, value, acc):
+    def add(self, value: Record, acc: int) -> int:
         return acc + value[1]
 
-    def get_result(self, acc):
+    def get_result(self, acc: int) -> int:
         return acc
 
 
 class Stateful(KeyedProcessFunction):
     """Uses all three kinds of keyed state; the output depends on every one of them."""
 
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.count = ctx.value_state("count", default=0)
         self.recent = ctx.list_state("recent")
         self.parity = ctx.map_state("parity")
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Record, ctx: Any) -> Iterator[tuple[Any, ...]]:
         n = self.count.value() + 1
         self.count.update(n)
         recent = self.recent.get()[-2:] + [value[1]]
@@ -55,7 +66,7 @@ class Stateful(KeyedProcessFunction):
         yield (ctx.key, n, tuple(recent), tuple(sorted(self.parity.items())))
 
 
-PIPELINES = {
+PIPELINES: dict[str, Callable[[DataStream], DataStream]] = {
     "count": lambda s: s.key_by(lambda r: r[0]).count(),
     "reduce": lambda s: s.key_by(lambda r: r[0]).reduce(lambda a, b: (a[0], a[1] + b[1])),
     "aggregate": lambda s: s.key_by(lambda r: r[0]).aggregate(Sum()),
@@ -65,18 +76,21 @@ PIPELINES = {
 }
 
 
-def _items(crash_at=None):
+def _items(crash_at: int | None = None) -> list[Any]:
     # Each key lives in one half of the input, so in one of the two source splits: its records
     # reach the keyed operator in one order in every run, and order-dependent results
     # (running sums, lists) are comparable between runs that interleave the splits differently.
     half = N_RECORDS // 2
-    items = [(f"k{i // half}-{(i * 31) % 7}", i) for i in range(N_RECORDS)]
+    items: list[Any] = [(f"k{i // half}-{(i * 31) % 7}", i) for i in range(N_RECORDS)]
     if crash_at is not None:
         items.insert(crash_at, Crash())
     return items
 
 
-def _build(pipeline, tmp_path, *, crash_at=None, interval=0.003, parallelism=2, directory="ckpt"):
+def _build(
+    pipeline: str, tmp_path: Path, *, crash_at: int | None = None, interval: float = 0.003, parallelism: int = 2,
+    directory: str = "ckpt",
+) -> tuple[StreamEnvironment, CollectSink]:
     env = StreamEnvironment(
         parallelism=parallelism,
         checkpoint=CheckpointConfig(interval=interval, directory=str(tmp_path / directory)),
@@ -90,7 +104,9 @@ def _build(pipeline, tmp_path, *, crash_at=None, interval=0.003, parallelism=2, 
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
-def test_a_crash_and_restore_gives_the_output_of_a_run_without_the_crash(pipeline, tmp_path, run_virtual):
+def test_a_crash_and_restore_gives_the_output_of_a_run_without_the_crash(
+    pipeline: str, tmp_path: Path, run_virtual: RunVirtual
+) -> None:
     env, clean_sink = _build(pipeline, tmp_path, directory="clean")
     clean = run_virtual(env, seed=5)
     env, crash_sink = _build(pipeline, tmp_path, crash_at=CRASH_AT, directory="crash")
@@ -106,17 +122,19 @@ def test_a_crash_and_restore_gives_the_output_of_a_run_without_the_crash(pipelin
     assert sorted(crash_sink.committed(), key=repr) == expected
 
 
-def test_the_restored_run_produces_only_what_the_checkpoint_did_not_cover(tmp_path, run_virtual):
+def test_the_restored_run_produces_only_what_the_checkpoint_did_not_cover(
+    tmp_path: Path, run_virtual: RunVirtual
+) -> None:
     env, sink = _build("count", tmp_path, crash_at=CRASH_AT)
     result = run_virtual(env, seed=2)
-    assert result.restarts == 1
+    assert result.restarts == 1 and result.restored_from[1] is not None
     # record counts are those of the last attempt: it re-read only what followed its checkpoint
     read_after_restore = result.operator("source").records_out
     assert 0 < read_after_restore < N_RECORDS
     assert len(sink.committed()) == N_RECORDS
 
 
-def test_a_crash_before_the_first_checkpoint_restarts_from_scratch(tmp_path, run_virtual):
+def test_a_crash_before_the_first_checkpoint_restarts_from_scratch(tmp_path: Path, run_virtual: RunVirtual) -> None:
     env, clean_sink = _build("count", tmp_path, directory="clean")
     run_virtual(env)
     env, sink = _build("count", tmp_path, crash_at=0, directory="crash")
@@ -126,7 +144,7 @@ def test_a_crash_before_the_first_checkpoint_restarts_from_scratch(tmp_path, run
     assert sorted(sink.committed()) == sorted(clean_sink.committed())
 
 
-def test_without_checkpoint_storage_a_crash_replays_everything(make_env):
+def test_without_checkpoint_storage_a_crash_replays_everything(make_env: Callable[..., StreamEnvironment]) -> None:
     outputs = []
     for crash_at in (None, CRASH_AT):
         env = make_env(parallelism=2, restart=RestartStrategy(max_restarts=1))
@@ -139,7 +157,7 @@ def test_without_checkpoint_storage_a_crash_replays_everything(make_env):
     assert len(outputs[0]) == N_RECORDS
 
 
-def test_wall_clock_execute_recovers_too(tmp_path):
+def test_wall_clock_execute_recovers_too(tmp_path: Path) -> None:
     env, clean_sink = _build("process", tmp_path, directory="clean", interval=0.001)
     env.execute("wall-clean")
     env, sink = _build("process", tmp_path, crash_at=CRASH_AT, directory="crash", interval=0.001)
@@ -148,7 +166,7 @@ def test_wall_clock_execute_recovers_too(tmp_path):
     assert sorted(sink.committed()) == sorted(clean_sink.committed())
 
 
-def test_a_crash_without_restarts_fails_the_job(tmp_path):
+def test_a_crash_without_restarts_fails_the_job(tmp_path: Path) -> None:
     env = StreamEnvironment(
         parallelism=2,
         checkpoint=CheckpointConfig(interval=0.01, directory=str(tmp_path)),
@@ -160,11 +178,12 @@ def test_a_crash_without_restarts_fails_the_job(tmp_path):
     with pytest.raises(JobFailedError) as info:
         env.execute("no-restarts")
     assert info.value.attempts == 1
-    assert isinstance(info.value.cause.cause, InjectedFailure)
-    assert info.value.cause.operator == "source"
+    cause = info.value.cause
+    assert isinstance(cause, OperatorError) and isinstance(cause.cause, InjectedFailure)
+    assert cause.operator == "source"
 
 
-def test_file_sink_output_is_exactly_once_across_a_crash(tmp_path, run_virtual):
+def test_file_sink_output_is_exactly_once_across_a_crash(tmp_path: Path, run_virtual: RunVirtual) -> None:
     outputs = []
     for crash_at in (None, CRASH_AT):
         tag = "crash" if crash_at is not None else "clean"
@@ -187,21 +206,21 @@ def test_file_sink_output_is_exactly_once_across_a_crash(tmp_path, run_virtual):
 class TimerPerKey(KeyedProcessFunction):
     """Registers one timer per key on its first record; the timer reports the key's count."""
 
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.registered = ctx.value_state("registered", default=False)
         self.count = ctx.value_state("count", default=0)
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Record, ctx: Any) -> None:
         self.count.update(self.count.value() + 1)
         if not self.registered.value():
             self.registered.update(True)
             ctx.register_processing_time_timer(ctx.current_processing_time() + 0.3)
 
-    def on_timer(self, timestamp, ctx):
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterator[tuple[str, Any]]:
         yield ("timer", ctx.key)
 
 
-def test_timers_survive_a_restore_and_fire_once(tmp_path, run_virtual):
+def test_timers_survive_a_restore_and_fire_once(tmp_path: Path, run_virtual: RunVirtual) -> None:
     outputs = []
     for crash_at in (None, 60):
         env = StreamEnvironment(
@@ -210,12 +229,11 @@ def test_timers_survive_a_restore_and_fire_once(tmp_path, run_virtual):
             executor="inprocess",
         )
         sink = CollectSink()
-        items = [(f"k{i % 5}", i) for i in range(1200)]
+        items: list[Any] = [(f"k{i % 5}", i) for i in range(1200)]
         if crash_at is not None:
             items.insert(crash_at, Crash())
-        env.from_source(ListSource(items, splits=2, batch_size=1)).key_by(lambda r: r[0]).process(TimerPerKey()).sink_to(
-            sink
-        )
+        keyed = env.from_source(ListSource(items, splits=2, batch_size=1)).key_by(lambda r: r[0])
+        keyed.process(TimerPerKey()).sink_to(sink)
         result = run_virtual(env, seed=1)
         if crash_at is not None:
             assert result.restarts == 1 and result.restored_from[1] is not None
@@ -226,13 +244,13 @@ def test_timers_survive_a_restore_and_fire_once(tmp_path, run_virtual):
 # -- determinism -----------------------------------------------------------------------------------
 
 
-def _seeded_run(tmp_path, run_virtual, seed, tag):
+def _seeded_run(tmp_path: Path, run_virtual: RunVirtual, seed: int, tag: str) -> tuple[JobResult, list[Any]]:
     env, sink = _build("process", tmp_path, crash_at=CRASH_AT, directory=tag)
     result = run_virtual(env, seed=seed)
     return result, sink.committed()
 
 
-def test_the_same_seed_replays_a_run_exactly(tmp_path, run_virtual):
+def test_the_same_seed_replays_a_run_exactly(tmp_path: Path, run_virtual: RunVirtual) -> None:
     first, first_out = _seeded_run(tmp_path, run_virtual, 11, "a")
     second, second_out = _seeded_run(tmp_path, run_virtual, 11, "b")
     assert first.restarts == second.restarts == 1
@@ -244,7 +262,7 @@ def test_the_same_seed_replays_a_run_exactly(tmp_path, run_virtual):
     assert first_out == second_out  # the committed order too, not only the set
 
 
-def test_the_seed_drives_the_interleaving(tmp_path, run_virtual):
+def test_the_seed_drives_the_interleaving(tmp_path: Path, run_virtual: RunVirtual) -> None:
     runs = [_seeded_run(tmp_path, run_virtual, seed, f"s{seed}") for seed in range(4)]
     outputs = [out for _, out in runs]
     assert all(sorted(out) == sorted(outputs[0]) for out in outputs)  # same records ...
