@@ -2,13 +2,15 @@
 
 Every job here runs in the in-process executor. `make_env` fails a job on its first error
 unless a test asks for restarts, so a broken operator shows up as one clear `JobFailedError`
-instead of several retried attempts.
+instead of several retried attempts. `MakeEnv`, `RunVirtual` and `ProbeSinks` are the fixtures'
+types, for the tests' annotations.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -16,10 +18,11 @@ import pytest
 from epochal import RestartStrategy, Sink, SinkWriter, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.runtime.batches import to_records
+from epochal.runtime.result import JobResult
 
 
 class _ProbeWriter(SinkWriter):
-    def __init__(self, sink: "ProbeSink", subtask: int) -> None:
+    def __init__(self, sink: ProbeSink, subtask: int) -> None:
         self.sink = sink
         self.subtask = subtask
 
@@ -59,8 +62,13 @@ class ProbeSink(Sink):
         return [b for _, b in self.batches if isinstance(b, pa.RecordBatch)]
 
 
+MakeEnv = Callable[..., StreamEnvironment]
+RunVirtual = Callable[..., JobResult]
+ProbeSinks = Callable[[], ProbeSink]
+
+
 @pytest.fixture
-def make_env() -> Callable[..., StreamEnvironment]:
+def make_env() -> MakeEnv:
     """`make_env(parallelism=2, **options)`: an in-process environment, no restarts by default."""
 
     def make(parallelism: int = 2, **options: Any) -> StreamEnvironment:
@@ -72,10 +80,10 @@ def make_env() -> Callable[..., StreamEnvironment]:
 
 
 @pytest.fixture
-def run_virtual() -> Callable[..., Any]:
+def run_virtual() -> RunVirtual:
     """`run_virtual(env, seed=0, step_time=0.001)`: execute on a virtual clock, replayably."""
 
-    def run(env: StreamEnvironment, *, seed: int = 0, step_time: float = 0.001, name: str = "test") -> Any:
+    def run(env: StreamEnvironment, *, seed: int = 0, step_time: float = 0.001, name: str = "test") -> JobResult:
         executor = InProcessExecutor(seed=seed, virtual_time=True, step_time=step_time)
         return executor.execute(env.job_graph(name))
 
@@ -83,6 +91,6 @@ def run_virtual() -> Callable[..., Any]:
 
 
 @pytest.fixture
-def probe_sink() -> Callable[[], ProbeSink]:
+def probe_sink() -> ProbeSinks:
     """A factory of `ProbeSink`s (a test may need several)."""
     return ProbeSink
