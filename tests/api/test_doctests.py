@@ -10,11 +10,14 @@ from __future__ import annotations
 import doctest
 import inspect
 import types
+from typing import Any
 
 import pytest
 
 import epochal.api.functions
 import epochal.api.stream
+from epochal import StreamEnvironment
+from epochal.runtime.result import JobResult
 
 MODULES = [epochal.api.stream, epochal.api.functions]
 
@@ -48,7 +51,7 @@ def _doctests(module: types.ModuleType) -> list[doctest.DocTest]:
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
-def test_docstring_examples_pass(module):
+def test_docstring_examples_pass(module: types.ModuleType) -> None:
     tests = _doctests(module)
     found = {part for t in tests for part in t.name.split(".")}
     assert EXPECTED_EXAMPLES[module.__name__] <= found
@@ -60,13 +63,26 @@ def test_docstring_examples_pass(module):
     assert results.failed == 0
 
 
-def test_the_datastream_example_really_runs_a_job():
+def test_the_datastream_example_really_runs_a_job(monkeypatch: pytest.MonkeyPatch) -> None:
     (test,) = [t for t in _doctests(epochal.api.stream) if t.name.endswith(".DataStream")]
     assert any("[10, 20, 30]" in example.want for example in test.examples)
+    executed: list[JobResult] = []
+    execute = StreamEnvironment.execute
+
+    def spy(self: StreamEnvironment, *args: Any, **kwargs: Any) -> JobResult:
+        executed.append(execute(self, *args, **kwargs))
+        return executed[-1]
+
+    monkeypatch.setattr(StreamEnvironment, "execute", spy)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.summarize(verbose=False) == doctest.TestResults(failed=0, attempted=len(test.examples))
+    (result,) = executed
+    assert result.job_name == "times-ten" and result.operator("map").records_in == 3
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
-def test_standard_doctest_tools_find_the_examples(module):
+def test_standard_doctest_tools_find_the_examples(module: types.ModuleType) -> None:
     results = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     expected = sum(len(t.examples) for t in _doctests(module))
     assert results.attempted == expected > 0
