@@ -7,6 +7,8 @@ Arrow batches) must emit the same `(key, count)` records, whatever the batch bou
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
@@ -18,10 +20,16 @@ from epochal.connectors import FileSink, TextFileSource, read_committed
 from epochal.testing import CollectSink, ListSource
 from expectations import running_counts
 
+if TYPE_CHECKING:
+    from api.conftest import MakeEnv, ProbeSink, ProbeSinks
+
 WORDS = [f"w{(i * 7919) % 13}" for i in range(240)] + ["solo", "", "ünï", "w1"]
 
 
-def _count(make_env, probe_sink, items, *, columnar, parallelism, batch_size, splits=2):
+def _count(
+    make_env: MakeEnv, probe_sink: ProbeSinks, items: list[Any], *, columnar: bool, parallelism: int,
+    batch_size: int, splits: int = 2,
+) -> tuple[list[Any], ProbeSink]:
     """Counts `items` by value; returns (records, the sink that saw the batches)."""
     env = make_env(parallelism=parallelism, batch_size=batch_size)
     sink = probe_sink()
@@ -34,7 +42,7 @@ def _count(make_env, probe_sink, items, *, columnar, parallelism, batch_size, sp
     return sorted(sink.values(), key=repr), sink
 
 
-def test_running_count_per_key_in_order(make_env):
+def test_running_count_per_key_in_order(make_env: MakeEnv) -> None:
     env = make_env(parallelism=1)
     sink = CollectSink()
     env.from_source(ListSource(list("abcaab"))).key_by(lambda w: w).count().sink_to(sink)
@@ -42,7 +50,7 @@ def test_running_count_per_key_in_order(make_env):
     assert sink.committed() == [("a", 1), ("b", 1), ("c", 1), ("a", 2), ("a", 3), ("b", 2)]
 
 
-def test_per_record_path_counts_every_key(make_env, probe_sink):
+def test_per_record_path_counts_every_key(make_env: MakeEnv, probe_sink: ProbeSinks) -> None:
     got, sink = _count(make_env, probe_sink, WORDS, columnar=False, parallelism=2, batch_size=16)
     assert got == running_counts(WORDS)
     assert not sink.arrow_batches()  # the per-record path emits Python records
@@ -50,7 +58,9 @@ def test_per_record_path_counts_every_key(make_env, probe_sink):
 
 @pytest.mark.parametrize("batch_size", [1, 2, 5, 17, 1024])
 @pytest.mark.parametrize("parallelism", [1, 2])
-def test_columnar_path_matches_per_record_path(make_env, probe_sink, batch_size, parallelism):
+def test_columnar_path_matches_per_record_path(
+    make_env: MakeEnv, probe_sink: ProbeSinks, batch_size: int, parallelism: int
+) -> None:
     per_record, _ = _count(make_env, probe_sink, WORDS, columnar=False, parallelism=parallelism, batch_size=batch_size)
     columnar, sink = _count(make_env, probe_sink, WORDS, columnar=True, parallelism=parallelism, batch_size=batch_size)
     assert columnar == per_record == running_counts(WORDS)
@@ -60,7 +70,7 @@ def test_columnar_path_matches_per_record_path(make_env, probe_sink, batch_size,
     assert all(b.schema.field("count").type == pa.int64() for b in sink.arrow_batches())
 
 
-def test_columnar_integer_keys_match_per_record(make_env, probe_sink):
+def test_columnar_integer_keys_match_per_record(make_env: MakeEnv, probe_sink: ProbeSinks) -> None:
     items = [i % 9 - 4 for i in range(100)]
     per_record, _ = _count(make_env, probe_sink, items, columnar=False, parallelism=2, batch_size=7)
     columnar, sink = _count(make_env, probe_sink, items, columnar=True, parallelism=2, batch_size=7)
@@ -75,14 +85,19 @@ def test_columnar_integer_keys_match_per_record(make_env, probe_sink):
     parallelism=st.integers(1, 3),
     splits=st.integers(1, 3),
 )
-def test_columnar_and_per_record_agree_for_any_batching(make_env, probe_sink, words, batch_size, parallelism, splits):
-    kwargs = dict(parallelism=parallelism, batch_size=batch_size, splits=splits)
-    per_record, _ = _count(make_env, probe_sink, words, columnar=False, **kwargs)
-    columnar, _ = _count(make_env, probe_sink, words, columnar=True, **kwargs)
+def test_columnar_and_per_record_agree_for_any_batching(
+    make_env: MakeEnv, probe_sink: ProbeSinks, words: list[str], batch_size: int, parallelism: int, splits: int
+) -> None:
+    kwargs = {"parallelism": parallelism, "batch_size": batch_size, "splits": splits}
+    per_record, _ = _count(make_env, probe_sink, list(words), columnar=False, **kwargs)
+    columnar, sink = _count(make_env, probe_sink, list(words), columnar=True, **kwargs)
     assert columnar == per_record == running_counts(words)
+    assert len(sink.arrow_batches()) == len(sink.batches) > 0
 
 
-def test_text_lines_counted_by_column_match_per_record(make_env, probe_sink, tmp_path):
+def test_text_lines_counted_by_column_match_per_record(
+    make_env: MakeEnv, probe_sink: ProbeSinks, tmp_path: Path
+) -> None:
     lines = [f"line {i % 11}" for i in range(300)]
     (tmp_path / "a.txt").write_text("\n".join(lines[:150]) + "\n")
     (tmp_path / "b.txt").write_text("\n".join(lines[150:]) + "\n")
@@ -101,9 +116,9 @@ def test_text_lines_counted_by_column_match_per_record(make_env, probe_sink, tmp
     assert results[True] == results[False] == running_counts(lines)
 
 
-def test_columnar_null_keys_match_per_record(make_env, probe_sink):
+def test_columnar_null_keys_match_per_record(make_env: MakeEnv, probe_sink: ProbeSinks) -> None:
     items = [{"k": "a"}, {"k": None}, {"k": "a"}, {"k": None}]
-    results = []
+    results: list[list[Any]] = []
     for columnar in (False, True):
         env = make_env(parallelism=1)
         sink = probe_sink()
@@ -113,10 +128,11 @@ def test_columnar_null_keys_match_per_record(make_env, probe_sink):
         stream.key_by("k").count().sink_to(sink)
         env.execute("count-null")
         results.append(sorted(sink.values(), key=repr))
+        assert bool(sink.arrow_batches()) is columnar  # the columnar run counted Arrow batches
     assert results[0] == results[1] == running_counts(["a", None, "a", None])
 
 
-def test_issue_wordcount_example(tmp_path):
+def test_issue_wordcount_example(tmp_path: Path) -> None:
     """The example of the issue: text files in, word counts out through a FileSink."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -134,9 +150,9 @@ def test_issue_wordcount_example(tmp_path):
     assert result.restarts == 0
     assert result.checkpoints and result.checkpoints[-1].is_final
     records = read_committed(str(out))
-    words = "the cat sat on the mat the end".split()
+    words = ["the", "cat", "sat", "on", "the", "mat", "the", "end"]
     assert sorted(map(tuple, records)) == running_counts(words)
-    finals: dict = {}
+    finals: dict[str, int] = {}
     for word, n in records:
         finals[word] = max(finals.get(word, 0), n)
     assert finals == dict(Counter(words))
