@@ -7,8 +7,11 @@ Each example runs in a fresh working directory (they write `corpus/`, `out*/`, `
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,40 +31,55 @@ def _run(name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monk
     return lines[0]
 
 
-def _committed(directory: str) -> collections.Counter[tuple]:
+def _committed(directory: str) -> collections.Counter[tuple[Any, ...]]:
     assert not [n for n in os.listdir(directory) if n.endswith(".inprogress")], "staged files left"
     return collections.Counter(tuple(r) for r in read_committed(directory))
 
 
-def _running_counts(keys: list) -> collections.Counter[tuple]:
+def _running_counts(keys: list[Any]) -> collections.Counter[tuple[Any, ...]]:
     """The `(key, n)` updates of a running count: n = 1..count(key) for every key."""
     totals = collections.Counter(keys)
     return collections.Counter((k, n) for k, c in totals.items() for n in range(1, c + 1))
 
 
-def test_wordcount_and_columnar_wordcount_commit_the_same_updates(tmp_path, capsys, monkeypatch):
+def _corpus_updates() -> collections.Counter[tuple[Any, ...]]:
+    """The running-count updates of the words in `corpus/`."""
+    words: list[str] = []
+    for name in sorted(os.listdir("corpus")):
+        with open(os.path.join("corpus", name)) as f:
+            words.extend(w for line in f for w in line.split())
+    return _running_counts(words)
+
+
+def test_wordcount_and_columnar_wordcount_commit_the_same_updates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     summary = _run("wordcount", capsys, monkeypatch)  # writes the demo corpus
     assert summary.startswith("wordcount: 96,000 updates committed")
     summary = _run("columnar_wordcount", capsys, monkeypatch)  # reuses it
     assert summary.startswith("columnar_wordcount: 96,000 updates committed")
 
-    words = []
-    for name in sorted(os.listdir("corpus")):
-        with open(os.path.join("corpus", name)) as f:
-            words.extend(w for line in f for w in line.split())
-    expected = _running_counts(words)
+    expected = _corpus_updates()
     assert _committed("out") == expected
     assert _committed("out-columnar") == expected
 
 
-def test_columnar_wordcount_writes_its_own_corpus(tmp_path, capsys, monkeypatch):
+def test_columnar_wordcount_writes_its_own_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
+    assert not os.path.exists("corpus")
     _run("columnar_wordcount", capsys, monkeypatch)
-    assert sum(_committed("out-columnar").values()) == 96_000
+    assert os.listdir("corpus"), "no corpus written"
+    committed = _committed("out-columnar")
+    assert committed == _corpus_updates()  # the corpus it wrote is the one it counted
+    assert sum(committed.values()) == 96_000
 
 
-def test_sessions_with_timers_emits_every_session_once(tmp_path, capsys, monkeypatch):
+def test_sessions_with_timers_emits_every_session_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     summary = _run("sessions_with_timers", capsys, monkeypatch)
     assert summary.startswith("sessions: 6 sessions committed")
@@ -69,18 +87,20 @@ def test_sessions_with_timers_emits_every_session_once(tmp_path, capsys, monkeyp
     assert _committed("out-sessions") == collections.Counter(expected)
 
 
-def _digit_updates() -> collections.Counter[tuple]:
+def _digit_updates() -> collections.Counter[tuple[Any, ...]]:
     return _running_counts([n * n % 10 for n in range(1, 200_001)])
 
 
-def test_custom_source(tmp_path, capsys, monkeypatch):
+def test_custom_source(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     summary = _run("custom_source", capsys, monkeypatch)
     assert "0 restart(s)" in summary
     assert _committed("out-custom-source") == _digit_updates()
 
 
-def test_custom_source_crashing_once_commits_the_same_output(tmp_path, capsys, monkeypatch):
+def test_custom_source_crashing_once_commits_the_same_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CRASH_ONCE", "1")
     summary = _run("custom_source", capsys, monkeypatch)
@@ -88,13 +108,15 @@ def test_custom_source_crashing_once_commits_the_same_output(tmp_path, capsys, m
     assert _committed("out-custom-source") == _digit_updates()
 
 
-def test_connected_components_labels_every_vertex_with_its_components_smallest_id(tmp_path, capsys, monkeypatch):
+def test_connected_components_labels_every_vertex_with_its_components_smallest_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     summary = _run("connected_components", capsys, monkeypatch)
     assert summary.startswith("connected components:")
     sys.path.insert(0, EXAMPLES)
     try:
-        import connected_components as cc
+        cc: Any = importlib.import_module("connected_components")
     finally:
         sys.path.remove(EXAMPLES)
     # Union-find over the same graph: the smallest vertex id of each component.
