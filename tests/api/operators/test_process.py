@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
-from epochal import KeyedProcessFunction
+from epochal import KeyedProcessFunction, StreamEnvironment
 from epochal.testing import CollectSink, ListSource
+
+if TYPE_CHECKING:
+    from api.conftest import MakeEnv, RunVirtual
 
 
 class RunningSum(KeyedProcessFunction):
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.total = ctx.value_state("total", default=0)
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Any, ctx: Any) -> Any:
         total = self.total.value() + value[1]
         self.total.update(total)
         yield (ctx.key, total)
 
 
 class History(KeyedProcessFunction):
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.history = ctx.list_state("history")
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Any, ctx: Any) -> Any:
         before = self.history.get()
         self.history.add(value[1])
         if value[1] == "reset":
@@ -33,10 +38,10 @@ class History(KeyedProcessFunction):
 class Tally(KeyedProcessFunction):
     """Per key, counts each item in a MapState; "-item" removes it."""
 
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.tally = ctx.map_state("tally")
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Any, ctx: Any) -> Any:
         key, item = value
         if item.startswith("-"):
             self.tally.remove(item[1:])
@@ -45,7 +50,9 @@ class Tally(KeyedProcessFunction):
         yield (ctx.key, dict(sorted(self.tally.items())), self.tally.contains("x"), self.tally.is_empty())
 
 
-def _run(make_env, fn, items, parallelism=2, **source):
+def _run(
+    make_env: MakeEnv, fn: KeyedProcessFunction, items: list[Any], parallelism: int = 2, **source: Any
+) -> list[Any]:
     env = make_env(parallelism=parallelism)
     sink = CollectSink()
     env.from_source(ListSource(items, **source)).key_by(lambda r: r[0]).process(fn).sink_to(sink)
@@ -53,26 +60,26 @@ def _run(make_env, fn, items, parallelism=2, **source):
     return sink.committed()
 
 
-def _per_key(records):
-    out: dict = {}
+def _per_key(records: list[Any]) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = {}
     for r in records:
         out.setdefault(r[0], []).append(r[1:] if len(r) > 2 else r[1])
     return out
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
-def test_value_state_is_per_key(make_env, parallelism):
+def test_value_state_is_per_key(make_env: MakeEnv, parallelism: int) -> None:
     items = [(k, i) for i in range(10) for k in "abcd"]
     got = _per_key(_run(make_env, RunningSum(), items, parallelism=parallelism, batch_size=3))
     assert got == {k: [sum(range(i + 1)) for i in range(10)] for k in "abcd"}
 
 
-def test_value_state_default_and_clear(make_env):
+def test_value_state_default_and_clear(make_env: MakeEnv) -> None:
     class CountThenClear(KeyedProcessFunction):
-        def open(self, ctx):
+        def open(self, ctx: Any) -> None:
             self.n = ctx.value_state("n", default=100)
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             if value[1] == "clear":
                 self.n.clear()
                 return [(ctx.key, self.n.value())]
@@ -84,7 +91,7 @@ def test_value_state_default_and_clear(make_env):
     assert got == [("a", 101), ("b", 101), ("a", 102), ("a", 100), ("a", 101)]
 
 
-def test_list_state_is_per_key(make_env):
+def test_list_state_is_per_key(make_env: MakeEnv) -> None:
     items = [("a", 1), ("b", 2), ("a", 3), ("b", 4), ("a", "reset"), ("a", 5)]
     got = _run(make_env, History(), items, parallelism=2)
     assert _per_key(got) == {
@@ -93,12 +100,12 @@ def test_list_state_is_per_key(make_env):
     }
 
 
-def test_list_state_get_returns_a_copy(make_env):
+def test_list_state_get_returns_a_copy(make_env: MakeEnv) -> None:
     class Mutate(KeyedProcessFunction):
-        def open(self, ctx):
+        def open(self, ctx: Any) -> None:
             self.items = ctx.list_state("items")
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             self.items.get().append("intruder")  # must not change the state
             self.items.add_all([value[1], value[1]])
             yield (ctx.key, tuple(self.items.get()))
@@ -107,22 +114,24 @@ def test_list_state_get_returns_a_copy(make_env):
     assert got == [("a", (1, 1)), ("a", (1, 1, 2, 2))]
 
 
-def test_map_state_is_per_key(make_env):
+def test_map_state_is_per_key(make_env: MakeEnv) -> None:
     items = [("a", "x"), ("b", "y"), ("a", "x"), ("a", "z"), ("b", "-y"), ("a", "-x")]
     got = _run(make_env, Tally(), items, parallelism=2)
     assert _per_key(got) == {
-        "a": [({"x": 1}, True, False), ({"x": 2}, True, False), ({"x": 2, "z": 1}, True, False), ({"z": 1}, False, False)],
+        "a": [
+            ({"x": 1}, True, False), ({"x": 2}, True, False), ({"x": 2, "z": 1}, True, False), ({"z": 1}, False, False)
+        ],
         "b": [({"y": 1}, False, False), ({}, False, True)],
     }
 
 
-def test_several_states_in_one_function(make_env):
+def test_several_states_in_one_function(make_env: MakeEnv) -> None:
     class Both(KeyedProcessFunction):
-        def open(self, ctx):
+        def open(self, ctx: Any) -> None:
             self.count = ctx.value_state("count", default=0)
             self.seen = ctx.map_state("seen")
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             self.count.update(self.count.value() + 1)
             self.seen.put(value[1], True)
             yield (ctx.key, self.count.value(), sorted(self.seen.keys()))
@@ -131,29 +140,29 @@ def test_several_states_in_one_function(make_env):
     assert got == [("a", 1, [1]), ("b", 1, [1]), ("a", 2, [1, 2]), ("a", 3, [1, 2])]
 
 
-def test_ctx_key_is_the_selected_key(make_env):
+def test_ctx_key_is_the_selected_key(make_env: MakeEnv) -> None:
     class EchoKey(KeyedProcessFunction):
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             yield (ctx.key, value)
 
     got = _run(make_env, EchoKey(), [("a", 1), (("t", 1), 2), (3, 3)], parallelism=2)
     assert sorted(got, key=repr) == sorted([("a", ("a", 1)), (("t", 1), (("t", 1), 2)), (3, (3, 3))], key=repr)
 
 
-def test_returning_none_emits_nothing(make_env):
+def test_returning_none_emits_nothing(make_env: MakeEnv) -> None:
     class Silent(KeyedProcessFunction):
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             return None
 
     assert _run(make_env, Silent(), [("a", 1), ("b", 2)]) == []
 
 
-def test_the_function_object_is_copied_per_subtask(make_env):
+def test_the_function_object_is_copied_per_subtask(make_env: MakeEnv) -> None:
     class Remember(KeyedProcessFunction):
-        def __init__(self):
-            self.seen = []
+        def __init__(self) -> None:
+            self.seen: list[Any] = []
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             self.seen.append(value)
             yield value
 
@@ -163,12 +172,12 @@ def test_the_function_object_is_copied_per_subtask(make_env):
     assert fn.seen == []
 
 
-def test_a_mutable_default_is_not_shared_between_keys(make_env):
+def test_a_mutable_default_is_not_shared_between_keys(make_env: MakeEnv) -> None:
     class Append(KeyedProcessFunction):
-        def open(self, ctx):
+        def open(self, ctx: Any) -> None:
             self.items = ctx.value_state("items", default=[])
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             items = self.items.value()
             items.append(value[1])
             self.items.update(items)
@@ -184,14 +193,14 @@ def test_a_mutable_default_is_not_shared_between_keys(make_env):
 class TimerOnFirst(KeyedProcessFunction):
     """On the first record of a key, registers a timer `delay` from now; the timer emits once."""
 
-    def __init__(self, delay):
+    def __init__(self, delay: float) -> None:
         self.delay = delay
 
-    def open(self, ctx):
+    def open(self, ctx: Any) -> None:
         self.registered = ctx.value_state("registered")
         self.seen = ctx.value_state("seen", default=0)
 
-    def process_element(self, value, ctx):
+    def process_element(self, value: Any, ctx: Any) -> Any:
         self.seen.update(self.seen.value() + 1)
         if self.registered.value() is None:
             ts = ctx.current_processing_time() + self.delay
@@ -199,13 +208,15 @@ class TimerOnFirst(KeyedProcessFunction):
             ctx.register_processing_time_timer(ts)
         return None
 
-    def on_timer(self, timestamp, ctx):
+    def on_timer(self, timestamp: float, ctx: Any) -> Any:
         assert timestamp == self.registered.value()
         assert ctx.current_processing_time() >= timestamp
         yield ("timer", ctx.key, self.seen.value() > 0)
 
 
-def _slow_keyed(make_env, fn, keys, rounds, parallelism=2):
+def _slow_keyed(
+    make_env: MakeEnv, fn: KeyedProcessFunction, keys: str | list[str], rounds: int, parallelism: int = 2
+) -> tuple[StreamEnvironment, CollectSink]:
     """A keyed job whose source hands out one record per batch, so time passes while it reads."""
     env = make_env(parallelism=parallelism)
     sink = CollectSink()
@@ -215,48 +226,48 @@ def _slow_keyed(make_env, fn, keys, rounds, parallelism=2):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_timers_fire_once_per_key_with_ctx_key_set(make_env, run_virtual, seed):
+def test_timers_fire_once_per_key_with_ctx_key_set(make_env: MakeEnv, run_virtual: RunVirtual, seed: int) -> None:
     env, sink = _slow_keyed(make_env, TimerOnFirst(delay=0.02), "abcd", rounds=100)
     run_virtual(env, seed=seed)
     assert sorted(sink.committed()) == [("timer", k, True) for k in "abcd"]
 
 
-def test_timer_state_is_that_of_the_timers_key(make_env, run_virtual):
+def test_timer_state_is_that_of_the_timers_key(make_env: MakeEnv, run_virtual: RunVirtual) -> None:
     class Flush(KeyedProcessFunction):
         """Buffers a key's records in ListState; a timer flushes them as one record."""
 
-        def open(self, ctx):
+        def open(self, ctx: Any) -> None:
             self.buffer = ctx.list_state("buffer")
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             if not self.buffer.get():
                 ctx.register_processing_time_timer(ctx.current_processing_time() + 0.005)
             self.buffer.add(value[1])
 
-        def on_timer(self, timestamp, ctx):
+        def on_timer(self, timestamp: float, ctx: Any) -> Any:
             values = self.buffer.get()
             self.buffer.clear()
             yield (ctx.key, tuple(values))
 
     env, sink = _slow_keyed(make_env, Flush(), "xyz", rounds=60)
     run_virtual(env, seed=3)
-    flushed: dict = {}
+    flushed: dict[str, list[int]] = {}
     for key, values in sink.committed():
         flushed.setdefault(key, []).extend(values)
     # every record flushed exactly once, under its own key; records after the last timer stay buffered
     assert set(flushed) == set("xyz")
-    for key, values in flushed.items():
+    for values in flushed.values():
         assert len(values) == len(set(values)) > 1
         assert set(values) <= set(range(60))
     assert len([r for r in sink.committed() if r[0] == "x"]) > 1  # the timer fired repeatedly
 
 
-def test_a_deleted_timer_does_not_fire(make_env, run_virtual):
+def test_a_deleted_timer_does_not_fire(make_env: MakeEnv, run_virtual: RunVirtual) -> None:
     class RegisterThenDelete(KeyedProcessFunction):
-        def open(self, ctx):
+        def open(self, ctx: Any) -> None:
             self.ts = ctx.value_state("ts")
 
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             if self.ts.value() is None:
                 ts = ctx.current_processing_time() + 0.01
                 self.ts.update(ts)
@@ -264,7 +275,7 @@ def test_a_deleted_timer_does_not_fire(make_env, run_virtual):
                 if ctx.key == "drop":
                     ctx.delete_processing_time_timer(ts)
 
-        def on_timer(self, timestamp, ctx):
+        def on_timer(self, timestamp: float, ctx: Any) -> Any:
             yield ctx.key
 
     env, sink = _slow_keyed(make_env, RegisterThenDelete(), ["keep", "drop"], rounds=100)
@@ -272,13 +283,13 @@ def test_a_deleted_timer_does_not_fire(make_env, run_virtual):
     assert sink.committed() == ["keep"]
 
 
-def test_timers_of_the_same_time_for_one_key_fire_once(make_env, run_virtual):
+def test_timers_of_the_same_time_for_one_key_fire_once(make_env: MakeEnv, run_virtual: RunVirtual) -> None:
     class SameTime(KeyedProcessFunction):
-        def process_element(self, value, ctx):
+        def process_element(self, value: Any, ctx: Any) -> Any:
             if ctx.current_processing_time() < 0.05:  # every early record asks for the same timer
                 ctx.register_processing_time_timer(0.05)
 
-        def on_timer(self, timestamp, ctx):
+        def on_timer(self, timestamp: float, ctx: Any) -> Any:
             yield (ctx.key, timestamp)
 
     env, sink = _slow_keyed(make_env, SameTime(), "ab", rounds=150)
