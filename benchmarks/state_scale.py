@@ -43,7 +43,7 @@ def _checkpoint(storage: Any, backend: Any, checkpoint_id: int) -> dict[str, flo
     from epochal.runtime.operators import OperatorSnapshot
     from epochal.runtime.snapshots import write_task_snapshot
     from epochal.state.keygroups import KeyGroupRange
-    from epochal.state.storage import Manifest, OperatorState
+    from epochal.state.manifest import Manifest, OperatorState
 
     t0 = time.perf_counter()
     snap = OperatorSnapshot(keyed=backend.snapshot(checkpoint_id))
@@ -52,6 +52,7 @@ def _checkpoint(storage: Any, backend: Any, checkpoint_id: int) -> dict[str, flo
     storage.write_manifest(
         Manifest(checkpoint_id, "bench", time.time(), 0.0, (OperatorState("op", 1, 128, (states[0].state,)),))
     )
+    backend.on_snapshot_written(checkpoint_id, states[0].state.keyed_chain())  # as the task does
     t2 = time.perf_counter()
     backend.notify_checkpoint_complete(checkpoint_id)
     return {"sync_ms": (t1 - t0) * 1000, "total_s": t2 - t0, "bytes": written, "chain": len(states[0].state.keyed_chain())}

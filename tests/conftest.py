@@ -41,8 +41,8 @@ class _Deferred:
     def __init__(self) -> None:
         self.pending: list[Callable[[], None]] = []
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        self.pending.append(fn)
+    def submit(self, work: Callable[[], Any], on_done: Callable[[Any], None]) -> None:
+        self.pending.append(lambda: on_done(work()))
 
 
 @pytest.fixture

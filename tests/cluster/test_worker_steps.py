@@ -20,8 +20,14 @@ class _Task:
     run_steps = Task.run_steps
 
 
+class _NoBackground:
+    def run_done(self) -> None:
+        pass
+
+
 def _worker(tasks: list[_Task]) -> Worker:
     worker = Worker.__new__(Worker)  # only the stepping loop is exercised: no sockets
+    worker.background = _NoBackground()  # type: ignore[assignment]
     worker.failed = False
     worker.tasks = {t.name: t for t in tasks}
     return worker

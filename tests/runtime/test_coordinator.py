@@ -30,7 +30,8 @@ from epochal.runtime.messages import (
     NotifyCheckpointComplete,
     TriggerCheckpoint,
 )
-from epochal.state.storage import CheckpointStorage, Manifest, TaskCheckpointStats
+from epochal.state.manifest import Manifest, TaskCheckpointStats
+from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, ListSource
 
 
@@ -450,6 +451,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             fn()
             assert len(self.h.failures) == 1, "the failure manager must be told, once"
             self.failed = True
+            # the attempt is over: the coordinator aborted what was still pending
+            self.aborted += [(cid, AbortReason.TASK_FAILED) for cid in self.pending]
+            self.pending.clear()
             self.h.take_sent()
             return None
         result = fn()

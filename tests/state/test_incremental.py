@@ -17,7 +17,8 @@ from epochal.state.disk import DiskKeyedStateBackend
 from epochal.state.handles import ListState, MapState, ValueState
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of
-from epochal.state.storage import CheckpointStorage, Manifest, OperatorState
+from epochal.state.manifest import Manifest, OperatorState
+from epochal.state.storage import CheckpointStorage
 
 ALL = KeyGroupRange(0, 16)
 

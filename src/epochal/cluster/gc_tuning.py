@@ -19,8 +19,8 @@ done: the in-process executor runs in the user's process, and Spark may reuse a 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
@@ -31,14 +32,20 @@ from .gc_tuning import tuned_gc
 log = logging.getLogger(__name__)
 
 
+R = TypeVar("R")
+
+
 class _DeferredRunner:
-    """Background work as schedulable units, so its completion order follows the seed too."""
+    """Background work as schedulable units, so its completion order follows the seed too.
+
+    Everything runs on the one thread, so a unit hands its result on at once.
+    """
 
     def __init__(self) -> None:
         self.pending: list[Callable[[], None]] = []
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        self.pending.append(fn)
+    def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
+        self.pending.append(lambda: on_done(work()))
 
 
 class InProcessExecutor:

@@ -26,8 +26,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
@@ -173,14 +174,13 @@ class SparkExecutor:
             )
         master = JobMaster(job, WallClock(), from_checkpoint, self.progress)
         host = self.bind_host or sc.getConf().get("spark.driver.host", "127.0.0.1")
-        with tuned_gc(job.config.gc_threshold):
-            return _StageHost(master, sc, workers, host, self).run()
+        return _StageHost(master, sc, workers, host, self).run()
 
 
 class _StageHost:
     """The driver side of one job on Spark: launches, workers' links, and message routing."""
 
-    def __init__(self, master: JobMaster, sc: Any, workers: int, host: str, executor: "SparkExecutor") -> None:
+    def __init__(self, master: JobMaster, sc: Any, workers: int, host: str, executor: SparkExecutor) -> None:
         self.master = master
         self.job = master.job
         self.sc = sc
@@ -338,9 +338,9 @@ class _StageHost:
             if launch.is_done:
                 raise WorkerLost(f"the Spark stage ended: {_describe(launch.error)}")
             for key, _ in self.selector.select(0.01):
-                link: Link = key.fileobj  # type: ignore[assignment]
+                ready: Link = key.fileobj  # type: ignore[assignment]
                 try:
-                    frames = list(link.receive())
+                    frames = list(ready.receive())
                 except LinkClosed as exc:
                     raise WorkerLost(f"worker {key.data} is gone ({exc})") from exc
                 for kind, _, _, payload in frames:

@@ -20,8 +20,9 @@ import queue
 import selectors
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.channel import LocalChannel
@@ -53,14 +54,32 @@ _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 PROGRESS_INTERVAL = 1.0
 
 
+R = TypeVar("R")
+
+
 class _ThreadRunner:
-    """Background snapshot writes on one thread, in submission order."""
+    """Background snapshot writes on one thread, in submission order.
+
+    A finished write's result waits in `done` until the worker loop hands it on (`run_done`), so
+    tasks learn of it on their own thread.
+    """
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-snapshot")
+        self.done: queue.SimpleQueue[tuple[Callable[[Any], None], Future[Any]]] = queue.SimpleQueue()
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        self.pool.submit(fn)
+    def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
+        future = self.pool.submit(work)
+        future.add_done_callback(lambda f: self.done.put((on_done, f)))
+
+    def run_done(self) -> None:
+        """On the worker loop: hand every finished write's result to its task."""
+        while True:
+            try:
+                on_done, future = self.done.get_nowait()
+            except queue.Empty:
+                return
+            on_done(future.result())
 
 
 def worker_of(task: TaskId) -> int:
@@ -245,11 +264,12 @@ class Worker:
         The slice is short so that control messages (barrier triggers, commits, restarts) and
         credits are never stuck behind a slow operator for long.
         """
-        if self.failed:
-            return False
         busy = False
         deadline = time.monotonic() + _TIME_SLICE
         try:
+            self.background.run_done()  # finished snapshot writes, to their (open) tasks
+            if self.failed:
+                return False
             progressed = True
             while progressed and time.monotonic() < deadline:
                 progressed = False

@@ -9,7 +9,8 @@ send to the job master through `Attempt.deliver`, so both hosts handle them the 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..errors import CheckpointError
 from ..plan.job_graph import JobGraph, TaskId

@@ -2,8 +2,9 @@
 
 Records stay columnar as long as operators allow: Arrow → Python objects costs far more than
 any vectorized step (measured between two Spark tasks: tens of millions of Arrow rows/s, under
-two million pickled tuples/s). The conversion rules are fixed so that the per-record and the columnar path of a program produce the same records:
-an Arrow row is a tuple of its columns, or the bare value when there is one column.
+two million pickled tuples/s). The conversion rules are fixed so that the per-record and the
+columnar path of a program produce the same records: an Arrow row is a tuple of its columns, or
+the bare value when there is one column.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def batch_len(batch: Batch) -> int:
 
 def to_records(batch: Batch) -> list[Any]:
     """Python records of a batch: Arrow rows become tuples (or bare values for one column)."""
-    if type(batch) is list:
+    if isinstance(batch, list):
         return batch
     columns = [col.to_pylist() for col in batch.columns]
     if len(columns) == 1:

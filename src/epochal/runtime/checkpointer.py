@@ -4,25 +4,26 @@ ABS §4.2, Algorithm 1 asks each task to snapshot its state when a barrier is al
 at once; the dissertation (§4.5, asynchronous invocation) splits that snapshot into a
 *synchronous* part that only fixes the state (copy-on-write) and an *asynchronous* part that
 serialises and uploads it. The asynchronous part runs on the host's background runner (a
-thread on a Spark worker, a schedulable unit in the in-process executor); what it wrote comes
-back as a `SnapshotWritten` message through the task's inbox, so operators learn their written
-state (e.g. the file chain an incremental backend builds on) on the task's own thread, and only
-then is the checkpoint acknowledged to the job master (the prepare phase of the epoch commit,
-dissertation §4.1.3).
+thread on a Spark worker, a schedulable unit in the in-process executor), which hands what it
+wrote back to the task's own thread; there operators learn their written state (e.g. the file
+chain an incremental backend builds on), and only then is the checkpoint acknowledged to the job
+master (the prepare phase of the epoch commit, dissertation §4.1.3). Nothing crosses threads but
+the immutable snapshot (read) and the immutable result (returned).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, TypeVar
 
 from ..config import StateConfig
 from ..plan.job_graph import TaskId
 from ..state.keygroups import KeyGroupRange
-from ..state.storage import CheckpointStorage, TaskCheckpointStats
+from ..state.manifest import TaskCheckpointStats
+from ..state.storage import CheckpointStorage
 from .messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
 from .operators import OperatorSnapshot, RuntimeOperator
 from .snapshots import serialise_small_snapshots, write_task_snapshot
@@ -32,10 +33,15 @@ log = logging.getLogger(__name__)
 Snapshots = list[tuple[str, OperatorSnapshot]]
 
 
+R = TypeVar("R")
+
+
 class BackgroundRunner(Protocol):
     """Runs the asynchronous part of checkpoints off the processing path."""
 
-    def submit(self, fn: Callable[[], None]) -> None: ...
+    def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
+        """Run `work` off the processing path; then call `on_done(result)` on the task's thread."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,7 @@ class SubtaskCheckpointer:
         key_groups: the key groups this subtask owns, recorded with its state.
         storage: where state files go; None keeps checkpoints in memory only (no files).
         background: runs the asynchronous part.
-        inbox: the task's inbox, where the asynchronous part's result is delivered.
+        chain: the task's operators, told what was written of their state.
         send: to the job master.
         state: inline serialisation threshold and backend options.
     """
@@ -76,7 +82,7 @@ class SubtaskCheckpointer:
         key_groups: KeyGroupRange,
         storage: CheckpointStorage | None,
         background: BackgroundRunner,
-        inbox: deque[Any],
+        chain: Sequence[RuntimeOperator],
         send: Callable[[Any], None],
         state: StateConfig,
     ) -> None:
@@ -85,9 +91,10 @@ class SubtaskCheckpointer:
         self.key_groups = key_groups
         self.storage = storage
         self.background = background
-        self.inbox = inbox
+        self.chain = chain
         self.send = send
         self.inline_entries = state.inline_snapshot_entries
+        self.is_closed = False  # results of writes that end after the task closed are dropped
 
     def snapshot(self, chain: Sequence[RuntimeOperator], checkpoint_id: int) -> Snapshots:
         """The synchronous part: fix every operator's state (cheap, copy-on-write)."""
@@ -105,41 +112,50 @@ class SubtaskCheckpointer:
         sync_ms: float,
         synchronous: bool = False,
     ) -> None:
-        """The asynchronous part: write the snapshots, then report back through the inbox.
+        """The asynchronous part: write the snapshots, then report on the task's thread.
 
         A synchronous checkpoint (Naiad-style, `CheckpointConfig(mode="synchronous")`) writes
         before the task does anything else.
         """
-        storage, task_id, key_groups, inbox = self.storage, self.task_id, self.key_groups, self.inbox
+        storage, task_id, key_groups = self.storage, self.task_id, self.key_groups
 
-        def write_and_report() -> None:
+        def write() -> SnapshotWritten | SnapshotFailed:
             began = time.perf_counter()
             try:
                 states, size = write_task_snapshot(storage, checkpoint_id, task_id, key_groups, snapshots)
             except Exception as exc:
-                inbox.append(SnapshotFailed(checkpoint_id, f"writing state failed: {exc}"))
-                return
+                return SnapshotFailed(checkpoint_id, f"writing state failed: {exc}")
             async_ms = (time.perf_counter() - began) * 1000
             stats = TaskCheckpointStats(str(task_id), alignment_ms, sync_ms, async_ms, size)
-            inbox.append(SnapshotWritten(checkpoint_id, states, stats))  # deque.append: thread-safe
+            return SnapshotWritten(checkpoint_id, states, stats)
 
         if synchronous:
-            write_and_report()
+            self._on_result(write())
         else:
-            self.background.submit(write_and_report)
+            self.background.submit(write, self._on_result)
 
-    def on_written(self, result: SnapshotWritten, chain: Sequence[RuntimeOperator]) -> None:
-        """On the task's thread: operators learn their written state, then acknowledge."""
-        by_uid = {entry.uid: entry.state for entry in result.states}
-        for op in chain:
-            written = by_uid.get(op.uid)
-            if written is not None:
-                op.on_snapshot_written(result.checkpoint_id, written)
+    def _on_result(self, result: SnapshotWritten | SnapshotFailed) -> None:
+        """On the task's thread: operators learn their written state, then acknowledge (or decline)."""
+        if self.is_closed:
+            return
+        if type(result) is SnapshotFailed:
+            for op in self.chain:
+                op.on_snapshot_written(result.checkpoint_id, None)
+            log.warning("%s: checkpoint %d declined: %s", self.task_name, result.checkpoint_id, result.reason)
+            self.send(DeclineCheckpoint(self.task_id, result.checkpoint_id, result.reason))
+            return
+        assert type(result) is SnapshotWritten
+        written = {entry.uid: entry.state for entry in result.states} if self.storage is not None else {}
+        for op in self.chain:
+            op.on_snapshot_written(result.checkpoint_id, written.get(op.uid))
+        log.debug(
+            "%s: checkpoint %d written (%d bytes, %.1f ms)",
+            self.task_name, result.checkpoint_id, result.stats.bytes, result.stats.async_ms,
+        )
         self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats))
 
-    def on_failed(self, failure: SnapshotFailed) -> None:
-        log.warning("%s: checkpoint %d declined: %s", self.task_name, failure.checkpoint_id, failure.reason)
-        self.send(DeclineCheckpoint(self.task_id, failure.checkpoint_id, failure.reason))
+    def close(self) -> None:
+        self.is_closed = True
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
         """Decline a checkpoint this subtask will not take (e.g. its alignment was abandoned)."""

@@ -21,14 +21,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
 
 from ..config import CheckpointConfig
 from ..errors import CheckpointError
 from ..plan.job_graph import JobGraph, TaskId
-from ..state.storage import CheckpointStorage, Manifest, OperatorState, SubtaskState
+from ..state.manifest import Manifest, OperatorState, SubtaskState
+from ..state.storage import CheckpointStorage
 from .clock import Clock
 from .messages import (
     AcknowledgeCheckpoint,
@@ -216,6 +217,8 @@ class CheckpointCoordinator:
         for pending in list(self.pending.values()):
             if now - pending.triggered_at >= self.config.timeout:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
+                if self.is_stopped:  # the failure manager was told: the attempt is over
+                    return
         if self._periodic_due(now):
             self.trigger()
 
@@ -290,7 +293,9 @@ class CheckpointCoordinator:
             in_flight = [p.based_on for p in self.pending.values()]
             self.storage.retain(self.config.retain, pending.checkpoint_id, min(in_flight, default=None))
         self.on_completed(completed)
-        log.info("checkpoint %d complete (%.1f ms, %d bytes)", manifest.checkpoint_id, manifest.duration_ms, manifest.size)
+        log.info(
+            "checkpoint %d complete (%.1f ms, %d bytes)", manifest.checkpoint_id, manifest.duration_ms, manifest.size
+        )
         notify = NotifyCheckpointComplete(pending.checkpoint_id, pending.is_final)
         for task in self.tasks:
             self.send(task, notify)

@@ -8,12 +8,12 @@ what makes a barrier cut the stream consistently (ABS §4.2, assumption of FIFO 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 # A batch is a list of Python records, or an Arrow record batch on the columnar path.
-Batch = Union[list[Any], pa.RecordBatch]
+Batch: TypeAlias = list[Any] | pa.RecordBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class LoopProbe:
     active: bool
 
 
-Element = Union[list[Any], pa.RecordBatch, Barrier, Watermark, EndOfInput, LoopProbe]
+Element: TypeAlias = list[Any] | pa.RecordBatch | Barrier | Watermark | EndOfInput | LoopProbe
 
 
 def is_batch(element: Element) -> bool:

@@ -10,7 +10,8 @@ alignment (first barrier to snapshot), which the checkpoint statistics report.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import CorruptCheckpointError, JobFailedError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
-from ..state.storage import CheckpointStorage, Manifest
+from ..state.manifest import Manifest
+from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
@@ -65,6 +66,7 @@ class JobMaster:
         directory = job.config.checkpoint.directory
         self.storage = CheckpointStorage(directory) if directory else None
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        self._started_from = self.restore_from.checkpoint_id if self.restore_from is not None else None
         self.attempt: Attempt | None = None
         self.restarts = 0
         self.failures: list[str] = []
@@ -128,20 +130,37 @@ class JobMaster:
         self.restore_from = self._latest_restorable()
 
     def _latest_restorable(self) -> Manifest | None:
-        """The newest complete checkpoint not refused; None restarts from scratch."""
+        """The newest complete checkpoint of this job's own lineage that is not refused.
+
+        The lineage is what this run completed, and, when it started from a checkpoint, that one
+        and those before it. A checkpoint directory may hold newer checkpoints of an earlier run
+        (the job was started from an older one): restoring one of those would mix two histories.
+        None restarts from scratch.
+        """
         if self.storage is None:
             return None
-        before: int | None = None
-        while True:
-            manifest = self.storage.latest() if before is None else self.storage.latest(before=before)
-            if manifest is None or manifest.checkpoint_id not in self._refused:
-                if manifest is not None and self._refused:
-                    log.warning(
-                        "job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d",
-                        self.job.name, sorted(self._refused), manifest.checkpoint_id,
-                    )
-                return manifest
-            before = manifest.checkpoint_id
+        own = {c.checkpoint_id for c in self.checkpoints}
+        start = self._started_from
+        complete = self.storage.complete_checkpoints()
+        lineage = sorted({cid for cid in complete if cid in own or (start is not None and cid <= start)})
+        for checkpoint_id in reversed(lineage):
+            if checkpoint_id in self._refused:
+                continue
+            try:
+                manifest = self.storage.resolve(checkpoint_id)
+            except CorruptCheckpointError as exc:
+                log.warning("job %r: checkpoint %d refused: %s", self.job.name, checkpoint_id, exc)
+                self._refused.add(checkpoint_id)
+                continue
+            except NoCheckpointError:  # dropped by retention meanwhile
+                continue
+            if self._refused:
+                log.warning(
+                    "job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d",
+                    self.job.name, sorted(self._refused), checkpoint_id,
+                )
+            return manifest
+        return None
 
     # -- observing the attempt ---------------------------------------------------------------
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:

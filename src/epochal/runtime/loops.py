@@ -13,8 +13,9 @@ probe passes and none sent one after a probe passed (FIFO channels): the loop is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from .elements import LoopProbe

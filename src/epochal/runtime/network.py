@@ -19,7 +19,8 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 

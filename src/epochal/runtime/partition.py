@@ -7,12 +7,13 @@ to the subtask that owns its key group (dissertation §4.2, key groups), vectori
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ..plan.specs import PartitionKind, Partitioning
+from ..plan.specs import Partitioning, PartitionKind
 from .batches import batch_len, to_records
 from .elements import Batch
 from .key_index import KeyIndex

@@ -23,7 +23,7 @@ class CheckpointSummary:
     is_final: bool
 
     @staticmethod
-    def of(manifest: Manifest) -> "CheckpointSummary":
+    def of(manifest: Manifest) -> CheckpointSummary:
         tasks = manifest.tasks
         return CheckpointSummary(
             manifest.checkpoint_id,

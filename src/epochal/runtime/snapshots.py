@@ -20,9 +20,11 @@ from ..errors import CheckpointError
 from ..plan.job_graph import TaskId
 from ..state.contract import KeyedSnapshot
 from ..state.keygroups import KeyGroupRange
+from ..state.manifest import FileHandle, Manifest, SubtaskState
+from ..state.savepoints import storage_for
 from ..state.sections import KeyedGroups, apply_sections
 from ..state.snapshot_files import decode_keyed_file, decode_operator_state, encode_operator_state, iter_keyed_file
-from ..state.storage import CheckpointStorage, FileHandle, Manifest, SubtaskState, storage_for
+from ..state.storage import CheckpointStorage
 from .messages import OperatorSubtaskState
 from .operators import OperatorSnapshot
 

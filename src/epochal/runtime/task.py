@@ -17,17 +17,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..config import StateConfig
 from ..plan.job_graph import JobVertex, TaskId
 from ..state.keygroups import KeyGroupRange, key_group_range
-from ..state.storage import CheckpointStorage, Manifest
+from ..state.manifest import Manifest
+from ..state.storage import CheckpointStorage
 from .aligner import AlignStep
 from .batches import batch_len
-from .checkpointer import BackgroundRunner, SnapshotFailed, SnapshotWritten, Snapshots, SubtaskCheckpointer
+from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
 from .clock import Clock
 from .elements import END_OF_INPUT, Barrier, Batch, EndOfInput, LoopProbe, Watermark, is_batch
 from .input_gate import InputChannel, InputGate
@@ -42,7 +44,6 @@ from .messages import (
     TaskFinished,
     TriggerCheckpoint,
 )
-from .output_gate import OutputGate
 from .operators import (
     IterationHeadOperator,
     LoopLog,
@@ -52,6 +53,7 @@ from .operators import (
     SourceOperator,
     create_operator,
 )
+from .output_gate import OutputGate
 from .snapshots import read_operator_restore
 
 log = logging.getLogger(__name__)
@@ -115,7 +117,7 @@ class Task:
         )
         self.back_edges = back_edges
         self.checkpointer = SubtaskCheckpointer(
-            self.id, self.name, self.key_groups, setup.storage, setup.background, self.inbox, setup.send, setup.state
+            self.id, self.name, self.key_groups, setup.storage, setup.background, self.chain, setup.send, setup.state
         )
         self.probes = LoopProbes(self.head is not None, back_edges, loop_inputs, len(inputs))
         self.loop_snapshots = LoopSnapshots()
@@ -135,7 +137,8 @@ class Task:
         manifest, storage = self.setup.restore_from, self.setup.storage
         for op in self.chain:
             op.open(ctx)
-            keyed, states = None, []
+            keyed: dict[int, Any] | None = None
+            states: list[Any] = []
             if manifest is not None:  # storage may be None: a savepoint is read where it lies
                 keyed, states = read_operator_restore(
                     storage, manifest, op.uid, self.key_groups, self.setup.max_parallelism
@@ -149,6 +152,7 @@ class Task:
             raise RuntimeError(f"task {self.name} has neither inputs nor a source")
 
     def close(self) -> None:
+        self.checkpointer.close()
         for op in self.chain:
             try:
                 op.close()
@@ -354,11 +358,7 @@ class Task:
 
     def _on_message(self, message: Any) -> None:
         kind = type(message)
-        if kind is SnapshotWritten:
-            self.checkpointer.on_written(message, self.chain)
-        elif kind is SnapshotFailed:
-            self.checkpointer.on_failed(message)
-        elif kind is TriggerCheckpoint:
+        if kind is TriggerCheckpoint:
             self._on_trigger(message)
         elif kind is EndLoop:
             if self.state is TaskState.DRAINING:

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from .keygroups import KeyGroupRange
+from .manifest import FileHandle
 from .sections import KeyedGroups, Sections
-from .storage import FileHandle
 
 
 class KeyedSnapshot(Protocol):

@@ -44,8 +44,8 @@ from typing import Any
 
 from .incremental import ChangedKeys, IncrementalTracker, add_changed
 from .keygroups import KeyGroupRange, encode_key, owned_key_group
+from .manifest import FileHandle
 from .sections import KeyedGroups, Sections
-from .storage import FileHandle
 from .values import is_immutable, private
 
 _KG = struct.Struct(">H")

@@ -26,8 +26,8 @@ from typing import Any
 
 from .incremental import ChangedKeys, IncrementalTracker
 from .keygroups import KeyGroupRange, owned_key_group
+from .manifest import FileHandle
 from .sections import KeyedGroups, Sections
-from .storage import FileHandle
 from .values import IMMUTABLE_EXACT, is_immutable
 
 _ABSENT = object()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .storage import FileHandle
+from .manifest import FileHandle
 
 # key group → state name → keys written or deleted since the last snapshot
 ChangedKeys = dict[int, dict[str, set[Any]]]

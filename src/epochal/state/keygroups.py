@@ -89,7 +89,7 @@ class KeyGroupRange:
     def __len__(self) -> int:
         return self.end - self.start
 
-    def intersects(self, other: "KeyGroupRange") -> bool:
+    def intersects(self, other: KeyGroupRange) -> bool:
         return self.start < other.end and other.start < self.end
 
 

@@ -33,9 +33,6 @@ from .manifest import (
     CHECKPOINT_PREFIX,
     FileHandle,
     Manifest,
-    OperatorState,
-    SubtaskState,
-    TaskCheckpointStats,
     checkpoint_dir_name,
     checkpoint_of_path,
 )
@@ -361,26 +358,4 @@ def _checkpoint_label(path: str) -> str:
     return "" if checkpoint_id is None else f"checkpoint {checkpoint_id}: "
 
 
-# -- re-exported until importers move; remove --------------------------------------------------
-# Moved to manifest.py: FileHandle, SubtaskState, OperatorState, TaskCheckpointStats, Manifest
-# (imported above). Moved to savepoints.py: create_savepoint, load_savepoint, storage_for
-# (savepoints imports this module, so these resolve on first use).
-__all__ = [
-    "MANIFEST_NAME",
-    "CheckpointStorage",
-    "resolve_uri",
-    "FileHandle",
-    "SubtaskState",
-    "OperatorState",
-    "TaskCheckpointStats",
-    "Manifest",
-]
-_MOVED_TO_SAVEPOINTS = frozenset({"create_savepoint", "load_savepoint", "storage_for"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_SAVEPOINTS:
-        from . import savepoints
-
-        return getattr(savepoints, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["MANIFEST_NAME", "CheckpointStorage", "resolve_uri"]

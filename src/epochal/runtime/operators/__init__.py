@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...plan.specs import (
     IterationHeadSpec,

@@ -8,17 +8,18 @@ that turns its exception into an `OperatorError` naming the operator and the rec
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
 from ...config import StateConfig
 from ...errors import OperatorError
 from ...plan.specs import OperatorSpec
-from ...state.backend import KeyedStateSnapshot
+from ...state.contract import KeyedSnapshot
 from ...state.keygroups import KeyGroupRange
-from ...state.storage import SubtaskState
+from ...state.manifest import SubtaskState
 from ..batches import batch_len
 from ..clock import Clock
 from ..elements import Batch
@@ -41,7 +42,7 @@ class OperatorContext:
 class OperatorSnapshot:
     """The fixed state of one operator of one subtask; serialised off the processing path."""
 
-    keyed: KeyedStateSnapshot | None = None
+    keyed: KeyedSnapshot | None = None
     state: Any = None
 
 
@@ -70,8 +71,9 @@ class RuntimeOperator:
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot()
 
-    def on_snapshot_written(self, checkpoint_id: int, written: SubtaskState) -> None:
-        """The asynchronous part wrote this operator's snapshot; called on the task's thread."""
+    def on_snapshot_written(self, checkpoint_id: int, written: SubtaskState | None) -> None:
+        """The asynchronous part wrote this operator's snapshot (None: nothing was written, or
+        writing failed); called on the task's thread, before the checkpoint is acknowledged."""
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         pass

@@ -13,7 +13,9 @@ import pyarrow as pa
 
 from ...errors import OperatorError
 from ...plan.specs import KeyedCountSpec, KeyedReduceSpec
-from ...state.backend import HeapKeyedStateBackend
+from ...state.backends import create_backend
+from ...state.contract import KeyedStateBackend, RawKeyGroupMaps
+from ...state.manifest import SubtaskState
 from ..batches import to_records
 from ..columnar_count import ColumnarCounts
 from ..elements import Batch
@@ -22,31 +24,20 @@ from ..keys import batch_keys, encode_key_column, key_groups_of_column, key_grou
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 
 
-
-def create_backend(ctx: OperatorContext, uid: str) -> Any:
-    """The keyed-state backend `ctx.state` asks for: memory (dicts) or disk (RocksDB)."""
-    config = ctx.state
-    options = dict(
-        incremental=config.incremental, compact_every=config.compact_every, compact_ratio=config.compact_ratio
-    )
-    if config.backend == "disk":
-        from ..state.disk import DiskKeyedStateBackend
-
-        return DiskKeyedStateBackend(
-            ctx.key_groups, ctx.max_parallelism, local_dir=config.local_dir, label=f"{uid}-{ctx.subtask}", **options
-        )
-    return HeapKeyedStateBackend(ctx.key_groups, ctx.max_parallelism, **options)
-
-
 class KeyedOperator(RuntimeOperator):
     """An operator whose state is keyed, held in the key groups of its subtask."""
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
-        self.backend = create_backend(ctx, self.uid)
+        self.backend: KeyedStateBackend = create_backend(
+            ctx.state, ctx.key_groups, ctx.max_parallelism, f"{self.uid}-{ctx.subtask}"
+        )
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot(keyed=self.backend.snapshot(checkpoint_id))
+
+    def on_snapshot_written(self, checkpoint_id: int, written: SubtaskState | None) -> None:
+        self.backend.on_snapshot_written(checkpoint_id, None if written is None else written.keyed_chain())
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.backend.notify_checkpoint_complete(checkpoint_id)
@@ -119,7 +110,7 @@ class KeyedCountOperator(KeyedOperator):
         if columnar is not None and not columnar.accepts(distinct.type):
             self._flush_columnar(drop=True)
             columnar = None
-        if columnar is None and KeyIndex.supports(distinct.type) and isinstance(self.backend, HeapKeyedStateBackend):
+        if columnar is None and KeyIndex.supports(distinct.type) and isinstance(self.backend, RawKeyGroupMaps):
             columnar = self._columnar = ColumnarCounts(distinct.type, self.backend, _COUNT)
         if columnar is not None:
             return columnar.add(distinct, per_key)

@@ -23,7 +23,7 @@ class ProcessContext:
     Passed to `open()` (register state there) and to every `process_element` / `on_timer` call.
     """
 
-    def __init__(self, operator: "KeyedProcessOperator") -> None:
+    def __init__(self, operator: KeyedProcessOperator) -> None:
         self._op = operator
         self._backend = operator.backend
         self._states: dict[str, Any] = {}
