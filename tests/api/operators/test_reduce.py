@@ -2,31 +2,38 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
 from epochal.testing import CollectSink, ListSource
 
+if TYPE_CHECKING:
+    from api.conftest import MakeEnv
 
-def _by_key(records, key=lambda r: r[0]):
-    out: dict = {}
+
+def _by_key(records: list[Any]) -> dict[Any, list[Any]]:
+    """Records grouped by their first field, in order."""
+    out: dict[Any, list[Any]] = {}
     for r in records:
-        out.setdefault(key(r), []).append(r)
+        out.setdefault(r[0], []).append(r)
     return out
 
 
-def test_rolling_reduce_emits_every_intermediate_value(make_env):
+def test_rolling_reduce_emits_every_intermediate_value(make_env: MakeEnv) -> None:
     env = make_env(parallelism=1)
     sink = CollectSink()
     items = [("a", 1), ("b", 10), ("a", 2), ("a", 3), ("b", 20)]
-    env.from_source(ListSource(items)).key_by(lambda r: r[0]).reduce(lambda acc, r: (acc[0], acc[1] + r[1])).sink_to(sink)
+    keyed = env.from_source(ListSource(items)).key_by(lambda r: r[0])
+    keyed.reduce(lambda acc, r: (acc[0], acc[1] + r[1])).sink_to(sink)
     env.execute("reduce")
     assert sink.committed() == [("a", 1), ("b", 10), ("a", 3), ("a", 6), ("b", 30)]
 
 
-def test_the_first_record_of_a_key_passes_unchanged(make_env):
-    calls: list = []
+def test_the_first_record_of_a_key_passes_unchanged(make_env: MakeEnv) -> None:
+    calls: list[tuple[int, int]] = []
 
-    def fn(acc, record):
+    def fn(acc: int, record: int) -> int:
         calls.append((acc, record))
         return acc + record
 
@@ -39,7 +46,7 @@ def test_the_first_record_of_a_key_passes_unchanged(make_env):
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
-def test_reduce_keeps_state_per_key_in_parallel(make_env, parallelism):
+def test_reduce_keeps_state_per_key_in_parallel(make_env: MakeEnv, parallelism: int) -> None:
     items = [(f"k{i % 5}", i) for i in range(60)]
     env = make_env(parallelism=parallelism)
     sink = CollectSink()
@@ -52,9 +59,10 @@ def test_reduce_keeps_state_per_key_in_parallel(make_env, parallelism):
     env.execute("reduce-parallel")
     # One source split keeps records in order, and a key's records all go to one subtask.
     got = _by_key(sink.committed())
-    expected: dict = {}
+    expected: dict[Any, list[Any]] = {}
     for key, records in _by_key(items).items():
-        total, running = 0, []
+        total = 0
+        running: list[tuple[Any, int]] = []
         for _, v in records:
             total += v
             running.append((key, total))
@@ -62,7 +70,7 @@ def test_reduce_keeps_state_per_key_in_parallel(make_env, parallelism):
     assert got == expected
 
 
-def test_reduce_keyed_by_dict_field_name(make_env):
+def test_reduce_keyed_by_dict_field_name(make_env: MakeEnv) -> None:
     env = make_env(parallelism=2)
     sink = CollectSink()
     items = [{"user": u, "n": 1} for u in "abacab"]
@@ -73,13 +81,13 @@ def test_reduce_keyed_by_dict_field_name(make_env):
         .sink_to(sink)
     )
     env.execute("reduce-field")
-    finals = {}
+    finals: dict[str, int] = {}
     for r in sink.committed():
         finals[r["user"]] = max(finals.get(r["user"], 0), r["n"])
     assert finals == {"a": 3, "b": 2, "c": 1}
 
 
-def test_reduce_over_arrow_rows_keyed_by_function(make_env):
+def test_reduce_over_arrow_rows_keyed_by_function(make_env: MakeEnv) -> None:
     env = make_env(parallelism=2)
     sink = CollectSink()
     (
@@ -93,7 +101,7 @@ def test_reduce_over_arrow_rows_keyed_by_function(make_env):
     assert sorted(sink.committed()) == [("x", 1), ("x", 4), ("y", 2)]
 
 
-def test_reduce_keyed_by_arrow_column_name(make_env):
+def test_reduce_keyed_by_arrow_column_name(make_env: MakeEnv) -> None:
     env = make_env(parallelism=2)
     sink = CollectSink()
     (
