@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from epochal import CheckpointConfig, GraphError, StreamEnvironment
+from epochal import CheckpointConfig, DataStream, GraphError, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.connectors import read_committed
+from epochal.plan.job_graph import JobGraph
+from epochal.plan.specs import RecordFnSpec
 from epochal.runtime.operators import LoopLog
 from epochal.state.snapshot_files import decode_operator_state
 from epochal.state.storage import CheckpointStorage
@@ -18,13 +25,14 @@ from epochal.testing import CollectSink, ListSource
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
 sys.path.insert(0, os.path.abspath(EXAMPLES))
-from connected_components import components, final_labels, random_graph  # noqa: E402
+cc: Any = importlib.import_module("connected_components")
+components, final_labels, random_graph = cc.components, cc.final_labels, cc.random_graph
 
 
 def _halving(env: StreamEnvironment, values: list[int]) -> CollectSink:
     sink = CollectSink()
 
-    def halve(loop):
+    def halve(loop: DataStream) -> tuple[DataStream, DataStream]:
         halved = loop.map(lambda n: n // 2, name="halve")
         return halved.filter(lambda n: n > 0, name="positive"), halved
 
@@ -58,7 +66,7 @@ def test_the_feedback_edge_is_the_back_edge_and_the_loop_edges_are_marked() -> N
 def test_a_body_must_return_two_streams() -> None:
     env = StreamEnvironment(parallelism=1, executor="inprocess")
     with pytest.raises(GraphError, match=r"\(feedback, output\)"):
-        env.from_source(ListSource([1])).iterate(lambda loop: loop)
+        env.from_source(ListSource([1])).iterate(lambda loop: loop)  # type: ignore[arg-type, return-value]
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
@@ -76,7 +84,7 @@ def test_heavy_feedback_with_tiny_channels_does_not_deadlock() -> None:
     env = StreamEnvironment(parallelism=2, executor="inprocess", channel_capacity=1, batch_size=4)
     sink = CollectSink()
 
-    def fan_out(loop):
+    def fan_out(loop: DataStream) -> tuple[DataStream, DataStream]:
         spread = loop.flat_map(lambda r: [(r[0], r[1] + 1)] * 3 if r[1] < 6 else [], name="spread")
         return spread.rebalance(), loop.filter(lambda r: r[1] == 6, name="done")
 
@@ -85,14 +93,18 @@ def test_heavy_feedback_with_tiny_channels_does_not_deadlock() -> None:
     assert len(sink.committed()) == 8 * 3**6
 
 
-def _components_job(graph, out: str, ckpt: str, fail_at: int | None, seed: int):
+def _failing_after(f: Callable[[Any], Any], failing: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda m: failing(f(m))
+
+
+def _components_job(graph: list[tuple[int, int]], out: str, ckpt: str, fail_at: int | None, seed: int) -> JobGraph:
     env = StreamEnvironment(
         parallelism=2, executor="inprocess", seed=seed, batch_size=8,
         checkpoint=CheckpointConfig(interval=0.003, directory=ckpt, retain=10_000),
     )
     calls = {"n": 0}
 
-    def failing(record):
+    def failing(record: Any) -> Any:
         calls["n"] += 1
         if fail_at is not None and calls["n"] == fail_at:
             raise ValueError(f"injected at {fail_at}")
@@ -102,26 +114,25 @@ def _components_job(graph, out: str, ckpt: str, fail_at: int | None, seed: int):
     components(env, edges, out)
     job = env.job_graph("components")
     if fail_at is not None:  # fail inside the loop: in the feedback path, once
-        from dataclasses import replace
-
-        from epochal.plan.specs import RecordFnSpec
-
         vertices = []
         for v in job.vertices:
             chain = tuple(
-                replace(op, fn=(lambda f: (lambda m: failing(f(m))))(op.fn)) if op.name == "unwrap-feedback" else op
+                replace(op, fn=_failing_after(op.fn, failing))
+                if isinstance(op, RecordFnSpec) and op.name == "unwrap-feedback" else op
                 for op in v.chain
             )
             vertices.append(replace(v, chain=chain))
         job = replace(job, vertices=tuple(vertices))
-        assert any(isinstance(op, RecordFnSpec) and op.name == "unwrap-feedback" for v in job.vertices for op in v.chain)
+        names = [op.name for v in job.vertices for op in v.chain if isinstance(op, RecordFnSpec)]
+        assert "unwrap-feedback" in names
     return job
 
 
-def test_connected_components_survive_random_failures_inside_the_loop(tmp_path) -> None:
+def test_connected_components_survive_random_failures_inside_the_loop(tmp_path: Path) -> None:
     graph = random_graph(vertices=60, edges=70, seed=3)
     baseline = str(tmp_path / "base")
-    InProcessExecutor(seed=0, virtual_time=True).execute(_components_job(graph, baseline, str(tmp_path / "c0"), None, 0))
+    job = _components_job(graph, baseline, str(tmp_path / "c0"), None, 0)
+    InProcessExecutor(seed=0, virtual_time=True).execute(job)
     expected = final_labels(tuple(r) for r in read_committed(baseline))
     assert len(set(expected.values())) < len(expected)  # components were merged: labels flowed round
 
@@ -152,7 +163,7 @@ def _loop_log_records(ckpt: str, checkpoint_id: int) -> int:
     return total
 
 
-def test_snapshots_hold_loop_logs_and_only_loop_heads_store_channel_records(tmp_path) -> None:
+def test_snapshots_hold_loop_logs_and_only_loop_heads_store_channel_records(tmp_path: Path) -> None:
     graph = random_graph(vertices=60, edges=70, seed=5)
     ckpt = str(tmp_path / "ckpt")
     InProcessExecutor(seed=4, virtual_time=True).execute(_components_job(graph, str(tmp_path / "out"), ckpt, None, 4))
