@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def running_counts(keys: Iterable[Any]) -> list[tuple[Any, int]]:
     """Every `(key, running count)` a keyed count emits for `keys`, sorted by repr."""
-    seen: Counter = Counter()
+    seen: Counter[Any] = Counter()
     out = []
     for k in keys:
         seen[k] += 1
