@@ -95,7 +95,7 @@ def test_state_survives_rescaling_2_3_1_2(tmp_path: Path, backend: str) -> None:
         last: dict[Any, int] = {}
         for key, total in sink.committed():
             last[key] = max(last.get(key, 0), total)
-        assert last == {k: totals[k] for k in last}
+        assert last and last == {k: totals[k] for k in last}
 
 
 def test_sources_and_sinks_rescale_mid_stream(tmp_path: Path) -> None:
