@@ -111,8 +111,8 @@ def test_encode_frame_is_what_a_link_sends(links: tuple[Link, Link]) -> None:
 def test_send_object_is_a_pickled_control_frame(links: tuple[Link, Link]) -> None:
     left, right = links
     left.send_object({"start": 3}, 3)  # the attempt, by position
-    ((kind, generation, channel, payload),) = _pump(left, right, 1)
-    assert (kind, generation, channel) == (CONTROL, 3, 0)
+    ((kind, attempt, channel, payload),) = _pump(left, right, 1)
+    assert (kind, attempt, channel) == (CONTROL, 3, 0)
     assert pickle.loads(payload) == {"start": 3}
 
 
@@ -180,7 +180,7 @@ def test_records_events_and_arrow_batches_cross_a_channel_in_order(links: tuple[
     out.flush()
     frames = _pump(left, right, len(elements))
     assert [kind for kind, *_ in frames] == [DATA_PICKLE, EVENT, DATA_ARROW, EVENT, EVENT, DATA_PICKLE, EVENT]
-    assert {(generation, channel) for _, generation, channel, _ in frames} == {(3, 4)}
+    assert {(attempt, channel) for _, attempt, channel, _ in frames} == {(3, 4)}
     _deliver(frames, inp)
     received = _drain(inp)
     assert received == elements
@@ -268,8 +268,8 @@ def test_the_consumer_returns_credit_after_half_its_capacity_was_polled(links: t
     assert inp.poll() == [0]
     assert not right.wants_write
     assert inp.poll() == [1]
-    ((kind, generation, channel, payload),) = _pump(right, left, 1)
-    assert (kind, generation, channel, parse_credit(payload)) == (CREDIT, 2, 6, 2)
+    ((kind, attempt, channel, payload),) = _pump(right, left, 1)
+    assert (kind, attempt, channel, parse_credit(payload)) == (CREDIT, 2, 6, 2)
     assert inp.poll() == [2] and inp.poll() == [3] and inp.poll() is None and not inp
     assert [parse_credit(p) for *_, p in _pump(right, left, 1)] == [2]
 
