@@ -204,7 +204,9 @@ def run(quick: bool) -> dict[str, Any]:
     spark2 = f"local[{min(2, cores)}]"
     hosts["spark"] = {
         "host": f"spark {spark2}",
-        "fig6": run_on_spark(spark2, "benchmarks.abs_eval", "spark_fig6", records=spark_records, parallelism=2, rounds=rounds),
+        "fig6": run_on_spark(
+            spark2, "benchmarks.abs_eval", "spark_fig6", records=spark_records, parallelism=2, rounds=rounds
+        ),
         "fig7": run_on_spark(spark2, "benchmarks.abs_eval", "spark_fig7", records=fig7_records, parallelisms=[1, 2]),
     }
     try:  # 4 workers need 4 slots: local[4] on this 2-core machine (oversubscribed)
@@ -246,7 +248,7 @@ def _summary(result: dict[str, Any]) -> str:
             "alignment p50 / p99 ms | size (full) | written (delta) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for name, c in f6["configs"].items():
+        for _name, c in f6["configs"].items():
             label = {"none": "none (baseline)", "aligned": "ABS", "synchronous": "synchronous"}[c["mode"]]
             interval = "—" if c["interval"] is None else f"{c['interval']:g}"
             if c["mode"] == "none":

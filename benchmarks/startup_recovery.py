@@ -128,7 +128,7 @@ def run(quick: bool) -> dict[str, Any]:
         env = tiny_env(tmp, slow=0.002, run=f"k{i}")
         errors: list[BaseException] = []
 
-        def execute(ex: Any = ex, env: Any = env) -> None:
+        def execute(ex: Any = ex, env: Any = env, errors: list[BaseException] = errors) -> None:
             try:
                 ex.execute(env.job_graph("relaunch"))
             except BaseException as exc:  # noqa: BLE001 - re-raised below
@@ -173,7 +173,7 @@ def run(quick: bool) -> dict[str, Any]:
         + "\n\n![start-up and recovery](img/startup_recovery.png)\n\n"
         "In-place recovery needs no Spark work: the workers keep their Spark tasks and rebuild "
         "their operators from the latest checkpoint. A dead worker fails the barrier stage, which "
-        "Spark does not retry, so the job manager cancels it and submits a new one; most of that "
+        "Spark does not retry, so the job master cancels it and submits a new one; most of that "
         "time is Spark's task scheduling and the barrier rendezvous (`allGather`, about 1 s).\n"
     )
     return result

@@ -55,7 +55,12 @@ def _checkpoint(storage: Any, backend: Any, checkpoint_id: int) -> dict[str, flo
     backend.on_snapshot_written(checkpoint_id, states[0].state.keyed_chain())  # as the task does
     t2 = time.perf_counter()
     backend.notify_checkpoint_complete(checkpoint_id)
-    return {"sync_ms": (t1 - t0) * 1000, "total_s": t2 - t0, "bytes": written, "chain": len(states[0].state.keyed_chain())}
+    return {
+        "sync_ms": (t1 - t0) * 1000,
+        "total_s": t2 - t0,
+        "bytes": written,
+        "chain": len(states[0].state.keyed_chain()),
+    }
 
 
 def _fill(backend: Any, n: int) -> None:
@@ -134,7 +139,8 @@ def run(quick: bool) -> dict[str, Any]:
                 print(
                     f"{kind:6} {r['state_mb']:7.0f} MB  full {r['full']['bytes'] / 1e6:8.1f} MB "
                     f"{r['full']['total_s']:6.2f} s  incremental {r['incremental']['bytes'] / 1e6:7.2f} MB "
-                    f"{r['incremental']['total_s']:6.2f} s  ({r['incremental_ratio']:.2%})  restore {r['restore_s']:.2f} s",
+                    f"{r['incremental']['total_s']:6.2f} s  ({r['incremental_ratio']:.2%})  "
+                    f"restore {r['restore_s']:.2f} s",
                     flush=True,
                 )
     finally:
@@ -142,12 +148,14 @@ def run(quick: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"rows": rows, "value_bytes": VALUE_BYTES, "changed_fraction": CHANGED}
     _plot(rows)
     lines = [
-        "| backend | state | full: bytes | full: s | incremental (1 % changed): bytes | incremental: s | incremental / full | sync ms (incr.) | restore s |",
+        "| backend | state | full: bytes | full: s | incremental (1 % changed): bytes | incremental: s "
+        "| incremental / full | sync ms (incr.) | restore s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['backend']} | {r['state_mb']:.0f} MB | {r['full']['bytes'] / 1e6:.1f} MB | {r['full']['total_s']:.2f} "
+            f"| {r['backend']} | {r['state_mb']:.0f} MB | {r['full']['bytes'] / 1e6:.1f} MB "
+            f"| {r['full']['total_s']:.2f} "
             f"| {r['incremental']['bytes'] / 1e6:.2f} MB | {r['incremental']['total_s']:.3f} "
             f"| {r['incremental_ratio']:.2%} | {r['incremental']['sync_ms']:.1f} | {r['restore_s']:.2f} |"
         )
@@ -177,9 +185,13 @@ def _plot(rows: list[dict[str, Any]]) -> None:
         mine = [r for r in rows if r["backend"] == kind]
         x = [r["state_mb"] for r in mine]
         axes[0].plot(x, [r["full"]["bytes"] / 1e6 for r in mine], marker=marker, label=f"{kind}, full")
-        axes[0].plot(x, [r["incremental"]["bytes"] / 1e6 for r in mine], marker=marker, ls="--", label=f"{kind}, incremental")
+        axes[0].plot(
+            x, [r["incremental"]["bytes"] / 1e6 for r in mine], marker=marker, ls="--", label=f"{kind}, incremental"
+        )
         axes[1].plot(x, [r["full"]["total_s"] for r in mine], marker=marker, label=f"{kind}, full")
-        axes[1].plot(x, [r["incremental"]["total_s"] for r in mine], marker=marker, ls="--", label=f"{kind}, incremental")
+        axes[1].plot(
+            x, [r["incremental"]["total_s"] for r in mine], marker=marker, ls="--", label=f"{kind}, incremental"
+        )
         axes[2].plot(x, [r["restore_s"] for r in mine], marker=marker, label=kind)
     for ax, title, ylabel in (
         (axes[0], "checkpoint size", "MB written"),

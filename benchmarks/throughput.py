@@ -141,11 +141,17 @@ def _summary(result: dict[str, Any]) -> str:
     for key in ("inprocess", "spark"):
         host = result["hosts"][key]
         ceiling = host["ceiling"]["pyarrow"]["words_per_s"]
-        lines.append(f"| {host['host']} | ceiling: pyarrow, one call | — | all | {ceiling / 1e6:.2f} | {ceiling / 1e6:.2f} | 100 % |")
+        lines.append(
+            f"| {host['host']} | ceiling: pyarrow, one call | — | all | {ceiling / 1e6:.2f} | {ceiling / 1e6:.2f} "
+            "| 100 % |"
+        )
         if "polars" in host["ceiling"]:
             pol = host["ceiling"]["polars"]["words_per_s"]
-            lines.append(f"| {host['host']} | ceiling: polars | — | all | {pol / 1e6:.2f} | {pol / 1e6:.2f} | {pol / ceiling:.0%} |")
-        for name, r in host["paths"].items():
+            lines.append(
+                f"| {host['host']} | ceiling: polars | — | all | {pol / 1e6:.2f} | {pol / 1e6:.2f} "
+                f"| {pol / ceiling:.0%} |"
+            )
+        for _name, r in host["paths"].items():
             share = r["words_per_s_per_core"] / ceiling
             lines.append(
                 f"| {host['host']} | {r['path']} | {r['parallelism']} | {r['batch_lines']} | "

@@ -48,7 +48,9 @@ def components(env, edges, out):
 
     def body(loop):
         tagged = loop.key_by(lambda m: m[1]).process(PropagateLabels(), name="propagate")
-        feedback = tagged.filter(lambda t: t[0] == "feedback", name="feedback").map(lambda t: t[1], name="unwrap-feedback")
+        feedback = tagged.filter(lambda t: t[0] == "feedback", name="feedback").map(
+            lambda t: t[1], name="unwrap-feedback"
+        )
         output = tagged.filter(lambda t: t[0] == "out", name="changes").map(lambda t: t[1], name="unwrap-changes")
         return feedback, output
 

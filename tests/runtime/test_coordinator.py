@@ -38,9 +38,8 @@ from epochal.testing import CollectSink, ListSource
 def tiny_job(config: CheckpointConfig, source_parallelism: int = 2, parallelism: int = 2) -> JobGraph:
     """source (xS) --key_group--> count -> sink (xP)."""
     env = epochal.StreamEnvironment(parallelism, executor="inprocess", checkpoint=config)
-    env.from_source(ListSource(["a", "b", "c"])).set_parallelism(source_parallelism).key_by(lambda x: x).count().sink_to(
-        CollectSink()
-    )
+    source = env.from_source(ListSource(["a", "b", "c"])).set_parallelism(source_parallelism)
+    source.key_by(lambda x: x).count().sink_to(CollectSink())
     return env.job_graph("tiny")
 
 
@@ -246,7 +245,9 @@ def test_tasks_that_ended_are_triggered_directly() -> None:
     h.coordinator.on_inputs_ended(InputsEnded(h.sources[0]))  # a source got its trigger already
     assert h.take_sent() == []
     h.at(2.0)
-    assert h.take_sent() == [(t, TriggerCheckpoint(2, 2.0, False)) for t in h.tasks if t in h.sources or t == downstream]
+    assert h.take_sent() == [
+        (t, TriggerCheckpoint(2, 2.0, False)) for t in h.tasks if t in h.sources or t == downstream
+    ]
 
 
 def test_an_ended_task_that_acknowledged_is_not_triggered_again() -> None:
@@ -415,7 +416,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.pending[cid] = {"acked": set(), "at": now, "final": is_final}
         done = self.completed[-1] if self.completed else 0  # the newest complete, told to the tasks
         expected += [
-            (t, TriggerCheckpoint(cid, now, is_final, False, done)) for t in self.tasks if t in self.sources or t in self.ended
+            (t, TriggerCheckpoint(cid, now, is_final, False, done))
+            for t in self.tasks
+            if t in self.sources or t in self.ended
         ]
         if is_final:
             self.final = cid

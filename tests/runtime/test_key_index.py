@@ -98,10 +98,14 @@ def test_a_key_whose_chain_meets_its_tag_only_after_growth_keeps_its_slot() -> N
     low = {"f64": 64, "f65": 65, "a": 66, "f60": 60, "f61": 61, "f62": 62, "b": 60, "f63": 63}
     low |= {f"g{i}": 10 + i for i in range(9)}  # the ninth new key pushes the load past a quarter
     tag = {k: 1 if k in ("a", "b") else 2 + i for i, k in enumerate(low)}
-    chosen = lambda _, keys: np.array([(tag[k] << 32) | low[k] for k in keys.to_pylist()], dtype=np.uint64)
+
+    def chosen(_: np.ndarray, keys: pa.Array) -> np.ndarray:
+        return np.array([(tag[k] << 32) | low[k] for k in keys.to_pylist()], dtype=np.uint64)
+
     with hashes_replaced(chosen):
         index = KeyIndex(pa.string(), MAX_P)
-        slots = {k: int(index.lookup(pa.array([k]))[0][0]) for k in ["f64", "f65", "a", "f60", "f61", "f62", "b", "f63"]}
+        placed = ["f64", "f65", "a", "f60", "f61", "f62", "b", "f63"]
+        slots = {k: int(index.lookup(pa.array([k]))[0][0]) for k in placed}
         assert len(index._cells) == 64
         index.lookup(pa.array([f"g{i}" for i in range(9)]))
         assert len(index._cells) == 128
