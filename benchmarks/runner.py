@@ -20,7 +20,8 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -99,7 +100,7 @@ def machine() -> dict[str, Any]:
 
 def run(name: str, quick: bool) -> dict[str, Any]:
     fn, title = _REGISTRY[name]
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     result = fn(quick)
     result.update(
         name=name, title=title, quick=quick, machine=machine(),

@@ -7,8 +7,9 @@ pickled by value (as `startup_recovery` does): everything a job needs at run tim
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
