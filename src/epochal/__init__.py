@@ -22,6 +22,7 @@ from .api.functions import AggregateFunction as AggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.stream import DataStream as DataStream
 from .api.stream import KeyedStream as KeyedStream
+from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
@@ -61,6 +62,7 @@ __all__ = sorted(
         "StateConfig",
         "StreamEnvironment",
         "ValueState",
+        "WatermarkStrategy",
     ]
 )
 

@@ -4,8 +4,8 @@ A protocol, not a class the runtime inherits: the runtime must not import the AP
 (imports point one way), so its context object conforms structurally and mypy checks user code
 against this contract. The state handles it returns are those of `epochal.state.handles`.
 
-The contract will grow with event time (the next issue): `current_watermark()` and event-time
-timers (`timers.register_event_time(ts)`). Until then it speaks of processing time only.
+Timers run in two domains: event time (they fire when the watermark reaches them) and
+processing time (when the task's clock does); `time_domain` says which one fired in `on_timer`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,30 @@ from ..state.handles import ListState, MapState, ValueState
 
 
 @runtime_checkable
+class Timers(Protocol):
+    """The current key's timers (`ctx.timers`); one per key, domain and timestamp."""
+
+    def register_event_time(self, timestamp: float) -> None:
+        """Call `on_timer(timestamp, ctx)` for the current key once the watermark reaches it
+        (seconds since the epoch, or a `datetime`)."""
+        ...
+
+    def delete_event_time(self, timestamp: float) -> None:
+        """Drop the current key's event-time timer at `timestamp`, if there is one."""
+        ...
+
+    def register_processing_time(self, timestamp: float) -> None:
+        """Call `on_timer(timestamp, ctx)` for the current key once processing time reaches it."""
+        ...
+
+    def delete_processing_time(self, timestamp: float) -> None:
+        """Drop the current key's processing-time timer at `timestamp`, if there is one."""
+        ...
+
+
+@runtime_checkable
 class ProcessContext(Protocol):
-    """The current key, its keyed state, and processing-time timers.
+    """The current key, its keyed state, event and processing time, and timers.
 
     Passed to `KeyedProcessFunction.open` (register state there: only registered state is
     checkpointed) and to every `process_element` and `on_timer` call. State handles always act
@@ -56,6 +78,22 @@ class ProcessContext(Protocol):
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered as another kind.
         """
+        ...
+
+    @property
+    def timers(self) -> Timers:
+        """The current key's timers, in both time domains."""
+        ...
+
+    @property
+    def time_domain(self) -> Any:
+        """In `on_timer`: the domain of the timer firing (a `TimeDomain`, whose `.value` is
+        `"event_time"` or `"processing_time"`); None elsewhere."""
+        ...
+
+    def current_watermark(self) -> float:
+        """The operator's event time: no record older than this is still to come (-inf before
+        the first watermark, inf once the input ended)."""
         ...
 
     def current_processing_time(self) -> float:

@@ -33,6 +33,7 @@ from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Source
 from .stream import DataStream
+from .time import WatermarkStrategy
 
 Executor = Literal["inprocess", "spark"]
 EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
@@ -154,11 +155,23 @@ class StreamEnvironment:
             if _overrides.checkpoint_directory is not None:
                 self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
 
-    def from_source(self, source: Source, *, name: str | None = None) -> DataStream:
-        """A stream of the records of a replayable source."""
+    def from_source(
+        self, source: Source, *, name: str | None = None, watermarks: WatermarkStrategy | None = None
+    ) -> DataStream:
+        """A stream of the records of a replayable source.
+
+        Args:
+            source: the source.
+            name: the operator's name (and default uid).
+            watermarks: where each record's event time is and how out of order records may be;
+                every split generates its own watermark (see `WatermarkStrategy`).
+        """
         check_has_methods("source", source, "Source", ("splits", "open_split"))
+        if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
+            raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
         op_name = self._graph.unique_name("source") if name is None else check_name("name", name)
-        node = self._graph.add(SourceSpec(op_name, op_name, source), [])
+        spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None)
+        node = self._graph.add(spec, [])
         return DataStream(self, node.id)
 
     def job_graph(self, name: str = "job") -> JobGraph:

@@ -20,8 +20,10 @@ class KeyedProcessFunction(ABC):
     per subtask before any record (and again after a restart): register state there with
     `ctx.value_state(name)`, `ctx.list_state(name)`, `ctx.map_state(name)`.
     `process_element(value, ctx)` runs per record with `ctx.key` set; it returns (or yields) the
-    records to emit. `on_timer(timestamp, ctx)` runs when a processing-time timer registered with
-    `ctx.register_processing_time_timer(ts)` is due, with `ctx.key` set to the timer's key.
+    records to emit. `on_timer(timestamp, ctx)` runs when a timer is due, with `ctx.key` set to the
+    timer's key and `ctx.time_domain` to its domain: an event-time timer
+    (`ctx.timers.register_event_time(ts)`) once the watermark reaches `ts`, a processing-time timer
+    (`ctx.timers.register_processing_time(ts)`) once the clock does.
 
     Each subtask gets its own copy of the function object, so instance attributes are per
     subtask; only state registered through `ctx` is checkpointed.
@@ -44,7 +46,7 @@ class KeyedProcessFunction(ABC):
         """Handle one record of the current key; return or yield the records to emit."""
 
     def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
-        """Handle a due processing-time timer of `ctx.key`; return or yield records."""
+        """Handle a due timer of `ctx.key` (`ctx.time_domain` says which clock); return or yield records."""
         return None
 
 

@@ -18,6 +18,7 @@ from ..plan.specs import (
     BROADCAST,
     FORWARD,
     REBALANCE,
+    AssignTimestampsSpec,
     IterationHeadSpec,
     KeyedCountSpec,
     KeyedProcessSpec,
@@ -37,6 +38,7 @@ from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProces
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
+    from .time import WatermarkStrategy
 
 
 class DataStream:
@@ -191,6 +193,19 @@ class DataStream:
         return output
 
     # -- partitioning ----------------------------------------------------------------------------
+    def assign_timestamps(self, watermarks: WatermarkStrategy, *, name: str | None = None) -> DataStream:
+        """Read event time from this stream's records and generate watermarks from them here.
+
+        Watermarks from upstream end at this operator; its own follow the largest timestamp it
+        has seen, less the strategy's delay (one generator per subtask).
+        """
+        from .time import WatermarkStrategy
+
+        if not isinstance(watermarks, WatermarkStrategy):
+            raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
+        spec = watermarks.spec
+        return self._add(lambda n: AssignTimestampsSpec(n, n, spec), "assign_timestamps", name)
+
     def key_by(self, key: KeySelector) -> KeyedStream:
         """Partition by key: a function of the record, or a field name (Arrow column or dict key)."""
         if not callable(key):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from .time import WatermarkSpec
+
 KeySelector = Callable[[Any], Any] | str
 
 
@@ -26,9 +28,10 @@ class OperatorSpec:
 
 @dataclass(frozen=True, slots=True)
 class SourceSpec(OperatorSpec):
-    """Reads a replayable source (an `epochal.Source`)."""
+    """Reads a replayable source (an `epochal.Source`), generating watermarks if asked to."""
 
     source: Any
+    watermarks: WatermarkSpec | None = None
 
 
 class RecordFnKind(Enum):
@@ -78,6 +81,13 @@ class KeyedProcessSpec(OperatorSpec):
 @dataclass(frozen=True, slots=True)
 class UnionSpec(OperatorSpec):
     """Merges its inputs; records pass unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class AssignTimestampsSpec(OperatorSpec):
+    """Generates watermarks from the records passing through; upstream watermarks stop here."""
+
+    watermarks: WatermarkSpec
 
 
 @dataclass(frozen=True, slots=True)

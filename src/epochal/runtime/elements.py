@@ -28,9 +28,14 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class Watermark:
-    """Event time has reached `timestamp` on this channel (used once event time lands)."""
+    """No record older than `timestamp` follows on this channel (`runtime.watermarks`).
+
+    `idle`: the producer has nothing to say for now (its splits are idle); its channel stops
+    holding back the consumer's watermark until a watermark without `idle` comes.
+    """
 
     timestamp: float
+    idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)

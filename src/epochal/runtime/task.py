@@ -55,6 +55,7 @@ from .operators import (
 )
 from .output_gate import OutputGate
 from .snapshots import read_operator_restore
+from .watermarks import END_OF_TIME, InputWatermarks, WatermarkAdvance
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,9 @@ class Task:
         self.checkpointer = SubtaskCheckpointer(
             self.id, self.name, self.key_groups, setup.storage, setup.background, self.chain, setup.send, setup.state
         )
+        self.watermarks = InputWatermarks(len(inputs), back_edges)
+        # the last operator of the chain that generates watermarks (`assign_timestamps`), if any
+        self._assigner = max((i for i, op in enumerate(self.chain) if op.generates_watermarks), default=None)
         self.probes = LoopProbes(self.head is not None, back_edges, loop_inputs, len(inputs))
         self.loop_snapshots = LoopSnapshots()
         self.records_in = [0] * len(self.chain)
@@ -224,15 +228,24 @@ class Task:
                 self.records_out[i] += batch_len(batch)
         if batch is not None and batch_len(batch):
             self.output.emit(batch)
+        if self._assigner is not None and start <= self._assigner:
+            advance = self.chain[self._assigner].take_watermark()
+            if advance is not None:
+                self._advance_watermark(advance, self._assigner + 1)
 
     def _step_source(self) -> None:
         assert self.source is not None
-        batch = self.source.poll(self.setup.batch_size)
+        source = self.source
+        batch = source.poll(self.setup.batch_size)
         if batch is None:
+            if source.watermarks is not None:
+                self._advance_watermark(WatermarkAdvance(END_OF_TIME), 1)
             self._end_input()
             return
         self.records_out[0] += batch_len(batch)
         self._run_chain(1, batch)
+        if source.watermarks is not None and (advance := source.take_watermark()) is not None:
+            self._advance_watermark(advance, 1)
 
     def _step_input(self) -> None:
         polled = self.gate.poll()
@@ -256,11 +269,16 @@ class Task:
         elif type(element) is LoopProbe:
             self._on_probe(element)
         elif type(element) is Watermark:
-            pass  # event time lands with windows; nothing consumes watermarks yet
+            advance = self.watermarks.on_watermark(idx, element.timestamp, element.idle)
+            if advance is not None:
+                self._advance_watermark(advance, 0)
         else:
             raise RuntimeError(f"task {self.name}: unexpected element {element!r}")
 
     def _on_end_of_input(self, idx: int) -> None:
+        advance = self.watermarks.on_end(idx)
+        if advance is not None and self.watermarks.has_seen:
+            self._advance_watermark(advance, 0)
         aligner = self.gate.aligner
         if aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
             assert aligner.completed is not None
@@ -275,6 +293,18 @@ class Task:
             # The loop's input ended; the loop itself may still hold records.
             self.state = TaskState.DRAINING
             self.setup.send(InputsEnded(self.id))
+
+    def _advance_watermark(self, advance: WatermarkAdvance, start: int) -> None:
+        """Event time moved: operators from `start` on fire what is due, then it goes downstream."""
+        if self._assigner is not None and start <= self._assigner and advance.timestamp != END_OF_TIME:
+            return  # upstream event time ends at the assigner, which makes its own
+        if not advance.idle:
+            for i in range(start, len(self.chain)):
+                out = self.chain[i].on_watermark(advance.timestamp)
+                if out is not None and batch_len(out):
+                    self.records_out[i] += batch_len(out)
+                    self._run_chain(i + 1, out)
+        self.output.broadcast(Watermark(advance.timestamp, advance.idle))
 
     def _fire_timers(self) -> None:
         now = self.setup.clock.now()

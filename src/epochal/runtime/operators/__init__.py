@@ -3,7 +3,7 @@
 - `base`: the base class, its context and snapshot, and the guard around user code;
 - `io`: sources and sinks (operator state: split positions, prepared commits);
 - `stateless`: map/filter/flat_map, map_batches, union;
-- `loop_head`: the head of a loop;
+- `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
 - `keyed`: count and reduce per key; `process`: a user's keyed process function with timers.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...plan.specs import (
+    AssignTimestampsSpec,
     IterationHeadSpec,
     KeyedCountSpec,
     KeyedProcessSpec,
@@ -31,8 +32,10 @@ from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
+from .time import AssignTimestampsOperator
 
 __all__ = [
+    "AssignTimestampsOperator",
     "IterationHeadOperator", "KeyedCountOperator", "KeyedOperator", "KeyedProcessOperator",
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
     "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
@@ -41,6 +44,7 @@ __all__ = [
 
 _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     SourceSpec: SourceOperator,
+    AssignTimestampsSpec: AssignTimestampsOperator,
     SinkSpec: SinkOperator,
     RecordFnSpec: RecordFnOperator,
     MapBatchesSpec: MapBatchesOperator,

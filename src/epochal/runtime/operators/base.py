@@ -49,6 +49,8 @@ class OperatorSnapshot:
 class RuntimeOperator:
     """Base of the running operators; the defaults are those of a stateless operator."""
 
+    generates_watermarks = False  # watermarks from upstream stop here; see `take_watermark`
+
     def __init__(self, spec: OperatorSpec) -> None:
         self.name = spec.name
         self.uid = spec.uid
@@ -66,6 +68,14 @@ class RuntimeOperator:
         return None
 
     def on_processing_time(self, now: float) -> Batch | None:
+        return None
+
+    def on_watermark(self, watermark: float) -> Batch | None:
+        """Event time reached `watermark`: fire what is due (windows, event-time timers)."""
+        return None
+
+    def take_watermark(self) -> Any:
+        """For an operator that generates watermarks: its `WatermarkAdvance`, if it moved."""
         return None
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:

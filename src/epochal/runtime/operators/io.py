@@ -9,36 +9,52 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from ...errors import OperatorError
 from ...plan.specs import SinkSpec, SourceSpec
-from ..batches import batch_len
+from ...plan.time import EventTime, TimestampError
+from ..batches import batch_len, to_records
 from ..elements import Batch
+from ..watermarks import SplitWatermarks, WatermarkAdvance
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, guard
 
 
 @dataclass(slots=True)
 class SourcePositions:
-    """Operator state of a source subtask: how far each of its splits has been read."""
+    """Operator state of a source subtask: how far each of its splits has been read, and the
+    largest timestamp read from each (so its watermark resumes exactly after a restore)."""
 
     positions: dict[str, Any] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+    max_timestamp: dict[str, float] = field(default_factory=dict)
 
 
 class SourceOperator(RuntimeOperator):
-    """Reads the splits of a replayable source assigned to this subtask, one after another.
+    """Reads the splits of a replayable source assigned to this subtask.
 
     Split `i` of the source's deterministic split list belongs to subtask `i % parallelism`; a
-    split's position points just past the last record handed out (dissertation §3.4:
-    source state is an offset into a replayable log), so a restore rewinds exactly.
+    split's position points just past the last record handed out (dissertation §3.4: source
+    state is an offset into a replayable log), so a restore rewinds exactly.
+
+    Without event time the splits are read one after another. With a watermark strategy every
+    unfinished split is open and they are read a batch each in turn, as Flink reads the
+    partitions it is assigned: each split's watermark trails its own timestamps, and the
+    subtask's is their minimum (`runtime.watermarks`), so no split runs ahead and turns another's
+    records late.
     """
 
     def __init__(self, spec: SourceSpec) -> None:
         super().__init__(spec)
         self.source = spec.source
+        self.spec = spec.watermarks
         self._state = SourcePositions()
         self._splits: list[Any] = []
-        self._reader: Any = None
-        self._current: Any = None
+        self._readers: dict[str, Any] = {}  # open readers, by split id, in reading order
+        self._turn = 0
+        self.watermarks: SplitWatermarks | None = (
+            SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
+        )
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
@@ -52,50 +68,100 @@ class SourceOperator(RuntimeOperator):
                 continue
             self._state.positions.update(old.positions)
             self._state.finished |= old.finished
+            self._state.max_timestamp.update(getattr(old, "max_timestamp", {}))
+        if self.watermarks is not None:
+            mine = {s.split_id for s in self._splits}
+            self.watermarks.restore({k: v for k, v in self._state.max_timestamp.items() if k in mine})
 
     @property
     def is_exhausted(self) -> bool:
-        return self._reader is None and self._next_split() is None
+        return not self._readers and not self._unopened()
 
-    def _next_split(self) -> Any:
-        for split in self._splits:
-            if split.split_id not in self._state.finished:
-                return split
-        return None
+    def _unopened(self) -> list[Any]:
+        return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
+
+    def _open_readers(self) -> None:
+        limit = len(self._splits) if self.watermarks is not None else 1
+        for split in self._unopened()[: max(0, limit - len(self._readers))]:
+            with guard(self.name, f"<opening split {split.split_id}>"):
+                self._readers[split.split_id] = self.source.open_split(
+                    split, self._state.positions.get(split.split_id)
+                )
 
     def poll(self, max_records: int) -> Batch | None:
         """The next batch, or None once every split of this subtask is exhausted."""
         while True:
-            if self._reader is None:
-                split = self._next_split()
-                if split is None:
-                    return None
-                self._current = split
-                with guard(self.name, f"<opening split {split.split_id}>"):
-                    self._reader = self.source.open_split(split, self._state.positions.get(split.split_id))
+            self._open_readers()
+            if not self._readers:
+                return None
+            ids = list(self._readers)
+            split_id = ids[self._turn % len(ids)]
+            self._turn += 1
+            reader = self._readers[split_id]
             try:
-                batch = self._reader.read(max_records)
+                batch = reader.read(max_records)
             except OperatorError:
                 raise
             except Exception as exc:
-                raise OperatorError(self.name, f"<split {self._current.split_id}>", exc) from exc
+                raise OperatorError(self.name, f"<split {split_id}>", exc) from exc
             if batch is not None:
-                self._state.positions[self._current.split_id] = self._reader.position()
+                self._state.positions[split_id] = reader.position()
+                if self.watermarks is not None:
+                    self._observe(split_id, batch)
                 return batch
-            self._state.finished.add(self._current.split_id)
-            self._state.positions.pop(self._current.split_id, None)
-            self._reader.close()
-            self._reader = None
+            self._state.finished.add(split_id)
+            self._state.positions.pop(split_id, None)
+            self._state.max_timestamp.pop(split_id, None)
+            reader.close()
+            del self._readers[split_id]
+
+    def _observe(self, split_id: str, batch: Batch) -> None:
+        """Feed the batch's largest timestamp to its split's watermark."""
+        assert self.watermarks is not None and self.spec is not None
+        event_time = self.spec.event_time
+        if batch_len(batch) == 0:
+            self.watermarks.on_records(split_id, None, self.ctx.clock.now())
+            return
+        try:
+            if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
+                times = event_time.of_arrow(batch)
+            else:
+                times = event_time.of_records(to_records(batch))
+        except TimestampError as exc:
+            raise OperatorError(self.name, _bad_timestamp_record(event_time, batch, split_id), exc) from exc
+        newest = float(times.max())
+        self.watermarks.on_records(split_id, newest, self.ctx.clock.now())
+        if newest > self._state.max_timestamp.get(split_id, float("-inf")):
+            self._state.max_timestamp[split_id] = newest
+
+    def take_watermark(self) -> WatermarkAdvance | None:
+        """The subtask's watermark over its unfinished splits, if it moved since last asked."""
+        if self.watermarks is None:
+            return None
+        unfinished = [s.split_id for s in self._splits if s.split_id not in self._state.finished]
+        return self.watermarks.advance(unfinished, self.ctx.clock.now())
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot(
-            state=SourcePositions(dict(self._state.positions), set(self._state.finished))
+            state=SourcePositions(
+                dict(self._state.positions), set(self._state.finished), dict(self._state.max_timestamp)
+            )
         )
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        for reader in self._readers.values():
+            reader.close()
+        self._readers = {}
+
+
+def _bad_timestamp_record(event_time: EventTime, batch: Batch, split_id: str) -> Any:
+    """The first record of `batch` whose timestamp cannot be read, for the error message."""
+    for record in to_records(batch):
+        try:
+            event_time.of_record(record)
+        except TimestampError:
+            return record
+    return f"<a batch of split {split_id}>"
 
 
 class SinkOperator(RuntimeOperator):

@@ -2,31 +2,64 @@
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from typing import Any
 
 from ...errors import OperatorError
 from ...plan.specs import KeyedProcessSpec
+from ...plan.time import time_of
 from ...state.handles import ListState, MapState, ValueState
 from ..elements import Batch
 from ..keys import batch_keys
+from ..watermarks import NO_WATERMARK
 from .base import OperatorContext, extend
 from .keyed import KeyedOperator
+from .timers import KeyedTimers, TimeDomain
 
-_TIMERS = "__timers__"
+
+class Timers:
+    """The current key's timers, as a process function registers them (`ctx.timers`)."""
+
+    def __init__(self, timers: KeyedTimers) -> None:
+        self._timers = timers
+
+    def register_event_time(self, timestamp: float) -> None:
+        """Call `on_timer(timestamp, ctx)` for the current key once the watermark reaches it."""
+        self._timers.register(TimeDomain.EVENT_TIME, time_of(timestamp))
+
+    def delete_event_time(self, timestamp: float) -> None:
+        self._timers.delete(TimeDomain.EVENT_TIME, time_of(timestamp))
+
+    def register_processing_time(self, timestamp: float) -> None:
+        """Call `on_timer(timestamp, ctx)` for the current key once processing time reaches it."""
+        self._timers.register(TimeDomain.PROCESSING_TIME, float(timestamp))
+
+    def delete_processing_time(self, timestamp: float) -> None:
+        self._timers.delete(TimeDomain.PROCESSING_TIME, float(timestamp))
 
 
 class ProcessContext:
-    """What a keyed process function sees: the current key, its state, and timers.
+    """What a keyed process function sees: the current key, its state, time and timers.
 
-    Passed to `open()` (register state there) and to every `process_element` / `on_timer` call.
+    Passed to `open()` (register state there) and to every `process_element` / `on_timer` call;
+    it implements `epochal.ProcessContext` (the API layer's protocol).
     """
 
     def __init__(self, operator: KeyedProcessOperator) -> None:
         self._op = operator
         self._backend = operator.backend
         self._states: dict[str, Any] = {}
+        self._timers = Timers(operator.timers)
+        self._time_domain: TimeDomain | None = None  # of the timer firing, in `on_timer`
+
+    @property
+    def timers(self) -> Timers:
+        """The current key's timers, in both time domains."""
+        return self._timers
+
+    @property
+    def time_domain(self) -> TimeDomain | None:
+        """In `on_timer`: which clock the firing timer follows; None elsewhere."""
+        return self._time_domain
 
     @property
     def key(self) -> Any:
@@ -61,30 +94,30 @@ class ProcessContext:
     def current_processing_time(self) -> float:
         return self._op.ctx.clock.now()
 
+    def current_watermark(self) -> float:
+        """The operator's event time: -inf before the first watermark, inf after the input ended."""
+        return self._op.watermark
+
     def register_processing_time_timer(self, timestamp: float) -> None:
         """Call `on_timer(timestamp, ctx)` for the current key once processing time reaches it."""
-        self._op.register_timer(float(timestamp))
+        self.timers.register_processing_time(timestamp)
 
     def delete_processing_time_timer(self, timestamp: float) -> None:
-        self._op.delete_timer(float(timestamp))
+        self.timers.delete_processing_time(timestamp)
 
 
 class KeyedProcessOperator(KeyedOperator):
-    """A user's keyed process function, with keyed state and processing-time timers.
-
-    Timers are keyed state (a tuple of timestamps per key), so they are checkpointed with the
-    key group they belong to; the heap that orders them is rebuilt on restore.
-    """
+    """A user's keyed process function, with keyed state and timers in both time domains."""
 
     def __init__(self, spec: KeyedProcessSpec) -> None:
         super().__init__(spec)
         self.function = spec.function
         self.key = spec.key
-        self._heap: list[tuple[float, int, int, Any]] = []
-        self._seq = itertools.count()
+        self.watermark = NO_WATERMARK
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
+        self.timers = KeyedTimers(self.backend)
         self.pctx = ProcessContext(self)
         opener = getattr(self.function, "open", None)
         if opener is not None:
@@ -94,47 +127,33 @@ class KeyedProcessOperator(KeyedOperator):
                 raise OperatorError(self.name, "<open>", exc) from exc
 
     # -- timers ----------------------------------------------------------------------------------
-    def register_timer(self, ts: float) -> None:
-        backend = self.backend
-        timers = backend.get(_TIMERS, ())
-        if ts not in timers:
-            backend.put(_TIMERS, tuple(sorted(timers + (ts,))))
-            heapq.heappush(self._heap, (ts, next(self._seq), backend.current_key_group, backend.current_key))
-
-    def delete_timer(self, ts: float) -> None:
-        timers = self.backend.get(_TIMERS, ())
-        if ts in timers:
-            rest = tuple(t for t in timers if t != ts)
-            if rest:
-                self.backend.put(_TIMERS, rest)
-            else:
-                self.backend.delete(_TIMERS)
-
     def next_timer(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        return self.timers.next(TimeDomain.PROCESSING_TIME)
 
     def on_processing_time(self, now: float) -> Batch | None:
+        return self._fire(TimeDomain.PROCESSING_TIME, now)
+
+    def on_watermark(self, watermark: float) -> Batch | None:
+        self.watermark = max(self.watermark, watermark)
+        return self._fire(TimeDomain.EVENT_TIME, self.watermark)
+
+    def _fire(self, domain: TimeDomain, until: float) -> Batch | None:
         out: list[Any] = []
-        heap, backend = self._heap, self.backend
-        while heap and heap[0][0] <= now:
-            ts, _, kg, key = heapq.heappop(heap)
-            backend.set_current_key(key, kg)
-            timers = backend.get(_TIMERS, ())
-            if ts not in timers:
-                continue  # deleted, or fired already
-            self.delete_timer(ts)
-            try:
-                extend(out, self.function.on_timer(ts, self.pctx))
-            except Exception as exc:
-                raise OperatorError(self.name, f"<timer {ts} of key {key!r}>", exc) from exc
+        pctx, on_timer = self.pctx, self.function.on_timer
+        pctx._time_domain = domain
+        try:
+            for ts, key in self.timers.pop_due(domain, until):
+                try:
+                    extend(out, on_timer(ts, pctx))
+                except Exception as exc:
+                    raise OperatorError(self.name, f"<{domain.value} timer {ts} of key {key!r}>", exc) from exc
+        finally:
+            pctx._time_domain = None
         return out or None
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
-        for kg, key in list(self.backend.keys(_TIMERS)):
-            self.backend.set_current_key(key, kg)
-            for ts in self.backend.get(_TIMERS, ()):
-                heapq.heappush(self._heap, (ts, next(self._seq), kg, key))
+        self.timers.restore()
 
     # -- records ---------------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:

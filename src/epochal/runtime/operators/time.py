@@ -1,0 +1,72 @@
+"""Event time mid-stream: the operator behind `DataStream.assign_timestamps`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ...errors import OperatorError
+from ...plan.specs import AssignTimestampsSpec
+from ...plan.time import TimestampError
+from ..batches import batch_len, to_records
+from ..elements import Batch
+from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
+from .base import OperatorSnapshot, RuntimeOperator
+
+_ALL = "all"  # one generator per subtask: its input is one stream, not a set of splits
+
+
+class AssignTimestampsOperator(RuntimeOperator):
+    """Generates this subtask's watermark from the timestamps of the records it passes on.
+
+    Records pass unchanged. Watermarks from upstream end here (the task asks `generates_watermarks`),
+    as with Flink's `assignTimestampsAndWatermarks`. Its state is the largest timestamp seen; on a
+    restore with another parallelism every subtask takes the smallest of the old subtasks', so
+    no watermark runs ahead of a record still to come.
+    """
+
+    generates_watermarks = True
+
+    def __init__(self, spec: AssignTimestampsSpec) -> None:
+        super().__init__(spec)
+        self.spec = spec.watermarks
+        self.generator = SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness)
+
+    def process(self, batch: Batch) -> Batch | None:
+        n = batch_len(batch)
+        event_time = self.spec.event_time
+        try:
+            if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
+                times = event_time.of_arrow(batch)
+            else:
+                times = event_time.of_records(to_records(batch))
+        except TimestampError as exc:
+            raise OperatorError(self.name, _first_bad(event_time, batch), exc) from exc
+        self.generator.on_records(_ALL, float(times.max()) if n else None, self.ctx.clock.now())
+        return batch
+
+    def take_watermark(self) -> WatermarkAdvance | None:
+        return self.generator.advance([_ALL], self.ctx.clock.now())
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot(state=self.generator.max_timestamp.get(_ALL))
+
+    def restore(self, keyed: Any, states: list[Any]) -> None:
+        seen = [s for s in states if s is not None]
+        if seen:
+            self.generator.restore({_ALL: min(seen)})
+
+    @property
+    def watermark(self) -> float:
+        newest = self.generator.max_timestamp.get(_ALL)
+        return NO_WATERMARK if newest is None else newest - self.spec.max_delay
+
+
+def _first_bad(event_time: Any, batch: Batch) -> Any:
+    for record in to_records(batch):
+        try:
+            event_time.of_record(record)
+        except TimestampError:
+            return record
+    return f"<batch of {batch_len(batch)} records>"

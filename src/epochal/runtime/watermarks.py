@@ -1,0 +1,138 @@
+"""Watermarks: generated per source split, combined per task, carried in-band.
+
+A watermark `t` promises that no record with a timestamp below `t` follows on that channel (the
+dissertation's low watermark, §6.3). Generation follows Flink's per-split model: each split's
+watermark trails the largest timestamp read from it by the allowed delay; a source subtask's
+watermark is the minimum over its unfinished splits, leaving out the idle ones (no records for
+the idleness timeout), and the subtask is idle when all of them are. A task's watermark is the
+minimum over its inputs, leaving out idle, ended and loop back-edge channels: what comes round a
+loop was already counted where it entered it, so a loop never holds back what lies downstream of
+it. Watermarks only move forward. Pure bookkeeping: no I/O, times passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+NO_WATERMARK = -math.inf  # nothing is known yet: every record is on time
+END_OF_TIME = math.inf  # the input ended: every window may fire
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkAdvance:
+    """What a task forwards: a new watermark, or that it has become idle (or active again)."""
+
+    timestamp: float
+    idle: bool = False
+
+
+class SplitWatermarks:
+    """The watermark of one source subtask over the splits it reads.
+
+    Args:
+        max_delay: how far a split's watermark trails its largest timestamp.
+        idleness: seconds without records after which a split stops holding the watermark back;
+            None: never.
+    """
+
+    def __init__(self, max_delay: float, idleness: float | None) -> None:
+        self.max_delay = max_delay
+        self.idleness = idleness
+        self.max_timestamp: dict[str, float] = {}  # per split: the largest timestamp read
+        self._last_active: dict[str, float] = {}
+        self._emitted = NO_WATERMARK
+        self._idle = False
+
+    def restore(self, max_timestamp: dict[str, float]) -> None:
+        self.max_timestamp.update(max_timestamp)
+
+    def on_records(self, split_id: str, max_timestamp: float | None, now: float) -> None:
+        """A split delivered records (`max_timestamp` None: it delivered nothing this time)."""
+        if max_timestamp is not None:
+            self._last_active[split_id] = now
+            if max_timestamp > self.max_timestamp.get(split_id, -math.inf):
+                self.max_timestamp[split_id] = max_timestamp
+        else:
+            self._last_active.setdefault(split_id, now)
+
+    def advance(self, splits: Iterable[str], now: float) -> WatermarkAdvance | None:
+        """The watermark over the unfinished `splits`, if it moved (or the idle status changed)."""
+        active = [s for s in splits if not self._is_idle(s, now)]
+        if not active and self.idleness is not None and self._last_active:
+            if self._idle:
+                return None
+            self._idle = True
+            return WatermarkAdvance(self._emitted, idle=True)
+        if not active:  # no splits left: the input is done (the task sends END_OF_TIME itself)
+            return None
+        low = min(self.max_timestamp.get(s, -math.inf) for s in active) - self.max_delay
+        was_idle, self._idle = self._idle, False
+        if low > self._emitted:
+            self._emitted = low
+            return WatermarkAdvance(low)
+        if was_idle:
+            return WatermarkAdvance(self._emitted)
+        return None
+
+    def _is_idle(self, split_id: str, now: float) -> bool:
+        if self.idleness is None:
+            return False
+        last = self._last_active.get(split_id)
+        return last is not None and now - last >= self.idleness
+
+
+class InputWatermarks:
+    """A task's watermark: the minimum over its input channels that count.
+
+    Args:
+        channels: the number of inputs.
+        back_edges: inputs that close a loop; they never hold the watermark back.
+    """
+
+    def __init__(self, channels: int, back_edges: frozenset[int] = frozenset()) -> None:
+        self._marks = [NO_WATERMARK] * channels
+        self._idle = [False] * channels
+        self._counted = [i not in back_edges for i in range(channels)]
+        self.current = NO_WATERMARK
+        self.is_idle = False
+        self.has_seen = False  # a watermark arrived: this task is on event time
+
+    def on_watermark(self, channel: int, timestamp: float, idle: bool = False) -> WatermarkAdvance | None:
+        if not self._counted[channel]:
+            return None
+        self.has_seen = True
+        self._idle[channel] = idle
+        if not idle and timestamp > self._marks[channel]:
+            self._marks[channel] = timestamp
+        return self._combine()
+
+    def on_end(self, channel: int) -> WatermarkAdvance | None:
+        """A channel ended: it holds nothing back any more."""
+        if not self._counted[channel]:
+            return None
+        self._marks[channel] = END_OF_TIME
+        self._idle[channel] = False
+        return self._combine()
+
+    def _combine(self) -> WatermarkAdvance | None:
+        counted = [(m, idle) for m, idle, c in zip(self._marks, self._idle, self._counted) if c]
+        open_marks = [(m, idle) for m, idle in counted if m != END_OF_TIME]
+        if counted and not open_marks:  # every input ended
+            low = END_OF_TIME
+        else:
+            live = [m for m, idle in open_marks if not idle]
+            if not live:  # the open inputs are all idle: say so once, keep the watermark
+                if open_marks and not self.is_idle:
+                    self.is_idle = True
+                    return WatermarkAdvance(self.current, idle=True)
+                return None
+            low = min(live)
+        was_idle, self.is_idle = self.is_idle, False
+        if low > self.current:
+            self.current = low
+            return WatermarkAdvance(low)
+        if was_idle:
+            return WatermarkAdvance(self.current)
+        return None

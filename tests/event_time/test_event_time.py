@@ -1,0 +1,139 @@
+"""Event time end to end: watermarks from sources, through shuffles, to event-time timers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from epochal import (
+    CheckpointConfig,
+    KeyedProcessFunction,
+    OperatorError,
+    RestartStrategy,
+    StreamEnvironment,
+    WatermarkStrategy,
+)
+from epochal.cluster.inprocess import InProcessExecutor
+from epochal.testing import CollectSink, Crash, ListSource
+
+N = 300
+
+
+def _events(disorder: int = 0) -> list[tuple[str, float]]:
+    """(key, ts): timestamps rise by 1, each block of `disorder + 1` reversed (bounded delay)."""
+    out = [(f"k{i % 4}", float(i)) for i in range(N)]
+    if disorder:
+        block = disorder + 1
+        out = [e for start in range(0, N, block) for e in reversed(out[start : start + block])]
+    return out
+
+
+class FireAtEventTime(KeyedProcessFunction):
+    """Registers a timer at each record's time + 10; when it fires, emits (key, ts, watermark)."""
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+        assert value[1] >= ctx.current_watermark(), "a record older than the watermark is late"
+        ctx.timers.register_event_time(value[1] + 10)
+        return ()
+
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
+        assert ctx.time_domain.value == "event_time"
+        yield (ctx.key, timestamp, ctx.current_watermark())
+
+
+def _job(
+    tmp_path: Any, *, disorder: int = 0, delay: float = 0.0, parallelism: int = 2, crash_at: int | None = None
+) -> tuple[StreamEnvironment, CollectSink]:
+    env = StreamEnvironment(
+        parallelism=parallelism,
+        checkpoint=CheckpointConfig(interval=0.003, directory=str(tmp_path / "ckpt")),
+        executor="inprocess",
+        restart=RestartStrategy(max_restarts=2),
+    )
+    items: list[Any] = list(_events(disorder))
+    if crash_at is not None:
+        items.insert(crash_at, Crash())
+    strategy = WatermarkStrategy.bounded_out_of_orderness(delay, timestamp=1)
+    sink = CollectSink()
+    (env.from_source(ListSource(items, splits=4, batch_size=7), watermarks=strategy)
+        .key_by(lambda e: e[0]).process(FireAtEventTime()).sink_to(sink))
+    return env, sink
+
+
+def _run(env: StreamEnvironment, seed: int = 0) -> Any:
+    return InProcessExecutor(seed=seed, virtual_time=True).execute(env.job_graph("event-time"))
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_event_time_timers_fire_once_the_watermark_passes_them(tmp_path: Any, parallelism: int) -> None:
+    env, sink = _job(tmp_path, parallelism=parallelism)
+    _run(env, seed=parallelism)
+    fired = sink.committed()
+    assert sorted((k, t) for k, t, _ in fired) == sorted((k, ts + 10) for k, ts in _events())
+    assert all(watermark >= t for _, t, watermark in fired)
+    # the watermark moved during the run: timers did not all wait for the end of the input
+    assert sum(1 for *_, watermark in fired if math.isfinite(watermark)) > N // 5
+
+
+def test_bounded_disorder_within_the_delay_is_never_late(tmp_path: Any) -> None:
+    env, sink = _job(tmp_path, disorder=3, delay=3.0)  # the asserts in the function check it
+    _run(env, seed=1)
+    assert len(sink.committed()) == N
+
+
+def test_a_crash_restores_watermarks_and_timers_exactly_once(tmp_path: Any) -> None:
+    clean_env, clean = _job(tmp_path / "clean")
+    _run(clean_env, seed=2)
+    crash_env, crashed = _job(tmp_path / "crash", crash_at=200)
+    result = _run(crash_env, seed=2)
+    assert result.restarts == 1 and result.restored_from[1] is not None
+    assert sorted((k, t) for k, t, _ in crashed.committed()) == sorted((k, t) for k, t, _ in clean.committed())
+
+
+def test_a_record_without_a_timestamp_names_the_operator_and_the_record() -> None:
+    env = StreamEnvironment(parallelism=1, executor="inprocess", restart=RestartStrategy.none())
+    strategy = WatermarkStrategy.for_monotonous_timestamps(timestamp="ts")
+    records = [{"ts": 1.0}, {"ts": "noon"}]
+    env.from_source(ListSource(records), watermarks=strategy, name="events").sink_to(CollectSink())
+    with pytest.raises(Exception) as failed:
+        env.execute("bad-time")
+    error = failed.value if isinstance(failed.value, OperatorError) else failed.value.__cause__
+    assert isinstance(error, OperatorError)
+    assert "events" in str(error) and "noon" in str(error)
+
+
+def test_arrow_timestamp_columns_and_datetimes_are_times() -> None:
+    from epochal.plan.time import EventTime, time_of
+
+    batch = pa.RecordBatch.from_pydict(
+        {"ts": pa.array([0, 1_500], pa.timestamp("ms")), "d": pa.array([dt.date(1970, 1, 2)] * 2)}
+    )
+    assert EventTime(field="ts").of_arrow(batch).tolist() == [0.0, 1.5]
+    assert EventTime(field="d").of_arrow(batch).tolist() == [86_400.0, 86_400.0]
+    assert time_of(dt.datetime(1970, 1, 1, 0, 1, tzinfo=dt.UTC)) == 60.0
+
+
+class _AtWatermark(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+        ctx.timers.register_event_time(value["at"])
+        return ()
+
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
+        yield (ctx.key, timestamp, ctx.current_watermark())
+
+
+def test_assign_timestamps_makes_watermarks_mid_stream() -> None:
+    env = StreamEnvironment(parallelism=2, executor="inprocess")
+    sink = CollectSink()
+    (env.from_source(ListSource(_events(), splits=2))
+        .map(lambda e: {"key": e[0], "at": e[1]})
+        .assign_timestamps(WatermarkStrategy.for_monotonous_timestamps(timestamp="at"))
+        .key_by("key").process(_AtWatermark()).sink_to(sink))
+    env.execute("assign")
+    fired = sink.committed()
+    assert len(fired) == N and all(w >= t for _, t, w in fired)
