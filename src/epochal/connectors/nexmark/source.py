@@ -142,7 +142,8 @@ class NexmarkReader(SplitReader):
         self.clock: Callable[[], float] = time.monotonic
         self._generator = source.generator()
         self._order = source.emission_order()
-        self._start: float | None = None  # wall time at which slot 0 was due
+        self._start: float | None = None  # wall time at which `_start_slot` was due
+        self._start_slot = 0
         self._chunk: pa.RecordBatch | None = None
         self._chunk_first = 0  # the slot of the chunk's first row
 
@@ -165,12 +166,15 @@ class NexmarkReader(SplitReader):
         return self.next
 
     def _due(self) -> int:
-        """How many of this split's slots are due by now (slot `p` at `start + p / rate`)."""
+        """How many of this split's slots are due by now: the reader's first slot when it first
+        reads, and slot `first + k` `k / rate` seconds later (to within a microsecond's worth of
+        events, so that float rounding of the clock does not hold back a slot due on the dot)."""
         assert self.rate is not None
         now = self.clock()
         if self._start is None:
-            self._start = now - self.next / self.rate
-        last_due = math.floor((now - self._start) * self.rate)
+            self._start = now
+            self._start_slot = self.next
+        last_due = self._start_slot + math.floor((now - self._start) * self.rate + 1e-6)
         if last_due < self.next:
             return 0
         return (last_due - self.next) // self.split.count + 1

@@ -1,0 +1,78 @@
+"""The stateless Nexmark queries of `examples/nexmark/`, run through Epochal in process,
+commit exactly what plain pyarrow computes over the whole generated input (as a batch)."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import runpy
+import sys
+import types
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from epochal.connectors.nexmark import NexmarkSource
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "nexmark")
+EVENTS = 6_000
+SEED = 0  # the examples' seed
+
+
+def _example(name: str) -> types.ModuleType:
+    path = os.path.join(EXAMPLES, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"nexmark_example_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _bid_table() -> pa.Table:
+    """Every bid of the whole input, from the source's slots: the reference's input."""
+    events = pa.Table.from_batches([NexmarkSource(events=EVENTS, seed=SEED).slots(0, EVENTS)])
+    bids = events.filter(pc.equal(events["kind"], 2)).column("bid").combine_chunks()
+    return pa.Table.from_arrays(bids.flatten(), names=[f.name for f in bids.type])
+
+
+def _rows(table: pa.Table, columns: list[str]) -> collections.Counter[tuple[Any, ...]]:
+    return collections.Counter(zip(*(table[c].to_pylist() for c in columns)))
+
+
+def _committed(name: str, parallelism: int = 2) -> collections.Counter[tuple[Any, ...]]:
+    sink, _seconds = _example(name).run(EVENTS, parallelism)
+    return collections.Counter(tuple(r) for r in sink.committed())
+
+
+def test_q0_commits_every_bid() -> None:
+    expected = _rows(_bid_table(), ["auction", "bidder", "price", "dateTime", "extra"])
+    assert sum(expected.values()) == EVENTS * 46 // 50
+    assert _committed("q0") == expected
+
+
+def test_q1_commits_every_bid_in_euros() -> None:
+    bids = _bid_table()
+    euros = bids.set_column(bids.schema.get_field_index("price"), "price", pc.multiply(bids["price"], 0.908))
+    assert _committed("q1") == _rows(euros, ["auction", "bidder", "price", "dateTime", "extra"])
+
+
+def test_q2_commits_the_bids_on_every_123rd_auction() -> None:
+    bids = _bid_table()
+    expected = collections.Counter(
+        (a, p) for a, p in zip(bids["auction"].to_pylist(), bids["price"].to_pylist()) if a % 123 == 0
+    )
+    assert sum(expected.values()) > 0
+    assert _committed("q2", parallelism=3) == expected
+
+
+@pytest.mark.parametrize("name", ["q0", "q1", "q2"])
+def test_each_query_runs_as_a_script(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--events", "2000", "--parallelism", "1"])
+    runpy.run_path(os.path.join(EXAMPLES, f"{name}.py"), run_name="__main__")
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith(f"{name}: 2,000 events, "), out
