@@ -41,7 +41,8 @@ def run(events: int, parallelism: int, rate: int | None = None, seed: int = 0) -
     with tempfile.TemporaryDirectory(prefix="nexmark-q1-") as checkpoints:
         env = StreamEnvironment(parallelism=parallelism, executor="inprocess",
                                 checkpoint=CheckpointConfig(interval=1.0, directory=checkpoints))
-        (env.from_source(NexmarkSource(events=events, events_per_second=rate, seed=seed, splits=parallelism))
+        (env.from_source(NexmarkSource(events=events, events_per_second=rate, seed=seed,
+                                       splits=env.parallelism))  # one split per source subtask
             .map_batches(q1, name="q1")
             .sink_to(sink))
         start = time.perf_counter()

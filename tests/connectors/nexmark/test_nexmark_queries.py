@@ -8,6 +8,7 @@ import importlib.util
 import os
 import runpy
 import sys
+import time
 import types
 from typing import Any
 
@@ -76,3 +77,37 @@ def test_each_query_runs_as_a_script(
     runpy.run_path(os.path.join(EXAMPLES, f"{name}.py"), run_name="__main__")
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith(f"{name}: 2,000 events, "), out
+
+
+def test_a_job_restored_from_a_checkpoint_commits_every_bid_once(tmp_path: Any) -> None:
+    """The source's positions in a checkpoint rewind it exactly: q0 with a failure half-way
+    commits what a run without it commits."""
+    from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
+    from epochal.testing import CollectSink
+
+    q0 = _example("q0").q0
+    batches_seen = [0]
+    failed = [False]
+
+    def slow_q0_failing_once(events: pa.RecordBatch) -> pa.RecordBatch:
+        batches_seen[0] += 1
+        checkpointed = any(  # a checkpoint is complete once its manifest is written
+            os.path.exists(os.path.join(tmp_path, name, "MANIFEST.json")) for name in os.listdir(tmp_path)
+        )
+        if batches_seen[0] >= 30 and checkpointed and not failed[0]:
+            failed[0] = True
+            raise RuntimeError("failing once, half-way")
+        time.sleep(0.005)  # spreads the run over several checkpoints
+        return q0(events)
+
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess", batch_size=100,
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path)),
+                            restart=RestartStrategy(max_restarts=1))
+    (env.from_source(NexmarkSource(events=EVENTS, seed=SEED, splits=2))
+        .map_batches(slow_q0_failing_once, name="q0")
+        .sink_to(sink))
+    result = env.execute("nexmark-q0-restored")
+    assert result.restarts == 1 and result.restored_from[-1] is not None
+    committed = collections.Counter(tuple(r) for r in sink.committed())
+    assert committed == _rows(_bid_table(), ["auction", "bidder", "price", "dateTime", "extra"])

@@ -42,7 +42,7 @@ class TextPool:
         spaces: one character in 13 is a space (Beam's random words), else only letters.
     """
 
-    __slots__ = ("size", "max_length", "_bytes", "_buffer", "_windows")
+    __slots__ = ("size", "max_length", "_bytes", "_buffer", "_windows", "_prefixes")
 
     def __init__(self, key: int, size: int, max_length: int, spaces: bool) -> None:
         self.size = size
@@ -54,6 +54,8 @@ class TextPool:
         self._bytes = text
         self._buffer = pa.py_buffer(text)
         self._windows = np.lib.stride_tricks.sliding_window_view(text, self.max_length)
+        # the first 4 bytes of the string at each start, as the little-endian int32 a view holds
+        self._prefixes = np.ascontiguousarray(self._windows[:, :4]).view("<i4").ravel()
 
     def starts(self, u32: np.ndarray) -> np.ndarray:
         """Uniform start positions from 32-bit draws."""
@@ -78,11 +80,11 @@ class TextPool:
         words[:, 0] = lengths
         long = lengths > _INLINE
         if long.all():
-            views[:, 4:8] = self._windows[starts, :4]
+            words[:, 1] = self._prefixes[starts]
             words[:, 3] = starts
         else:
             rows = np.flatnonzero(long)
-            views[rows, 4:8] = self._windows[starts[rows], :4]
+            words[rows, 1] = self._prefixes[starts[rows]]
             words[rows, 3] = starts[rows]
             rows = np.flatnonzero(~long)
             inline = self._windows[starts[rows], :_INLINE]

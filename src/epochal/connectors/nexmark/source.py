@@ -35,7 +35,7 @@ from .order import MAX_GROUP, EmissionOrder
 from .schema import EVENT_SCHEMA
 
 _SHUFFLE = 100  # the stream key of the out-of-order shuffle (apart from the generator's)
-_CHUNK = 8192  # slots generated per call to the generator, at least
+_CHUNK = 32_768  # slots generated per call to the generator, at least (its overhead is per call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ class NexmarkSource(Source):
         """The events of slots `[start, stop)`, in slot order, unpaced: for references and
         benchmarks (the whole input of a bounded source is `slots(0, events)`)."""
         check_int("start", start, minimum=0)
-        check_int("stop", stop, minimum=start)
+        check_int("stop", stop, minimum=start, maximum=self.events)
         ids = self.emission_order().event_ids(np.arange(start, stop, dtype=np.int64))
         return self.generator().events(ids)
 
