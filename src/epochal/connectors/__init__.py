@@ -2,6 +2,7 @@
 
 from .files import FileSink as FileSink
 from .files import read_committed as read_committed
+from .nexmark import NexmarkSource as NexmarkSource
 from .text import TextFileSource as TextFileSource
 
-__all__ = ["FileSink", "TextFileSource", "read_committed"]
+__all__ = ["FileSink", "NexmarkSource", "TextFileSource", "read_committed"]
