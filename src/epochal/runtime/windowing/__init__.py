@@ -1,0 +1,32 @@
+"""Window aggregation on shared slices (dissertation ch. 5, Cutty), pure and state-agnostic.
+
+`Windowing` runs an operator's window queries over one `SliceStore` per key: periodic queries
+share slices cut at the union of their boundaries (`grid`, `edges`), sessions merge slices
+(`sessions`), user-defined deterministic windows run Cutty's shared aggregator (`cutty`); records
+come one at a time (`Windowing.add`) or as Arrow batches (`Windowing.add_columns`, `columnar`).
+No I/O, no clock, no keyed-state API: the stores are plain values the runtime keeps as keyed state.
+"""
+
+from .aggregates import Aggregate, Combining, Count, Max, Min, Process, Reduce, Sum, WindowAggregate
+from .columnar import ColumnarAdmission
+from .engine import Windowing
+from .store import Admission, FiredWindow, FireFirst, Firing, SliceStore
+
+__all__ = [
+    "Admission",
+    "Aggregate",
+    "ColumnarAdmission",
+    "Combining",
+    "Count",
+    "FireFirst",
+    "FiredWindow",
+    "Firing",
+    "Max",
+    "Min",
+    "Process",
+    "Reduce",
+    "SliceStore",
+    "Sum",
+    "WindowAggregate",
+    "Windowing",
+]

@@ -1,0 +1,169 @@
+"""The slice edges of an operator's periodic queries, by arithmetic: no list of slices needed.
+
+Slicing for periodic windows (dissertation §5.3.1) cuts the stream wherever a window of any query
+starts or ends; with out-of-order records both are needed (a window's end must be a slice edge so
+a late record can be told apart from the records after it, as Scotty's slicing does), unlike
+Cutty's in-order aggregator, which cuts only at window begins (§5.5.2). Each query contributes two
+arithmetic progressions of edges, its starts `offset + k * slide` and its ends
+`offset + k * slide + size`; the slice of a timestamp runs from the largest edge at or below it to
+the smallest edge above it, over all progressions.
+
+Edges are computed with the same float expressions as `epochal.plan.windows`, then checked, so
+they compare exactly with window boundaries. Where slide, size and offset are dyadic (multiples of
+2**-20, the usual 0.5, 1, 60 ...), a query's ends are folded into a progression of their own
+phase (exact up to 2**32 s, about the year 2106), and identical progressions are kept once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from ...plan.windows import PeriodicWindow
+
+_EXACT_DENOMINATOR = 1 << 20
+_EXACT_MAGNITUDE = float(1 << 32)
+_SCALAR_LIMIT = 12  # up to this many progressions or queries, a Python loop beats numpy's overhead
+Numbers: TypeAlias = np.ndarray | np.floating[Any]
+
+
+def _is_dyadic(value: float) -> bool:
+    return abs(value) < _EXACT_MAGNITUDE and Fraction(value).denominator <= _EXACT_DENOMINATOR
+
+
+def _progressions(windows: Sequence[PeriodicWindow]) -> list[tuple[float, float, float]]:
+    """(base, period, shift) per edge progression: edge j = (base + j * period) + shift."""
+    out: dict[tuple[float, float, float], None] = {}
+    for w in windows:
+        out[(w.offset, w.slide, 0.0)] = None
+        if all(_is_dyadic(v) for v in (w.offset, w.slide, w.size)):
+            phase = (Fraction(w.offset) + Fraction(w.size)) % Fraction(w.slide)
+            out[(float(phase), w.slide, 0.0)] = None
+        else:
+            out[(w.offset, w.slide, w.size)] = None
+    return list(out)
+
+
+def _edges_around(ts: Numbers, base: Numbers, period: Numbers, shift: Numbers) -> tuple[np.ndarray, np.ndarray]:
+    """Per (row of `ts`, progression): the largest edge <= ts and the smallest edge > ts."""
+    j = np.floor((ts - base - shift) / period)
+    edge = (base + j * period) + shift
+    for _ in range(4):  # the float floor is off by at most one step; fix it exactly
+        over = edge > ts
+        if not over.any():
+            break
+        j = np.where(over, j - 1, j)
+        edge = (base + j * period) + shift
+    following = (base + (j + 1) * period) + shift
+    for _ in range(4):
+        under = following <= ts
+        if not under.any():
+            break
+        j = np.where(under, j + 1, j)
+        edge = np.where(under, following, edge)
+        following = (base + (j + 1) * period) + shift
+    return np.asarray(edge), np.asarray(following)
+
+
+class SliceEdges:
+    """Where slices start and end for a set of periodic queries (their union of boundaries)."""
+
+    def __init__(self, windows: Sequence[PeriodicWindow]) -> None:
+        self.windows = tuple(windows)
+        self.progressions = _progressions(self.windows)
+        base, period, shift = (np.array(column, dtype=np.float64) for column in zip(*self.progressions))
+        self._base, self._period, self._shift = base, period, shift
+        self._offset = np.array([w.offset for w in self.windows], dtype=np.float64)
+        self._slide = np.array([w.slide for w in self.windows], dtype=np.float64)
+        self._size = np.array([w.size for w in self.windows], dtype=np.float64)
+
+    def slice_of(self, ts: float) -> tuple[float, float]:
+        """The slice `[start, end)` holding `ts`."""
+        if len(self.progressions) > _SCALAR_LIMIT:
+            lo, hi = _edges_around(np.float64(ts), self._base, self._period, self._shift)
+            return float(lo.max()), float(hi.min())
+        low, high = -math.inf, math.inf
+        for base, period, shift in self.progressions:
+            j = math.floor((ts - base - shift) / period)
+            edge = (base + j * period) + shift
+            while edge > ts:
+                j -= 1
+                edge = (base + j * period) + shift
+            following = (base + (j + 1) * period) + shift
+            while following <= ts:
+                j += 1
+                edge, following = following, (base + (j + 1) * period) + shift
+            if edge > low:
+                low = edge
+            if following < high:
+                high = following
+        return low, high
+
+    def slices_of(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorized `slice_of` for a column of timestamps: (starts, ends), one per row.
+
+        Enumerates the edges in the batch's time span once and binary-searches them; a batch
+        spanning far more edges than it has rows is searched progression by progression over its
+        distinct timestamps instead.
+        """
+        if not len(ts):
+            return np.empty(0), np.empty(0)
+        base, period, shift = self._base, self._period, self._shift
+        t_min, t_max = float(ts.min()), float(ts.max())
+        j0 = np.floor((t_min - base - shift) / period) - 1
+        j1 = np.floor((t_max - base - shift) / period) + 2
+        counts = (j1 - j0 + 1).astype(np.int64)
+        total = int(counts.sum())
+        if total <= max(8 * len(ts), 1 << 16):
+            which = np.repeat(np.arange(len(base)), counts)
+            first = np.cumsum(counts) - counts
+            j = j0[which] + (np.arange(total) - first[which])
+            edges = np.unique((base[which] + j * period[which]) + shift[which])
+            at = np.searchsorted(edges, ts, side="right") - 1
+            return edges[at], edges[at + 1]
+        distinct, inverse = np.unique(ts, return_inverse=True)
+        lo = np.full(len(distinct), -np.inf)
+        hi = np.full(len(distinct), np.inf)
+        for b, p, s in self.progressions:
+            edge, following = _edges_around(distinct, np.float64(b), np.float64(p), np.float64(s))
+            np.maximum(lo, edge, out=lo)
+            np.minimum(hi, following, out=hi)
+        return lo[inverse], hi[inverse]
+
+    def next_end(self, start: float, after: float) -> float:
+        """The earliest end, after `after`, of a window holding the slice starting at `start`
+        (inf if none: the slice lies in no such window)."""
+        t = start if start > after else after
+        if len(self.windows) > _SCALAR_LIMIT:
+            index = _first_end_index(np.float64(t), self._offset, self._slide, self._size)
+            starts = self._offset + index * self._slide
+            ends = np.where(starts <= start, starts + self._size, np.inf)
+            return float(ends.min())
+        best = math.inf
+        for w in self.windows:
+            k = w.first_end_index(t)
+            if w.start_of(k) <= start:
+                end = w.end_of(k)
+                if end < best:
+                    best = end
+        return best
+
+
+def _first_end_index(t: Numbers, offset: Numbers, slide: Numbers, size: Numbers) -> np.ndarray:
+    """Vectorized `first_end_index`: the smallest k with (offset + k * slide) + size > t."""
+    k = np.floor((t - offset - size) / slide) + 1
+    for _ in range(4):
+        back = ((offset + (k - 1) * slide) + size) > t
+        if not np.any(back):
+            break
+        k = np.where(back, k - 1, k)
+    for _ in range(4):
+        ahead = ((offset + k * slide) + size) <= t
+        if not np.any(ahead):
+            break
+        k = np.where(ahead, k + 1, k)
+    return np.asarray(k)
