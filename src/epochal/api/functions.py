@@ -96,3 +96,22 @@ class _AggregateProcess(KeyedProcessFunction):
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
 __test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": AggregateFunction}
+
+
+class ProcessWindowFunction(ABC):
+    """Per-window logic over all of a window's records (they are kept, not pre-aggregated).
+
+    `process(key, window, records)` runs once per window result: `window` has `query`, `start`
+    and `end`; `records` are the window's records in event-time order. It returns (or yields) the
+    records to emit. A late record within the allowed lateness calls it again with every record.
+
+    Example:
+        >>> class Spread(ProcessWindowFunction):
+        ...     def process(self, key, window, records):
+        ...         prices = [r["price"] for r in records]
+        ...         yield (key, window.start, max(prices) - min(prices))
+    """
+
+    @abstractmethod
+    def process(self, key: Any, window: Any, records: list[Any]) -> Iterable[Any] | None:
+        """Emit what one window of `key` produces."""

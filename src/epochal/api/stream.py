@@ -8,7 +8,7 @@ stable `uid` with `.uid(...)` to keep state across program changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..config import check_callable, check_has_methods, check_int, check_name
@@ -39,6 +39,7 @@ from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProces
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
     from .time import WatermarkStrategy
+    from .windows import WindowedStream
 
 
 class DataStream:
@@ -239,6 +240,22 @@ class KeyedStream(DataStream):
     def __init__(self, env: StreamEnvironment, node_id: int, key: KeySelector) -> None:
         super().__init__(env, node_id, Partitioning(PartitionKind.KEY_GROUP, key))
         self._key = key
+
+    def window(self, window: Any) -> WindowedStream:
+        """Cut each key's records into event-time windows: `Tumbling(size)`, `Sliding(size,
+        slide)`, `Session(gap)`, or a `DeterministicWindow` (see `epochal.windows`)."""
+        from .windows import windowed
+
+        return windowed(self, window)
+
+    def windows(self, windows: Mapping[str, Any]) -> WindowedStream:
+        """Several window queries over this stream in one operator, sharing partial aggregates
+        (dissertation ch. 5, Cutty); each result names its query."""
+        from .windows import windowed
+
+        if not isinstance(windows, Mapping):
+            raise TypeError(f"windows must map query names to window definitions, got {windows!r}")
+        return windowed(self, windows)
 
     def count(self, *, name: str | None = None) -> DataStream:
         """Running count per key: emits `(key, count)` for every record.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .time import WatermarkSpec
+from .time import EventTime, WatermarkSpec
 
 KeySelector = Callable[[Any], Any] | str
 
@@ -88,6 +88,52 @@ class AssignTimestampsSpec(OperatorSpec):
     """Generates watermarks from the records passing through; upstream watermarks stop here."""
 
     watermarks: WatermarkSpec
+
+
+class WindowFunctionKind(Enum):
+    """What a window computes from its records."""
+
+    COUNT = "count"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    REDUCE = "reduce"
+    AGGREGATE = "aggregate"  # an AggregateFunction with merge
+    PROCESS = "process"  # a ProcessWindowFunction over the window's records
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedWindowSpec(OperatorSpec):
+    """Window aggregation per key on shared slices (dissertation ch. 5, Cutty).
+
+    `queries` are `(name, window definition)` pairs (`plan.windows`); with `named` false there is
+    one, and results do not name it. `value` says what the aggregate reads of a record: None (the
+    record), a field name, or a function. `function` is the user's reduce function, aggregate
+    function or process window function. Late records go to the operator's output wrapped in
+    `LateRecord` when `emit_late` is set (`late_records()` asked for them), else they are counted.
+    """
+
+    key: KeySelector
+    queries: tuple[tuple[str, Any], ...]
+    kind: WindowFunctionKind
+    event_time: EventTime
+    value: Any = None
+    function: Any = None
+    allowed_lateness: float = 0.0
+    named: bool = False
+    emit_late: bool = False
+
+
+class LatePart(Enum):
+    RESULTS = "results"
+    LATE = "late"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitLateSpec(OperatorSpec):
+    """Keeps one part of a window operator's output: its results, or its late records."""
+
+    part: LatePart
 
 
 @dataclass(frozen=True, slots=True)

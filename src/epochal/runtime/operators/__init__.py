@@ -4,13 +4,15 @@
 - `io`: sources and sinks (operator state: split positions, prepared commits);
 - `stateless`: map/filter/flat_map, map_batches, union;
 - `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
-- `keyed`: count and reduce per key; `process`: a user's keyed process function with timers.
+- `keyed`: count and reduce per key; `process`: a user's keyed process function with timers;
+- `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...plan.specs import (
@@ -19,11 +21,13 @@ from ...plan.specs import (
     KeyedCountSpec,
     KeyedProcessSpec,
     KeyedReduceSpec,
+    KeyedWindowSpec,
     MapBatchesSpec,
     OperatorSpec,
     RecordFnSpec,
     SinkSpec,
     SourceSpec,
+    SplitLateSpec,
     UnionSpec,
 )
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
@@ -33,8 +37,12 @@ from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .time import AssignTimestampsOperator
+from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator
 
 __all__ = [
+    "KeyedWindowOperator",
+    "LateRecord",
+    "SplitLateOperator",
     "AssignTimestampsOperator",
     "IterationHeadOperator", "KeyedCountOperator", "KeyedOperator", "KeyedProcessOperator",
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
@@ -53,6 +61,8 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     KeyedCountSpec: KeyedCountOperator,
     KeyedReduceSpec: KeyedReduceOperator,
     KeyedProcessSpec: KeyedProcessOperator,
+    KeyedWindowSpec: KeyedWindowOperator,
+    SplitLateSpec: SplitLateOperator,
 }
 
 
@@ -60,4 +70,6 @@ def create_operator(spec: OperatorSpec) -> RuntimeOperator:
     """A fresh running operator for `spec`; user function objects are copied per subtask."""
     if isinstance(spec, KeyedProcessSpec):
         spec = KeyedProcessSpec(spec.name, spec.uid, spec.key, copy.deepcopy(spec.function))
+    elif isinstance(spec, KeyedWindowSpec) and spec.function is not None:
+        spec = replace(spec, function=copy.deepcopy(spec.function))
     return _FACTORIES[type(spec)](spec)

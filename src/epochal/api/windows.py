@@ -1,0 +1,146 @@
+"""Windows for users: a keyed stream cut into event-time windows, and what each computes.
+
+`keyed.window(Sliding(60, 10))` (one query) or `keyed.windows({"1m": Tumbling(60), ...})` (several
+queries over one stream, sharing partial aggregates: the dissertation's ch. 5, Cutty), then
+`.allowed_lateness(...)` and one of `count()`, `sum(f)`, `min(f)`, `max(f)`, `reduce(fn)`,
+`aggregate(function)`, `process(function)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from ..config import check_callable, check_has_methods
+from ..errors import GraphError
+from ..plan.event_time import event_time_of
+from ..plan.logical import LogicalEdge
+from ..plan.specs import KeyedWindowSpec, LatePart, SplitLateSpec, WindowFunctionKind
+from ..plan.time import Duration, seconds
+from ..plan.windows import check_window
+from .functions import ProcessWindowFunction
+from .stream import DataStream, KeyedStream, _name_or_unique
+
+
+class Window(NamedTuple):
+    """The window a `ProcessWindowFunction` is called for: `[start, end)` of query `query`."""
+
+    query: str
+    start: float
+    end: float
+
+
+Value = str | int | Callable[[Any], Any] | None
+
+
+class WindowedStream:
+    """A keyed stream cut into windows; choose what each window computes.
+
+    Results are `(key, window_start, window_end, result)` tuples, or with several named queries
+    `(key, query, window_start, window_end, result)`; on Arrow batches keyed by a column, a batch
+    with columns `<key>`, (`window`,) `window_start`, `window_end` and the result column. A window
+    fires once when the watermark passes its end; a late record within the allowed lateness fires
+    it again with the updated result; a record past that goes to `late_records()`.
+    """
+
+    def __init__(self, keyed: KeyedStream, queries: tuple[tuple[str, Any], ...], named: bool) -> None:
+        self._keyed = keyed
+        self._queries = queries
+        self._named = named
+        self._lateness = 0.0
+
+    def allowed_lateness(self, lateness: Duration) -> WindowedStream:
+        """Keep windows open for late records this long after their end (seconds or timedelta)."""
+        self._lateness = seconds(lateness, "lateness")
+        return self
+
+    def count(self, *, name: str | None = None) -> WindowResults:
+        """The number of records in each window."""
+        return self._build(WindowFunctionKind.COUNT, None, None, name)
+
+    def sum(self, value: Value = None, *, name: str | None = None) -> WindowResults:
+        """The sum of `value` (a field name, a tuple index, or a function; None: the record)."""
+        return self._build(WindowFunctionKind.SUM, _value(value), None, name)
+
+    def min(self, value: Value = None, *, name: str | None = None) -> WindowResults:
+        """The smallest `value` of each window."""
+        return self._build(WindowFunctionKind.MIN, _value(value), None, name)
+
+    def max(self, value: Value = None, *, name: str | None = None) -> WindowResults:
+        """The largest `value` of each window."""
+        return self._build(WindowFunctionKind.MAX, _value(value), None, name)
+
+    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> WindowResults:
+        """`fn` folded over each window's records; associative and commutative, since windows
+        combine the partial results of the slices they share."""
+        check_callable("fn", fn)
+        return self._build(WindowFunctionKind.REDUCE, None, fn, name)
+
+    def aggregate(self, function: Any, *, name: str | None = None) -> WindowResults:
+        """An `AggregateFunction` with `merge(a, b)`, which combines the accumulators of slices."""
+        check_has_methods("function", function, "AggregateFunction",
+                          ("create_accumulator", "add", "merge", "get_result"))
+        return self._build(WindowFunctionKind.AGGREGATE, None, function, name)
+
+    def process(self, function: ProcessWindowFunction, *, name: str | None = None) -> WindowResults:
+        """Call `function.process(key, window, records)` with each window's records, in
+        event-time order; it returns (or yields) the records to emit."""
+        check_has_methods("function", function, "ProcessWindowFunction", ("process",))
+        return self._build(WindowFunctionKind.PROCESS, None, function, name)
+
+    def _build(self, kind: WindowFunctionKind, value: Value, function: Any, name: str | None) -> WindowResults:
+        keyed = self._keyed
+        env = keyed._env
+        graph = env._graph
+        event_time = event_time_of(graph, keyed._node_id)
+        if event_time is None:
+            raise GraphError(
+                "windows need event time: give the source a watermark strategy "
+                "(env.from_source(source, watermarks=WatermarkStrategy...)) or call assign_timestamps "
+                "before key_by"
+            )
+        op_name = _name_or_unique(graph, name, kind.value)
+        spec = KeyedWindowSpec(
+            op_name, op_name, keyed._key, self._queries, kind, event_time, value, function,
+            self._lateness, self._named,
+        )
+        window = graph.add(spec, [LogicalEdge(keyed._node_id, keyed._partitioning)])
+        results_name = graph.unique_name(f"{op_name}-results")
+        results = graph.add(SplitLateSpec(results_name, results_name, LatePart.RESULTS), [LogicalEdge(window.id, None)])
+        return WindowResults(env, results.id, window.id)
+
+
+def _value(value: Value) -> Value:
+    if value is None or callable(value) or (isinstance(value, (str, int)) and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"value must be a field name, a tuple index or a function of the record, got {value!r}")
+
+
+def windowed(keyed: KeyedStream, windows: Any) -> WindowedStream:
+    """`keyed.window(spec)` and `keyed.windows({name: spec})`."""
+    if isinstance(windows, Mapping):
+        if not windows:
+            raise ValueError("windows needs at least one window query")
+        queries = tuple((str(n), check_window(s, f"windows[{n!r}]")) for n, s in windows.items())
+        return WindowedStream(keyed, queries, named=True)
+    return WindowedStream(keyed, (("window", check_window(windows, "window")),), named=False)
+
+
+class WindowResults(DataStream):
+    """The results of a window operator; `late_records()` is the stream of records too late."""
+
+    def __init__(self, env: Any, node_id: int, window_node: int) -> None:
+        super().__init__(env, node_id)
+        self._window_node = window_node
+
+    def late_records(self, *, name: str | None = None) -> DataStream:
+        """The records that came after their windows closed (end + allowed lateness), as they
+        were; without this call they are only counted."""
+        graph = self._env._graph
+        node = graph.nodes[self._window_node]
+        assert isinstance(node.spec, KeyedWindowSpec)
+        node.spec = replace(node.spec, emit_late=True)
+        late_name = _name_or_unique(graph, name, "late_records")
+        late = graph.add(SplitLateSpec(late_name, late_name, LatePart.LATE), [LogicalEdge(self._window_node, None)])
+        return DataStream(self._env, late.id)

@@ -1,0 +1,249 @@
+"""The keyed window operator: Cutty's shared slices (dissertation ch. 5) in keyed state.
+
+Each key's windows live in one `SliceStore` (`runtime.windowing`), kept as keyed state, so a
+key's windows are checkpointed, restored, rescaled and moved with its key group like any state.
+One event-time timer per key, at the store's next fire time, is what the windowing contract asks
+for: when the watermark reaches it, the key's due windows fire. A late record within the allowed
+lateness makes its store due at once, so its windows fire again at the next watermark. Records arrive one at a time
+(`Windowing.add`) or as whole Arrow batches (`Windowing.add_columns`, vectorized: no Python call
+per record for count, sum, min and max).
+
+Output: results as `(key, window_start, window_end, result)` (with several named queries,
+`(key, query, window_start, window_end, result)`), or on the columnar path an Arrow batch with
+those columns; records too late for a window as `LateRecord`s, which `late_records()` keeps (or,
+if nobody asked, which are counted and dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from ...errors import OperatorError
+from ...plan.specs import KeyedWindowSpec, LatePart, SplitLateSpec, WindowFunctionKind
+from ...plan.time import TimestampError
+from ...state.keygroups import key_group_of
+from ..elements import Batch
+from ..keys import batch_keys
+from ..watermarks import NO_WATERMARK
+from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
+from .base import OperatorContext, RuntimeOperator
+from .keyed import KeyedOperator
+from .timers import KeyedTimers, TimeDomain
+
+_STORE = "__window__"
+_EVENT = TimeDomain.EVENT_TIME
+
+
+class Window(NamedTuple):
+    """The window a process window function is called for: `[start, end)` of query `query`."""
+
+    query: str
+    start: float
+    end: float
+
+
+class LateRecord(NamedTuple):
+    """A record that came after its windows closed, and the queries it was too late for."""
+
+    record: Any
+    queries: tuple[str, ...]
+
+
+def _aggregate(spec: KeyedWindowSpec) -> Any:
+    kind = spec.kind
+    if kind is WindowFunctionKind.COUNT:
+        return Count()
+    if kind is WindowFunctionKind.SUM:
+        return Sum()
+    if kind is WindowFunctionKind.MIN:
+        return Min()
+    if kind is WindowFunctionKind.MAX:
+        return Max()
+    if kind is WindowFunctionKind.REDUCE:
+        return Reduce(spec.function)
+    if kind is WindowFunctionKind.AGGREGATE:
+        return Aggregate.of(spec.function)
+    return Process()
+
+
+class KeyedWindowOperator(KeyedOperator):
+    """Window queries per key on shared slices, fired by event-time timers."""
+
+    def __init__(self, spec: KeyedWindowSpec) -> None:
+        super().__init__(spec)
+        self.spec = spec
+        self.key = spec.key
+        self.event_time = spec.event_time
+        self.windowing = Windowing(dict(spec.queries), _aggregate(spec), spec.allowed_lateness)
+        value = spec.value
+        self.value_of = operator.itemgetter(value) if isinstance(value, (str, int)) else value
+        self.watermark = NO_WATERMARK
+        self.late_dropped = 0  # late records nobody asked for (`late_records()` not called)
+        self._columnar = False  # Arrow in: results go out as Arrow batches
+        self._result_column = spec.kind.value if spec.kind.value in ("count", "sum", "min", "max") else "result"
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        self.timers = KeyedTimers(self.backend)
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        super().restore(keyed, states)
+        self.timers.restore()
+
+    # -- records -----------------------------------------------------------------------------
+    def process(self, batch: Batch) -> Batch | None:
+        if (
+            isinstance(batch, pa.RecordBatch)
+            and isinstance(self.key, str)
+            and self.event_time.fn is None
+            and (self.spec.value is None or isinstance(self.spec.value, str))
+        ):
+            self._columnar = True
+            return self._process_arrow(batch)
+        return self._process_records(batch)
+
+    def _process_records(self, batch: Batch) -> Batch | None:
+        records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
+        backend, windowing, event_time, value_of = self.backend, self.windowing, self.event_time, self.value_of
+        new_store, add, watermark = windowing.new_store, windowing.add, self.watermark
+        late: list[Any] = []
+        record = None
+        try:
+            for record, key, group in zip(records, keys, groups):
+                ts = event_time.of_record(record)
+                backend.set_current_key(key, group)
+                store = backend.get_mutable(_STORE, new_store)
+                before = store.next_fire
+                admission = add(store, ts, record if value_of is None else value_of(record), watermark)
+                if admission is Admission.LATE or admission is Admission.PARTLY_LATE:
+                    late.append(LateRecord(record, windowing.late_queries(store, ts, watermark)))
+                self._retime(before, store.next_fire)  # a late update makes the store due now
+        except OperatorError:
+            raise
+        except (TimestampError, Exception) as exc:
+            raise OperatorError(self.name, record, exc) from exc
+        return self._out([], late)
+
+    def _process_arrow(self, batch: pa.RecordBatch) -> Batch | None:
+        assert isinstance(self.key, str)
+        backend, windowing = self.backend, self.windowing
+        max_p = self.ctx.max_parallelism
+        try:
+            times = self.event_time.of_arrow(batch)
+        except TimestampError as exc:
+            raise OperatorError(self.name, f"<batch of {batch.num_rows} rows>", exc) from exc
+        values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
+        stores: dict[Any, tuple[Any, int, float]] = {}
+
+        def get_store(key: Any) -> Any:
+            group = key_group_of(key, max_p)
+            backend.set_current_key(key, group)
+            store = backend.get_mutable(_STORE, windowing.new_store)
+            stores[key] = (store, group, store.next_fire)
+            return store
+
+        try:
+            admission = windowing.add_columns(get_store, batch.column(self.key), times, values, self.watermark)
+        except Exception as exc:
+            raise OperatorError(self.name, f"<batch of {batch.num_rows} rows>", exc) from exc
+        for key, (store, group, before) in stores.items():
+            backend.set_current_key(key, group)
+            backend.put(_STORE, store)  # a write-back backend (disk) keeps only what is put
+            self._retime(before, store.next_fire)
+        late: list[Any] = []
+        if len(admission.late_rows):
+            rows = batch.take(pa.array(admission.late_rows)).to_pylist()
+            late = [LateRecord(tuple(r.values()) if len(r) > 1 else next(iter(r.values())), q)
+                    for r, q in zip(rows, admission.late_queries)]
+        return self._out([], late)
+
+    def _retime(self, before: float, after: float) -> None:
+        """Keep one event-time timer per key, at its store's next fire time."""
+        if after == before:
+            return
+        if math.isfinite(before):
+            self.timers.delete(_EVENT, before)
+        if math.isfinite(after):
+            self.timers.register(_EVENT, after)
+
+    # -- watermarks ----------------------------------------------------------------------------
+    def on_watermark(self, watermark: float) -> Batch | None:
+        if watermark <= self.watermark:
+            return None
+        self.watermark = watermark
+        results: list[Any] = []
+        backend = self.backend
+        for _, _key in self.timers.pop_due(_EVENT, watermark):
+            store = backend.get_mutable(_STORE, self.windowing.new_store)
+            self._emit(store, watermark, results)
+            if self.windowing.is_empty(store):
+                backend.delete(_STORE)
+            elif math.isfinite(store.next_fire):
+                self.timers.register(_EVENT, store.next_fire)
+        return self._out(results, [])
+
+    def _emit(self, store: Any, watermark: float, results: list[Any]) -> None:
+        key = self.backend.current_key
+        try:
+            fired: list[FiredWindow] = self.windowing.fire(store, watermark)
+        except Exception as exc:
+            raise OperatorError(self.name, f"<windows of key {key!r}>", exc) from exc
+        named = self.spec.named
+        if self.spec.kind is WindowFunctionKind.PROCESS:
+            function = self.spec.function
+            for f in fired:
+                try:
+                    produced = function.process(key, Window(f.query, f.start, f.end), f.result)
+                except Exception as exc:
+                    raise OperatorError(self.name, f"<window [{f.start}, {f.end}) of key {key!r}>", exc) from exc
+                if produced is not None:
+                    results.extend(produced)
+            return
+        for f in fired:
+            results.append((key, f.query, f.start, f.end, f.result) if named else (key, f.start, f.end, f.result))
+
+    def _out(self, results: list[Any], late: list[Any]) -> Batch | None:
+        if late and not self.spec.emit_late:
+            self.late_dropped += len(late)
+            late = []
+        if not results and not late:
+            return None
+        if self._columnar and results and not late and self.spec.kind is not WindowFunctionKind.PROCESS:
+            return self._as_arrow(results)
+        return results + late
+
+    def _as_arrow(self, results: list[Any]) -> pa.RecordBatch:
+        assert isinstance(self.key, str)
+        columns = list(zip(*results))
+        names = [self.key, *(["window"] if self.spec.named else []), "window_start", "window_end",
+                 self._result_column]
+        return pa.RecordBatch.from_arrays([pa.array(list(c)) for c in columns], names=names)
+
+
+class SplitLateOperator(RuntimeOperator):
+    """Keeps the results, or the late records (unwrapped), of a window operator's output."""
+
+    def __init__(self, spec: SplitLateSpec) -> None:
+        super().__init__(spec)
+        self.keep_late = spec.part is LatePart.LATE
+
+    def process(self, batch: Batch) -> Batch | None:
+        return late_part(batch, self.keep_late)
+
+
+def late_part(batch: Batch, keep_late: bool) -> Batch | None:
+    """The results (or the late records, unwrapped) of a window operator's output batch."""
+    if isinstance(batch, pa.RecordBatch):
+        return None if keep_late else batch
+    if keep_late:
+        out = [r.record for r in batch if type(r) is LateRecord]
+    else:
+        out = [r for r in batch if type(r) is not LateRecord]
+    return out or None
+
+
+__all__ = ["KeyedWindowOperator", "LateRecord", "SplitLateOperator", "Window", "late_part"]
