@@ -289,27 +289,28 @@ class Aggregate(WindowAggregate):
 class Process(WindowAggregate):
     """Keep the window's records: the result is their values in event-time order.
 
-    A partial is a list of `(timestamp, arrival sequence, value)`; the result sorts by time, then
-    arrival, so it does not depend on how records were batched or sliced.
+    A partial is a list of `(timestamp, value)`; the result sorts them by time. Records of equal
+    time always share a slice (or session), where they are appended in arrival order, and the sort
+    is stable, so ties come in arrival order however records were batched or sliced.
     """
 
     combining = Combining.KEEP_RECORDS
 
-    def lift(self, value: tuple[float, int, Any]) -> list[tuple[float, int, Any]]:
+    def lift(self, value: tuple[float, Any]) -> list[tuple[float, Any]]:
         return [value]
 
-    def fold(self, partial: list[tuple[float, int, Any]], value: tuple[float, int, Any]) -> list[Any]:
+    def fold(self, partial: list[tuple[float, Any]], value: tuple[float, Any]) -> list[Any]:
         partial.append(value)  # the slice owns its list
         return partial
 
     def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
         return a + b
 
-    def result(self, partial: list[tuple[float, int, Any]]) -> list[Any]:
-        return [item[2] for item in sorted(partial, key=_TIME_THEN_ARRIVAL)]
+    def result(self, partial: list[tuple[float, Any]]) -> list[Any]:
+        return [item[1] for item in sorted(partial, key=_TIME)]
 
 
-_TIME_THEN_ARRIVAL = operator.itemgetter(0, 1)
+_TIME = operator.itemgetter(0)
 
 
 def combine_all(aggregate: WindowAggregate, partials: list[Any]) -> Any:

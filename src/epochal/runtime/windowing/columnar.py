@@ -85,20 +85,6 @@ def _python_list(values: Values, n: int) -> list[Any]:
     return list(values)
 
 
-def _arrival_sequence(codes: np.ndarray, stores: list[SliceStore]) -> np.ndarray:
-    """Each row's arrival number within its key's store (what `Process` sorts ties by)."""
-    counts = np.bincount(codes, minlength=len(stores))
-    order = np.argsort(codes, kind="stable")
-    first = np.cumsum(counts) - counts
-    rank = np.empty(len(codes), dtype=np.int64)
-    rank[order] = np.arange(len(codes)) - first[codes[order]]
-    base = np.array([s.seq for s in stores], dtype=np.int64)
-    for store, count in zip(stores, counts.tolist()):
-        store.seq += count
-    out: np.ndarray = base[codes] + rank
-    return out
-
-
 def add_columns(engine: Windowing, get_store: Callable[[Any], SliceStore], keys: Any, timestamps: Any,
                 values: Values, watermark: float) -> ColumnarAdmission:
     """Add a batch of rows: `keys` (Arrow or numpy; keys or key indices), `timestamps` (Arrow time
@@ -113,14 +99,13 @@ def add_columns(engine: Windowing, get_store: Callable[[Any], SliceStore], keys:
                          f"{'-' if values is None else len(values)}")
     stores = [get_store(k) for k in distinct]
     n = len(ts)
-    seq = _arrival_sequence(codes, stores) if engine.keep_records else None
     items: Values = values
     python_values: list[Any] | None = None
     if engine.keep_records or engine.cutty:
         python_values = _python_list(values, n)
     if engine.keep_records:
-        assert seq is not None and python_values is not None
-        items = list(zip(ts.tolist(), seq.tolist(), python_values))
+        assert python_values is not None
+        items = list(zip(ts.tolist(), python_values))
     behind = ts < watermark
     on_time = np.flatnonzero(~behind)
     if len(on_time):
@@ -132,11 +117,10 @@ def add_columns(engine: Windowing, get_store: Callable[[Any], SliceStore], keys:
         if engine.cutty:
             assert python_values is not None
             stage = engine.cutty.stage
-            seqs = seq.tolist() if seq is not None else [0] * n
             for row in on_time.tolist():
                 store = stores[codes[row]]
                 assert store.cutty is not None
-                at = stage(store.cutty, float(ts[row]), seqs[row], python_values[row])
+                at = stage(store.cutty, float(ts[row]), python_values[row])
                 if at < store.next_fire:
                     store.next_fire = at
     late_rows: list[int] = []

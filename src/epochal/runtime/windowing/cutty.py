@@ -51,9 +51,9 @@ class Cutty:
         return (not state.staged and not state.ended and not any(state.active)
                 and all(s == w.initial_state() for s, w in zip(state.states, self.windows)))
 
-    def stage(self, state: CuttyState, ts: float, seq: int, value: Any) -> float:
+    def stage(self, state: CuttyState, ts: float, value: Any) -> float:
         """Buffer a record at or after the watermark; returns the watermark that processes it."""
-        state.staged.append((ts, seq, value))
+        state.staged.append((ts, value))
         if ts < state.staged_min:
             state.staged_min = ts
         return math.nextafter(ts, math.inf)
@@ -103,8 +103,8 @@ class Cutty:
             state.staged = [r for r in state.staged if r[0] >= watermark]
             state.staged_min = min((r[0] for r in state.staged), default=math.inf)
             ready.sort(key=_TIME)  # stable: equal times keep their arrival order
-            for ts, seq, value in ready:
-                self._discretize(state, ts, value, (ts, seq, value) if self.keep_records else value, out)
+            for ts, value in ready:
+                self._discretize(state, ts, value, (ts, value) if self.keep_records else value, out)
         lateness = self.lateness
         state.ended = [e for e in state.ended if e.end + lateness > watermark]
         self._purge(state)

@@ -150,11 +150,7 @@ class Windowing:
 
     def _add(self, store: SliceStore, ts: float, value: Any, watermark: float) -> Admission:
         """The per-record path for any mix of queries."""
-        seq = store.seq
-        item = value
-        if self.keep_records:
-            store.seq = seq + 1
-            item = (ts, seq, value)
+        item = (ts, value) if self.keep_records else value
         if ts < watermark:
             return self.add_behind(store, ts, item, watermark)
         if self.grid:
@@ -167,13 +163,13 @@ class Windowing:
                 self.sessions.add(store, q, ts, item)
         if self.cutty:
             assert store.cutty is not None
-            at = self.cutty.stage(store.cutty, ts, seq, value)
+            at = self.cutty.stage(store.cutty, ts, value)
             if at < store.next_fire:
                 store.next_fire = at
         return _ON_TIME
 
     def add_behind(self, store: SliceStore, ts: float, item: Any, watermark: float) -> Admission:
-        """A record behind the watermark (`item` is what slices keep: `(ts, seq, value)` for
+        """A record behind the watermark (`item` is what slices keep: `(ts, value)` for
         `Process`, else the value)."""
         if watermark > store.fired:
             if store.next_fire <= watermark:
@@ -256,7 +252,12 @@ class Windowing:
 
     def next_fire_time(self, store: SliceStore) -> float:
         """The watermark at which `store` must be fired next (inf: nothing pending); an event-time
-        timer for the key at this time keeps the contract."""
+        timer for the key at this time keeps the contract.
+
+        Exact for periodic windows; a lower bound for sessions (a session extended since may end
+        later) and user-defined windows (buffered records may end no window): firing then emits
+        nothing and the next call gives the time to wait for.
+        """
         return store.next_fire
 
     def is_empty(self, store: SliceStore) -> bool:

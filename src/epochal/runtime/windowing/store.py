@@ -105,7 +105,7 @@ class CuttyState:
     """
 
     states: list[Any]
-    staged: list[tuple[float, int, Any]] = field(default_factory=list)
+    staged: list[tuple[float, Any]] = field(default_factory=list)
     staged_min: float = math.inf
     base: int = 0
     slice_starts: list[float] = field(default_factory=list)
@@ -126,7 +126,6 @@ class SliceStore:
 
     fired: float = -math.inf
     next_fire: float = math.inf
-    seq: int = 0  # records added so far: the arrival order `Process` sorts ties by
     lo: float = math.inf
     hi: float = -math.inf
     partials: dict[float, Any] = field(default_factory=dict)
