@@ -137,3 +137,33 @@ def test_assign_timestamps_makes_watermarks_mid_stream() -> None:
     env.execute("assign")
     fired = sink.committed()
     assert len(fired) == N and all(w >= t for _, t, w in fired)
+
+
+def test_a_loop_does_not_hold_back_the_watermark_downstream_of_it() -> None:
+    """Records go round a loop several times; the watermark passes the loop once, from its input,
+    so event-time timers downstream of the loop fire while the job runs, not only at its end."""
+    env = StreamEnvironment(parallelism=2, executor="inprocess")
+    records = [(f"k{i % 3}", float(i), 16) for i in range(N)]  # (key, ts, rounds left)
+
+    def body(loop: Any) -> Any:
+        halved = loop.map(lambda r: (r[0], r[1], r[2] // 2), name="halve")
+        return halved.filter(lambda r: r[2] > 0, name="again"), halved.filter(lambda r: r[2] == 0, name="done")
+
+    sink = CollectSink()
+    (env.from_source(ListSource(records, splits=2, batch_size=5),
+                     watermarks=WatermarkStrategy.for_monotonous_timestamps(timestamp=1))
+        .iterate(body, name="rounds")
+        .key_by(lambda r: r[0]).process(_AtTime()).sink_to(sink))
+    env.execute("loop-time")
+    fired = sink.committed()
+    assert sorted(t for _, t, _ in fired) == [float(i) + 100 for i in range(N)]
+    assert any(math.isfinite(w) for *_, w in fired), "the loop held the watermark back until the end"
+
+
+class _AtTime(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+        ctx.timers.register_event_time(value[1] + 100)
+        return ()
+
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
+        yield (ctx.key, timestamp, ctx.current_watermark())

@@ -67,7 +67,7 @@ def _reference(records: list[dict[str, Any]], queries: dict[str, Any], aggregate
         if ref.record(r["k"], r["ts"], r["v"]):
             late.add(r["id"])
         newest = max(newest, r["ts"])
-        if newest - delay > watermark:
+        if newest - delay > watermark:  # the source sends a watermark when it moves
             watermark = newest - delay
             emitted.update((k, q, s, e, res) for k, q, s, e, res, _ in ref.advance(watermark))
     emitted.update((k, q, s, e, res) for k, q, s, e, res, _ in ref.advance(math.inf))

@@ -10,7 +10,7 @@ from ...plan.time import time_of
 from ...state.handles import ListState, MapState, ValueState
 from ..elements import Batch
 from ..keys import batch_keys
-from ..watermarks import NO_WATERMARK
+from ..watermarks import END_OF_TIME, NO_WATERMARK
 from .base import OperatorContext, extend
 from .keyed import KeyedOperator
 from .timers import KeyedTimers, TimeDomain
@@ -167,5 +167,8 @@ class KeyedProcessOperator(KeyedOperator):
                 extend(out, fn(record, pctx))
         except Exception as exc:
             raise OperatorError(self.name, record, exc) from exc
+        if self.watermark == END_OF_TIME and self.timers.next(TimeDomain.EVENT_TIME) is not None:
+            # a timer registered after the input ended: no watermark will come to fire it
+            extend(out, self._fire(TimeDomain.EVENT_TIME, self.watermark))
         return out
 

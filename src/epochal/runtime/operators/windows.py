@@ -4,9 +4,10 @@ Each key's windows live in one `SliceStore` (`runtime.windowing`), kept as keyed
 key's windows are checkpointed, restored, rescaled and moved with its key group like any state.
 One event-time timer per key, at the store's next fire time, is what the windowing contract asks
 for: when the watermark reaches it, the key's due windows fire. A late record within the allowed
-lateness makes its store due at once, so its windows fire again at the next watermark. Records arrive one at a time
-(`Windowing.add`) or as whole Arrow batches (`Windowing.add_columns`, vectorized: no Python call
-per record for count, sum, min and max).
+lateness makes its store due at once: its windows fire again at the next watermark (or, after the
+input ended, at the end of its batch), so the output does not depend on how records are batched.
+Records arrive one at a time (`Windowing.add`) or as whole Arrow batches (`Windowing.add_columns`,
+vectorized: no Python call per record for count, sum, min and max).
 
 Output: results as `(key, window_start, window_end, result)` (with several named queries,
 `(key, query, window_start, window_end, result)`), or on the columnar path an Arrow batch with
@@ -28,7 +29,7 @@ from ...plan.time import TimestampError
 from ...state.keygroups import key_group_of
 from ..elements import Batch
 from ..keys import batch_keys
-from ..watermarks import NO_WATERMARK
+from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
 from .base import OperatorContext, RuntimeOperator
 from .keyed import KeyedOperator
@@ -126,7 +127,7 @@ class KeyedWindowOperator(KeyedOperator):
             raise
         except (TimestampError, Exception) as exc:
             raise OperatorError(self.name, record, exc) from exc
-        return self._out([], late)
+        return self._out(self._late_updates(), late)
 
     def _process_arrow(self, batch: pa.RecordBatch) -> Batch | None:
         assert isinstance(self.key, str)
@@ -154,12 +155,21 @@ class KeyedWindowOperator(KeyedOperator):
             backend.set_current_key(key, group)
             backend.put(_STORE, store)  # a write-back backend (disk) keeps only what is put
             self._retime(before, store.next_fire)
+        results = self._late_updates()
         late: list[Any] = []
         if len(admission.late_rows):
             rows = batch.take(pa.array(admission.late_rows)).to_pylist()
             late = [LateRecord(tuple(r.values()) if len(r) > 1 else next(iter(r.values())), q)
                     for r, q in zip(rows, admission.late_queries)]
-        return self._out([], late)
+        return self._out(results, late)
+
+    def _late_updates(self) -> list[Any]:
+        """Windows late records changed fire again at the next watermark; once the watermark is
+        at the end of time, none comes: they fire at the end of this batch."""
+        results: list[Any] = []
+        if self.watermark == END_OF_TIME and self.timers.next(_EVENT) is not None:
+            self._fire_due(self.watermark, results)
+        return results
 
     def _retime(self, before: float, after: float) -> None:
         """Keep one event-time timer per key, at its store's next fire time."""
@@ -176,6 +186,11 @@ class KeyedWindowOperator(KeyedOperator):
             return None
         self.watermark = watermark
         results: list[Any] = []
+        self._fire_due(watermark, results)
+        return self._out(results, [])
+
+    def _fire_due(self, watermark: float, results: list[Any]) -> None:
+        """Fire every key whose timer is at or before `watermark`."""
         backend = self.backend
         for _, _key in self.timers.pop_due(_EVENT, watermark):
             store = backend.get_mutable(_STORE, self.windowing.new_store)
@@ -184,7 +199,6 @@ class KeyedWindowOperator(KeyedOperator):
                 backend.delete(_STORE)
             elif math.isfinite(store.next_fire):
                 self.timers.register(_EVENT, store.next_fire)
-        return self._out(results, [])
 
     def _emit(self, store: Any, watermark: float, results: list[Any]) -> None:
         key = self.backend.current_key

@@ -1,0 +1,126 @@
+"""Windows under SIGKILL on local Spark: committed window results equal a failure-free run's.
+
+The input's disorder stays within the watermark delay, so nothing is late and every window fires
+exactly once with its final result, whatever the moment of the kill; the expected output is
+computed by the windows' definitions. A kill after a checkpoint completed lands while windows
+fire (tumbling windows of 1 s of event time fire all along) and while sessions merge (records
+arrive out of order within a session, bridging its parts).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+
+from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment, WatermarkStrategy
+from epochal.cluster.spark import SparkExecutor
+from epochal.connectors import FileSink, read_committed
+from epochal.testing import ListSource
+from epochal.windows import Session, Tumbling
+from spark_jobs import complete_checkpoints, wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.fault]
+# Spark's Python workers cannot import test modules: ship this one's functions by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+
+TRIALS = 3
+N = 2400
+
+
+def _records() -> list[tuple[str, float]]:
+    """(key, ts): 0.05 s apart; blocks of 4 reversed (disorder 0.15 s); every 40th gap is 3 s long."""
+    rows: list[tuple[str, float]] = []
+    ts = 0.0
+    for i in range(N):
+        ts += 3.0 if i % 40 == 39 else 0.05
+        rows.append((f"k{i % 6}", round(ts, 2)))
+    return [r for start in range(0, N, 4) for r in reversed(rows[start : start + 4])]
+
+
+def slow(record: tuple[str, float]) -> tuple[str, float]:
+    time.sleep(0.002)  # stretch the job over several seconds so that a kill lands mid-stream
+    return record
+
+
+def _expected(records: list[tuple[str, float]]) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    tumbling: Counter[tuple[str, float]] = Counter()
+    by_key: dict[str, list[float]] = {}
+    for key, ts in records:
+        tumbling[(key, math.floor(ts))] += 1
+        by_key.setdefault(key, []).append(ts)
+    for (key, start), n in tumbling.items():
+        out[(key, "t", float(start), float(start) + 1.0, n)] += 1
+    for key, times in by_key.items():
+        times.sort()
+        first = last = times[0]
+        count = 0
+        for t in times:
+            if t > last + 1.0:
+                out[(key, "s", first, last + 1.0, count)] += 1
+                first, count = t, 0
+            last, count = t, count + 1
+        out[(key, "s", first, last + 1.0, count)] += 1
+    return out
+
+
+def _env(spark: Any, out: str, ckpt: str) -> StreamEnvironment:
+    env = StreamEnvironment(
+        parallelism=2, executor="spark", spark=spark, batch_size=16,
+        checkpoint=CheckpointConfig(interval=0.3, directory=ckpt),
+        restart=RestartStrategy(max_restarts=3),
+    )
+    strategy = WatermarkStrategy.bounded_out_of_orderness(0.2, timestamp=1)
+    (env.from_source(ListSource(_records(), splits=4, batch_size=16), watermarks=strategy)
+        .map(slow)
+        .key_by(lambda r: r[0])
+        .windows({"t": Tumbling(1.0), "s": Session(1.0)})
+        .count()
+        .sink_to(FileSink(out)))
+    return env
+
+
+def _run_and_kill(spark: Any, out: str, ckpt: str, rng: random.Random) -> Any:
+    env = _env(spark, out, ckpt)
+    executor = SparkExecutor(spark)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = executor.execute(env.job_graph("windows"))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
+    wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
+    time.sleep(rng.uniform(0.0, 1.5))  # the moment of the kill, not a wait for anything
+    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
+    os.kill(rng.choice(sorted(executor.worker_pids.values())), signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the job did not finish after the kill"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def test_sigkill_while_windows_fire_and_sessions_merge_commits_each_window_once(spark: Any, tmp_path: Path) -> None:
+    expected = _expected(_records())
+    for trial in range(TRIALS):
+        out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
+        result = _run_and_kill(spark, out, ckpt, random.Random(100 + trial))
+        assert result.restarts == 1, f"trial {trial}: the kill must have caused exactly one relaunch"
+        assert result.restored_from[-1] is not None, f"trial {trial}: the kill came after a checkpoint"
+        assert Counter(tuple(r) for r in read_committed(out)) == expected, f"trial {trial}"
