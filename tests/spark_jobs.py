@@ -1,6 +1,7 @@
 """Jobs shared by the Spark integration and fault tests (importable by worker processes too),
 and the waits and probes those tests share: complete checkpoints, a condition with a deadline,
-the `epochal` command in a process group of its own, a sink that records batch types."""
+the `epochal` command in a process group of its own, a sink that records batch types, and a
+run with one worker killed (`run_and_kill`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import glob
 import importlib
 import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from epochal import CheckpointConfig, RestartStrategy, Sink, SinkWriter, StreamEnvironment
+from epochal import CheckpointConfig, JobResult, RestartStrategy, Sink, SinkWriter, StreamEnvironment
+from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, TextFileSource
 from epochal.runtime.batches import batch_len
 from epochal.runtime.elements import Batch
@@ -166,3 +170,38 @@ def batch_types(directory: str) -> dict[str, list[tuple[str, int]]]:
         with open(os.path.join(directory, name)) as f:
             out[name] = [(kind, int(rows)) for kind, rows in (line.split() for line in f)]
     return out
+
+
+def run_and_kill(
+    spark: Any, env: StreamEnvironment, name: str, ckpt: str, rng: random.Random, *,
+    after_checkpoint: bool = True, delay: tuple[float, float] = (0.0, 1.0),
+) -> tuple[JobResult, SparkExecutor]:
+    """Run `env` on Spark in a thread and SIGKILL one of its workers at a random moment.
+
+    With `after_checkpoint` the moment is drawn after a checkpoint completed (there is state to
+    restore), else after both workers said hello. The waits are conditions with deadlines; the
+    random delay only picks the moment of the kill.
+    """
+    executor = SparkExecutor(spark)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = executor.execute(env.job_graph(name))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
+    if after_checkpoint:
+        wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
+    time.sleep(rng.uniform(*delay))  # the moment of the kill, not a wait for anything
+    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
+    os.kill(rng.choice(sorted(executor.worker_pids.values())), signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the job did not finish after the kill"
+    if "error" in outcome:
+        raise outcome["error"]
+    result: JobResult = outcome["result"]
+    return result, executor

@@ -8,20 +8,16 @@ from __future__ import annotations
 import importlib
 import os
 import random
-import signal
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import read_committed
 from epochal.runtime.result import JobResult
-from spark_jobs import complete_checkpoints, components_env, wait_until
+from spark_jobs import components_env, run_and_kill
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault]
 
@@ -59,27 +55,7 @@ def test_components_on_spark_match_in_process(spark: Any, tmp_path: Path) -> Non
 
 def _run_and_kill(spark: Any, out: str, ckpt: str, rng: random.Random) -> JobResult:
     env = components_env(out, ckpt, spark=spark, slow=0.002)
-    executor = SparkExecutor(spark)
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = executor.execute(env.job_graph("components"))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
-    time.sleep(rng.uniform(0.0, 1.0))  # the moment of the kill, not a wait for anything
-    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
-    os.kill(rng.choice(sorted(executor.worker_pids.values())), signal.SIGKILL)
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "the job did not finish after the kill"
-    if "error" in outcome:
-        raise outcome["error"]
-    result: JobResult = outcome["result"]
-    return result
+    return run_and_kill(spark, env, "components", ckpt, rng)[0]
 
 
 def test_components_survive_sigkill_of_a_worker(spark: Any, tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from spark_jobs import (
     complete_checkpoints,
     epochal_cli,
     expected_updates,
+    run_and_kill,
     wait_until,
     wordcount_env,
     write_corpus,
@@ -39,32 +39,9 @@ def _run_and_kill(
     spark: Any, corpus: str, out: str, ckpt: str, rng: random.Random, after_checkpoint: bool
 ) -> tuple[JobResult, SparkExecutor]:
     env = wordcount_env(corpus, out, ckpt, spark=spark)
-    executor = SparkExecutor(spark)
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = executor.execute(env.job_graph("wordcount"))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
-    if after_checkpoint:  # a moment when there is state to restore
-        wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
-        delay = rng.uniform(0.0, 2.0)
-    else:  # any moment, start-up included
-        delay = rng.uniform(0.3, 4.0)
-    time.sleep(delay)  # the moment of the kill, not a wait for anything
-    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
-    victim = rng.choice(sorted(executor.worker_pids.values()))
-    os.kill(victim, signal.SIGKILL)
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "the job did not finish after the kill"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"], executor
+    # after a checkpoint: there is state to restore; else any moment, start-up included
+    delay = (0.0, 2.0) if after_checkpoint else (0.3, 4.0)
+    return run_and_kill(spark, env, "wordcount", ckpt, rng, after_checkpoint=after_checkpoint, delay=delay)
 
 
 def test_sigkill_of_a_worker_at_a_random_moment_loses_and_duplicates_nothing(spark: Any, tmp_path: Path) -> None:

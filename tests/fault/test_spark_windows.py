@@ -10,11 +10,8 @@ arrive out of order within a session, bridging its parts).
 from __future__ import annotations
 
 import math
-import os
 import random
-import signal
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,11 +21,10 @@ import pytest
 from pyspark import cloudpickle
 
 from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment, WatermarkStrategy
-from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, read_committed
 from epochal.testing import ListSource
 from epochal.windows import Session, Tumbling
-from spark_jobs import complete_checkpoints, wait_until
+from spark_jobs import run_and_kill
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault]
 # Spark's Python workers cannot import test modules: ship this one's functions by value.
@@ -91,36 +87,12 @@ def _env(spark: Any, out: str, ckpt: str) -> StreamEnvironment:
     return env
 
 
-def _run_and_kill(spark: Any, out: str, ckpt: str, rng: random.Random) -> Any:
-    env = _env(spark, out, ckpt)
-    executor = SparkExecutor(spark)
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = executor.execute(env.job_graph("windows"))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
-    wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
-    time.sleep(rng.uniform(0.0, 1.5))  # the moment of the kill, not a wait for anything
-    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
-    os.kill(rng.choice(sorted(executor.worker_pids.values())), signal.SIGKILL)
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "the job did not finish after the kill"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
-
-
 def test_sigkill_while_windows_fire_and_sessions_merge_commits_each_window_once(spark: Any, tmp_path: Path) -> None:
     expected = _expected(_records())
     for trial in range(TRIALS):
         out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
-        result = _run_and_kill(spark, out, ckpt, random.Random(100 + trial))
+        result, _ = run_and_kill(spark, _env(spark, out, ckpt), "windows", ckpt, random.Random(100 + trial),
+                                 delay=(0.0, 1.5))
         assert result.restarts == 1, f"trial {trial}: the kill must have caused exactly one relaunch"
         assert result.restored_from[-1] is not None, f"trial {trial}: the kill came after a checkpoint"
         assert Counter(tuple(r) for r in read_committed(out)) == expected, f"trial {trial}"

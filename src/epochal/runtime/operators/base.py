@@ -12,15 +12,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ...config import StateConfig
 from ...errors import OperatorError
 from ...plan.specs import OperatorSpec
+from ...plan.time import EventTime, TimestampError
 from ...state.contract import KeyedSnapshot
 from ...state.keygroups import KeyGroupRange
 from ...state.manifest import SubtaskState
-from ..batches import batch_len
+from ..batches import batch_len, to_records
 from ..clock import Clock
 from ..elements import Batch
 
@@ -115,3 +117,26 @@ def extend(out: list[Any], produced: Iterable[Any] | None) -> None:
     if produced is not None:
         out.extend(produced)
 
+
+def batch_timestamps(operator: str, event_time: EventTime, batch: Batch) -> np.ndarray:
+    """The event times of a batch as float seconds, vectorized for an Arrow column.
+
+    Raises:
+        OperatorError: naming `operator` and the first record whose timestamp is missing or not
+            a time.
+    """
+    try:
+        if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
+            return event_time.of_arrow(batch)
+        return event_time.of_records(to_records(batch))
+    except TimestampError as exc:
+        raise OperatorError(operator, _first_without_time(event_time, batch), exc) from exc
+
+
+def _first_without_time(event_time: EventTime, batch: Batch) -> Any:
+    for record in to_records(batch):
+        try:
+            event_time.of_record(record)
+        except TimestampError:
+            return record
+    return f"<batch of {batch_len(batch)} records>"

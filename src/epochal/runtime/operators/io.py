@@ -9,15 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from ...errors import OperatorError
 from ...plan.specs import SinkSpec, SourceSpec
-from ...plan.time import EventTime, TimestampError
-from ..batches import batch_len, to_records
+from ..batches import batch_len
 from ..elements import Batch
 from ..watermarks import SplitWatermarks, WatermarkAdvance
-from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, guard
+from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
 
 
 @dataclass(slots=True)
@@ -118,17 +115,10 @@ class SourceOperator(RuntimeOperator):
     def _observe(self, split_id: str, batch: Batch) -> None:
         """Feed the batch's largest timestamp to its split's watermark."""
         assert self.watermarks is not None and self.spec is not None
-        event_time = self.spec.event_time
         if batch_len(batch) == 0:
             self.watermarks.on_records(split_id, None, self.ctx.clock.now())
             return
-        try:
-            if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
-                times = event_time.of_arrow(batch)
-            else:
-                times = event_time.of_records(to_records(batch))
-        except TimestampError as exc:
-            raise OperatorError(self.name, _bad_timestamp_record(event_time, batch, split_id), exc) from exc
+        times = batch_timestamps(self.name, self.spec.event_time, batch)
         newest = float(times.max())
         self.watermarks.on_records(split_id, newest, self.ctx.clock.now())
         if newest > self._state.max_timestamp.get(split_id, float("-inf")):
@@ -152,16 +142,6 @@ class SourceOperator(RuntimeOperator):
         for reader in self._readers.values():
             reader.close()
         self._readers = {}
-
-
-def _bad_timestamp_record(event_time: EventTime, batch: Batch, split_id: str) -> Any:
-    """The first record of `batch` whose timestamp cannot be read, for the error message."""
-    for record in to_records(batch):
-        try:
-            event_time.of_record(record)
-        except TimestampError:
-            return record
-    return f"<a batch of split {split_id}>"
 
 
 class SinkOperator(RuntimeOperator):

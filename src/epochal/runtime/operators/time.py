@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
-
-from ...errors import OperatorError
 from ...plan.specs import AssignTimestampsSpec
-from ...plan.time import TimestampError
-from ..batches import batch_len, to_records
+from ..batches import batch_len
 from ..elements import Batch
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
-from .base import OperatorSnapshot, RuntimeOperator
+from .base import OperatorSnapshot, RuntimeOperator, batch_timestamps
 
 _ALL = "all"  # one generator per subtask: its input is one stream, not a set of splits
 
@@ -35,14 +31,7 @@ class AssignTimestampsOperator(RuntimeOperator):
 
     def process(self, batch: Batch) -> Batch | None:
         n = batch_len(batch)
-        event_time = self.spec.event_time
-        try:
-            if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
-                times = event_time.of_arrow(batch)
-            else:
-                times = event_time.of_records(to_records(batch))
-        except TimestampError as exc:
-            raise OperatorError(self.name, _first_bad(event_time, batch), exc) from exc
+        times = batch_timestamps(self.name, self.spec.event_time, batch)
         self.generator.on_records(_ALL, float(times.max()) if n else None, self.ctx.clock.now())
         return batch
 
@@ -61,12 +50,3 @@ class AssignTimestampsOperator(RuntimeOperator):
     def watermark(self) -> float:
         newest = self.generator.max_timestamp.get(_ALL)
         return NO_WATERMARK if newest is None else newest - self.spec.max_delay
-
-
-def _first_bad(event_time: Any, batch: Batch) -> Any:
-    for record in to_records(batch):
-        try:
-            event_time.of_record(record)
-        except TimestampError:
-            return record
-    return f"<batch of {batch_len(batch)} records>"

@@ -31,7 +31,7 @@ from ..elements import Batch
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
-from .base import OperatorContext, RuntimeOperator
+from .base import OperatorContext, RuntimeOperator, batch_timestamps
 from .keyed import KeyedOperator
 from .timers import KeyedTimers, TimeDomain
 
@@ -133,10 +133,7 @@ class KeyedWindowOperator(KeyedOperator):
         assert isinstance(self.key, str)
         backend, windowing = self.backend, self.windowing
         max_p = self.ctx.max_parallelism
-        try:
-            times = self.event_time.of_arrow(batch)
-        except TimestampError as exc:
-            raise OperatorError(self.name, f"<batch of {batch.num_rows} rows>", exc) from exc
+        times = batch_timestamps(self.name, self.event_time, batch)
         values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
         stores: dict[Any, tuple[Any, int, float]] = {}
 
