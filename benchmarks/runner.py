@@ -32,7 +32,7 @@ BenchFn = Callable[[bool], dict[str, Any]]
 _REGISTRY: dict[str, tuple[BenchFn, str]] = {}
 _MODULES = [
     "benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput",
-    "benchmarks.abs_eval", "benchmarks.abs_target",
+    "benchmarks.abs_eval", "benchmarks.abs_target", "benchmarks.windows",
 ]
 
 
