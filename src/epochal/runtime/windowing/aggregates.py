@@ -43,6 +43,11 @@ class WindowAggregate(ABC):
 
     combining: ClassVar[Combining] = Combining.ASSOCIATIVE
 
+    @property
+    def merge_function(self) -> Callable[[Any, Any], Any]:
+        """`merge` as a plain function (a builtin where there is one: prefix sums use it)."""
+        return self.merge
+
     @abstractmethod
     def lift(self, value: Any) -> Any:
         """The partial of one value (the first of a slice)."""
@@ -84,6 +89,12 @@ class WindowAggregate(ABC):
         return out
 
 
+    def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
+        """(codes present, the partial of each) of `values` grouped by `codes` in `[0, n_codes)`,
+        without sorting; None where this aggregate cannot (then `reduce_groups` is used)."""
+        return None
+
+
 def _python_values(values: Values, order: np.ndarray) -> list[Any]:
     if values is None:
         return [None] * len(order)
@@ -94,8 +105,9 @@ def _python_values(values: Values, order: np.ndarray) -> list[Any]:
     return [values[i] for i in order.tolist()]
 
 
-def _numeric(values: Values, order: np.ndarray, what: str) -> np.ndarray | None:
-    """`values[order]` as a numeric numpy array, or None if they are not numbers (Python path)."""
+def _numeric(values: Values, order: np.ndarray | None, what: str) -> np.ndarray | None:
+    """`values[order]` (all values: order None) as a numeric numpy array, or None if they are not
+    numbers (then the Python path runs)."""
     if values is None:
         raise ValueError(f"{what} needs values")
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
@@ -113,14 +125,38 @@ def _numeric(values: Values, order: np.ndarray, what: str) -> np.ndarray | None:
         array = np.asarray(values)
     if array.dtype.kind not in "iuf":
         return None
-    out: np.ndarray = array[order]
+    out: np.ndarray = array if order is None else array[order]
     return out
+
+
+def _reduce_at(ufunc: np.ufunc, values: Values, codes: np.ndarray, n_codes: int,
+               what: str) -> tuple[np.ndarray, list[Any]] | None:
+    """`ufunc` over the values of each code, unbuffered in row order (numpy's `ufunc.at`)."""
+    if n_codes > 4 * len(codes) + 4096:
+        return None
+    array = _numeric(values, None, what)
+    if array is None or not len(array):
+        return None
+    seen = np.zeros(n_codes, dtype=np.bool_)
+    seen[codes] = True
+    present = np.flatnonzero(seen)
+    if ufunc is np.add:
+        out = np.zeros(n_codes, dtype=array.dtype)
+    else:  # any value of the batch is a neutral start: the group's own values decide
+        out = np.full(n_codes, array[0], dtype=array.dtype)
+        out[codes[::-1]] = array[::-1]  # each code starts from one of its own values
+    ufunc.at(out, codes, array)
+    return present, out[present].tolist()
 
 
 class Count(WindowAggregate):
     """The number of records in the window."""
 
     combining = Combining.INVERTIBLE
+
+    @property
+    def merge_function(self) -> Callable[[Any, Any], Any]:
+        return operator.add
 
     def lift(self, value: Any) -> int:
         return 1
@@ -143,11 +179,22 @@ class Count(WindowAggregate):
     def reduce_groups(self, values: Values, order: np.ndarray, bounds: np.ndarray) -> list[Any]:
         return np.diff(np.append(bounds, len(order))).tolist()  # type: ignore[no-any-return]
 
+    def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
+        if n_codes > 4 * len(codes) + 4096:
+            return None
+        counts = np.bincount(codes, minlength=n_codes)
+        present = np.flatnonzero(counts)
+        return present, counts[present].tolist()
+
 
 class Sum(WindowAggregate):
     """The sum of the values (float sums may differ in the last bits with the order of adding)."""
 
     combining = Combining.INVERTIBLE
+
+    @property
+    def merge_function(self) -> Callable[[Any, Any], Any]:
+        return operator.add
 
     def lift(self, value: Any) -> Any:
         return value
@@ -173,6 +220,9 @@ class Sum(WindowAggregate):
             return super().reduce_groups(values, order, bounds)
         return np.add.reduceat(array, bounds).tolist()  # type: ignore[no-any-return]
 
+    def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
+        return _reduce_at(np.add, values, codes, n_codes, "sum")
+
 
 class Min(WindowAggregate):
     """The smallest value."""
@@ -195,6 +245,9 @@ class Min(WindowAggregate):
             return super().reduce_groups(values, order, bounds)
         return np.minimum.reduceat(array, bounds).tolist()  # type: ignore[no-any-return]
 
+    def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
+        return _reduce_at(np.minimum, values, codes, n_codes, "min")
+
 
 class Max(WindowAggregate):
     """The largest value."""
@@ -216,6 +269,9 @@ class Max(WindowAggregate):
         if array is None:
             return super().reduce_groups(values, order, bounds)
         return np.maximum.reduceat(array, bounds).tolist()  # type: ignore[no-any-return]
+
+    def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
+        return _reduce_at(np.maximum, values, codes, n_codes, "max")
 
 
 @dataclass(frozen=True, slots=True)

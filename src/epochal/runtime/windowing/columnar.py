@@ -152,16 +152,21 @@ def _slice_rows(engine: Windowing, stores: list[SliceStore], codes: np.ndarray, 
     """Periodic queries: one partial per (key, slice) of the batch, merged into the stores."""
     grid = engine.grid
     assert grid is not None
-    lo, hi = grid.edges.slices_of(ts)
-    distinct_lo, slice_code = np.unique(lo, return_inverse=True)
-    group = codes * len(distinct_lo) + slice_code.reshape(-1)
-    order = np.argsort(group, kind="stable")
-    bounds = _groups(group[order])
-    partials = engine.aggregate.reduce_groups(items, order, bounds)
-    firsts = order[bounds]
+    index, slice_starts, slice_ends = grid.edges.slices_of(ts)
+    slices = len(slice_starts)
+    group = codes * slices + index
+    reduced = engine.aggregate.reduce_by_code(items, group, len(stores) * slices)
+    if reduced is not None:
+        present, partials = reduced
+    else:
+        order = np.argsort(group, kind="stable")
+        bounds = _groups(group[order])
+        present = group[order[bounds]]
+        partials = engine.aggregate.reduce_groups(items, order, bounds)
+    which = present % slices
     add = grid.add_partial
-    for store_code, start, end, partial in zip(codes[firsts].tolist(), lo[firsts].tolist(), hi[firsts].tolist(),
-                                               partials):
+    for store_code, start, end, partial in zip((present // slices).tolist(), slice_starts[which].tolist(),
+                                               slice_ends[which].tolist(), partials):
         add(stores[store_code], start, end, partial)
 
 

@@ -17,6 +17,7 @@ phase (exact up to 2**32 s, about the year 2106), and identical progressions are
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, TypeAlias
@@ -27,7 +28,8 @@ from ...plan.windows import PeriodicWindow
 
 _EXACT_DENOMINATOR = 1 << 20
 _EXACT_MAGNITUDE = float(1 << 32)
-_SCALAR_LIMIT = 12  # up to this many progressions or queries, a Python loop beats numpy's overhead
+_SCALAR_LIMIT = 12  # up to this many queries, a Python loop beats numpy's overhead
+_CACHED_EDGES = 2048  # edges kept around the latest timestamps for `slice_of`
 Numbers: TypeAlias = np.ndarray | np.floating[Any]
 
 
@@ -70,7 +72,12 @@ def _edges_around(ts: Numbers, base: Numbers, period: Numbers, shift: Numbers) -
 
 
 class SliceEdges:
-    """Where slices start and end for a set of periodic queries (their union of boundaries)."""
+    """Where slices start and end for a set of periodic queries (their union of boundaries).
+
+    `slice_of` answers from a cached run of a few thousand consecutive edges (one binary search),
+    rebuilt around a timestamp outside it: a record costs the same whatever the number of queries.
+    The cache is a pure function of the queries, not state.
+    """
 
     def __init__(self, windows: Sequence[PeriodicWindow]) -> None:
         self.windows = tuple(windows)
@@ -80,51 +87,60 @@ class SliceEdges:
         self._offset = np.array([w.offset for w in self.windows], dtype=np.float64)
         self._slide = np.array([w.slide for w in self.windows], dtype=np.float64)
         self._size = np.array([w.size for w in self.windows], dtype=np.float64)
+        self.gapless = all(w.slide <= w.size for w in self.windows)  # every time is in some window
+        self._span = _CACHED_EDGES / float((1.0 / period).sum())  # time holding that many edges
+        self._cache: list[float] = []
+        self._cache_lo = math.inf  # the cache answers for timestamps in [lo, hi)
+        self._cache_hi = -math.inf
 
     def slice_of(self, ts: float) -> tuple[float, float]:
         """The slice `[start, end)` holding `ts`."""
-        if len(self.progressions) > _SCALAR_LIMIT:
-            lo, hi = _edges_around(np.float64(ts), self._base, self._period, self._shift)
-            return float(lo.max()), float(hi.min())
-        low, high = -math.inf, math.inf
-        for base, period, shift in self.progressions:
-            j = math.floor((ts - base - shift) / period)
-            edge = (base + j * period) + shift
-            while edge > ts:
-                j -= 1
-                edge = (base + j * period) + shift
-            following = (base + (j + 1) * period) + shift
-            while following <= ts:
-                j += 1
-                edge, following = following, (base + (j + 1) * period) + shift
-            if edge > low:
-                low = edge
-            if following < high:
-                high = following
-        return low, high
+        if not self._cache_lo <= ts < self._cache_hi:
+            low, high = ts - self._span / 4, ts + self._span * 3 / 4
+            edges = self._edges_between(low, high, limit=4 * _CACHED_EDGES)
+            if edges is None:  # a timestamp too large for the float steps of the cache
+                return self._slice_by_arithmetic(ts)
+            self._cache = edges.tolist()
+            # complete between low and high only: each progression starts and stops elsewhere
+            self._cache_lo, self._cache_hi = low, high
+        cache = self._cache
+        i = bisect_right(cache, ts) - 1
+        return cache[i], cache[i + 1]
 
-    def slices_of(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorized `slice_of` for a column of timestamps: (starts, ends), one per row.
+    def _slice_by_arithmetic(self, ts: float) -> tuple[float, float]:
+        lo, hi = _edges_around(np.float64(ts), self._base, self._period, self._shift)
+        return float(lo.max()), float(hi.min())
+
+    def _edges_between(self, t_min: float, t_max: float, limit: int) -> np.ndarray | None:
+        """The sorted, distinct edges from one at or below `t_min` to one above `t_max` (None if
+        there are more than `limit`)."""
+        base, period, shift = self._base, self._period, self._shift
+        j0 = np.floor((t_min - base - shift) / period) - 1
+        j1 = np.floor((t_max - base - shift) / period) + 2
+        counts = (j1 - j0 + 1).astype(np.int64)
+        total = int(counts.sum())
+        if total > limit:
+            return None
+        which = np.repeat(np.arange(len(base)), counts)
+        first = np.cumsum(counts) - counts
+        j = j0[which] + (np.arange(total) - first[which])
+        edges: np.ndarray = np.unique((base[which] + j * period[which]) + shift[which])
+        return edges
+
+    def slices_of(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorized `slice_of` for a column of timestamps: (slice index per row, start per slice
+        index, end per slice index).
 
         Enumerates the edges in the batch's time span once and binary-searches them; a batch
         spanning far more edges than it has rows is searched progression by progression over its
         distinct timestamps instead.
         """
         if not len(ts):
-            return np.empty(0), np.empty(0)
-        base, period, shift = self._base, self._period, self._shift
-        t_min, t_max = float(ts.min()), float(ts.max())
-        j0 = np.floor((t_min - base - shift) / period) - 1
-        j1 = np.floor((t_max - base - shift) / period) + 2
-        counts = (j1 - j0 + 1).astype(np.int64)
-        total = int(counts.sum())
-        if total <= max(8 * len(ts), 1 << 16):
-            which = np.repeat(np.arange(len(base)), counts)
-            first = np.cumsum(counts) - counts
-            j = j0[which] + (np.arange(total) - first[which])
-            edges = np.unique((base[which] + j * period[which]) + shift[which])
-            at = np.searchsorted(edges, ts, side="right") - 1
-            return edges[at], edges[at + 1]
+            return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0)
+        edges = self._edges_between(float(ts.min()), float(ts.max()), limit=max(8 * len(ts), 1 << 16))
+        if edges is not None:
+            index = np.searchsorted(edges, ts, side="right") - 1
+            return index, edges[:-1], edges[1:]
         distinct, inverse = np.unique(ts, return_inverse=True)
         lo = np.full(len(distinct), -np.inf)
         hi = np.full(len(distinct), np.inf)
@@ -132,7 +148,45 @@ class SliceEdges:
             edge, following = _edges_around(distinct, np.float64(b), np.float64(p), np.float64(s))
             np.maximum(lo, edge, out=lo)
             np.minimum(hi, following, out=hi)
-        return lo[inverse], hi[inverse]
+        starts, first, index = np.unique(lo, return_index=True, return_inverse=True)
+        return index.reshape(-1), starts, hi[first]
+
+    def first_windows(self, t: float) -> tuple[list[int], list[float]]:
+        """Per query, the first window ending after `t`: (index, end)."""
+        if len(self.windows) <= _SCALAR_LIMIT:
+            ks = [w.first_end_index(t) for w in self.windows]
+            return ks, [w.end_of(k) for w, k in zip(self.windows, ks)]
+        k = _first_end_index(np.float64(t), self._offset, self._slide, self._size)
+        return k.astype(np.int64).tolist(), ((self._offset + k * self._slide) + self._size).tolist()
+
+    def first_open_start(self, watermark: float, lateness: float) -> float:
+        """The earliest start of a window, of any query, still open at `watermark`
+        (`end + lateness > watermark`): slices before it are needed by no window."""
+        if watermark == math.inf:
+            return math.inf
+        if len(self.windows) <= _SCALAR_LIMIT:
+            best = math.inf
+            for w in self.windows:
+                k = w.first_end_index(watermark - lateness)
+                while w.end_of(k - 1) + lateness > watermark:
+                    k -= 1
+                while w.end_of(k) + lateness <= watermark:
+                    k += 1
+                best = min(best, w.start_of(k))
+            return best
+        offset, slide, size = self._offset, self._slide, self._size
+        index = _first_end_index(np.float64(watermark - lateness), offset, slide, size)
+        for _ in range(4):  # exactly: the first index with end + lateness > watermark
+            back = ((offset + (index - 1) * slide) + size) + lateness > watermark
+            if not back.any():
+                break
+            index = np.where(back, index - 1, index)
+        for _ in range(4):
+            ahead = ((offset + index * slide) + size) + lateness <= watermark
+            if not ahead.any():
+                break
+            index = np.where(ahead, index + 1, index)
+        return float((offset + index * slide).min())
 
     def next_end(self, start: float, after: float) -> float:
         """The earliest end, after `after`, of a window holding the slice starting at `start`

@@ -9,12 +9,15 @@ departures for out-of-order streams, after Scotty's slicing: a record behind the
 updates the slice it belongs to (creating it if needed), and the windows it changed fire again;
 and slice edges include window ends, so a slice never straddles the end of a window.
 
-Per query a `WindowCursor` slides over the slices: invertible aggregates add the slices that
-enter and subtract those that leave (O(1) per slice and window), associative ones use a two-stack
-queue (O(1) amortised combines per slice, against Cutty's eager store's O(log n) per lookup);
-`Process` windows concatenate their slices' records. Late updates recombine the window's slices
-directly, O(slices in the window). Purging (Algorithm 8's `store.purge`) drops the slices before
-the earliest window any query can still need: `end + allowed_lateness > watermark`.
+Lookups (Algorithm 8's `store.lookup(from, to)`): invertible aggregates (count, sum) take prefix
+sums over a key's live slices once per firing, shared by every query, so a window costs two binary
+searches and one subtraction whatever its length (n slices: O(n) per firing plus O(log n) per
+window). Associative ones (min, max, reduce, aggregate) keep a `WindowCursor` per query, a two-stack
+queue over the slices (O(1) amortised combines per slice entering or leaving a window, against the
+O(log n) per lookup of Cutty's eager FlatFAT store, §5.5.4). `Process` windows concatenate their
+slices' records. Late updates recombine the window's slices directly, O(slices in the window).
+Purging (Algorithm 8's `store.purge`) drops the slices before the earliest window any query can
+still need: `end + allowed_lateness > watermark`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from ...plan.windows import PeriodicWindow
@@ -56,6 +60,10 @@ class Grid:
             store.partials[lo] = self.aggregate.fold(store.partials[lo], item)
             return
         lo, hi = self.edges.slice_of(ts)
+        if store.next_fire <= lo and self.edges.gapless:  # an earlier window fires first anyway
+            self._insert(store, i + 1, lo, hi, self.aggregate.lift(item))
+            store.lo, store.hi = lo, hi
+            return
         end = self.edges.next_end(lo, store.fired)
         if end == math.inf:  # a sampling gap: in no window
             return
@@ -69,6 +77,9 @@ class Grid:
         partials = store.partials
         if lo in partials:
             partials[lo] = self.aggregate.merge(partials[lo], partial)
+            return
+        if store.next_fire <= lo and self.edges.gapless:
+            self._insert(store, bisect_left(store.starts, lo), lo, hi, partial)
             return
         end = self.edges.next_end(lo, store.fired)
         if end == math.inf:
@@ -109,12 +120,9 @@ class Grid:
             lo, hi = self.edges.slice_of(ts)
             self._insert(store, i + 1, lo, hi, self.aggregate.lift(item))
             store.next_fire = min(store.next_fire, self.edges.next_end(lo, fired))
-        for q, cursor in enumerate(store.cursors):  # keep the windows in progress consistent
+        for q, cursor in enumerate(store.cursors):  # a two-stack queue cannot change a middle slice
             if cursor is not None and cursor.lo <= lo < cursor.hi:
-                if self.invertible:
-                    cursor.running = self.aggregate.fold(cursor.running, item)
-                else:
-                    store.cursors[q] = None  # a two-stack queue cannot change a middle slice
+                store.cursors[q] = None
         if store.refires:
             store.next_fire = min(store.next_fire, fired)
         return True, late
@@ -150,15 +158,26 @@ class Grid:
                     out.append(FiredWindow(self.names[q], start, end, result(partial), Firing.LATE_UPDATE))
             store.refires.clear()
         if store.starts:
-            for q in range(len(self.windows)):
-                self._fire_query(store, q, watermark, previous, out)
+            ks, ends = self.edges.first_windows(max(previous, store.starts[0]))
+            prefix: list[Any] | None = None
+            for q, (k, end) in enumerate(zip(ks, ends)):
+                if end <= watermark:
+                    if prefix is None and self.invertible:
+                        prefix = self._prefix(store)
+                    self._fire_query(store, q, k, watermark, prefix, out)
         self._purge(store, watermark)
 
-    def _fire_query(self, store: SliceStore, q: int, watermark: float, previous: float,
+    def _prefix(self, store: SliceStore) -> list[Any]:
+        """prefix[i]: the partials of the first i live slices combined (invertible aggregates)."""
+        partials = store.partials
+        return list(accumulate((partials[s] for s in store.starts), self.aggregate.merge_function,
+                               initial=self.aggregate.identity()))
+
+    def _fire_query(self, store: SliceStore, q: int, k: int, watermark: float, prefix: list[Any] | None,
                     out: list[FiredWindow]) -> None:
+        """Emit the windows of query `q` from window `k` on that end by `watermark` and hold slices."""
         w, name, starts = self.windows[q], self.names[q], store.starts
-        result = self.aggregate.result
-        k = w.first_end_index(max(previous, starts[0]))
+        result, subtract = self.aggregate.result, self.aggregate.subtract
         while True:
             start, end = w.start_of(k), w.end_of(k)
             if end > watermark:
@@ -169,7 +188,11 @@ class Grid:
             if starts[i] >= end:  # no slice in window k: go to the first window holding the next one
                 k = max(k + 1, w.first_end_index(starts[i]))
                 continue
-            out.append(FiredWindow(name, start, end, result(self._window(store, q, start, end)), Firing.ON_TIME))
+            if prefix is not None:
+                partial = subtract(prefix[bisect_left(starts, end, i)], prefix[i])
+            else:
+                partial = self._window(store, q, start, end)
+            out.append(FiredWindow(name, start, end, result(partial), Firing.ON_TIME))
             k += 1
 
     def next_fire(self, store: SliceStore) -> float:
@@ -178,9 +201,12 @@ class Grid:
         starts = store.starts
         if not starts:
             return best
-        for w in self.windows:
-            k = w.first_end_index(max(store.fired, starts[0]))
-            while True:
+        ks, ends = self.edges.first_windows(max(store.fired, starts[0]))
+        for end, q, k in sorted(zip(ends, range(len(ks)), ks)):
+            if end >= best:
+                break
+            w = self.windows[q]
+            while True:  # the first window from k holding a slice
                 start, end = w.start_of(k), w.end_of(k)
                 if end >= best:
                     break
@@ -203,17 +229,16 @@ class Grid:
         return combine_all(self.aggregate, [partials[s] for s in chosen])
 
     def _window(self, store: SliceStore, q: int, start: float, end: float) -> Any:
-        """The combined partial of window `[start, end)` of query `q`, by its cursor."""
+        """The combined partial of window `[start, end)` of query `q`, by its cursor (associative
+        aggregates) or by combining its slices (`Process`)."""
         if self.keep_records:
             return self._combine(store, start, end)
         cursor = store.cursors[q]
         if cursor is None or start >= cursor.hi or start < cursor.lo:
-            cursor = WindowCursor(start, start, self.aggregate.identity() if self.invertible else None)
+            cursor = WindowCursor(start, start)
             store.cursors[q] = cursor
         self._advance_lo(store, cursor, start)
         self._advance_hi(store, cursor, end)
-        if self.invertible:
-            return cursor.running
         front = cursor.front[-1][1] if cursor.front else None
         back = cursor.back_partial
         if front is None:
@@ -224,28 +249,21 @@ class Grid:
         """Drop the slices before `lo` from the cursor."""
         if lo <= cursor.lo:
             return
-        if self.invertible:
-            starts, partials, subtract = store.starts, store.partials, self.aggregate.subtract
-            running = cursor.running
-            for s in starts[bisect_left(starts, cursor.lo):bisect_left(starts, min(lo, cursor.hi))]:
-                running = subtract(running, partials[s])
-            cursor.running = running
-        else:
-            merge, partials, front = self.aggregate.merge, store.partials, cursor.front
-            while True:
-                if not front:
-                    if not cursor.back:
-                        break
-                    acc = None
-                    for s in reversed(cursor.back):  # flip: suffix combinations, earliest on top
-                        acc = partials[s] if acc is None else merge(partials[s], acc)
-                        front.append((s, acc))
-                    cursor.back.clear()
-                    cursor.back_partial = None
-                if front[-1][0] < lo:
-                    front.pop()
-                else:
+        merge, partials, front = self.aggregate.merge, store.partials, cursor.front
+        while True:
+            if not front:
+                if not cursor.back:
                     break
+                acc = None
+                for s in reversed(cursor.back):  # flip: suffix combinations, earliest on top
+                    acc = partials[s] if acc is None else merge(partials[s], acc)
+                    front.append((s, acc))
+                cursor.back.clear()
+                cursor.back_partial = None
+            if front[-1][0] < lo:
+                front.pop()
+            else:
+                break
         cursor.lo = lo
         if cursor.hi < lo:
             cursor.hi = lo
@@ -255,34 +273,16 @@ class Grid:
         if hi <= cursor.hi:
             return
         starts, partials, merge = store.starts, store.partials, self.aggregate.merge
-        entering = starts[bisect_left(starts, cursor.hi):bisect_left(starts, hi)]
-        if self.invertible:
-            running = cursor.running
-            for s in entering:
-                running = merge(running, partials[s])
-            cursor.running = running
-        else:
-            acc = cursor.back_partial
-            for s in entering:
-                cursor.back.append(s)
-                acc = partials[s] if acc is None else merge(acc, partials[s])
-            cursor.back_partial = acc
+        acc = cursor.back_partial
+        for s in starts[bisect_left(starts, cursor.hi):bisect_left(starts, hi)]:
+            cursor.back.append(s)
+            acc = partials[s] if acc is None else merge(acc, partials[s])
+        cursor.back_partial = acc
         cursor.hi = hi
 
     def _purge(self, store: SliceStore, watermark: float) -> None:
         """Free the slices before the earliest window still open for late records."""
-        if watermark == math.inf:
-            first_needed = math.inf
-        else:
-            first_needed = math.inf
-            lateness = self.lateness
-            for w in self.windows:
-                k = w.first_end_index(watermark - lateness)
-                while w.end_of(k - 1) + lateness > watermark:
-                    k -= 1
-                while w.end_of(k) + lateness <= watermark:
-                    k += 1
-                first_needed = min(first_needed, w.start_of(k))
+        first_needed = self.edges.first_open_start(watermark, self.lateness)
         starts = store.starts
         n = bisect_left(starts, first_needed)
         if not n:

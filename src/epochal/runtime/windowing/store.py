@@ -51,18 +51,15 @@ class FireFirst(RuntimeError):
 
 @dataclass(slots=True)
 class WindowCursor:
-    """Where one periodic query's windows stand: the combined slices of the last one emitted.
-
-    It covers the slices starting in `[lo, hi)`. Invertible aggregates keep their sum in
-    `running`; the others keep a two-stack queue (Tangwongsan et al.'s "two stacks" sliding
-    aggregation): `front` holds `(slice start, combined partial from it to the front's end)`,
-    earliest last, `back` the slices pushed since, combined in `back_partial`. Either way a window
-    costs O(1) amortised combines per slice entering or leaving it.
+    """Where one periodic query's windows stand (associative aggregates): the slices of the last
+    window emitted, starting in `[lo, hi)`, as a two-stack queue (sliding aggregation with two
+    stacks): `front` holds `(slice start, combined partial from it to the front's end)`, earliest
+    last, `back` the slices pushed since, combined in `back_partial`. A window costs O(1) amortised
+    combines per slice entering or leaving it.
     """
 
     lo: float
     hi: float
-    running: Any = None
     front: list[tuple[float, Any]] = field(default_factory=list)
     back: list[float] = field(default_factory=list)
     back_partial: Any = None
