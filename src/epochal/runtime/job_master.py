@@ -65,6 +65,7 @@ class JobMaster:
         self.progress = progress
         directory = job.config.checkpoint.directory
         self.storage = CheckpointStorage(directory) if directory else None
+        self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)
         self._started_from = self.restore_from.checkpoint_id if self.restore_from is not None else None
         self.attempt: Attempt | None = None
@@ -85,6 +86,7 @@ class JobMaster:
         manifest = self.storage.resolve(from_checkpoint)
         if manifest.is_savepoint:  # tasks restore by id from the job's own storage
             manifest = self.storage.adopt(manifest)
+            self._oldest_ancestor = manifest.checkpoint_id
         log.info("job %r restores checkpoint %d", self.job.name, manifest.checkpoint_id)
         return manifest
 
@@ -133,8 +135,9 @@ class JobMaster:
         """The newest complete checkpoint of this job's own lineage that is not refused.
 
         The lineage is what this run completed, and, when it started from a checkpoint, that one
-        and those before it. A checkpoint directory may hold newer checkpoints of an earlier run
-        (the job was started from an older one): restoring one of those would mix two histories.
+        and those before it (for an adopted savepoint, only itself). A checkpoint directory may
+        hold newer checkpoints of an earlier run (the job was started from an older one):
+        restoring one of those would mix two histories.
         None restarts from scratch.
         """
         if self.storage is None:
@@ -142,7 +145,8 @@ class JobMaster:
         own = {c.checkpoint_id for c in self.checkpoints}
         start = self._started_from
         complete = self.storage.complete_checkpoints()
-        lineage = sorted({cid for cid in complete if cid in own or (start is not None and cid <= start)})
+        ancestors = range(self._oldest_ancestor, start + 1) if start is not None else range(0)
+        lineage = sorted({cid for cid in complete if cid in own or cid in ancestors})
         for checkpoint_id in reversed(lineage):
             if checkpoint_id in self._refused:
                 continue
