@@ -99,9 +99,9 @@ def _python_values(values: Values, order: np.ndarray) -> list[Any]:
     if values is None:
         return [None] * len(order)
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values.take(pa.array(order)).to_pylist()  # type: ignore[no-any-return]
+        return values.take(pa.array(order)).to_pylist()
     if isinstance(values, np.ndarray):
-        return values[order].tolist()  # type: ignore[no-any-return]
+        return values[order].tolist()
     return [values[i] for i in order.tolist()]
 
 
@@ -177,7 +177,7 @@ class Count(WindowAggregate):
         return partial
 
     def reduce_groups(self, values: Values, order: np.ndarray, bounds: np.ndarray) -> list[Any]:
-        return np.diff(np.append(bounds, len(order))).tolist()  # type: ignore[no-any-return]
+        return np.diff(np.append(bounds, len(order))).tolist()
 
     def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
         if n_codes > 4 * len(codes) + 4096:
@@ -218,7 +218,7 @@ class Sum(WindowAggregate):
         array = _numeric(values, order, "sum")
         if array is None:
             return super().reduce_groups(values, order, bounds)
-        return np.add.reduceat(array, bounds).tolist()  # type: ignore[no-any-return]
+        return np.add.reduceat(array, bounds).tolist()
 
     def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
         return _reduce_at(np.add, values, codes, n_codes, "sum")
@@ -243,7 +243,7 @@ class Min(WindowAggregate):
         array = _numeric(values, order, "min")
         if array is None:
             return super().reduce_groups(values, order, bounds)
-        return np.minimum.reduceat(array, bounds).tolist()  # type: ignore[no-any-return]
+        return np.minimum.reduceat(array, bounds).tolist()
 
     def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
         return _reduce_at(np.minimum, values, codes, n_codes, "min")
@@ -268,7 +268,7 @@ class Max(WindowAggregate):
         array = _numeric(values, order, "max")
         if array is None:
             return super().reduce_groups(values, order, bounds)
-        return np.maximum.reduceat(array, bounds).tolist()  # type: ignore[no-any-return]
+        return np.maximum.reduceat(array, bounds).tolist()
 
     def reduce_by_code(self, values: Values, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, list[Any]] | None:
         return _reduce_at(np.maximum, values, codes, n_codes, "max")

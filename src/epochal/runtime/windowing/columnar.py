@@ -79,9 +79,9 @@ def _python_list(values: Values, n: int) -> list[Any]:
     if values is None:
         return [None] * n
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values.to_pylist()  # type: ignore[no-any-return]
+        return values.to_pylist()
     if isinstance(values, np.ndarray):
-        return values.tolist()  # type: ignore[no-any-return]
+        return values.tolist()
     return list(values)
 
 
