@@ -167,3 +167,72 @@ class _AtTime(KeyedProcessFunction):
 
     def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
         yield (ctx.key, timestamp, ctx.current_watermark())
+
+
+class _SlowSplitSource:
+    """Split "fast" has records at once; split "slow" has nothing for a while (empty batches),
+    then its own records: with idleness, the watermark moves on without waiting for it."""
+
+    def __init__(self, quiet_polls: int) -> None:
+        self.quiet_polls = quiet_polls
+
+    def splits(self) -> list[Any]:
+        return [_Split("fast"), _Split("slow")]
+
+    def open_split(self, split: Any, position: Any) -> Any:
+        return _SlowReader(split.split_id, self.quiet_polls, position or 0)
+
+
+class _Split:
+    def __init__(self, split_id: str) -> None:
+        self.split_id = split_id
+
+
+class _SlowReader:
+    def __init__(self, split_id: str, quiet: int, position: int) -> None:
+        self.split_id, self.quiet, self.pos, self.polls = split_id, quiet, position, 0
+
+    def read(self, max_records: int) -> Any:
+        self.polls += 1
+        if self.split_id == "slow" and self.polls <= self.quiet:
+            return []  # nothing yet
+        rows = list(range(self.pos, min(self.pos + 5, 100)))
+        if not rows:
+            return None
+        self.pos += len(rows)
+        base = 0.0 if self.split_id == "fast" else 1000.0
+        return [(self.split_id, base + r) for r in rows]
+
+    def position(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_idle_split_stops_holding_the_watermark_back() -> None:
+    """The slow split is idle while the fast one runs: with idleness the fast split's timers fire
+    while the slow split is quiet; without it they wait for the slow split's first records."""
+    seen: dict[bool, list[Any]] = {}
+    for idleness in (False, True):
+        env = StreamEnvironment(parallelism=1, executor="inprocess")
+        strategy = WatermarkStrategy.for_monotonous_timestamps(timestamp=1)
+        if idleness:
+            strategy = strategy.with_idleness(0.05)
+        sink = CollectSink()
+        (env.from_source(_SlowSplitSource(quiet_polls=20_000), watermarks=strategy)  # type: ignore[arg-type]
+            .key_by(lambda r: r[0]).process(_FastTimers()).sink_to(sink))
+        InProcessExecutor(seed=0, virtual_time=True, step_time=0.0001).execute(env.job_graph("idle"))
+        seen[idleness] = sink.committed()
+    fast_with, fast_without = ([w for k, _, w in seen[i] if k == "fast"] for i in (True, False))
+    assert any(math.isfinite(w) and w < 1000 for w in fast_with), "idleness let the watermark move"
+    assert not any(math.isfinite(w) and w < 1000 for w in fast_without), "without idleness it waits"
+
+
+class _FastTimers(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Iterable[Any]:
+        ctx.timers.register_event_time(value[1] + 1)
+        return ()
+
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
+        yield (ctx.key, timestamp, ctx.current_watermark())

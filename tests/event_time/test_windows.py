@@ -208,3 +208,19 @@ def test_window_results_are_arrow_on_the_columnar_path() -> None:
     env.execute("arrow")
     assert seen and all(t is pa.RecordBatch for t in seen)
     assert sorted(sink.committed()) == [("a", 0.0, 2.0, 1), ("a", 2.0, 4.0, 1), ("b", 0.0, 2.0, 1)]
+
+
+def test_late_records_are_counted_whether_or_not_anyone_asked_for_them() -> None:
+    records = [{"k": "a", "ts": t} for t in (0.0, 10.0, 1.0, 11.0, 2.0)]  # 1.0 and 2.0 are late
+    for ask in (False, True):
+        env = StreamEnvironment(parallelism=1, executor="inprocess")
+        strategy = WatermarkStrategy.for_monotonous_timestamps(timestamp="ts")
+        results = (env.from_source(ListSource(records, batch_size=1), watermarks=strategy)
+                   .key_by("k").window(Tumbling(5.0)).count(name="per5s"))
+        results.sink_to(CollectSink())
+        late = CollectSink()
+        if ask:
+            results.late_records().sink_to(late)
+        outcome = env.execute("late")
+        assert outcome.operator("per5s").late_records == 2
+        assert [r["ts"] for r in late.committed()] == ([1.0, 2.0] if ask else [])

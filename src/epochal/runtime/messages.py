@@ -89,11 +89,13 @@ class InputsEnded:
 
 @dataclass(frozen=True, slots=True)
 class OperatorMetrics:
-    """Records into and out of one operator (summed over the subtasks that report)."""
+    """Records into and out of one operator (summed over the subtasks that report), and the
+    records a window operator found too late for their windows."""
 
     name: str
     records_in: int
     records_out: int
+    late_records: int = 0
 
 
 @dataclass(frozen=True, slots=True)

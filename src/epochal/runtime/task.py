@@ -300,12 +300,11 @@ class Task:
         """Event time moved: operators from `start` on fire what is due, then it goes downstream."""
         if self._assigner is not None and start <= self._assigner and advance.timestamp != END_OF_TIME:
             return  # upstream event time ends at the assigner, which makes its own
-        if not advance.idle:
-            for i in range(start, len(self.chain)):
-                out = self.chain[i].on_watermark(advance.timestamp)
-                if out is not None and batch_len(out):
-                    self.records_out[i] += batch_len(out)
-                    self._run_chain(i + 1, out)
+        for i in range(start, len(self.chain)):
+            out = self.chain[i].on_watermark(advance.timestamp)
+            if out is not None and batch_len(out):
+                self.records_out[i] += batch_len(out)
+                self._run_chain(i + 1, out)
         self.output.broadcast(Watermark(advance.timestamp, advance.idle))
 
     def _fire_timers(self) -> None:
@@ -429,6 +428,6 @@ class Task:
 
     def metrics(self) -> tuple[OperatorMetrics, ...]:
         return tuple(
-            OperatorMetrics(op.name, self.records_in[i], self.records_out[i])
+            OperatorMetrics(op.name, self.records_in[i], self.records_out[i], op.late_records)
             for i, op in enumerate(self.chain)
         )

@@ -7,7 +7,9 @@ watermark is the minimum over its unfinished splits, leaving out the idle ones (
 the idleness timeout), and the subtask is idle when all of them are. A task's watermark is the
 minimum over its inputs, leaving out idle, ended and loop back-edge channels: what comes round a
 loop was already counted where it entered it, so a loop never holds back what lies downstream of
-it. Watermarks only move forward. Pure bookkeeping: no I/O, times passed in.
+it. When everything is idle, the watermark moves to the largest any split or input reached (as
+Flink's watermark valve does), so what was read is not held back by inputs that have nothing.
+Watermarks only move forward. Pure bookkeeping: no I/O, times passed in.
 """
 
 from __future__ import annotations
@@ -61,7 +63,13 @@ class SplitWatermarks:
         """The watermark over the unfinished `splits`, if it moved (or the idle status changed)."""
         active = [s for s in splits if not self._is_idle(s, now)]
         if not active and self.idleness is not None and self._last_active:
-            if self._idle:
+            # all idle: move to the largest watermark any split reached, as Flink's watermark
+            # valve does, so records already read are not held back by splits that have nothing
+            top = max(self.max_timestamp.values(), default=-math.inf) - self.max_delay
+            moved = top > self._emitted
+            if moved:
+                self._emitted = top
+            if self._idle and not moved:
                 return None
             self._idle = True
             return WatermarkAdvance(self._emitted, idle=True)
@@ -104,7 +112,7 @@ class InputWatermarks:
             return None
         self.has_seen = True
         self._idle[channel] = idle
-        if not idle and timestamp > self._marks[channel]:
+        if timestamp > self._marks[channel]:
             self._marks[channel] = timestamp
         return self._combine()
 
@@ -123,8 +131,12 @@ class InputWatermarks:
             low = END_OF_TIME
         else:
             live = [m for m, idle in open_marks if not idle]
-            if not live:  # the open inputs are all idle: say so once, keep the watermark
-                if open_marks and not self.is_idle:
+            if not live:  # the open inputs are all idle: move to the largest mark, say so once
+                top = max(m for m, _ in open_marks)
+                moved = top > self.current
+                if moved:
+                    self.current = top
+                if moved or not self.is_idle:
                     self.is_idle = True
                     return WatermarkAdvance(self.current, idle=True)
                 return None

@@ -52,6 +52,7 @@ class RuntimeOperator:
     """Base of the running operators; the defaults are those of a stateless operator."""
 
     generates_watermarks = False  # watermarks from upstream stop here; see `take_watermark`
+    late_records = 0  # records too late for their windows (window operators count them)
 
     def __init__(self, spec: OperatorSpec) -> None:
         self.name = spec.name

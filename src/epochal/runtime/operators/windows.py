@@ -83,7 +83,7 @@ class KeyedWindowOperator(KeyedOperator):
         value = spec.value
         self.value_of = operator.itemgetter(value) if isinstance(value, (str, int)) else value
         self.watermark = NO_WATERMARK
-        self.late_dropped = 0  # late records nobody asked for (`late_records()` not called)
+        self.late_records = 0  # records too late for some window (a metric), kept or dropped
         self._columnar = False  # Arrow in: results go out as Arrow batches
         self._result_column = spec.kind.value if spec.kind.value in ("count", "sum", "min", "max") else "result"
 
@@ -218,8 +218,8 @@ class KeyedWindowOperator(KeyedOperator):
             results.append((key, f.query, f.start, f.end, f.result) if named else (key, f.start, f.end, f.result))
 
     def _out(self, results: list[Any], late: list[Any]) -> Batch | None:
-        if late and not self.spec.emit_late:
-            self.late_dropped += len(late)
+        self.late_records += len(late)
+        if late and not self.spec.emit_late:  # nobody asked for them: counted, then dropped
             late = []
         if not results and not late:
             return None
