@@ -39,6 +39,13 @@ class CheckpointConfig:
             flowing (ABS). `"synchronous"` is Naiad's scheme, for comparison: the sources halt,
             every channel drains, every task writes its state before it goes on, and the
             sources resume only once the checkpoint is complete.
+        existing: what a job that does not start from a checkpoint does when `directory`
+            already holds complete checkpoints (of an earlier run): `"error"` (the default)
+            refuses to start, naming the latest one and how to resume it (`from_checkpoint=
+            "latest"`); `"overwrite"` deletes every checkpoint there (the `chk-*` directories,
+            nothing else) and starts from scratch. Incomplete checkpoints alone (a run that
+            failed before its first checkpoint completed, so committed nothing) never stop a
+            start: they are deleted.
     """
 
     interval: float | None = None
@@ -49,6 +56,7 @@ class CheckpointConfig:
     tolerable_failures: int = 0
     retain: int = 3
     mode: Literal["aligned", "synchronous"] = "aligned"
+    existing: Literal["error", "overwrite"] = "error"
 
     def __post_init__(self) -> None:
         if self.interval is not None:
@@ -61,6 +69,7 @@ class CheckpointConfig:
         check_int("CheckpointConfig.tolerable_failures", self.tolerable_failures, minimum=0)
         check_int("CheckpointConfig.retain", self.retain)
         check_choice("CheckpointConfig.mode", self.mode, ("aligned", "synchronous"))
+        check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
 
     @property
     def is_periodic(self) -> bool:

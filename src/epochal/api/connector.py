@@ -7,6 +7,10 @@ restore rewinds to exactly the records after the checkpoint. A sink is written i
 one into a committable, and `Sink.commit` makes committables visible once the checkpoint is
 complete. Commit must be idempotent: after a failure it may be called again for a committable
 that was already committed.
+
+Both have a `check` hook that the job master calls once, on the driver, before any task starts
+(and before Spark does): a missing input or an output that would be written twice fails there,
+in one line, instead of in every attempt of a running job.
 """
 
 from __future__ import annotations
@@ -55,6 +59,13 @@ class Source(ABC):
     def open_split(self, split: SourceSplit, position: Any | None) -> SplitReader:
         """A reader of `split`, from `position` (None: from the start)."""
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise an `EpochalError` if the job cannot read this source (e.g. its input is missing).
+
+        Called once on the driver before the job starts, so the mistake is reported in one line
+        rather than by every attempt of the job; keep it cheap (no reading of the data).
+        """
+
 
 class SinkWriter(ABC):
     """Writes one sink subtask's records, staged until committed."""
@@ -83,3 +94,14 @@ class Sink(ABC):
 
     def commit(self, committables: list[Any]) -> None:  # noqa: B027 - sinks without 2PC
         """Make prepared data visible; idempotent, in checkpoint order."""
+
+    def check(self, resuming: bool) -> None:  # noqa: B027 - optional hook
+        """Raise an `EpochalError` if the job must not write here; called once on the driver.
+
+        `resuming` is True when the job starts from a checkpoint or savepoint: output that the
+        checkpoint's run committed is then expected, and must not be refused. On a fresh start,
+        a sink that already holds committed output should refuse (unless told to overwrite or
+        append), since a new run cannot know what the old one committed and would write it all
+        again. Also the place to fail early on a target that is not writable. A sink told to
+        overwrite clears its own old output here, once, before any writer exists.
+        """

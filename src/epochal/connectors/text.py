@@ -119,6 +119,14 @@ class TextFileSource(Source):
         self.encoding = _check_encoding(encoding)
         self.split_size = check_int("split_size", split_size)
 
+    def check(self) -> None:
+        """Fail on the driver, before the job starts, if the path is missing or unreadable."""
+        if not os.path.exists(self.path):
+            raise EpochalError(f"TextFileSource: no such file or directory: {self.path}")
+        if not os.access(self.path, os.R_OK | (os.X_OK if os.path.isdir(self.path) else 0)):
+            raise EpochalError(f"TextFileSource: cannot read {self.path} (permission denied)")
+        self._files()  # neither a file nor a directory (a socket, a device) fails here
+
     def _files(self) -> list[str]:
         if os.path.isfile(self.path):
             return [self.path]

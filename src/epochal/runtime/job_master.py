@@ -1,6 +1,8 @@
 """The job master: what every host does to run a job, whatever moves its bytes.
 
 One job master serves both hosts (the in-process executor and the Spark barrier stage). It owns
+- the checks before the first attempt (`start_checks`: sources, sinks, and a fresh start over
+  an earlier run's checkpoints), which a host runs before it starts Spark;
 - checkpoint storage and the resolution of `from_checkpoint` (a savepoint is adopted into the
   job's own storage, so every host restores by checkpoint id);
 - attempts: their numbers and the checkpoint ids they continue from;
@@ -29,6 +31,7 @@ from .clock import Clock
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .messages import OperatorMetrics
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
+from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ class JobMaster:
     Raises:
         NoCheckpointError: `from_checkpoint` names nothing restorable, or the job has no
             checkpoint directory to restore from.
+        CheckpointError: a fresh start over complete checkpoints (`CheckpointConfig.existing`).
+        EpochalError: a source's or a sink's `check` refused the job.
     """
 
     def __init__(
@@ -64,9 +69,15 @@ class JobMaster:
         self.clock = clock
         self.progress = progress
         directory = job.config.checkpoint.directory
+        resuming = from_checkpoint is not None
+        check_sources(job)  # before anything is created or changed on disk
         self.storage = CheckpointStorage(directory) if directory else None
+        stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
+        if self.storage is not None:
+            clear_checkpoints(self.storage, stale, job.name)
         self._started_from = self.restore_from.checkpoint_id if self.restore_from is not None else None
         self.attempt: Attempt | None = None
         self.restarts = 0

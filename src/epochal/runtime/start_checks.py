@@ -1,0 +1,98 @@
+"""What the job master checks once, on the driver, before the first attempt (and before Spark).
+
+A job that cannot run (an input that is missing, an output directory that is not writable) or
+must not (a fresh start over what an earlier run left) would fail the same way in every attempt,
+after Spark's start-up, spending the restart budget; here it fails at once, in one line.
+
+A *fresh start* (no `from_checkpoint`) over a checkpoint directory that holds complete
+checkpoints is refused unless `CheckpointConfig.existing` is `"overwrite"`: the earlier run's
+sinks committed output up to its latest checkpoint, and a fresh run would commit it all again.
+Incomplete checkpoints alone are no obstacle and are deleted: a sink commits only once a
+checkpoint is complete (dissertation §4.1.3), so a run that never completed one committed
+nothing, and its staged output is never committed by anyone.
+
+Sources and sinks check themselves (`Source.check`, `Sink.check`); the runtime calls the hooks
+by name, since the job graph holds sources and sinks as plain objects.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..errors import CheckpointError, EpochalError
+from ..plan.job_graph import JobGraph
+from ..plan.specs import SinkSpec, SourceSpec
+from ..state.storage import CheckpointStorage
+
+log = logging.getLogger(__name__)
+
+
+def check_sources(job: JobGraph) -> None:
+    """Every source's `check()`: its input is there and readable."""
+    for name, source in _connectors(job, SourceSpec, "source"):
+        _call(name, "source", source.check)
+
+
+def check_sinks(job: JobGraph, resuming: bool) -> None:
+    """Every sink's `check(resuming)`: its target is writable and holds no output it must not
+    add to (a sink told to overwrite clears its old output here)."""
+    for name, sink in _connectors(job, SinkSpec, "sink"):
+        _call(name, "sink", lambda s=sink: s.check(resuming))
+
+
+def checkpoints_to_clear(storage: CheckpointStorage, job: JobGraph) -> list[int]:
+    """The checkpoints a fresh start deletes: incomplete leftovers, and complete ones if
+    `existing="overwrite"`.
+
+    Raises:
+        CheckpointError: the directory holds complete checkpoints and `existing="error"`.
+    """
+    complete = storage.complete_checkpoints()
+    if complete and job.config.checkpoint.existing == "error":
+        latest = complete[-1]
+        where = storage.uri if "://" in storage.uri else storage.root
+        raise CheckpointError(
+            f"checkpoint directory {where} already holds complete checkpoints of an earlier run "
+            f"(latest: {latest}, {storage.checkpoint_dir_name(latest)}); resume it with "
+            'from_checkpoint="latest" (epochal run --from-checkpoint latest), or start over with '
+            'CheckpointConfig(existing="overwrite") or another checkpoint directory'
+        )
+    return storage.checkpoint_ids()
+
+
+def clear_checkpoints(storage: CheckpointStorage, checkpoint_ids: list[int], job_name: str) -> None:
+    """Delete the `chk-*` directories of `checkpoint_ids`, manifests first (so a deletion cut
+    short leaves incomplete checkpoints, never a complete one with files missing)."""
+    if not checkpoint_ids:
+        return
+    for checkpoint_id in checkpoint_ids:
+        storage.delete_manifest(checkpoint_id)
+    for checkpoint_id in checkpoint_ids:
+        storage.discard(checkpoint_id)
+    log.info(
+        "job %r starts from scratch: deleted %d checkpoint(s) of an earlier run from %s",
+        job_name, len(checkpoint_ids), storage.uri,
+    )
+
+
+def _connectors(job: JobGraph, kind: type[SourceSpec] | type[SinkSpec], attribute: str) -> list[tuple[str, Any]]:
+    """(operator name, source or sink object) of each operator of `kind`, each object once."""
+    found: dict[int, tuple[str, Any]] = {}
+    for vertex in job.vertices:
+        for spec in vertex.chain:
+            if isinstance(spec, kind):
+                obj = getattr(spec, attribute)
+                if callable(getattr(obj, "check", None)):
+                    found.setdefault(id(obj), (spec.name, obj))
+    return list(found.values())
+
+
+def _call(name: str, kind: str, check: Any) -> None:
+    """Run one hook; a non-Epochal error is named after the operator, with its cause."""
+    try:
+        check()
+    except EpochalError:
+        raise
+    except Exception as exc:
+        raise EpochalError(f"{kind} {name!r} cannot start: {type(exc).__name__}: {exc}") from exc
