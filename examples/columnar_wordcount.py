@@ -10,7 +10,8 @@ counts a whole Arrow batch at once (vectorized, no Python object per word). Read
     python examples/columnar_wordcount.py                          # from the repository root
     epochal run --executor inprocess examples/columnar_wordcount.py
 
-The output directory accumulates: delete `out-columnar/` and `ckpt-columnar/` to start over.
+Like `wordcount.py`, every run starts over (`existing="overwrite"`, `mode="overwrite"`): the
+output is one run's. `--from-checkpoint latest` resumes the last run instead.
 """
 
 import os
@@ -47,12 +48,13 @@ if __name__ == "__main__":
         write_demo_corpus("corpus")
 
     env = StreamEnvironment(parallelism=2,
-                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt-columnar"))
+                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt-columnar",
+                                                        existing="overwrite"))
     (env.from_source(TextFileSource("corpus/"))   # Arrow batches with one column, `line`
         .map_batches(split_words)                 # Arrow in, Arrow out
         .key_by("word")                           # a column name: routed by key group, vectorized
         .count()                                  # Arrow batches with columns `word`, `count`
-        .sink_to(FileSink("out-columnar/")))      # one JSON line ["word", n] per update
+        .sink_to(FileSink("out-columnar/", mode="overwrite")))  # a JSON line ["word", n] per update
     result = env.execute("columnar_wordcount")
 
     print(f"columnar_wordcount: {result.operator('sink').records_in:,} updates committed to "

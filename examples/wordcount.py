@@ -6,6 +6,13 @@ embedded local Spark; `executor="inprocess"` runs it in this process instead.
 
     python examples/wordcount.py            # from the repository root
     epochal run examples/wordcount.py --parallelism 2
+
+Every run of the demo starts over: `existing="overwrite"` deletes the checkpoints of the last run
+and `mode="overwrite"` its `part-*` files, so `out/` always holds one run's output. A job of
+your own keeps the defaults, which refuse to start over an earlier run's checkpoints or output
+and say how to resume it (`epochal run examples/wordcount.py --from-checkpoint latest` resumes
+this one; a resumed run keeps its output). See docs/operations.md, "Starting, resuming,
+starting over".
 """
 
 import os
@@ -32,12 +39,12 @@ if __name__ == "__main__":
         write_demo_corpus("corpus")
 
     env = StreamEnvironment(parallelism=2,
-                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt"))
+                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt", existing="overwrite"))
     counts = (env.from_source(TextFileSource("corpus/"))  # a file or a directory of text files; replayable
                  .flat_map(str.split)
                  .key_by(lambda w: w)
                  .count())                                  # running count per key: emits (key, count)
-    counts.sink_to(FileSink("out/"))                        # exactly-once
+    counts.sink_to(FileSink("out/", mode="overwrite"))      # exactly-once; replaces the last run's output
     result = env.execute("wordcount")
 
     print(f"wordcount: {result.operator('sink').records_in:,} updates committed to out/, "

@@ -2,25 +2,30 @@
 
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
                        [--from-checkpoint latest|ID|PATH] [--allow-non-restored-state]
-                       [--executor spark|inprocess] [-- ARGS]
+                       [--executor spark|inprocess] [--verbose] [-- ARGS]
     epochal checkpoints list D
     epochal savepoint D TARGET [--checkpoint latest|ID]
 
 Mistakes a user makes (a missing job file or checkpoint directory, a URI no filesystem
-serves) end with one line, `epochal: <message>`, and status 1, not a traceback.
+serves, a Spark master that cannot be reached, a job that must not start over earlier output)
+end with one line, `epochal: <message>`, and status 1, not a traceback. Spark starts only when
+the job executes, after its start checks; its start-up logging stays quiet unless `--verbose`.
 docs/operations.md documents every flag (tests/docs checks it against `build_parser`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import logging
 import os
 import runpy
 import sys
 from collections.abc import Sequence
 
 from ..api.environment import RunOverrides, run_overrides
+from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
 from ..errors import EpochalError, NoCheckpointError
 from ..runtime.result import JobProgress
 from ..state.savepoints import create_savepoint
@@ -76,11 +81,14 @@ def _open_storage(directory: str) -> CheckpointStorage:
 def _run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.job):
         raise EpochalError(f"no such job file: {args.job!r}")
-    session = None
+    if args.verbose:
+        os.environ.setdefault(SPARK_LOG_ENV, "WARN")
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("epochal").setLevel(logging.INFO)
+    master: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.master:
-        from ..cluster.spark import create_session
-
-        session = create_session(args.master)
+        probe_master(args.master)  # seconds, not a minute of Spark's retries
+        master = use_master(args.master)  # the session is created when the job executes
     display = _ProgressLine()
     overrides = RunOverrides(
         parallelism=args.parallelism,
@@ -92,13 +100,13 @@ def _run(args: argparse.Namespace) -> int:
     )
     argv, sys.argv = sys.argv, [args.job, *args.job_args]
     try:
-        with run_overrides(overrides):
+        with run_overrides(overrides), master:
             runpy.run_path(args.job, run_name="__main__")
     finally:
         sys.argv = argv
         display.close()
-        if session is not None:
-            session.stop()
+        if args.master:
+            stop_session()
     return 0
 
 
@@ -140,7 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a job file")
     run.add_argument("job", help="a Python file that builds a StreamEnvironment and calls execute()")
-    run.add_argument("--master", metavar="URL", help="Spark master URL (default: the embedded local[*])")
+    run.add_argument(
+        "--master", metavar="URL", help="Spark master URL (default: the embedded local[*]); checked at once"
+    )
     run.add_argument("--parallelism", type=_positive_int, metavar="N", help="default parallelism of every environment")
     run.add_argument("--checkpoint-dir", metavar="D", help="checkpoint directory (any pyarrow filesystem URI)")
     run.add_argument(
@@ -155,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--executor", choices=["spark", "inprocess"], help="override the job's executor (inprocess: no Spark)"
+    )
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help=f"show Spark's start-up and WARN log lines (or set {SPARK_LOG_ENV}=LEVEL) and Epochal's INFO log",
     )
     run.set_defaults(func=_run)
 

@@ -12,17 +12,16 @@ The job master decides every restart; this host carries it out at one of two spe
   Spark never retries for a result stage: the host cancels what is left and submits a new stage
   (a new *launch*), whose workers start the next attempt.
 The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
-it is a retry.
+it is a retry. The job master is built, and runs its start checks, before the SparkSession is
+(`cluster.session`), so a job that cannot start fails before the JVM does.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import selectors
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -39,49 +38,13 @@ from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import JobProgress, JobResult, merge_metrics
 from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
+from .session import default_session
 from .worker import Worker, worker_of
 
 log = logging.getLogger(__name__)
 
 _HELLO_TIMEOUT = 300.0
-
-
-def create_session(master: str) -> Any:
-    """A SparkSession on `master`, set up for long-running barrier tasks.
-
-    Python workers use this interpreter; a cancelled task's Python process is killed after
-    200 ms instead of Spark's default seconds (a relaunch then takes ~5 s instead of ~8 s).
-    """
-    is_local = master.startswith("local")
-    if is_local:  # on this machine only: keep Spark off other interfaces
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("epochal")
-        .config("spark.python.task.killTimeout", "200ms")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    if is_local and os.environ["SPARK_LOCAL_IP"].startswith("127."):
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-def default_session(workers: int) -> Any:
-    """The active SparkSession, or the embedded default: local, a slot per worker (`local[*]`)."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    cores = os.cpu_count() or 1
-    return create_session("local[*]" if workers <= cores else f"local[{workers}]")
 
 
 def _wait_for_slots(sc: Any, workers: int, timeout: float = 90.0) -> int:
@@ -164,6 +127,8 @@ class SparkExecutor:
 
     def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
         workers = max(v.parallelism for v in job.vertices)
+        # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
+        master = JobMaster(job, WallClock(), from_checkpoint, self.progress)
         spark = self.spark or default_session(workers)
         sc = spark.sparkContext
         slots = _wait_for_slots(sc, workers)
@@ -172,7 +137,6 @@ class SparkExecutor:
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
                 f"({sc.master}) has {slots}; lower the parallelism or add executors/cores"
             )
-        master = JobMaster(job, WallClock(), from_checkpoint, self.progress)
         host = self.bind_host or sc.getConf().get("spark.driver.host", "127.0.0.1")
         return _StageHost(master, sc, workers, host, self).run()
 
