@@ -72,14 +72,12 @@ def test_a_restart_never_restores_a_newer_checkpoint_of_an_earlier_run(tmp_path:
     assert master.restored_from == [older]
 
 
-def test_a_fresh_job_does_not_restore_an_earlier_runs_checkpoints(tmp_path: Path) -> None:
+def test_a_fresh_job_over_an_earlier_runs_checkpoints_is_refused(tmp_path: Path) -> None:
     directory = tmp_path / "c"
     job, _ = _job(directory, list(range(50)))
     _run(job)
-    master = JobMaster(job, VirtualClock(), None)
-    master.start_attempt(lambda task, message: None)
-    master.on_failure(RuntimeError("boom"))
-    assert master.restore_from is None  # from scratch: nothing of this run's lineage exists
+    with pytest.raises(CheckpointError, match="already holds complete checkpoints"):
+        JobMaster(job, VirtualClock(), None)
 
 
 def test_too_many_failed_checkpoints_fail_the_attempt_on_both_paths(tmp_path: Path) -> None:
