@@ -1,26 +1,27 @@
 """Nexmark q2, selection: the bids on every 123rd auction, with their price.
 
-Beam's Query2 and the Nexmark project's q2 agree (`auctionSkip` = 123):
+Beam's Query2 and the Nexmark project's q2 agree: the (auction, price) of the bids whose
+auction id is a multiple of 123 (`auctionSkip`). The original CQL query named five auction ids;
+Beam widened it so that it selects bids at any stream length.
 
-    SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0
-
-(The original CQL query named five auction ids; Beam widened it so that it selects bids at
-any stream length.) One `map_batches` call per batch: the kind filter, then one vectorized
-modulo (numpy, on the column's buffer) and filter.
+Columnar: one `map_batches` call per batch (the kind filter, then one vectorized modulo, numpy
+on the column's buffer, and a filter).
 
     python examples/nexmark/q2.py [--events N] [--parallelism P] [--rate EVENTS_PER_SECOND]
 """
 
-import argparse
-import tempfile
-import time
+from __future__ import annotations
+
+import os
+import sys
 
 import pyarrow as pa
 
-from epochal import CheckpointConfig, StreamEnvironment
-from epochal.connectors.nexmark import NexmarkSource, bids
-from epochal.testing import CollectSink
+from epochal import DataStream
+from epochal.connectors.nexmark import bids
 
+NAME = "q2"
+DESCRIPTION = "selection: the bids on every 123rd auction, with their price"
 AUCTION_SKIP = 123
 
 
@@ -31,27 +32,13 @@ def q2(events: pa.RecordBatch) -> pa.RecordBatch:
     return bid.filter(pa.array(auction % AUCTION_SKIP == 0))
 
 
-def run(events: int, parallelism: int, rate: int | None = None, seed: int = 0) -> tuple[CollectSink, float]:
-    """Run q2 in process with 1 s checkpoints; return the sink and the run's seconds."""
-    sink = CollectSink()
-    with tempfile.TemporaryDirectory(prefix="nexmark-q2-") as checkpoints:
-        env = StreamEnvironment(parallelism=parallelism, executor="inprocess",
-                                checkpoint=CheckpointConfig(interval=1.0, directory=checkpoints))
-        (env.from_source(NexmarkSource(events=events, events_per_second=rate, seed=seed,
-                                       splits=env.parallelism))  # one split per source subtask
-            .map_batches(q2, name="q2")
-            .sink_to(sink))
-        start = time.perf_counter()
-        env.execute("nexmark-q2")
-        return sink, time.perf_counter() - start
+def query(events: DataStream) -> DataStream:
+    """The Nexmark events with watermarks → q2's results."""
+    return events.map_batches(q2, name=NAME)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--rate", type=int, default=None, help="events per second (default: unpaced)")
-    args = parser.parse_args()
-    sink, seconds = run(args.events, args.parallelism, args.rate)
-    print(f"q2: {args.events:,} events, {len(sink.committed()):,} bids selected in {seconds:.2f} s "
-          f"({args.events / seconds:,.0f} events/s)")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import harness
+
+    harness.main(query, NAME, DESCRIPTION)

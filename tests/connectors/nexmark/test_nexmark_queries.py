@@ -23,13 +23,20 @@ EVENTS = 6_000
 SEED = 0  # the examples' seed
 
 
-def _example(name: str) -> types.ModuleType:
-    path = os.path.join(EXAMPLES, f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"nexmark_example_{name}", path)
+def _load_harness() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("nexmark_harness", os.path.join(EXAMPLES, "harness.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+HARNESS = _load_harness()
+
+
+def _example(name: str) -> types.ModuleType:
+    return HARNESS.load(os.path.join(EXAMPLES, f"{name}.py"))
 
 
 def _bid_table() -> pa.Table:
@@ -44,7 +51,10 @@ def _rows(table: pa.Table, columns: list[str]) -> collections.Counter[tuple[Any,
 
 
 def _committed(name: str, parallelism: int = 2) -> collections.Counter[tuple[Any, ...]]:
-    sink, _seconds = _example(name).run(EVENTS, parallelism)
+    from epochal.testing import CollectSink
+
+    sink = CollectSink()
+    HARNESS.run(_example(name).query, name=name, events=EVENTS, parallelism=parallelism, seed=SEED, sink=sink)
     return collections.Counter(tuple(r) for r in sink.committed())
 
 

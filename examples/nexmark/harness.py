@@ -1,0 +1,196 @@
+"""What every Nexmark example shares: the source, its watermarks, the job and the summary.
+
+A query module (`examples/nexmark/qN.py`) defines only the query:
+
+    NAME = "q5"
+    DESCRIPTION = "hot items: ..."
+    def query(events: DataStream) -> DataStream: ...
+
+`events` is the Nexmark stream (`EVENT_SCHEMA` batches: a `kind` column, the event time
+`dateTime`, a struct column per kind) with event-time watermarks on `dateTime`; `query` adds its
+operators and returns the stream of results, with no source, sink or environment of its own,
+so that the benchmark can run the same function with its own source and sink, in process and on
+Spark. Everything a query's operators hold is a module-level function or class: picklable.
+
+This module builds the rest: `source` (a `NexmarkSource` with one split per subtask),
+`watermarks` (bounded out-of-orderness exactly as large as the source's out-of-order groups
+make it), `run` (1 s checkpoints, execution, timing) and `main` (arguments and the printed
+one-line summary). `load` imports a query module by its path so that its functions pickle by
+value (Spark's workers need not find the module on their path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import time
+import types
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from epochal import CheckpointConfig, DataStream, JobResult, StreamEnvironment, WatermarkStrategy
+from epochal.api.connector import Sink, SinkWriter
+from epochal.api.environment import Executor
+from epochal.connectors.nexmark import NexmarkSource
+from epochal.connectors.nexmark.config import event_clock
+
+Query = Callable[[DataStream], DataStream]
+
+CHECKPOINT_INTERVAL = 1.0  # seconds, as in the Nexmark project's Flink runs
+DEFAULT_EVENTS = 100_000
+DEFAULT_PARALLELISM = 2
+
+
+def source(
+    events: int | None,
+    *,
+    splits: int,
+    rate: int | None = None,
+    seed: int = 0,
+    out_of_order_group: int = 1,
+) -> NexmarkSource:
+    """The Nexmark source of the examples: `splits` interleaved splits (one per source subtask)."""
+    return NexmarkSource(events=events, events_per_second=rate, seed=seed,
+                         out_of_order_group=out_of_order_group, splits=splits)
+
+
+def watermarks(nexmark: NexmarkSource) -> WatermarkStrategy:
+    """Event time is `dateTime`; the delay is the largest a source's out-of-order groups cause.
+
+    An event is emitted at most `group - 1` ids away from its own id, and ids `d` apart are at
+    most `ceil(d * 1000 / rate)` ms apart in event time (`EventClock`), so with that delay no
+    event is ever late; in id order (a group of 1) the delay is zero.
+    """
+    rate = event_clock(nexmark.config, nexmark.events_per_second).rate
+    delay_ms = math.ceil((nexmark.out_of_order_group - 1) * 1000 / rate)
+    return WatermarkStrategy.bounded_out_of_orderness(delay_ms / 1000, timestamp="dateTime")
+
+
+def event_stream(env: StreamEnvironment, nexmark: NexmarkSource) -> DataStream:
+    """The stream a query takes: the source's events with their watermarks."""
+    return env.from_source(nexmark, name="nexmark", watermarks=watermarks(nexmark))
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a query: its sink, its wall time (execution only) and its JobResult."""
+
+    sink: Sink
+    seconds: float
+    result: JobResult
+
+
+def run(
+    query: Query,
+    *,
+    name: str,
+    events: int,
+    parallelism: int = DEFAULT_PARALLELISM,
+    rate: int | None = None,
+    seed: int = 0,
+    out_of_order_group: int = 1,
+    sink: Sink | None = None,
+    executor: Executor = "inprocess",
+    batch_size: int = 1024,
+    checkpoint_interval: float = CHECKPOINT_INTERVAL,
+) -> Run:
+    """Run `query` over `events` Nexmark events with checkpoints; the sink defaults to a
+    `CountSink` (nothing kept but the number of results)."""
+    out = CountSink() if sink is None else sink
+    with tempfile.TemporaryDirectory(prefix=f"nexmark-{name}-") as checkpoints:
+        env = StreamEnvironment(parallelism=parallelism, executor=executor,
+                                batch_size=batch_size,
+                                checkpoint=CheckpointConfig(interval=checkpoint_interval, directory=checkpoints))
+        nexmark = source(events, splits=env.parallelism, rate=rate, seed=seed,
+                         out_of_order_group=out_of_order_group)
+        query(event_stream(env, nexmark)).sink_to(out)
+        start = time.perf_counter()
+        result = env.execute(f"nexmark-{name}")
+        return Run(out, time.perf_counter() - start, result)
+
+
+def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None) -> Run:
+    """The command line of an example: parse, run, print one summary line."""
+    parser = argparse.ArgumentParser(prog=f"{name}.py", description=f"Nexmark {name}: {description}")
+    parser.add_argument("--events", type=int, default=DEFAULT_EVENTS)
+    parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM)
+    parser.add_argument("--rate", type=int, default=None, help="events per second (default: unpaced)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out-of-order-group", type=int, default=1,
+                        help="events shuffled within groups of this many ids (default: in order)")
+    parser.add_argument("--executor", choices=["inprocess", "spark"], default="inprocess")
+    args = parser.parse_args(argv)
+    done = run(query, name=name, events=args.events, parallelism=args.parallelism, rate=args.rate,
+               seed=args.seed, out_of_order_group=args.out_of_order_group, executor=args.executor)
+    assert isinstance(done.sink, CountSink)
+    print(f"{name}: {args.events:,} events, {done.sink.count:,} results committed in {done.seconds:.2f} s "
+          f"({args.events / done.seconds:,.0f} events/s)")
+    return done
+
+
+def load(path: str | os.PathLike[str]) -> types.ModuleType:
+    """Import a query module from its file, its functions and classes pickled by value.
+
+    Spark ships operators to its workers with cloudpickle, which pickles a function of an
+    importable module by reference (module and name); a module loaded from a path is not
+    importable on a worker, so this registers it to be pickled by value instead.
+    """
+    path = os.fspath(path)
+    module_name = f"nexmark_{os.path.splitext(os.path.basename(path))[0]}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import a query module from {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickle look modules up by name
+    spec.loader.exec_module(module)
+    pickle_by_value(module)
+    return module
+
+
+def pickle_by_value(module: types.ModuleType) -> None:
+    """Have cloudpickle (PySpark's copy and the package, where installed) pickle the functions
+    and classes of `module` by value."""
+    for pickler in ("pyspark.cloudpickle", "cloudpickle"):
+        try:
+            importlib.import_module(pickler).register_pickle_by_value(module)
+        except ImportError:
+            pass
+
+
+class _CountWriter(SinkWriter):
+    def __init__(self) -> None:
+        self.staged = 0
+
+    def write(self, batch: Any) -> None:
+        self.staged += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
+
+    def prepare_commit(self, checkpoint_id: int) -> Any:
+        token, self.staged = (uuid.uuid4().hex, self.staged), 0
+        return token
+
+
+class CountSink(Sink):
+    """Counts committed results (each once, by a token per prepared commit), keeps none:
+    works on either host, since commits run on the driver."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._seen: set[str] = set()
+
+    def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
+        return _CountWriter()
+
+    def commit(self, committables: list[Any]) -> None:
+        for token, count in committables:
+            if token not in self._seen:
+                self._seen.add(token)
+                self.count += count
+
+
+pickle_by_value(sys.modules[__name__])  # `CountSink` goes to Spark's workers, which lack this path
