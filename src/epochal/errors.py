@@ -12,6 +12,7 @@ __all__ = [
     "EpochalError",
     "GraphError",
     "OperatorError",
+    "RecordError",
     "KeySelectorError",
     "JobFailedError",
     "CheckpointError",
@@ -39,19 +40,39 @@ class GraphError(EpochalError):
 
 
 class OperatorError(EpochalError):
-    """Raised when a user function fails on a record; names the operator and the record."""
+    """Raised when an operator fails on a record or in a step; names the operator and the record
+    (or the step, as `<...>`), and where known the record's source position."""
 
-    def __init__(self, operator: str, record: Any, cause: BaseException | None = None) -> None:
+    def __init__(
+        self, operator: str, record: Any, cause: BaseException | None = None, position: Any = None
+    ) -> None:
         self.operator = operator
         self.record = record
         self.cause = cause
+        self.position = position
         reason = f"{type(cause).__name__}: {cause}" if cause is not None else "failed"
-        super().__init__(f"operator {operator!r} failed on record {_short_repr(record)}: {reason}")
+        super().__init__(_message(operator, record, reason, position))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Travels between processes (Spark workers to the driver): the record and the cause go
         # as they are when they pickle, else as text.
-        return (_rebuild_operator_error, (type(self), self.operator, _picklable(self.record), _picklable(self.cause)))
+        return (
+            _rebuild_operator_error,
+            (type(self), self.operator, _picklable(self.record), _picklable(self.cause), _picklable(self.position)),
+        )
+
+
+def _message(operator: str, record: Any, reason: str, position: Any) -> str:
+    where = f" ({describe_position(position)})" if position is not None else ""
+    return f"operator {operator!r} failed on record {_short_repr(record)}{where}: {reason}"
+
+
+def describe_position(position: Any) -> str:
+    """A source position (`{"split", "from", "to"}`) in words."""
+    if isinstance(position, dict) and "split" in position:
+        start, end = position.get("from"), position.get("to")
+        return f"split {position['split']!r}, in the batch read from position {start!r} to {end!r}"
+    return str(position)
 
 
 def _picklable(value: Any) -> Any:
@@ -64,27 +85,47 @@ def _picklable(value: Any) -> Any:
         return _short_repr(value)
 
 
-def _rebuild_operator_error(cls: type[OperatorError], operator: str, record: Any, cause: Any) -> OperatorError:
+def _rebuild_operator_error(
+    cls: type[OperatorError], operator: str, record: Any, cause: Any, position: Any = None
+) -> OperatorError:
     err = cls.__new__(cls)
-    err.operator, err.record = operator, record
+    err.operator, err.record, err.position = operator, record, position
     err.cause = cause if isinstance(cause, BaseException) or cause is None else None
     reason = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(cause)
-    Exception.__init__(err, f"operator {operator!r} failed on record {_short_repr(record)}: {reason}")
+    Exception.__init__(err, _message(operator, record, reason, position))
     return err
 
 
-class KeySelectorError(OperatorError):
-    """Raised when a key selector returns a value that has no stable hash (e.g. a list)."""
+class RecordError(OperatorError):
+    """Raised when user code fails on a record (or on a timer or a window it runs for).
+
+    Such a failure usually recurs on every attempt, at the same record: its `fingerprint`
+    (operator, record, exception type) lets the job master end a job whose consecutive attempts
+    fail identically instead of spending the restart budget on it.
+    """
+
+    @property
+    def fingerprint(self) -> tuple[str, str, str]:
+        cause = type(self.cause).__name__ if self.cause is not None else ""
+        return (self.operator, _short_repr(self.record), cause)
+
+
+class KeySelectorError(RecordError):
+    """Raised when a key selector fails on a record or returns a value that has no stable hash
+    (e.g. a list)."""
 
 
 class JobFailedError(EpochalError):
-    """Raised by `execute()` when a job fails and its restart budget is spent."""
+    """Raised by `execute()` when a job fails and its restart budget is spent, or when the same
+    record fails identically on consecutive attempts (`recurring`)."""
 
-    def __init__(self, job: str, attempts: int, cause: BaseException) -> None:
+    def __init__(self, job: str, attempts: int, cause: BaseException, recurring: bool = False) -> None:
         self.job = job
         self.attempts = attempts
         self.cause = cause
-        super().__init__(f"job {job!r} failed after {attempts} attempt(s): {cause}")
+        self.recurring = recurring
+        note = "; it failed the same way on consecutive attempts, so it was not restarted again" if recurring else ""
+        super().__init__(f"job {job!r} failed after {attempts} attempt(s): {cause}{note}")
 
 
 class CheckpointError(EpochalError):

@@ -8,7 +8,9 @@ One job master serves both hosts (the in-process executor and the Spark barrier 
 - attempts: their numbers and the checkpoint ids they continue from;
 - the failure manager: rollback recovery (dissertation §4.1.3.1): any failure of an attempt,
   a task's error, a lost worker or too many failed checkpoints, stops it, and the next attempt
-  restores the latest complete checkpoint, until the restart budget (`RestartStrategy`) is spent;
+  restores the latest complete checkpoint, until the restart budget (`RestartStrategy`) is spent,
+  or until the same record fails the same way on two attempts in a row (`_recurs`: a poison pill
+  fails again on every attempt, so retrying it only repeats the traceback);
   a checkpoint found corrupt while restoring is refused and the one before it is used;
 - the checkpoint history, live progress, and the `JobResult`.
 
@@ -22,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..errors import CorruptCheckpointError, JobFailedError, NoCheckpointError
+from ..errors import CorruptCheckpointError, JobFailedError, NoCheckpointError, RecordError
 from ..plan.job_graph import JobGraph, TaskId
 from ..state.manifest import Manifest
 from ..state.storage import CheckpointStorage
@@ -86,6 +88,7 @@ class JobMaster:
         self.checkpoints: list[CheckpointSummary] = []
         self.aborted: list[AbortedCheckpoint] = []
         self._refused: set[int] = set()  # checkpoints found corrupt: never restored again
+        self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
 
@@ -136,11 +139,20 @@ class JobMaster:
         log.warning("job %r: attempt %d failed: %s", self.job.name, attempt, cause)
         if isinstance(cause, CorruptCheckpointError) and self.restore_from is not None:
             self._refused.add(self.restore_from.checkpoint_id)
-        if self.restarts >= self.job.config.restart.max_restarts:
-            raise JobFailedError(self.job.name, self.restarts + 1, cause) from cause
+        recurring = self._recurs(cause)
+        if recurring or self.restarts >= self.job.config.restart.max_restarts:
+            raise JobFailedError(self.job.name, self.restarts + 1, cause, recurring) from cause
         self.restarts += 1
         self.clock.sleep(self.job.config.restart.delay)
         self.restore_from = self._latest_restorable()
+
+    def _recurs(self, cause: BaseException) -> bool:
+        """Whether this attempt failed on the same record, in the same operator, with the same
+        exception type as the one before: user code failing deterministically (a poison pill)
+        would fail every further attempt the same way."""
+        fingerprint = _record_failure(cause)
+        previous, self._last_failure = self._last_failure, fingerprint
+        return fingerprint is not None and fingerprint == previous
 
     def _latest_restorable(self) -> Manifest | None:
         """The newest complete checkpoint of this job's own lineage that is not refused.
@@ -207,3 +219,14 @@ class JobMaster:
             tuple(self.failures),
             tuple(self.restored_from),
         )
+
+
+def _record_failure(cause: BaseException | None) -> tuple[str, str, str] | None:
+    """The fingerprint of the user-code failure on a record behind `cause` (it, or what it wraps)."""
+    for _ in range(8):  # a short chain of causes: a host may wrap the task's error
+        if cause is None:
+            return None
+        if isinstance(cause, RecordError):
+            return cause.fingerprint
+        cause = cause.__cause__
+    return None
