@@ -37,7 +37,7 @@ from typing import Any
 from epochal import CheckpointConfig, DataStream, JobResult, StreamEnvironment, WatermarkStrategy
 from epochal.api.connector import Sink, SinkWriter
 from epochal.api.environment import Executor
-from epochal.connectors.nexmark import NexmarkSource
+from epochal.connectors.nexmark import NexmarkConfig, NexmarkSource
 from epochal.connectors.nexmark.config import event_clock
 
 Query = Callable[[DataStream], DataStream]
@@ -54,10 +54,11 @@ def source(
     rate: int | None = None,
     seed: int = 0,
     out_of_order_group: int = 1,
+    config: NexmarkConfig | None = None,
 ) -> NexmarkSource:
     """The Nexmark source of the examples: `splits` interleaved splits (one per source subtask)."""
     return NexmarkSource(events=events, events_per_second=rate, seed=seed,
-                         out_of_order_group=out_of_order_group, splits=splits)
+                         out_of_order_group=out_of_order_group, splits=splits, config=config)
 
 
 def watermarks(nexmark: NexmarkSource) -> WatermarkStrategy:
@@ -99,16 +100,18 @@ def run(
     executor: Executor = "inprocess",
     batch_size: int = 1024,
     checkpoint_interval: float = CHECKPOINT_INTERVAL,
+    config: NexmarkConfig | None = None,
 ) -> Run:
     """Run `query` over `events` Nexmark events with checkpoints; the sink defaults to a
-    `CountSink` (nothing kept but the number of results)."""
+    `CountSink` (nothing kept but the number of results); `config`: the generator's parameters
+    (e.g. a lower `event_rate`, for more event time in fewer events)."""
     out = CountSink() if sink is None else sink
     with tempfile.TemporaryDirectory(prefix=f"nexmark-{name}-") as checkpoints:
         env = StreamEnvironment(parallelism=parallelism, executor=executor,
                                 batch_size=batch_size,
                                 checkpoint=CheckpointConfig(interval=checkpoint_interval, directory=checkpoints))
         nexmark = source(events, splits=env.parallelism, rate=rate, seed=seed,
-                         out_of_order_group=out_of_order_group)
+                         out_of_order_group=out_of_order_group, config=config)
         query(event_stream(env, nexmark)).sink_to(out)
         start = time.perf_counter()
         result = env.execute(f"nexmark-{name}")
