@@ -3,15 +3,17 @@
 Each method adds one node to the environment's logical graph and returns the stream it
 produces; nothing runs until `StreamEnvironment.execute`. Every operator gets a unique `name`
 (generated from its kind unless given) that appears in errors, metrics and checkpoints; set a
-stable `uid` with `.uid(...)` to keep state across program changes.
+stable `uid` with `.uid(...)` to keep state across program changes. Every operator that runs
+user code takes `on_error="fail" | "skip" | "dead_letter"`: what happens to a record the code
+fails on (docs/bad-records.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..config import check_callable, check_has_methods, check_int, check_name
+from ..config import check_callable, check_choice, check_has_methods, check_int, check_name
 from ..errors import GraphError
 from ..plan.logical import LogicalEdge, LogicalGraph
 from ..plan.specs import (
@@ -20,11 +22,13 @@ from ..plan.specs import (
     REBALANCE,
     AssignTimestampsSpec,
     IterationHeadSpec,
+    KeyCheck,
     KeyedCountSpec,
     KeyedProcessSpec,
     KeyedReduceSpec,
     KeySelector,
     MapBatchesSpec,
+    OnError,
     OperatorSpec,
     Partitioning,
     PartitionKind,
@@ -40,6 +44,24 @@ if TYPE_CHECKING:
     from .environment import StreamEnvironment
     from .time import WatermarkStrategy
     from .windows import WindowedStream
+
+OnErrorChoice = Literal["fail", "skip", "dead_letter"]
+ON_ERROR_CHOICES: tuple[OnErrorChoice, ...] = ("fail", "skip", "dead_letter")
+
+
+def on_error_policy(env: StreamEnvironment, on_error: object, operator: str) -> OnError:
+    """The `OnError` an `on_error` argument names; `dead_letter` needs the environment's sink.
+
+    Raises:
+        GraphError: `on_error="dead_letter"` in an environment without a dead-letter sink.
+    """
+    policy = OnError(check_choice("on_error", on_error, ON_ERROR_CHOICES))
+    if policy is OnError.DEAD_LETTER and env.dead_letter is None:
+        raise GraphError(
+            f"{operator}(on_error='dead_letter') needs the job's dead-letter sink: "
+            "StreamEnvironment(dead_letter=<any Sink>), e.g. dead_letter=FileSink('dlq/')"
+        )
+    return policy
 
 
 class DataStream:
@@ -104,31 +126,50 @@ class DataStream:
         return DataStream(self._env, self._node_id, partitioning)
 
     # -- stateless operators ---------------------------------------------------------------------
-    def map(self, fn: Callable[[Any], Any], *, name: str | None = None) -> DataStream:
-        """Emit `fn(record)` for every record."""
-        check_callable("fn", fn)
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn), "map", name)
+    def map(
+        self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
+        """Emit `fn(record)` for every record.
 
-    def filter(self, predicate: Callable[[Any], bool], *, name: str | None = None) -> DataStream:
+        `on_error`: what happens to a record `fn` raises on: `"fail"` fails the job (after
+        its restarts), naming the operator, the record and where it was read; `"skip"` drops
+        and counts it (`OperatorMetrics.skipped_records`); `"dead_letter"` sends it to the
+        environment's `dead_letter` sink, exactly once. The other operators take it too.
+        """
+        check_callable("fn", fn)
+        policy = on_error_policy(self._env, on_error, "map")
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn, policy), "map", name)
+
+    def filter(
+        self, predicate: Callable[[Any], bool], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
         """Keep the records for which `predicate(record)` is true."""
         check_callable("predicate", predicate)
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate), "filter", name)
+        policy = on_error_policy(self._env, on_error, "filter")
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate, policy), "filter", name)
 
-    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None) -> DataStream:
+    def flat_map(
+        self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
         """Emit every record of the iterable `fn(record)` returns."""
         check_callable("fn", fn)
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn), "flat_map", name)
+        policy = on_error_policy(self._env, on_error, "flat_map")
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy), "flat_map", name)
 
-    def map_batches(self, fn: Callable[[Any], Any], *, name: str | None = None) -> DataStream:
+    def map_batches(
+        self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
         """Apply `fn` to whole batches as `pyarrow.RecordBatch`: the vectorized path.
 
         `fn` returns a `RecordBatch` (or a `pyarrow.Table`). Records that arrive as Python
         objects are converted: scalars to a column `value`, tuples to `f0, f1, …`, dicts by key.
         Downstream per-record operators see each row as a tuple (or the bare value of a
-        one-column batch).
+        one-column batch). Under `on_error="skip"` or `"dead_letter"` a batch `fn` fails on is
+        halved until the failing rows are found; the others are computed in smaller batches.
         """
         check_callable("fn", fn)
-        return self._add(lambda n: MapBatchesSpec(n, n, fn), "map_batches", name)
+        policy = on_error_policy(self._env, on_error, "map_batches")
+        return self._add(lambda n: MapBatchesSpec(n, n, fn, policy), "map_batches", name)
 
     def union(self, *others: DataStream, name: str | None = None) -> DataStream:
         """Merge this stream with others; records keep their per-input order."""
@@ -194,26 +235,43 @@ class DataStream:
         return output
 
     # -- partitioning ----------------------------------------------------------------------------
-    def assign_timestamps(self, watermarks: WatermarkStrategy, *, name: str | None = None) -> DataStream:
+    def assign_timestamps(
+        self, watermarks: WatermarkStrategy, *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
         """Read event time from this stream's records and generate watermarks from them here.
 
         Watermarks from upstream end at this operator; its own follow the largest timestamp it
-        has seen, less the strategy's delay (one generator per subtask).
+        has seen, less the strategy's delay (one generator per subtask). `on_error`: what
+        happens to a record without a timestamp (see `map`).
         """
         from .time import WatermarkStrategy
 
         if not isinstance(watermarks, WatermarkStrategy):
             raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
         spec = watermarks.spec
-        return self._add(lambda n: AssignTimestampsSpec(n, n, spec), "assign_timestamps", name)
+        policy = on_error_policy(self._env, on_error, "assign_timestamps")
+        return self._add(lambda n: AssignTimestampsSpec(n, n, spec, policy), "assign_timestamps", name)
 
-    def key_by(self, key: KeySelector) -> KeyedStream:
-        """Partition by key: a function of the record, or a field name (Arrow column or dict key)."""
+    def key_by(self, key: KeySelector, *, on_error: OnErrorChoice = "fail") -> KeyedStream:
+        """Partition by key: a function of the record, or a field name (Arrow column or dict key).
+
+        `on_error`: what happens to a record the key selector fails on, or whose key has no
+        stable hash (see `map`). Other than `"fail"`, it adds an operator `key_by` that
+        computes each record's key once more, before the records are partitioned.
+        """
         if not callable(key):
             if not isinstance(key, str):
                 raise TypeError(f"key must be a function or a field name (str), got {key!r} ({type(key).__name__})")
             check_name("key", key)
-        return KeyedStream(self._env, self._node_id, key)
+        policy = on_error_policy(self._env, on_error, "key_by")
+        if policy is OnError.FAIL:
+            return KeyedStream(self._env, self._node_id, key)
+        graph = self._env._graph
+        checked = self._add(
+            lambda n: RecordFnSpec(n, n, RecordFnKind.KEY_CHECK, KeyCheck(key), policy), "key_by", None
+        )
+        graph.nodes[checked._node_id].parallelism = graph.nodes[self._node_id].parallelism  # chains
+        return KeyedStream(self._env, checked._node_id, key)
 
     def rebalance(self) -> DataStream:
         """Spread batches round robin over the next operator's subtasks."""
@@ -266,26 +324,43 @@ class KeyedStream(DataStream):
         key = self._key
         return self._add(lambda n: KeyedCountSpec(n, n, key), "count", name)
 
-    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> DataStream:
+    def reduce(
+        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
         """Rolling reduce per key: emits `fn(previous, record)` (the first record as is).
 
         `fn` should return a new value, not change `previous` in place: the emitted record and
-        the key's state are one object.
+        the key's state are one object. `on_error`: what happens to a record `fn` fails on (see
+        `DataStream.map`); the key's value stays what it was before that record.
         """
         check_callable("fn", fn)
         key = self._key
-        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn), "reduce", name)
+        policy = on_error_policy(self._env, on_error, "reduce")
+        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn, policy), "reduce", name)
 
-    def aggregate(self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None) -> DataStream:
+    def aggregate(
+        self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None,
+        on_error: OnErrorChoice = "fail",
+    ) -> DataStream:
         """Incremental aggregation per key: emits `(key, result)` for every record."""
         check_has_methods("aggregate", aggregate, "AggregateFunction", ("create_accumulator", "add", "get_result"))
-        return self.process(_AggregateProcess(aggregate), name=_name_or_unique(self._env._graph, name, "aggregate"))
+        on_error_policy(self._env, on_error, "aggregate")
+        return self.process(
+            _AggregateProcess(aggregate), name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
+        )
 
-    def process(self, function: KeyedProcessFunction, *, name: str | None = None) -> DataStream:
-        """Run a keyed process function (keyed state, timers) on every record."""
+    def process(
+        self, function: KeyedProcessFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> DataStream:
+        """Run a keyed process function (keyed state, timers) on every record.
+
+        `on_error`: what happens to a record (or a timer) `process_element` (or `on_timer`)
+        fails on (see `DataStream.map`); state it changed before it raised stays changed.
+        """
         check_has_methods("function", function, "KeyedProcessFunction", ("process_element",))
         key = self._key
-        return self._add(lambda n: KeyedProcessSpec(n, n, key, function), "process", name)
+        policy = on_error_policy(self._env, on_error, "process")
+        return self._add(lambda n: KeyedProcessSpec(n, n, key, function, policy), "process", name)
 
 
 def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:

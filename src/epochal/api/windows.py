@@ -3,7 +3,9 @@
 `keyed.window(Sliding(60, 10))` (one query) or `keyed.windows({"1m": Tumbling(60), ...})` (several
 queries over one stream, sharing partial aggregates: the dissertation's ch. 5, Cutty), then
 `.allowed_lateness(...)` and one of `count()`, `sum(f)`, `min(f)`, `max(f)`, `reduce(fn)`,
-`aggregate(function)`, `process(function)`.
+`aggregate(function)`, `process(function)`. Each takes `on_error` (docs/bad-records.md): what
+happens to a record whose event time or value cannot be read or that the window's function fails
+on while it is added, and to a window a process function fails on.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from ..config import check_callable, check_has_methods
 from ..errors import GraphError
 from ..plan.event_time import event_time_of
 from ..plan.logical import LogicalEdge
-from ..plan.specs import KeyedWindowSpec, LatePart, SplitLateSpec, WindowFunctionKind
+from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunctionKind
 from ..plan.time import Duration, seconds
 from ..plan.windows import check_window
 from .functions import ProcessWindowFunction
-from .stream import DataStream, KeyedStream, _name_or_unique
+from .stream import DataStream, KeyedStream, OnErrorChoice, _name_or_unique, on_error_policy
 
 
 class Window(NamedTuple):
@@ -55,44 +57,51 @@ class WindowedStream:
         self._lateness = seconds(lateness, "lateness")
         return self
 
-    def count(self, *, name: str | None = None) -> WindowResults:
+    def count(self, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
         """The number of records in each window."""
-        return self._build(WindowFunctionKind.COUNT, None, None, name)
+        return self._build(WindowFunctionKind.COUNT, None, None, name, on_error)
 
-    def sum(self, value: Value = None, *, name: str | None = None) -> WindowResults:
+    def sum(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
         """The sum of `value` (a field name, a tuple index, or a function; None: the record)."""
-        return self._build(WindowFunctionKind.SUM, _value(value), None, name)
+        return self._build(WindowFunctionKind.SUM, _value(value), None, name, on_error)
 
-    def min(self, value: Value = None, *, name: str | None = None) -> WindowResults:
+    def min(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
         """The smallest `value` of each window."""
-        return self._build(WindowFunctionKind.MIN, _value(value), None, name)
+        return self._build(WindowFunctionKind.MIN, _value(value), None, name, on_error)
 
-    def max(self, value: Value = None, *, name: str | None = None) -> WindowResults:
+    def max(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
         """The largest `value` of each window."""
-        return self._build(WindowFunctionKind.MAX, _value(value), None, name)
+        return self._build(WindowFunctionKind.MAX, _value(value), None, name, on_error)
 
-    def reduce(self, fn: Callable[[Any, Any], Any], *, name: str | None = None) -> WindowResults:
+    def reduce(
+        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> WindowResults:
         """`fn` folded over each window's records; associative and commutative, since windows
         combine the partial results of the slices they share."""
         check_callable("fn", fn)
-        return self._build(WindowFunctionKind.REDUCE, None, fn, name)
+        return self._build(WindowFunctionKind.REDUCE, None, fn, name, on_error)
 
-    def aggregate(self, function: Any, *, name: str | None = None) -> WindowResults:
+    def aggregate(self, function: Any, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
         """An `AggregateFunction` with `merge(a, b)`, which combines the accumulators of slices."""
         check_has_methods("function", function, "AggregateFunction",
                           ("create_accumulator", "add", "merge", "get_result"))
-        return self._build(WindowFunctionKind.AGGREGATE, None, function, name)
+        return self._build(WindowFunctionKind.AGGREGATE, None, function, name, on_error)
 
-    def process(self, function: ProcessWindowFunction, *, name: str | None = None) -> WindowResults:
+    def process(
+        self, function: ProcessWindowFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> WindowResults:
         """Call `function.process(key, window, records)` with each window's records, in
         event-time order; it returns (or yields) the records to emit."""
         check_has_methods("function", function, "ProcessWindowFunction", ("process",))
-        return self._build(WindowFunctionKind.PROCESS, None, function, name)
+        return self._build(WindowFunctionKind.PROCESS, None, function, name, on_error)
 
-    def _build(self, kind: WindowFunctionKind, value: Value, function: Any, name: str | None) -> WindowResults:
+    def _build(
+        self, kind: WindowFunctionKind, value: Value, function: Any, name: str | None, on_error: OnErrorChoice
+    ) -> WindowResults:
         keyed = self._keyed
         env = keyed._env
         graph = env._graph
+        policy = on_error_policy(env, on_error, kind.value)
         event_time = event_time_of(graph, keyed._node_id)
         if event_time is None:
             raise GraphError(
@@ -103,11 +112,13 @@ class WindowedStream:
         op_name = _name_or_unique(graph, name, kind.value)
         spec = KeyedWindowSpec(
             op_name, op_name, keyed._key, self._queries, kind, event_time, value, function,
-            self._lateness, self._named,
+            self._lateness, self._named, on_error=policy,
         )
         window = graph.add(spec, [LogicalEdge(keyed._node_id, keyed._partitioning)])
         results_name = graph.unique_name(f"{op_name}-results")
-        results = graph.add(SplitLateSpec(results_name, results_name, LatePart.RESULTS), [LogicalEdge(window.id, None)])
+        results = graph.add(
+            SplitLateSpec(results_name, results_name, OutputPart.RESULTS), [LogicalEdge(window.id, None)]
+        )
         return WindowResults(env, results.id, window.id)
 
 
@@ -142,5 +153,5 @@ class WindowResults(DataStream):
         assert isinstance(node.spec, KeyedWindowSpec)
         node.spec = replace(node.spec, emit_late=True)
         late_name = _name_or_unique(graph, name, "late_records")
-        late = graph.add(SplitLateSpec(late_name, late_name, LatePart.LATE), [LogicalEdge(self._window_node, None)])
+        late = graph.add(SplitLateSpec(late_name, late_name, OutputPart.LATE), [LogicalEdge(self._window_node, None)])
         return DataStream(self._env, late.id)

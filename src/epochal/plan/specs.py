@@ -5,7 +5,8 @@ friendly operators of `epochal.api` composed on top). Every spec carries a `name
 job and shown in every error, and a `uid` that names its state in checkpoints.
 
 Key selectors are either a callable or a field name (a column of an Arrow batch, or an item of a
-dict record).
+dict record). Every operator that runs user code has an `on_error` policy (`OnError`): what
+happens to a record its code fails on.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ..state.keygroups import stable_hash
 from .time import EventTime, WatermarkSpec
 
 KeySelector = Callable[[Any], Any] | str
+
+
+class OnError(Enum):
+    """What an operator does with a record its user code fails on (docs/bad-records.md)."""
+
+    FAIL = "fail"  # the attempt fails, naming the operator, the record and its source position
+    SKIP = "skip"  # the record is dropped and counted (`OperatorMetrics.skipped_records`)
+    DEAD_LETTER = "dead_letter"  # the record goes to the job's dead-letter sink, exactly once
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +48,21 @@ class RecordFnKind(Enum):
     MAP = "map"
     FILTER = "filter"
     FLAT_MAP = "flat_map"
+    KEY_CHECK = "key_check"  # a filter by `KeyCheck`: Arrow batches keyed by a present column pass whole
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCheck:
+    """The predicate of `key_by(key, on_error=...)`: true for a record whose key the selector
+    returns and has a stable hash; raises for any other, so the check's policy applies before
+    the records are partitioned by key."""
+
+    key: KeySelector
+
+    def __call__(self, record: Any) -> bool:
+        key = self.key
+        stable_hash(record[key] if isinstance(key, str) else key(record))
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +71,7 @@ class RecordFnSpec(OperatorSpec):
 
     kind: RecordFnKind
     fn: Callable[[Any], Any]
+    on_error: OnError = OnError.FAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +79,7 @@ class MapBatchesSpec(OperatorSpec):
     """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path)."""
 
     fn: Callable[[Any], Any]
+    on_error: OnError = OnError.FAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +95,7 @@ class KeyedReduceSpec(OperatorSpec):
 
     key: KeySelector
     fn: Callable[[Any, Any], Any]
+    on_error: OnError = OnError.FAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +104,7 @@ class KeyedProcessSpec(OperatorSpec):
 
     key: KeySelector
     function: Any
+    on_error: OnError = OnError.FAIL
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +117,7 @@ class AssignTimestampsSpec(OperatorSpec):
     """Generates watermarks from the records passing through; upstream watermarks stop here."""
 
     watermarks: WatermarkSpec
+    on_error: OnError = OnError.FAIL
 
 
 class WindowFunctionKind(Enum):
@@ -122,18 +152,24 @@ class KeyedWindowSpec(OperatorSpec):
     allowed_lateness: float = 0.0
     named: bool = False
     emit_late: bool = False
+    on_error: OnError = OnError.FAIL
 
 
-class LatePart(Enum):
-    RESULTS = "results"
-    LATE = "late"
+class OutputPart(Enum):
+    """A part of an operator's output: side outputs travel in it, wrapped, until split off."""
+
+    RESULTS = "results"  # a window operator's results (neither late records nor dead letters)
+    LATE = "late"  # a window operator's late records, unwrapped
+    RECORDS = "records"  # everything but dead letters
+    DEAD_LETTERS = "dead_letters"  # the dead letters, as the records the dead-letter sink writes
 
 
 @dataclass(frozen=True, slots=True)
 class SplitLateSpec(OperatorSpec):
-    """Keeps one part of a window operator's output: its results, or its late records."""
+    """Keeps one part of an operator's output: a window operator's results or late records, or
+    the records or dead letters of an operator with `on_error=DEAD_LETTER` (`plan.dead_letters`)."""
 
-    part: LatePart
+    part: OutputPart
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,13 +89,15 @@ class InputsEnded:
 
 @dataclass(frozen=True, slots=True)
 class OperatorMetrics:
-    """Records into and out of one operator (summed over the subtasks that report), and the
-    records a window operator found too late for their windows."""
+    """Records into and out of one operator (summed over the subtasks that report), the records
+    a window operator found too late for their windows, and the records the operator's code
+    failed on and `on_error="skip"` dropped."""
 
     name: str
     records_in: int
     records_out: int
     late_records: int = 0
+    skipped_records: int = 0
 
 
 @dataclass(frozen=True, slots=True)

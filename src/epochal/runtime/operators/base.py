@@ -2,22 +2,25 @@
 
 An operator turns one input batch into at most one output batch (`process`), so a chain of
 operators in one task is a loop of function calls. Every user function is called inside a guard
-that turns its exception into an `OperatorError` naming the operator and the record.
+that turns its exception into an `OperatorError` naming the operator and the record; an
+operator that runs user code applies its `on_error` policy to a record its code fails on
+(`RuntimeOperator.reject`, and `bad_records`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ...config import StateConfig
-from ...errors import OperatorError
-from ...plan.specs import OperatorSpec
+from ...errors import OperatorError, RecordError
+from ...plan.specs import OnError, OperatorSpec
 from ...plan.time import EventTime, TimestampError
 from ...state.contract import KeyedSnapshot
 from ...state.keygroups import KeyGroupRange
@@ -25,6 +28,9 @@ from ...state.manifest import SubtaskState
 from ..batches import batch_len, to_records
 from ..clock import Clock
 from ..elements import Batch
+from .bad_records import DeadLetter, SourceOrigin
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,7 @@ class OperatorContext:
     clock: Clock
     state: StateConfig = StateConfig()
     name: str = ""  # the task's name, for the disk backend's working directory
+    origin: SourceOrigin = field(default_factory=SourceOrigin)  # the source batch being processed
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,9 @@ class RuntimeOperator:
 
     generates_watermarks = False  # watermarks from upstream stop here; see `take_watermark`
     late_records = 0  # records too late for their windows (window operators count them)
+    skipped_records = 0  # records user code failed on, dropped under on_error=SKIP
+    on_error = OnError.FAIL  # operators that run user code take theirs from the spec
+    _rejected = False  # a record was skipped or dead-lettered here (logged once)
 
     def __init__(self, spec: OperatorSpec) -> None:
         self.name = spec.name
@@ -97,6 +107,33 @@ class RuntimeOperator:
     def close(self) -> None:
         pass
 
+    # -- bad records -------------------------------------------------------------------------
+    def position(self) -> dict[str, Any] | None:
+        """The source position of the batch being processed, where known (`SourceOrigin`)."""
+        ctx: OperatorContext | None = getattr(self, "ctx", None)
+        return ctx.origin.position() if ctx is not None else None
+
+    def record_error(self, record: Any, cause: BaseException) -> RecordError:
+        """The error that fails the attempt: user code failed on `record`."""
+        return RecordError(self.name, record, cause, self.position())
+
+    def reject(self, record: Any, cause: BaseException, letters: list[Any]) -> None:
+        """Apply the operator's policy to a record its code failed on: raise (fail), count
+        (skip), or add its dead letter to `letters` (dead_letter). Call it in an `except`."""
+        policy = self.on_error
+        if policy is OnError.FAIL:
+            raise self.record_error(record, cause) from cause
+        first = not self._rejected
+        if policy is OnError.SKIP:
+            self.skipped_records += 1
+        else:
+            letters.append(DeadLetter.of(self.name, record, cause, self.position()))
+        if first:  # once per subtask: the metrics and the dead-letter sink count the rest
+            self._rejected = True
+            log.warning("operator %r: %s a record its code failed on (%s: %s); on_error=%r",
+                        self.name, "skipped" if policy is OnError.SKIP else "dead-lettered",
+                        type(cause).__name__, cause, policy.value)
+
 
 @contextlib.contextmanager
 def guard(operator: str, what: str) -> Iterator[None]:
@@ -119,19 +156,47 @@ def extend(out: list[Any], produced: Iterable[Any] | None) -> None:
         out.extend(produced)
 
 
-def batch_timestamps(operator: str, event_time: EventTime, batch: Batch) -> np.ndarray:
+def batch_timestamps(
+    operator: str, event_time: EventTime, batch: Batch, position: dict[str, Any] | None = None
+) -> np.ndarray:
     """The event times of a batch as float seconds, vectorized for an Arrow column.
 
     Raises:
-        OperatorError: naming `operator` and the first record whose timestamp is missing or not
-            a time.
+        RecordError: naming `operator` and the first record whose timestamp is missing or not
+            a time (and the batch's source `position`, if given).
     """
     try:
         if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
             return event_time.of_arrow(batch)
         return event_time.of_records(to_records(batch))
     except TimestampError as exc:
-        raise OperatorError(operator, _first_without_time(event_time, batch), exc) from exc
+        raise RecordError(operator, _first_without_time(event_time, batch), exc, position) from exc
+
+
+def timed_rows(event_time: EventTime, batch: Batch) -> tuple[Batch, np.ndarray, list[tuple[Any, Exception]]]:
+    """The rows of `batch` that have an event time, their times, and the rows that have none
+    with the reason. One row at a time: for a batch `batch_timestamps` refused."""
+    bad: list[tuple[Any, Exception]] = []
+    if isinstance(batch, pa.RecordBatch) and event_time.fn is None:
+        good: list[int] = []
+        for i in range(batch.num_rows):
+            row = batch.slice(i, 1)
+            try:
+                event_time.of_arrow(row)
+                good.append(i)
+            except TimestampError as exc:
+                bad.append((row.to_pylist()[0], exc))
+        kept = batch.take(pa.array(good, pa.int64()))
+        return kept, (event_time.of_arrow(kept) if good else np.empty(0)), bad
+    records: list[Any] = []
+    times: list[float] = []
+    for record in to_records(batch):
+        try:
+            times.append(event_time.of_record(record))
+            records.append(record)
+        except TimestampError as exc:
+            bad.append((record, exc))
+    return records, np.array(times, dtype=np.float64), bad
 
 
 def _first_without_time(event_time: EventTime, batch: Batch) -> Any:

@@ -21,6 +21,7 @@ from ..columnar_count import ColumnarCounts
 from ..elements import Batch
 from ..key_index import KeyIndex
 from ..keys import batch_keys, encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
+from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 
 
@@ -142,19 +143,33 @@ class KeyedCountOperator(KeyedOperator):
 
 
 class KeyedReduceOperator(KeyedOperator):
-    """Rolling reduce per key: emits the new reduced value for every record."""
+    """Rolling reduce per key: emits the new reduced value for every record.
+
+    The backend folds a whole batch in one call (`reduce_into`); when the function fails on a
+    record, the output so far says which, and under `skip` or `dead_letter` the fold goes on
+    after it (the failed call changed no state: the value is put only once `fn` returned).
+    """
 
     def __init__(self, spec: KeyedReduceSpec) -> None:
         super().__init__(spec)
         self.fn = spec.fn
         self.key = spec.key
+        self.on_error = spec.on_error
 
     def process(self, batch: Batch) -> Batch | None:
         records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
         out: list[Any] = []
-        try:
-            self.backend.reduce_into(out, "reduce", records, keys, groups, self.fn)
-        except Exception as exc:
-            raise OperatorError(self.name, records[len(out)], exc) from exc
-        return out
+        letters: list[DeadLetter] = []
+        start = 0
+        while True:
+            done = len(out)
+            try:
+                if start:
+                    records, keys, groups = records[start:], keys[start:], groups[start:]
+                self.backend.reduce_into(out, "reduce", records, keys, groups, self.fn)
+                return with_letters(out, letters)
+            except Exception as exc:
+                failed = len(out) - done  # the index of the record that raised
+                self.reject(records[failed], exc, letters)  # raises under on_error=FAIL
+                start = failed + 1
 

@@ -1,19 +1,27 @@
-"""The keyed process operator: a user's `KeyedProcessFunction` with keyed state and timers."""
+"""The keyed process operator: a user's `KeyedProcessFunction` with keyed state and timers.
+
+Under `on_error="skip"` or `"dead_letter"` a record (or a timer) the function fails on is
+skipped or dead-lettered; what the function emitted for it is dropped, but state it changed
+before it raised stays changed (as in Flink: state is not transactional per record).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from ...errors import OperatorError
-from ...plan.specs import KeyedProcessSpec
+from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
 from ...state.handles import ListState, MapState, ValueState
 from ..elements import Batch
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
+from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, extend
 from .keyed import KeyedOperator
 from .timers import KeyedTimers, TimeDomain
+
+H = TypeVar("H")  # a state handle
 
 
 class Timers:
@@ -70,7 +78,7 @@ class ProcessContext:
     def subtask(self) -> int:
         return self._op.ctx.subtask
 
-    def _register(self, name: str, handle: Any) -> Any:
+    def _register(self, name: str, handle: H) -> H:
         if name.startswith("__"):
             raise ValueError(f"state names starting with '__' are reserved: {name!r}")
         existing = self._states.get(name)
@@ -113,6 +121,7 @@ class KeyedProcessOperator(KeyedOperator):
         super().__init__(spec)
         self.function = spec.function
         self.key = spec.key
+        self.on_error = spec.on_error
         self.watermark = NO_WATERMARK
 
     def open(self, ctx: OperatorContext) -> None:
@@ -139,17 +148,19 @@ class KeyedProcessOperator(KeyedOperator):
 
     def _fire(self, domain: TimeDomain, until: float) -> Batch | None:
         out: list[Any] = []
+        letters: list[DeadLetter] = []
         pctx, on_timer = self.pctx, self.function.on_timer
         pctx._time_domain = domain
         try:
             for ts, key in self.timers.pop_due(domain, until):
                 try:
-                    extend(out, on_timer(ts, pctx))
+                    produced = on_timer(ts, pctx)
+                    extend(out, list(produced) if produced is not None else None)
                 except Exception as exc:
-                    raise OperatorError(self.name, f"<{domain.value} timer {ts} of key {key!r}>", exc) from exc
+                    self.reject(f"<{domain.value} timer {ts} of key {key!r}>", exc, letters)
         finally:
             pctx._time_domain = None
-        return out or None
+        return with_letters(out or None, letters)
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
@@ -160,15 +171,27 @@ class KeyedProcessOperator(KeyedOperator):
         records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
         backend, fn, pctx = self.backend, self.function.process_element, self.pctx
         out: list[Any] = []
-        record = None
-        try:
+        letters: list[DeadLetter] = []
+        if self.on_error is OnError.FAIL:
+            record = None
+            try:
+                for record, key, kg in zip(records, keys, groups):
+                    backend.set_current_key(key, kg)
+                    extend(out, fn(record, pctx))
+            except Exception as exc:
+                raise self.record_error(record, exc) from exc
+        else:
             for record, key, kg in zip(records, keys, groups):
                 backend.set_current_key(key, kg)
-                extend(out, fn(record, pctx))
-        except Exception as exc:
-            raise OperatorError(self.name, record, exc) from exc
+                try:
+                    produced = fn(record, pctx)
+                    extend(out, list(produced) if produced is not None else None)
+                except Exception as exc:
+                    self.reject(record, exc, letters)
         if self.watermark == END_OF_TIME and self.timers.next(TimeDomain.EVENT_TIME) is not None:
             # a timer registered after the input ended: no watermark will come to fire it
-            extend(out, self._fire(TimeDomain.EVENT_TIME, self.watermark))
-        return out
+            fired = self._fire(TimeDomain.EVENT_TIME, self.watermark)
+            if fired:
+                out.extend(fired)  # its dead letters too: letters need not come last
+        return with_letters(out, letters)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...plan.specs import AssignTimestampsSpec
+from ...errors import RecordError
+from ...plan.specs import AssignTimestampsSpec, OnError
 from ..batches import batch_len
 from ..elements import Batch
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
-from .base import OperatorSnapshot, RuntimeOperator, batch_timestamps
+from .bad_records import DeadLetter, with_letters
+from .base import OperatorSnapshot, RuntimeOperator, batch_timestamps, timed_rows
 
 _ALL = "all"  # one generator per subtask: its input is one stream, not a set of splits
 
@@ -19,7 +21,8 @@ class AssignTimestampsOperator(RuntimeOperator):
     Records pass unchanged. Watermarks from upstream end here (the task asks `generates_watermarks`),
     as with Flink's `assignTimestampsAndWatermarks`. Its state is the largest timestamp seen; on a
     restore with another parallelism every subtask takes the smallest of the old subtasks', so
-    no watermark runs ahead of a record still to come.
+    no watermark runs ahead of a record still to come. A record without a timestamp fails the
+    attempt, or under `skip` / `dead_letter` is taken out of the stream here.
     """
 
     generates_watermarks = True
@@ -28,12 +31,21 @@ class AssignTimestampsOperator(RuntimeOperator):
         super().__init__(spec)
         self.spec = spec.watermarks
         self.generator = SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness)
+        self.on_error = spec.on_error
 
     def process(self, batch: Batch) -> Batch | None:
+        letters: list[DeadLetter] = []
+        try:
+            times = batch_timestamps(self.name, self.spec.event_time, batch, self.position())
+        except RecordError:
+            if self.on_error is OnError.FAIL:
+                raise
+            batch, times, bad = timed_rows(self.spec.event_time, batch)
+            for record, exc in bad:
+                self.reject(record, exc, letters)
         n = batch_len(batch)
-        times = batch_timestamps(self.name, self.spec.event_time, batch)
         self.generator.on_records(_ALL, float(times.max()) if n else None, self.ctx.clock.now())
-        return batch
+        return with_letters(batch if n else None, letters)
 
     def take_watermark(self) -> WatermarkAdvance | None:
         return self.generator.advance([_ALL], self.ctx.clock.now())

@@ -13,6 +13,13 @@ Output: results as `(key, window_start, window_end, result)` (with several named
 `(key, query, window_start, window_end, result)`), or on the columnar path an Arrow batch with
 those columns; records too late for a window as `LateRecord`s, which `late_records()` keeps (or,
 if nobody asked, which are counted and dropped).
+
+Bad records (`on_error`): a record whose event time or value cannot be read, or that the
+window's reduce or aggregate function fails on while it is added, is skipped or dead-lettered
+one by one; so is a window a process window function fails on. On the Arrow path only the event
+times are checked row by row: an error while a batch's columns are added, or while windows fire
+(an aggregate's merge or get_result), fails the attempt under every policy, since the key's
+windows may be half updated and cannot be taken back.
 """
 
 from __future__ import annotations
@@ -23,20 +30,22 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from ...errors import OperatorError
-from ...plan.specs import KeyedWindowSpec, LatePart, SplitLateSpec, WindowFunctionKind
+from ...errors import RecordError
+from ...plan.specs import KeyedWindowSpec, OnError, OutputPart, SplitLateSpec, WindowFunctionKind
 from ...plan.time import TimestampError
 from ...state.keygroups import key_group_of
 from ..elements import Batch
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
-from .base import OperatorContext, RuntimeOperator, batch_timestamps
+from .bad_records import DeadLetter, dead_letters_part, records_part, with_letters
+from .base import OperatorContext, RuntimeOperator, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
 from .timers import KeyedTimers, TimeDomain
 
 _STORE = "__window__"
 _EVENT = TimeDomain.EVENT_TIME
+_COUNT = WindowFunctionKind.COUNT
 
 
 class Window(NamedTuple):
@@ -84,6 +93,7 @@ class KeyedWindowOperator(KeyedOperator):
         self.value_of = operator.itemgetter(value) if isinstance(value, (str, int)) else value
         self.watermark = NO_WATERMARK
         self.late_records = 0  # records too late for some window (a metric), kept or dropped
+        self.on_error = spec.on_error
         self._columnar = False  # Arrow in: results go out as Arrow batches
         self._result_column = spec.kind.value if spec.kind.value in ("count", "sum", "min", "max") else "result"
 
@@ -101,10 +111,14 @@ class KeyedWindowOperator(KeyedOperator):
             isinstance(batch, pa.RecordBatch)
             and isinstance(self.key, str)
             and self.event_time.fn is None
-            and (self.spec.value is None or isinstance(self.spec.value, str))
+            # the columns hold what the aggregate reads: a value column, or nothing (a count);
+            # a function of the whole record reads the record (a row as a tuple), per record
+            and (isinstance(self.spec.value, str) or (self.spec.value is None and self.spec.kind is _COUNT))
         ):
             self._columnar = True
             return self._process_arrow(batch)
+        if self.on_error is not OnError.FAIL:
+            return self._process_records_tolerant(batch)
         return self._process_records(batch)
 
     def _process_records(self, batch: Batch) -> Batch | None:
@@ -123,17 +137,61 @@ class KeyedWindowOperator(KeyedOperator):
                 if admission is Admission.LATE or admission is Admission.PARTLY_LATE:
                     late.append(LateRecord(record, windowing.late_queries(store, ts, watermark)))
                 self._retime(before, store.next_fire)  # a late update makes the store due now
-        except OperatorError:
+        except RecordError:
             raise
         except (TimestampError, Exception) as exc:
-            raise OperatorError(self.name, record, exc) from exc
+            raise self.record_error(record, exc) from exc
         return self._out(self._late_updates(), late)
+
+    def _process_records_tolerant(self, batch: Batch) -> Batch | None:
+        """`_process_records` with a `try` per record: a record whose time or value cannot be
+        read, or that the aggregate fails on, is skipped or dead-lettered."""
+        records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
+        backend, windowing, event_time, value_of = self.backend, self.windowing, self.event_time, self.value_of
+        new_store, add, watermark = windowing.new_store, windowing.add, self.watermark
+        late: list[Any] = []
+        letters: list[DeadLetter] = []
+        for record, key, group in zip(records, keys, groups):
+            try:
+                ts = event_time.of_record(record)
+                value = record if value_of is None else value_of(record)
+            except Exception as exc:
+                self.reject(record, exc, letters)
+                continue
+            backend.set_current_key(key, group)
+            store = backend.get_mutable(_STORE, new_store)
+            before = store.next_fire
+            try:
+                admission = add(store, ts, value, watermark)
+            except Exception as exc:
+                self.reject(record, exc, letters)
+                if windowing.is_empty(store):  # the key's first record: leave no empty store
+                    backend.delete(_STORE)
+                else:
+                    self._retime(before, store.next_fire)
+                continue
+            if admission is Admission.LATE or admission is Admission.PARTLY_LATE:
+                late.append(LateRecord(record, windowing.late_queries(store, ts, watermark)))
+            self._retime(before, store.next_fire)
+        return with_letters(self._out(self._late_updates(), late), letters)
 
     def _process_arrow(self, batch: pa.RecordBatch) -> Batch | None:
         assert isinstance(self.key, str)
         backend, windowing = self.backend, self.windowing
         max_p = self.ctx.max_parallelism
-        times = batch_timestamps(self.name, self.event_time, batch)
+        letters: list[DeadLetter] = []
+        try:
+            times = batch_timestamps(self.name, self.event_time, batch, self.position())
+        except RecordError:
+            if self.on_error is OnError.FAIL:
+                raise
+            kept, times, bad = timed_rows(self.event_time, batch)
+            for record, exc in bad:
+                self.reject(record, exc, letters)
+            assert isinstance(kept, pa.RecordBatch)
+            if not kept.num_rows:
+                return with_letters(self._out(self._late_updates(), []), letters)
+            batch = kept
         values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
         stores: dict[Any, tuple[Any, int, float]] = {}
 
@@ -147,7 +205,7 @@ class KeyedWindowOperator(KeyedOperator):
         try:
             admission = windowing.add_columns(get_store, batch.column(self.key), times, values, self.watermark)
         except Exception as exc:
-            raise OperatorError(self.name, f"<batch of {batch.num_rows} rows>", exc) from exc
+            raise self.record_error(f"<batch of {batch.num_rows} rows>", exc) from exc
         for key, (store, group, before) in stores.items():
             backend.set_current_key(key, group)
             backend.put(_STORE, store)  # a write-back backend (disk) keeps only what is put
@@ -158,7 +216,7 @@ class KeyedWindowOperator(KeyedOperator):
             rows = batch.take(pa.array(admission.late_rows)).to_pylist()
             late = [LateRecord(tuple(r.values()) if len(r) > 1 else next(iter(r.values())), q)
                     for r, q in zip(rows, admission.late_queries)]
-        return self._out(results, late)
+        return with_letters(self._out(results, late), letters)
 
     def _late_updates(self) -> list[Any]:
         """Windows late records changed fire again at the next watermark; once the watermark is
@@ -201,18 +259,18 @@ class KeyedWindowOperator(KeyedOperator):
         key = self.backend.current_key
         try:
             fired: list[FiredWindow] = self.windowing.fire(store, watermark)
-        except Exception as exc:
-            raise OperatorError(self.name, f"<windows of key {key!r}>", exc) from exc
+        except Exception as exc:  # not one record's: fails under every policy (module docstring)
+            raise self.record_error(f"<windows of key {key!r}>", exc) from exc
         named = self.spec.named
         if self.spec.kind is WindowFunctionKind.PROCESS:
             function = self.spec.function
             for f in fired:
                 try:
                     produced = function.process(key, Window(f.query, f.start, f.end), f.result)
-                except Exception as exc:
-                    raise OperatorError(self.name, f"<window [{f.start}, {f.end}) of key {key!r}>", exc) from exc
-                if produced is not None:
-                    results.extend(produced)
+                    if produced is not None:
+                        results.extend(list(produced))
+                except Exception as exc:  # a dead letter joins the results; the split finds it
+                    self.reject(f"<window [{f.start}, {f.end}) of key {key!r}>", exc, results)
             return
         for f in fired:
             results.append((key, f.query, f.start, f.end, f.result) if named else (key, f.start, f.end, f.result))
@@ -236,13 +294,20 @@ class KeyedWindowOperator(KeyedOperator):
 
 
 class SplitLateOperator(RuntimeOperator):
-    """Keeps the results, or the late records (unwrapped), of a window operator's output."""
+    """Keeps one part of an operator's output: a window operator's results or late records
+    (unwrapped), or an operator's records or dead letters (`OutputPart`)."""
 
     def __init__(self, spec: SplitLateSpec) -> None:
         super().__init__(spec)
-        self.keep_late = spec.part is LatePart.LATE
+        self.part = spec.part
+        self.keep_late = spec.part is OutputPart.LATE
 
     def process(self, batch: Batch) -> Batch | None:
+        part = self.part
+        if part is OutputPart.RECORDS:
+            return records_part(batch)
+        if part is OutputPart.DEAD_LETTERS:
+            return dead_letters_part(batch)
         return late_part(batch, self.keep_late)
 
 
