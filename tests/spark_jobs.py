@@ -18,7 +18,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochal import CheckpointConfig, JobResult, RestartStrategy, Sink, SinkWriter, StreamEnvironment
+from epochal import (
+    CheckpointConfig,
+    JobResult,
+    RestartStrategy,
+    Sink,
+    SinkWriter,
+    Source,
+    SplitReader,
+    StreamEnvironment,
+)
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, TextFileSource
 from epochal.runtime.batches import batch_len
@@ -205,3 +214,31 @@ def run_and_kill(
         raise outcome["error"]
     result: JobResult = outcome["result"]
     return result, executor
+
+
+class _EndlessSplit:
+    split_id = "endless"
+
+
+class _EndlessReader(SplitReader):
+    def __init__(self, position: int) -> None:
+        self.next = position
+
+    def read(self, max_records: int) -> list[int]:
+        time.sleep(0.005)
+        out = list(range(self.next, self.next + 10))
+        self.next += 10
+        return out
+
+    def position(self) -> int:
+        return self.next
+
+
+class EndlessSource(Source):
+    """Increasing integers without end, ten every 5 ms: a job that runs until it is cancelled."""
+
+    def splits(self) -> list[Any]:
+        return [_EndlessSplit()]
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        return _EndlessReader(position or 0)

@@ -20,6 +20,7 @@ from .api.context import ProcessContext as ProcessContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
+from .api.handle import JobHandle as JobHandle
 from .api.stream import DataStream as DataStream
 from .api.stream import KeyedStream as KeyedStream
 from .api.time import WatermarkStrategy as WatermarkStrategy
@@ -30,8 +31,11 @@ from .errors import CheckpointError as CheckpointError
 from .errors import CorruptCheckpointError as CorruptCheckpointError
 from .errors import EpochalError as EpochalError
 from .errors import GraphError as GraphError
+from .errors import JobCancelledError as JobCancelledError
 from .errors import JobFailedError as JobFailedError
 from .errors import OperatorError as OperatorError
+from .runtime.control import JobState as JobState
+from .runtime.control import JobStatus as JobStatus
 from .runtime.result import JobResult as JobResult
 from .state.handles import ListState as ListState
 from .state.handles import MapState as MapState
@@ -46,8 +50,12 @@ __all__ = sorted(
         "DataStream",
         "EpochalError",
         "GraphError",
+        "JobCancelledError",
         "JobFailedError",
+        "JobHandle",
         "JobResult",
+        "JobState",
+        "JobStatus",
         "KeyedProcessFunction",
         "KeyedStream",
         "ListState",

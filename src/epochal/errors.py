@@ -128,6 +128,15 @@ class JobFailedError(EpochalError):
         super().__init__(f"job {job!r} failed after {attempts} attempt(s): {cause}{note}")
 
 
+class JobCancelledError(EpochalError):
+    """Raised by a job cancelled before it finished (`JobHandle.cancel()`, `epochal cancel`);
+    nothing after its last complete checkpoint was committed."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        super().__init__(f"job {job!r} was cancelled")
+
+
 class CheckpointError(EpochalError):
     """Raised when checkpoint storage cannot be read or written."""
 

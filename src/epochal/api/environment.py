@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import (
     DEFAULT_GC_THRESHOLD,
@@ -29,11 +30,16 @@ from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
+from ..runtime.control import JobControl, JobState, JobStatus
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
+from .handle import JobHandle
 from .stream import DataStream
 from .time import WatermarkStrategy
+
+if TYPE_CHECKING:
+    from ..cluster.endpoint import ControlEndpoint
 
 Executor = Literal["inprocess", "spark"]
 EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
@@ -49,6 +55,7 @@ class RunOverrides:
     progress: Callable[[JobProgress], None] | None = None
     executor: Executor | None = None
     allow_non_restored_state: bool = False
+    web_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.parallelism is not None:
@@ -63,6 +70,8 @@ class RunOverrides:
         if self.executor is not None:
             check_choice("executor", self.executor, EXECUTORS)
         check_bool("allow_non_restored_state", self.allow_non_restored_state)
+        if self.web_port is not None:
+            check_int("web_port", self.web_port, minimum=0)
 
 
 _overrides: RunOverrides | None = None
@@ -109,6 +118,10 @@ class StreamEnvironment:
             operators built with `on_error="dead_letter"` send the records their code fails
             on, as `{"operator", "record", "error", "position"}`, exactly once
             (docs/bad-records.md).
+        web_port: serve the job's control endpoint on this port (`0` picks a free one) while
+            it runs; `None` (the default) serves none. Its URL and the token actions need are
+            printed at start and are a `JobHandle`'s `web_url` and `token`.
+        web_host: the interface the endpoint binds; `127.0.0.1` keeps it on this machine.
     """
 
     def __init__(
@@ -127,6 +140,8 @@ class StreamEnvironment:
         state: StateConfig | None = None,
         gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD,
         dead_letter: Sink | None = None,
+        web_port: int | None = None,
+        web_host: str = "127.0.0.1",
     ) -> None:
         self.max_parallelism = check_int("max_parallelism", max_parallelism)
         if parallelism is None:
@@ -151,6 +166,8 @@ class StreamEnvironment:
         if dead_letter is not None:
             check_has_methods("dead_letter", dead_letter, "Sink", ("create_writer",))
         self.dead_letter = dead_letter
+        self.web_port = None if web_port is None else check_int("web_port", web_port, minimum=0)
+        self.web_host = check_name("web_host", web_host)
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
@@ -162,6 +179,8 @@ class StreamEnvironment:
                 self.executor = _overrides.executor
             if _overrides.checkpoint_directory is not None:
                 self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
+            if _overrides.web_port is not None:
+                self.web_port = _overrides.web_port
 
     def from_source(
         self, source: Source, *, name: str | None = None, watermarks: WatermarkStrategy | None = None
@@ -210,8 +229,47 @@ class StreamEnvironment:
 
         Raises:
             JobFailedError: the job failed more often than the restart strategy allows.
+            JobCancelledError: the job was cancelled through its control endpoint.
             CheckpointError: the checkpoint holds state no operator of this job claims.
         """
+        run, control = self._prepare(name, from_checkpoint, allow_non_restored_state)
+        endpoint = self._serve(control)
+        try:
+            return run()
+        finally:
+            if endpoint is not None:
+                endpoint.close()
+
+    def execute_async(
+        self,
+        name: str = "job",
+        *,
+        from_checkpoint: str | int | None = None,
+        allow_non_restored_state: bool = False,
+    ) -> JobHandle:
+        """Start the program in the background and return its `JobHandle` at once.
+
+        Takes the arguments of `execute()`; what `execute()` would raise, `handle.result()`
+        raises. The job runs on a thread of this process (its tasks on Spark's executors, or
+        on that thread in-process); the control endpoint, if `web_port` is set, serves it too.
+        """
+        run, control = self._prepare(name, from_checkpoint, allow_non_restored_state)
+        endpoint = self._serve(control)
+
+        def run_then_close() -> JobResult:
+            try:
+                return run()
+            finally:
+                if endpoint is not None:
+                    endpoint.close()
+
+        return JobHandle(control, run_then_close, endpoint.url if endpoint else None,
+                         endpoint.token if endpoint else None)
+
+    def _prepare(
+        self, name: str, from_checkpoint: str | int | None, allow_non_restored_state: bool
+    ) -> tuple[Callable[[], JobResult], JobControl]:
+        """Check the arguments and compile the job; the call that runs it, and its control."""
         if from_checkpoint is not None:
             _check_which_checkpoint(from_checkpoint)
         check_bool("allow_non_restored_state", allow_non_restored_state)
@@ -224,13 +282,42 @@ class StreamEnvironment:
             allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
         if from_checkpoint is not None:
             _check_restored_state(job, from_checkpoint, allow_non_restored_state)
-        if self.executor == "inprocess":
-            from ..cluster.inprocess import InProcessExecutor
+        control = JobControl(job.name, max(v.parallelism for v in job.vertices))
+        start = from_checkpoint
 
-            return InProcessExecutor(seed=self.seed, progress=progress).execute(job, from_checkpoint)
-        from ..cluster.spark import SparkExecutor
+        def run() -> JobResult:
+            try:
+                if self.executor == "inprocess":
+                    from ..cluster.inprocess import InProcessExecutor
 
-        return SparkExecutor(self.spark, progress=progress).execute(job, from_checkpoint)
+                    return InProcessExecutor(seed=self.seed, progress=progress).execute(job, start, control)
+                from ..cluster.spark import SparkExecutor
+
+                return SparkExecutor(self.spark, progress=progress).execute(job, start, control)
+            except BaseException:
+                if not control.status().state.is_final:  # refused at start, or an error of ours
+                    control.publish(state=JobState.FAILED)
+                raise
+
+        return run, control
+
+    def _serve(self, control: JobControl) -> ControlEndpoint | None:
+        if self.web_port is None:
+            return None
+        from ..cluster.endpoint import ControlEndpoint
+
+        endpoint = ControlEndpoint(control, self.web_host, self.web_port)
+        announced: list[bool] = []
+
+        def announce(status: JobStatus) -> None:
+            """Once the start checks passed: asked for, so shown whatever the logging setup."""
+            if status.state is JobState.RUNNING and not announced:
+                announced.append(True)
+                print(f"epochal: job {status.job!r} at {endpoint.url} (token for actions: {endpoint.token})",
+                      file=sys.stderr, flush=True)
+
+        control.watch(announce)
+        return endpoint
 
 
 def _check_within_max(parallelism: int, max_parallelism: int) -> None:

@@ -3,6 +3,9 @@
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
                        [--from-checkpoint latest|ID|PATH] [--allow-non-restored-state]
                        [--executor spark|inprocess] [--verbose] [-- ARGS]
+                       [--web-port N]
+    epochal status URL
+    epochal cancel URL [--token TOKEN]
     epochal checkpoints list D
     epochal savepoint D TARGET [--checkpoint latest|ID]
 
@@ -25,11 +28,14 @@ import sys
 from collections.abc import Sequence
 
 from ..api.environment import RunOverrides, run_overrides
+from ..cluster.endpoint import call
 from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
 from ..errors import EpochalError, NoCheckpointError
 from ..runtime.result import JobProgress
 from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
+
+TOKEN_ENV = "EPOCHAL_TOKEN"
 
 
 class _ProgressLine:
@@ -97,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         progress=display,
         executor=args.executor,
         allow_non_restored_state=args.allow_non_restored_state,
+        web_port=args.web_port,
     )
     argv, sys.argv = sys.argv, [args.job, *args.job_args]
     try:
@@ -107,6 +114,32 @@ def _run(args: argparse.Namespace) -> int:
         display.close()
         if args.master:
             stop_session()
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    _, status = call(args.url, "/status")
+    if "state" not in status:
+        raise EpochalError(f"{args.url} is not an Epochal job's endpoint")
+    last = status.get("last_checkpoint")
+    print(f"job {status['job']!r}: {status['state']}, parallelism {status['parallelism']}, "
+          f"attempt {status['attempt']}, restarts {status['restarts']}, "
+          f"last checkpoint {'-' if last is None else last}")
+    for failure in status.get("failures", []):
+        print(f"  failed: {failure}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise EpochalError(f"cancel needs the job's token: --token TOKEN or {TOKEN_ENV} (the job printed it at start)")
+    code, body = call(args.url, "/cancel", token)
+    if code == 401:
+        raise EpochalError("the job refused the token")
+    if not body.get("cancel"):
+        raise EpochalError(f"the job has already ended ({body.get('status', {}).get('state', 'unknown')})")
+    print(f"cancel requested; the job stops at its next step ({args.url}/status shows when)")
     return 0
 
 
@@ -142,7 +175,7 @@ def _savepoint(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: `run`, `checkpoints list` and `savepoint`."""
+    """The whole command line: `run`, `status`, `cancel`, `checkpoints list` and `savepoint`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -171,7 +204,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"show Spark's start-up and WARN log lines (or set {SPARK_LOG_ENV}=LEVEL) and Epochal's INFO log",
     )
+    run.add_argument(
+        "--web-port", type=int, default=0, metavar="N",
+        help="port of the job's control endpoint on 127.0.0.1 (default 0: a free one; the URL and token are printed)",
+    )
     run.set_defaults(func=_run)
+
+    status = sub.add_parser("status", help="show a running job's state (its URL was printed at start)")
+    status.add_argument("url", help="the job's control endpoint, e.g. http://127.0.0.1:41234")
+    status.set_defaults(func=_status)
+
+    cancel = sub.add_parser("cancel", help="stop a running job; nothing after its last checkpoint is committed")
+    cancel.add_argument("url", help="the job's control endpoint")
+    cancel.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
+    cancel.set_defaults(func=_cancel)
 
     checkpoints = sub.add_parser("checkpoints", help="inspect checkpoints")
     csub = checkpoints.add_subparsers(dest="action", required=True)

@@ -17,10 +17,13 @@ import json
 import logging
 import secrets
 import threading
+import urllib.error
+import urllib.request
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..errors import EpochalError
 from ..runtime.control import JobControl
 
 log = logging.getLogger(__name__)
@@ -93,3 +96,29 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             log.debug("endpoint: " + format, *args)
 
     return Handler
+
+
+# -- the client side: what `epochal status` and `epochal cancel` call ----------------------------------
+
+
+def call(url: str, path: str, token: str | None = None, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+    """`GET url+path` (or `POST` with the token when given): the HTTP status and the JSON body.
+
+    Raises:
+        EpochalError: nothing answers at `url`, or what answers is not a job's endpoint.
+    """
+    request = urllib.request.Request(url.rstrip("/") + path, method="GET" if token is None else "POST",
+                                     data=None if token is None else b"")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        try:
+            return error.code, json.loads(error.read())
+        except ValueError:
+            raise EpochalError(f"{url} answered {error.code} but is not an Epochal job") from error
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EpochalError(f"cannot reach a job at {url} ({reason})") from exc

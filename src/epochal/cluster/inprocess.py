@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import EpochalError
+from ..errors import EpochalError, JobCancelledError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.attempt import Attempt
 from ..runtime.clock import Clock, VirtualClock, WallClock
+from ..runtime.control import JobControl
 from ..runtime.job_master import JobMaster
 from ..runtime.result import JobProgress, JobResult, merge_metrics
 from ..runtime.task import STEPS_IN_A_ROW, Task
@@ -71,14 +72,18 @@ class InProcessExecutor:
         self.step_time = step_time
         self.progress = progress
 
-    def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
+    def execute(
+        self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None
+    ) -> JobResult:
         with tuned_gc(job.config.gc_threshold):
             clock: Clock = VirtualClock() if self.virtual_time else WallClock()
-            master = JobMaster(job, clock, from_checkpoint, self.progress)
+            master = JobMaster(job, clock, from_checkpoint, self.progress, control)
             rng = random.Random(self.seed)
             while True:
                 try:
                     self._run_attempt(master, clock, rng)
+                except JobCancelledError:
+                    raise
                 except Exception as exc:  # any failure of the attempt: the job master decides
                     master.on_failure(exc)  # raises JobFailedError once the budget is spent
                     continue
@@ -129,6 +134,7 @@ class InProcessExecutor:
             if attempt.failure is not None:
                 raise attempt.failure
             master.report_progress(metrics)
+            master.check_cancel()
             coordinator.tick()
             runnable: list[Any] = [t for t in tasks if t.is_runnable()]
             n_tasks = len(runnable)

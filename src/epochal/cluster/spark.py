@@ -33,6 +33,7 @@ from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.attempt import Attempt
 from ..runtime.clock import WallClock
+from ..runtime.control import JobControl
 from ..runtime.job_master import JobMaster
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import JobProgress, JobResult, merge_metrics
@@ -125,10 +126,12 @@ class SparkExecutor:
         self.worker_pids: dict[int, int] = {}
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
 
-    def execute(self, job: JobGraph, from_checkpoint: str | int | None = None) -> JobResult:
+    def execute(
+        self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None
+    ) -> JobResult:
         workers = max(v.parallelism for v in job.vertices)
         # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
-        master = JobMaster(job, WallClock(), from_checkpoint, self.progress)
+        master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control)
         spark = self.spark or default_session(workers)
         sc = spark.sparkContext
         slots = _wait_for_slots(sc, workers)
@@ -293,6 +296,7 @@ class _StageHost:
             if attempt.failure is not None:  # e.g. too many failed checkpoints
                 self._restart_in_place(attempt.failure)
                 continue
+            self.master.check_cancel()
             attempt.coordinator.tick()
             for link in self.links.values():
                 try:

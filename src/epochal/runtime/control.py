@@ -15,6 +15,7 @@ output is discarded as after any failure; dissertation §4.1.3.1).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -31,6 +32,7 @@ class JobState(Enum):
 
     @property
     def is_final(self) -> bool:
+        """The job ended: nothing will change its state again."""
         return self in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
 
 
@@ -47,6 +49,7 @@ class JobStatus:
     failures: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict[str, object]:
+        """The status as JSON-ready values (the endpoint's `GET /status`)."""
         return {
             "job": self.job, "state": self.state.value, "parallelism": self.parallelism,
             "attempt": self.attempt, "restarts": self.restarts, "last_checkpoint": self.last_checkpoint,
@@ -62,13 +65,20 @@ class JobControl:
         self._status = JobStatus(job, JobState.CREATED, parallelism)
         self._changed = threading.Condition(self._lock)
         self._cancel = threading.Event()
+        self._watchers: list[Callable[[JobStatus], None]] = []
+
+    def watch(self, watcher: Callable[[JobStatus], None]) -> None:
+        """Call `watcher` with every status published from now on, on the job master's thread."""
+        self._watchers.append(watcher)
 
     # -- the job master's side --------------------------------------------------------------------
     def publish(self, **changes: object) -> None:
         """Replace fields of the status (`state=`, `attempt=`, ...) and wake who waits on it."""
         with self._changed:
-            self._status = replace(self._status, **changes)  # type: ignore[arg-type]
+            self._status = status = replace(self._status, **changes)  # type: ignore[arg-type]
             self._changed.notify_all()
+        for watcher in self._watchers:
+            watcher(status)
 
     @property
     def cancel_requested(self) -> bool:

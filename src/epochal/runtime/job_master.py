@@ -15,7 +15,8 @@ One job master serves both hosts (the in-process executor and the Spark barrier 
 - the checkpoint history, live progress, and the `JobResult`.
 
 A host keeps only what differs: how tasks are launched and how their messages travel. Job
-control (rescale, savepoint, cancel) and metrics belong here too, as later additions.
+control goes through here too: the status is published to a `JobControl` and a requested cancel
+is acted on (`check_cancel`) between the host's steps; rescale, savepoint and metrics will join.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..errors import CorruptCheckpointError, JobFailedError, NoCheckpointError, RecordError
+from ..errors import CorruptCheckpointError, JobCancelledError, JobFailedError, NoCheckpointError, RecordError
 from ..plan.job_graph import JobGraph, TaskId
 from ..state.manifest import Manifest
 from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
+from .control import JobControl, JobState
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .messages import OperatorMetrics
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
@@ -52,6 +54,8 @@ class JobMaster:
         clock: the runtime's clock; restart delays pass on it.
         from_checkpoint: `"latest"`, a checkpoint id, a `chk-…` directory or a savepoint path.
         progress: called with a live view of the job, at most every `PROGRESS_INTERVAL` seconds.
+        control: where the job's status is published and commands wait (a `JobHandle`'s, the
+            control endpoint's); a private one when None.
 
     Raises:
         NoCheckpointError: `from_checkpoint` names nothing restorable, or the job has no
@@ -66,10 +70,13 @@ class JobMaster:
         clock: Clock,
         from_checkpoint: str | int | None = None,
         progress: Callable[[JobProgress], None] | None = None,
+        control: JobControl | None = None,
     ) -> None:
         self.job = job
         self.clock = clock
         self.progress = progress
+        workers = max(v.parallelism for v in job.vertices)
+        self.control = control if control is not None else JobControl(job.name, workers)
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
@@ -117,6 +124,7 @@ class JobMaster:
         if restored is not None:
             first_id = max(first_id, restored + 1)
         self.attempt = Attempt(len(self.restored_from), self.job, self.storage, self.clock, send, first_id, self)
+        self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts)
         log.info(
             "job %r: attempt %d starts %s", self.job.name, self.attempt.number,
             "fresh" if restored is None else f"from checkpoint {restored}",
@@ -141,8 +149,10 @@ class JobMaster:
             self._refused.add(self.restore_from.checkpoint_id)
         recurring = self._recurs(cause)
         if recurring or self.restarts >= self.job.config.restart.max_restarts:
+            self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
             raise JobFailedError(self.job.name, self.restarts + 1, cause, recurring) from cause
         self.restarts += 1
+        self.control.publish(state=JobState.RESTARTING, restarts=self.restarts, failures=tuple(self.failures))
         self.clock.sleep(self.job.config.restart.delay)
         self.restore_from = self._latest_restorable()
 
@@ -190,8 +200,22 @@ class JobMaster:
         return None
 
     # -- observing the attempt ---------------------------------------------------------------
+    def check_cancel(self) -> None:
+        """Hosts call this between steps: a requested cancel ends the job here.
+
+        Raises:
+            JobCancelledError: a cancel was requested; the host stops its tasks and lets it out.
+        """
+        if self.control.cancel_requested:
+            if self.attempt is not None:
+                self.attempt.stop()
+            log.warning("job %r: cancelled", self.job.name)
+            self.control.publish(state=JobState.CANCELLED)
+            raise JobCancelledError(self.job.name)
+
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
@@ -211,6 +235,7 @@ class JobMaster:
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
         assert self.attempt is not None and self.attempt.is_finished
+        self.control.publish(state=JobState.FINISHED)
         return JobResult(
             self.job.name,
             self.restarts,

@@ -1,0 +1,89 @@
+"""`epochal run` prints how to reach the job; `epochal status` and `epochal cancel` use it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from epochal.cli.main import main
+from epochal.cluster.endpoint import call
+
+JOB = '''
+import time
+from epochal import Source, SplitReader, StreamEnvironment
+from epochal.testing import CollectSink
+
+class Split:
+    split_id = "endless"
+
+class Reader(SplitReader):
+    def __init__(self, position):
+        self.next = position or 0
+    def read(self, max_records):
+        time.sleep(0.002)
+        self.next += 1
+        return [self.next]
+    def position(self):
+        return self.next
+
+class Endless(Source):
+    def splits(self):
+        return [Split()]
+    def open_split(self, split, position):
+        return Reader(position)
+
+env = StreamEnvironment(parallelism=1, executor="inprocess")
+env.from_source(Endless()).sink_to(CollectSink())
+env.execute("endless-cli")
+'''
+
+
+def _address(process: subprocess.Popen[str]) -> tuple[str, str]:
+    assert process.stderr is not None
+    for line in process.stderr:
+        found = re.search(r"at (http://127\.0\.0\.1:\d+) \(token for actions: (\S+)\)", line)
+        if found:
+            return found.group(1), found.group(2)
+    raise AssertionError("the job never printed its endpoint")
+
+
+def test_status_then_cancel_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) -> None:
+    job = tmp_path / "endless.py"
+    job.write_text(JOB)
+    process = subprocess.Popen([sys.executable, "-m", "epochal.cli.main", "run", str(job)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url, token = _address(process)
+        deadline = time.monotonic() + 30
+        while call(url, "/status")[1]["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert main(["status", url]) == 0
+        assert main(["cancel", url, "--token", "not-the-token"]) == 1
+        assert process.poll() is None  # refused: still running
+        assert main(["cancel", url, "--token", token]) == 0
+        assert process.wait(timeout=30) == 1  # `epochal run` reports the cancel
+    finally:
+        process.kill()
+    out, err = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "job 'endless-cli': running, parallelism 1, attempt 1" in out
+    assert "epochal: the job refused the token" in err
+    assert "cancel requested" in out
+
+
+def test_status_of_nothing_is_one_line(capsys: object) -> None:
+    assert main(["status", "http://127.0.0.1:9"]) == 1
+    _, err = capsys.readouterr()  # type: ignore[attr-defined]
+    assert err.startswith("epochal: cannot reach a job at http://127.0.0.1:9") and err.count("\n") == 1
+
+
+def test_cancel_without_a_token_says_where_to_find_it(capsys: object, monkeypatch: object) -> None:
+    monkeypatch.delenv("EPOCHAL_TOKEN", raising=False)  # type: ignore[attr-defined]
+    assert main(["cancel", "http://127.0.0.1:9"]) == 1
+    _, err = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "--token TOKEN or EPOCHAL_TOKEN" in err
