@@ -23,6 +23,7 @@ from epochal.connectors.nexmark import NexmarkSource
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "nexmark")
 EVENTS = 6_000
 SEED = 0  # the examples' seed
+QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12"]
 
 
 def _load_harness() -> types.ModuleType:
@@ -82,7 +83,7 @@ def test_q2_commits_the_bids_on_every_123rd_auction() -> None:
     assert _committed("q2", parallelism=3) == expected
 
 
-@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12"])
+@pytest.mark.parametrize("name", QUERIES)
 def test_each_query_runs_as_a_script(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,3 +125,28 @@ def test_a_job_restored_from_a_checkpoint_commits_every_bid_once(tmp_path: Any) 
     assert result.restarts == 1 and result.restored_from[-1] is not None
     committed = collections.Counter(tuple(r) for r in sink.committed())
     assert committed == _rows(_bid_table(), ["auction", "bidder", "price", "dateTime", "extra"])
+
+
+
+def test_every_query_pickles_by_value_for_spark_workers(tmp_path: Any) -> None:
+    """A query module loaded by its path (as the benchmark does) ships to a process that cannot
+    import it: Spark pickles the job graph with its cloudpickle, and `harness.load` has the
+    module's functions and classes pickled by value."""
+    import subprocess
+
+    cloudpickle = pytest.importorskip("pyspark.cloudpickle")
+    from epochal import StreamEnvironment
+
+    graphs = []
+    for name in QUERIES:
+        env = StreamEnvironment(parallelism=2, executor="inprocess")
+        events = HARNESS.event_stream(env, HARNESS.source(100, splits=2))
+        _example(name).query(events).sink_to(HARNESS.CountSink())
+        graphs.append(env.job_graph(f"nexmark-{name}"))
+    path = tmp_path / "graphs.pickle"
+    path.write_bytes(cloudpickle.dumps(graphs))
+    code = "import pickle, sys; graphs = pickle.load(open(sys.argv[1], 'rb')); print(len(graphs))"
+    done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=tmp_path, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(len(QUERIES))
