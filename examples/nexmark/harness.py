@@ -80,11 +80,13 @@ def event_stream(env: StreamEnvironment, nexmark: NexmarkSource) -> DataStream:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One run of a query: its sink, its wall time (execution only) and its JobResult."""
+    """One run of a query: its sink, its wall time (execution only), its JobResult, and how
+    many results it committed (when the sink was the default `CountSink`, else None)."""
 
     sink: Sink
     seconds: float
     result: JobResult
+    committed: int | None
 
 
 def run(
@@ -105,8 +107,9 @@ def run(
     """Run `query` over `events` Nexmark events with checkpoints; the sink defaults to a
     `CountSink` (nothing kept but the number of results); `config`: the generator's parameters
     (e.g. a lower `event_rate`, for more event time in fewer events)."""
-    out = CountSink() if sink is None else sink
-    with tempfile.TemporaryDirectory(prefix=f"nexmark-{name}-") as checkpoints:
+    with tempfile.TemporaryDirectory(prefix=f"nexmark-{name}-") as scratch:
+        checkpoints = os.path.join(scratch, "checkpoints")
+        out = CountSink(os.path.join(scratch, "counts")) if sink is None else sink
         env = StreamEnvironment(parallelism=parallelism, executor=executor,
                                 batch_size=batch_size,
                                 checkpoint=CheckpointConfig(interval=checkpoint_interval, directory=checkpoints))
@@ -115,7 +118,8 @@ def run(
         query(event_stream(env, nexmark)).sink_to(out)
         start = time.perf_counter()
         result = env.execute(f"nexmark-{name}")
-        return Run(out, time.perf_counter() - start, result)
+        seconds = time.perf_counter() - start
+        return Run(out, seconds, result, out.committed() if isinstance(out, CountSink) else None)
 
 
 def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None) -> Run:
@@ -131,8 +135,7 @@ def main(query: Query, name: str, description: str, argv: Sequence[str] | None =
     args = parser.parse_args(argv)
     done = run(query, name=name, events=args.events, parallelism=args.parallelism, rate=args.rate,
                seed=args.seed, out_of_order_group=args.out_of_order_group, executor=args.executor)
-    assert isinstance(done.sink, CountSink)
-    print(f"{name}: {args.events:,} events, {done.sink.count:,} results committed in {done.seconds:.2f} s "
+    print(f"{name}: {args.events:,} events, {done.committed:,} results committed in {done.seconds:.2f} s "
           f"({args.events / done.seconds:,.0f} events/s)")
     return done
 
@@ -167,33 +170,51 @@ def pickle_by_value(module: types.ModuleType) -> None:
 
 
 class _CountWriter(SinkWriter):
-    def __init__(self) -> None:
+    def __init__(self, subtask: int) -> None:
+        self.subtask = subtask
         self.staged = 0
 
     def write(self, batch: Any) -> None:
         self.staged += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
 
     def prepare_commit(self, checkpoint_id: int) -> Any:
-        token, self.staged = (uuid.uuid4().hex, self.staged), 0
+        if not self.staged:
+            return None
+        token, self.staged = (f"{self.subtask}-{checkpoint_id}-{uuid.uuid4().hex}", self.staged), 0
         return token
 
 
 class CountSink(Sink):
-    """Counts committed results (each once, by a token per prepared commit), keeps none:
-    works on either host, since commits run on the driver."""
+    """Counts committed results, keeps none: each commit writes one small file `<token>.count`
+    holding its count into `directory` (once per token, so a repeated commit counts once).
+    Commits run in the sink's subtasks, on Spark's workers too, hence files: on local Spark (or
+    with a shared directory) `committed()` on the driver sees them all."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self._seen: set[str] = set()
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
 
     def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
-        return _CountWriter()
+        os.makedirs(self.directory, exist_ok=True)
+        return _CountWriter(subtask)
 
     def commit(self, committables: list[Any]) -> None:
         for token, count in committables:
-            if token not in self._seen:
-                self._seen.add(token)
-                self.count += count
+            path = os.path.join(self.directory, f"{token}.count")
+            if not os.path.exists(path):
+                with open(path + ".tmp", "w") as f:
+                    f.write(str(count))
+                os.replace(path + ".tmp", path)
+
+    def committed(self) -> int:
+        """How many results the job committed."""
+        if not os.path.isdir(self.directory):
+            return 0
+        total = 0
+        for name in os.listdir(self.directory):
+            if name.endswith(".count"):
+                with open(os.path.join(self.directory, name)) as f:
+                    total += int(f.read())
+        return total
 
 
 pickle_by_value(sys.modules[__name__])  # `CountSink` goes to Spark's workers, which lack this path

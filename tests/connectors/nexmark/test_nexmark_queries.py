@@ -91,6 +91,8 @@ def test_each_query_runs_as_a_script(
     runpy.run_path(os.path.join(EXAMPLES, f"{name}.py"), run_name="__main__")
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith(f"{name}: 2,000 events, "), out
+    if name == "q0":
+        assert out[0].startswith("q0: 2,000 events, 1,840 results committed"), out  # the CountSink's count
 
 
 def test_a_job_restored_from_a_checkpoint_commits_every_bid_once(tmp_path: Any) -> None:
@@ -141,7 +143,7 @@ def test_every_query_pickles_by_value_for_spark_workers(tmp_path: Any) -> None:
     for name in QUERIES:
         env = StreamEnvironment(parallelism=2, executor="inprocess")
         events = HARNESS.event_stream(env, HARNESS.source(100, splits=2))
-        _example(name).query(events).sink_to(HARNESS.CountSink())
+        _example(name).query(events).sink_to(HARNESS.CountSink(str(tmp_path / "counts")))
         graphs.append(env.job_graph(f"nexmark-{name}"))
     path = tmp_path / "graphs.pickle"
     path.write_bytes(cloudpickle.dumps(graphs))
