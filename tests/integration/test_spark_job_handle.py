@@ -36,3 +36,23 @@ def test_cancel_through_the_endpoint_ends_the_stage_and_keeps_the_committed_pref
     assert not spark.sparkContext.statusTracker().getActiveJobsIds()  # the barrier stage is gone
     committed = sorted(read_committed(str(tmp_path / "out")))
     assert committed == list(range(len(committed))) and committed  # a prefix, once each
+
+
+def test_rescale_on_spark_relaunches_the_stage_and_commits_each_record_once(spark: Any, tmp_path: Path) -> None:
+    env = StreamEnvironment(parallelism=1, executor="spark", spark=spark,
+                            checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
+    env.from_source(EndlessSource()).key_by(lambda x: x % 5).count().sink_to(FileSink(str(tmp_path / "out")))
+    handle = env.execute_async("rescaled-on-spark")
+    wait_until(lambda: (handle.status().last_checkpoint or 0) >= 2, "two checkpoints", timeout=120)
+    rescaled_from = handle.rescale(2, timeout=120)
+    wait_until(lambda: handle.status().state is JobState.RUNNING and handle.status().parallelism == 2
+               and (handle.status().last_checkpoint or 0) >= rescaled_from + 2, "running at 2", timeout=120)
+    handle.cancel()
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=120)
+    updates = [tuple(u) for u in read_committed(str(tmp_path / "out"))]
+    per_key: dict[int, list[int]] = {}
+    for key, count in updates:
+        per_key.setdefault(key, []).append(count)
+    assert per_key and all(sorted(c) == list(range(1, len(c) + 1)) for c in per_key.values())  # once each
+    assert any(max(c) > 100 for c in per_key.values())  # it ran on after the rescale

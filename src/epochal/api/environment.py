@@ -30,7 +30,7 @@ from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
-from ..runtime.control import JobControl, JobState, JobStatus
+from ..runtime.control import JobControl, JobState, JobStatus, Rescale
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
@@ -203,11 +203,14 @@ class StreamEnvironment:
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
+        return self._compile(name, self.parallelism)
+
+    def _compile(self, name: str, parallelism: int) -> JobGraph:
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold
         )
-        return compile_job(self._graph, name, self.parallelism, self.max_parallelism, config, self.dead_letter)
+        return compile_job(self._graph, name, parallelism, self.max_parallelism, config)
 
     def execute(
         self,
@@ -286,20 +289,33 @@ class StreamEnvironment:
         start = from_checkpoint
 
         def run() -> JobResult:
+            current, restore = job, start
             try:
-                if self.executor == "inprocess":
-                    from ..cluster.inprocess import InProcessExecutor
-
-                    return InProcessExecutor(seed=self.seed, progress=progress).execute(job, start, control)
-                from ..cluster.spark import SparkExecutor
-
-                return SparkExecutor(self.spark, progress=progress).execute(job, start, control)
+                while True:
+                    try:
+                        result: JobResult = self._host(progress).execute(current, restore, control)
+                        return result
+                    except Rescale as rescale:  # its checkpoint is complete: relaunch from it
+                        current = self._compile(name, rescale.parallelism)
+                        restore = rescale.checkpoint_id
+                        control.publish(parallelism=max(v.parallelism for v in current.vertices))
+                        rescale.command.finish(result=rescale.checkpoint_id)
             except BaseException:
                 if not control.status().state.is_final:  # refused at start, or an error of ours
                     control.publish(state=JobState.FAILED)
                 raise
 
         return run, control
+
+    def _host(self, progress: Callable[[JobProgress], None] | None) -> Any:
+        """The executor that hosts the job: this process, or Spark."""
+        if self.executor == "inprocess":
+            from ..cluster.inprocess import InProcessExecutor
+
+            return InProcessExecutor(seed=self.seed, progress=progress)
+        from ..cluster.spark import SparkExecutor
+
+        return SparkExecutor(self.spark, progress=progress)
 
     def _serve(self, control: JobControl) -> ControlEndpoint | None:
         if self.web_port is None:

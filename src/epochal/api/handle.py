@@ -46,6 +46,36 @@ class JobHandle:
         """Ask the job to stop; returns at once (False if it had already ended)."""
         return self._control.request_cancel()
 
+    def rescale(self, parallelism: int, timeout: float | None = None) -> int:
+        """Change the job's parallelism while it runs; returns the checkpoint it rescaled from.
+
+        Today a rescale takes a checkpoint at once, stops the job's tasks once it is complete and
+        relaunches them at `parallelism` from it (rescaling by restore: nothing the checkpoint
+        covers is replayed, and the sinks commit exactly once). It returns when the relaunch
+        begins. Operators with their own `set_parallelism` keep it.
+
+        Raises:
+            ValueError: `parallelism` is not between 1 and the job's max_parallelism.
+            EpochalError: the job has no checkpoint directory, or ended, or its checkpoint failed.
+            TimeoutError: not done after `timeout` seconds (the rescale may still happen).
+        """
+        checkpoint_id = self._control.submit("rescale", parallelism).wait(timeout)
+        assert isinstance(checkpoint_id, int)
+        return checkpoint_id
+
+    def savepoint(self, target: str, timeout: float | None = None) -> str:
+        """Take a savepoint of the running job into `target` (a new or empty directory).
+
+        A checkpoint is triggered at once (not a copy of the last one); once it is complete, it
+        is copied with every file it references into `target`, which a job can start from with
+        `from_checkpoint=target`. Returns the savepoint's location.
+
+        Raises:
+            EpochalError: the job has no checkpoint directory, or ended, or the checkpoint failed.
+            TimeoutError: not done after `timeout` seconds.
+        """
+        return str(self._control.submit("savepoint", target).wait(timeout))
+
     def result(self, timeout: float | None = None) -> JobResult:
         """The `JobResult` once the job ended.
 

@@ -23,7 +23,7 @@ from ..errors import EpochalError, JobCancelledError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.attempt import Attempt
 from ..runtime.clock import Clock, VirtualClock, WallClock
-from ..runtime.control import JobControl
+from ..runtime.control import JobControl, Rescale
 from ..runtime.job_master import JobMaster
 from ..runtime.result import JobProgress, JobResult, merge_metrics
 from ..runtime.task import STEPS_IN_A_ROW, Task
@@ -82,7 +82,7 @@ class InProcessExecutor:
             while True:
                 try:
                     self._run_attempt(master, clock, rng)
-                except JobCancelledError:
+                except (JobCancelledError, Rescale):  # the job's controllers asked: not a failure
                     raise
                 except Exception as exc:  # any failure of the attempt: the job master decides
                     master.on_failure(exc)  # raises JobFailedError once the budget is spent
@@ -134,7 +134,7 @@ class InProcessExecutor:
             if attempt.failure is not None:
                 raise attempt.failure
             master.report_progress(metrics)
-            master.check_cancel()
+            master.poll_control()
             coordinator.tick()
             runnable: list[Any] = [t for t in tasks if t.is_runnable()]
             n_tasks = len(runnable)

@@ -296,7 +296,7 @@ class _StageHost:
             if attempt.failure is not None:  # e.g. too many failed checkpoints
                 self._restart_in_place(attempt.failure)
                 continue
-            self.master.check_cancel()
+            self.master.poll_control()
             attempt.coordinator.tick()
             for link in self.links.values():
                 try:

@@ -6,18 +6,58 @@ the mailbox between them: the job master publishes a `JobStatus` whenever someth
 cares about changes, and polls for commands between steps. Nothing else is shared, so the
 job master never takes a lock on its hot path.
 
-Commands are requests, not interrupts: a cancel stops the current attempt the next time the
-host's loop looks (within one scheduling step on the in-process executor, one receive timeout on
-Spark), and the job ends `CANCELLED` without committing the epoch in flight (its sinks' staged
-output is discarded as after any failure; dissertation §4.1.3.1).
+Commands are requests, not interrupts: the job master acts on them the next time the host's
+loop looks (within one scheduling step on the in-process executor, one receive timeout on
+Spark). A cancel ends the job `CANCELLED` without committing the epoch in flight (its sinks'
+staged output is discarded as after any failure; dissertation §4.1.3.1). A savepoint triggers a
+checkpoint at once and copies it out when it completes. A rescale triggers a checkpoint and,
+once it is complete, stops the attempt and relaunches the job at the new parallelism from it
+(rescaling by restore, dissertation §4.2; no record is replayed that the checkpoint covers).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
+
+from ..errors import EpochalError
+
+
+class Command:
+    """One request to a running job (a savepoint or a rescale), and its outcome when done."""
+
+    def __init__(self, kind: str, argument: object) -> None:
+        self.kind = kind
+        self.argument = argument
+        self._done = threading.Event()
+        self._result: object = None
+        self._error: BaseException | None = None
+
+    def finish(self, result: object = None, error: BaseException | None = None) -> None:
+        """Called by the job master once: the command's result, or why it failed."""
+        self._result, self._error = result, error
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> object:
+        """The result once done; raises the command's error, or TimeoutError."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"{self.kind} not done after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an error
+    """Raised out of a host once a rescale's checkpoint is complete: relaunch from it."""
+
+    def __init__(self, checkpoint_id: int, parallelism: int, command: Command) -> None:
+        super().__init__(f"rescale to {parallelism} from checkpoint {checkpoint_id}")
+        self.checkpoint_id = checkpoint_id
+        self.parallelism = parallelism
+        self.command = command
 
 
 class JobState(Enum):
@@ -65,6 +105,7 @@ class JobControl:
         self._status = JobStatus(job, JobState.CREATED, parallelism)
         self._changed = threading.Condition(self._lock)
         self._cancel = threading.Event()
+        self._commands: deque[Command] = deque()
         self._watchers: list[Callable[[JobStatus], None]] = []
 
     def watch(self, watcher: Callable[[JobStatus], None]) -> None:
@@ -84,6 +125,15 @@ class JobControl:
     def cancel_requested(self) -> bool:
         return self._cancel.is_set()
 
+    def next_command(self) -> Command | None:
+        """The oldest command not yet taken (a cheap check when there is none)."""
+        if not self._commands:
+            return None
+        try:
+            return self._commands.popleft()
+        except IndexError:
+            return None
+
     # -- the controller's side --------------------------------------------------------------------
     def status(self) -> JobStatus:
         with self._lock:
@@ -95,6 +145,15 @@ class JobControl:
             return False
         self._cancel.set()
         return True
+
+    def submit(self, kind: str, argument: object) -> Command:
+        """Queue a command (`"savepoint"` with a target path, `"rescale"` with a parallelism)."""
+        command = Command(kind, argument)
+        if self.status().state.is_final:
+            command.finish(error=EpochalError(f"job {self.status().job!r} has ended; nothing to {kind}"))
+        else:
+            self._commands.append(command)
+        return command
 
     def wait_final(self, timeout: float | None = None) -> JobStatus:
         """Block until the job reached a final state (or `timeout` passed); the status then."""

@@ -15,8 +15,8 @@ One job master serves both hosts (the in-process executor and the Spark barrier 
 - the checkpoint history, live progress, and the `JobResult`.
 
 A host keeps only what differs: how tasks are launched and how their messages travel. Job
-control goes through here too: the status is published to a `JobControl` and a requested cancel
-is acted on (`check_cancel`) between the host's steps; rescale, savepoint and metrics will join.
+control goes through here too: the status is published to a `JobControl`, and cancels,
+savepoints and rescales are acted on (`poll_control`) between the host's steps.
 """
 
 from __future__ import annotations
@@ -25,13 +25,22 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..errors import CorruptCheckpointError, JobCancelledError, JobFailedError, NoCheckpointError, RecordError
+from ..errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    EpochalError,
+    JobCancelledError,
+    JobFailedError,
+    NoCheckpointError,
+    RecordError,
+)
 from ..plan.job_graph import JobGraph, TaskId
 from ..state.manifest import Manifest
+from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
-from .control import JobControl, JobState
+from .control import Command, JobControl, JobState, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .messages import OperatorMetrics
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
@@ -98,6 +107,8 @@ class JobMaster:
         self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
+        self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
+        self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
 
     def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
         if from_checkpoint is None:
@@ -142,6 +153,7 @@ class JobMaster:
         """
         if self.attempt is not None:
             self.attempt.stop()
+        self._stop_commands("the attempt failed")
         self.failures.append(f"{type(cause).__name__}: {cause}")
         attempt = self.attempt.number if self.attempt is not None else 0
         log.warning("job %r: attempt %d failed: %s", self.job.name, attempt, cause)
@@ -200,26 +212,84 @@ class JobMaster:
         return None
 
     # -- observing the attempt ---------------------------------------------------------------
-    def check_cancel(self) -> None:
-        """Hosts call this between steps: a requested cancel ends the job here.
+    def poll_control(self) -> None:
+        """Hosts call this between steps: act on what the job's controllers asked for.
 
         Raises:
             JobCancelledError: a cancel was requested; the host stops its tasks and lets it out.
+            Rescale: a rescale's checkpoint is complete; the host stops its tasks and lets it out,
+                and whoever called the host relaunches the job from it at the new parallelism.
         """
-        if self.control.cancel_requested:
+        control = self.control
+        if control.cancel_requested:
+            self._stop_commands("the job was cancelled")
             if self.attempt is not None:
                 self.attempt.stop()
             log.warning("job %r: cancelled", self.job.name)
-            self.control.publish(state=JobState.CANCELLED)
+            control.publish(state=JobState.CANCELLED)
             raise JobCancelledError(self.job.name)
+        if self._rescale is not None:
+            rescale, self._rescale = self._rescale, None
+            if self.attempt is not None:
+                self.attempt.stop()
+            log.warning("job %r: rescaling to %d from checkpoint %d", self.job.name, rescale.parallelism,
+                        rescale.checkpoint_id)
+            control.publish(state=JobState.RESTARTING)
+            raise rescale
+        command = control.next_command()
+        if command is not None:
+            self._start_command(command)
+
+    def _start_command(self, command: Command) -> None:
+        """Trigger the checkpoint a savepoint or a rescale starts from."""
+        coordinator = self.attempt.coordinator if self.attempt is not None else None
+        if command.kind == "rescale":
+            n = command.argument
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= self.job.max_parallelism:
+                command.finish(error=ValueError(
+                    f"parallelism must be an int from 1 to max_parallelism ({self.job.max_parallelism}), got {n!r}"))
+                return
+        if self.storage is None:
+            command.finish(error=EpochalError(f"a {command.kind} needs CheckpointConfig(directory=...)"))
+        elif coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None:
+            command.finish(error=EpochalError(f"job {self.job.name!r} is ending; no {command.kind} now"))
+        else:
+            self._commands[coordinator.trigger()] = command
+
+    def _stop_commands(self, why: str) -> None:
+        for checkpoint_id, command in self._commands.items():
+            command.finish(error=EpochalError(f"{command.kind} abandoned: {why} before checkpoint "
+                                              f"{checkpoint_id} completed"))
+        self._commands.clear()
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
+        command = self._commands.pop(checkpoint.checkpoint_id, None)
+        if command is None:
+            return
+        if command.kind == "rescale":
+            assert isinstance(command.argument, int)
+            self._rescale = Rescale(checkpoint.checkpoint_id, command.argument, command)
+            return
+        assert self.storage is not None
+        try:  # on the job master's thread: the checkpoint must not be dropped by retention meanwhile
+            savepoint = create_savepoint(self.storage, checkpoint.checkpoint_id, str(command.argument))
+        except (EpochalError, OSError) as exc:
+            command.finish(error=exc)
+        else:
+            log.info("job %r: savepoint of checkpoint %d at %s", self.job.name, checkpoint.checkpoint_id,
+                     command.argument)
+            command.finish(result=savepoint.location or str(command.argument))
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
         self.aborted.append(checkpoint)
+        command = self._commands.pop(checkpoint.checkpoint_id, None)
+        if command is not None:
+            command.finish(error=CheckpointError(
+                f"checkpoint {checkpoint.checkpoint_id} for the {command.kind} was aborted: {checkpoint.reason.value}"
+                + (f" ({checkpoint.detail})" if checkpoint.detail else "")))
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
 
     def report_progress(self, metrics: Callable[[], tuple[OperatorMetrics, ...]]) -> None:
