@@ -183,7 +183,7 @@ def profile_epochal(module: ModuleType, events: int, top: int = 12) -> dict[str,
     ranked = sorted(stats.items(), key=lambda item: -item[1][3])
     functions = [{"function": _where(path, line, fn), "calls": row[1], "own_s": round(row[2], 3),
                   "cumulative_s": round(row[3], 3), "cumulative_share": round(row[3] / total, 3)}
-                 for (path, line, fn), row in ranked if not _wrapper(path, fn)][:top]
+                 for (path, line, fn), row in ranked if row[3] < 0.95 * total and not _wrapper(path, fn)][:top]
     return {"events": events, "profiled_s": round(total, 3), "functions": functions,
             "areas": {a: round(s / total, 3) for a, s in sorted(areas.items(), key=lambda x: -x[1])}}
 
@@ -222,9 +222,10 @@ def _where(path: str, line: int, fn: str) -> str:
 
 
 def _wrapper(path: str, fn: str) -> bool:
-    """Frames that only hold the whole run (the executor's loop, the profiler) and say nothing."""
+    """Frames that hold the whole run (the executor's loop, a task's step, the profiler) and say
+    nothing of where it goes (with those over 95 % of the run)."""
     return fn in ("<built-in method builtins.exec>", "<method 'disable' of '_lsprof.Profiler' objects>") or (
-        any(s in path for s in ("cluster/inprocess", "api/environment", "runtime/job_master")))
+        any(s in path for s in ("cluster/inprocess", "api/environment", "runtime/job_master", "runtime/task.py")))
 
 
 # -- Spark Structured Streaming ---------------------------------------------------------------------
