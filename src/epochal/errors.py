@@ -71,7 +71,8 @@ def describe_position(position: Any) -> str:
     """A source position (`{"split", "from", "to"}`) in words."""
     if isinstance(position, dict) and "split" in position:
         start, end = position.get("from"), position.get("to")
-        return f"split {position['split']!r}, in the batch read from position {start!r} to {end!r}"
+        since = "its start" if start is None else f"position {start!r}"
+        return f"split {position['split']!r}, in the batch read from {since} to position {end!r}"
     return str(position)
 
 

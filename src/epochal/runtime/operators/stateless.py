@@ -85,7 +85,10 @@ class RecordFnOperator(RuntimeOperator):
             extend = out.extend
             for record in to_records(batch):
                 try:
-                    extend(list(fn(record)))  # all of a record's output, or none of it
+                    produced = fn(record)
+                    if type(produced) is not list and type(produced) is not tuple:
+                        produced = list(produced)  # a generator may raise half-way: all or nothing
+                    extend(produced)
                 except Exception as exc:
                     reject(record, exc, letters)
         return with_letters(out, letters)
