@@ -210,7 +210,7 @@ class StreamEnvironment:
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold
         )
-        return compile_job(self._graph, name, parallelism, self.max_parallelism, config)
+        return compile_job(self._graph, name, parallelism, self.max_parallelism, config, self.dead_letter)
 
     def execute(
         self,
