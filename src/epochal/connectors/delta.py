@@ -93,6 +93,12 @@ class _DeltaWriter(SinkWriter):
             self._conform = ArrowConformer(self.sink.schema or self.sink.table_schema())
         arrow = self._conform(batch)
         if self._file is None:
+            missing = [k for k in self.sink.merge_key if k not in arrow.schema.names]
+            if missing:
+                raise ValueError(
+                    f"merge_key {missing} is not a column of the records {arrow.schema.names}; "
+                    "name the columns with DeltaSink(..., schema=...)"
+                )
             token = uuid.uuid4().hex
             name = (
                 f"{STAGING_DIR}/s{self.subtask:05d}-{token}.parquet"
