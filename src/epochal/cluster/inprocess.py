@@ -25,7 +25,8 @@ from ..runtime.attempt import Attempt
 from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.control import JobControl, Rescale
 from ..runtime.job_master import JobMaster
-from ..runtime.result import JobProgress, JobResult, merge_metrics
+from ..runtime.metrics import TaskMetrics
+from ..runtime.result import JobProgress, JobResult
 from ..runtime.task import STEPS_IN_A_ROW, Task
 from ..runtime.wiring import build_tasks, local_channels
 from .gc_tuning import tuned_gc
@@ -127,8 +128,8 @@ class InProcessExecutor:
         coordinator = attempt.coordinator
         virtual = clock if isinstance(clock, VirtualClock) else None
 
-        def metrics() -> Any:
-            return merge_metrics([t.metrics() for t in tasks])
+        def metrics() -> list[TaskMetrics]:  # read by the job master twice a second
+            return [t.task_metrics() for t in tasks]
 
         while not attempt.is_finished:
             if attempt.failure is not None:
@@ -157,6 +158,7 @@ class InProcessExecutor:
                 attempt.deliver(outbox.pop(0))
             if virtual is not None:
                 virtual.advance(self.step_time * steps)
+        master.report_progress(metrics, now=True)  # the tasks' times as they finished
 
     def _idle(self, attempt: Attempt, tasks: list[Task], clock: Clock, virtual: VirtualClock | None) -> None:
         """Nothing can run now: wait for the next timer or checkpoint deadline."""

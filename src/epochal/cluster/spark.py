@@ -35,8 +35,9 @@ from ..runtime.attempt import Attempt
 from ..runtime.clock import WallClock
 from ..runtime.control import JobControl
 from ..runtime.job_master import JobMaster
+from ..runtime.metrics import TaskMetrics
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
-from ..runtime.result import JobProgress, JobResult, merge_metrics
+from ..runtime.result import JobProgress, JobResult
 from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
@@ -161,7 +162,7 @@ class _StageHost:
         self.attempt: Attempt | None = None
         self.failed_at: float | None = None
         self.executor = executor
-        self.live: dict[TaskId, tuple[Any, ...]] = {}
+        self.live: dict[TaskId, TaskMetrics | tuple[Any, ...]] = {}
 
     # -- launches --------------------------------------------------------------------------------
     def _event(self, name: str) -> None:
@@ -325,7 +326,7 @@ class _StageHost:
             attempt.deliver(message.message)
         elif kind is Progress:
             self.live.update(message.tasks)
-            self.master.report_progress(lambda: merge_metrics(list(self.live.values())))
+            self.master.report_progress(self._live_metrics)
         elif kind is Running:
             self.running.add(message.worker)
             if len(self.running) == self.workers:
@@ -336,6 +337,10 @@ class _StageHost:
         elif kind is WorkerFailed:
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
             self._restart_in_place(error)
+
+    def _live_metrics(self) -> list[TaskMetrics]:
+        """The workers' latest task metrics (a worker that sends only counts: counts only)."""
+        return [m if isinstance(m, TaskMetrics) else TaskMetrics.of_counts(t, m) for t, m in self.live.items()]
 
     def _restart_in_place(self, error: BaseException) -> None:
         self._fail(error)  # raises JobFailedError when the budget is spent

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from ..errors import EpochalError
+from .metrics import JobMetrics
 
 
 class Command:
@@ -100,6 +101,8 @@ class JobStatus:
 class JobControl:
     """The thread-safe mailbox between a job master and whoever controls the job."""
 
+    _metrics: JobMetrics | None = None  # the latest metrics snapshot (`publish_metrics`)
+
     def __init__(self, job: str, parallelism: int) -> None:
         self._lock = threading.Lock()
         self._status = JobStatus(job, JobState.CREATED, parallelism)
@@ -154,6 +157,16 @@ class JobControl:
         else:
             self._commands.append(command)
         return command
+
+    # -- metrics (runtime.metrics) ----------------------------------------------------------------
+    def publish_metrics(self, metrics: JobMetrics) -> None:
+        """The job master's newest metrics snapshot. One reference is swapped, without a lock:
+        a reader gets the previous immutable snapshot or this one, never half of either."""
+        self._metrics = metrics
+
+    def metrics(self) -> JobMetrics | None:
+        """The newest metrics snapshot; None until the job master published one."""
+        return self._metrics
 
     def wait_final(self, timeout: float | None = None) -> JobStatus:
         """Block until the job reached a final state (or `timeout` passed); the status then."""

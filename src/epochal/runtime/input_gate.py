@@ -61,6 +61,10 @@ class InputGate:
     def __len__(self) -> int:
         return len(self.channels)
 
+    def queued(self) -> tuple[int, ...]:
+        """Elements waiting in each channel (live metrics: a full input is a slow consumer)."""
+        return tuple(len(ch) for ch in self.channels)
+
     def readable(self) -> int | None:
         """The channel to read next, or None if no unblocked channel holds anything."""
         channels, aligner = self.channels, self.aligner

@@ -12,7 +12,8 @@ One job master serves both hosts (the in-process executor and the Spark barrier 
   or until the same record fails the same way on two attempts in a row (`_recurs`: a poison pill
   fails again on every attempt, so retrying it only repeats the traceback);
   a checkpoint found corrupt while restoring is refused and the one before it is used;
-- the checkpoint history, live progress, and the `JobResult`.
+- the checkpoint history, live progress and metrics (`runtime.metrics`, published into the
+  `JobControl` for the endpoint), and the `JobResult`.
 
 A host keeps only what differs: how tasks are launched and how their messages travel. Job
 control goes through here too: the status is published to a `JobControl`, and cancels,
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ..errors import (
     CheckpointError,
@@ -42,13 +43,13 @@ from .attempt import Attempt
 from .clock import Clock
 from .control import Command, JobControl, JobState, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
-from .messages import OperatorMetrics
-from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics, progress_of
+from .metrics import MetricsCollector, TaskMetrics
+from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 
 log = logging.getLogger(__name__)
 
-PROGRESS_INTERVAL = 0.5  # seconds between two progress reports
+PROGRESS_INTERVAL = 0.5  # seconds between two progress reports (and metrics snapshots)
 
 
 class JobMaster:
@@ -107,6 +108,8 @@ class JobMaster:
         self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
+        # live metrics, published into `control`; a rescale's new job master goes on with the history
+        self.metrics = MetricsCollector(job, self.control.metrics())
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
 
@@ -135,6 +138,7 @@ class JobMaster:
         if restored is not None:
             first_id = max(first_id, restored + 1)
         self.attempt = Attempt(len(self.restored_from), self.job, self.storage, self.clock, send, first_id, self)
+        self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts)
         log.info(
             "job %r: attempt %d starts %s", self.job.name, self.attempt.number,
@@ -156,6 +160,7 @@ class JobMaster:
         self._stop_commands("the attempt failed")
         self.failures.append(f"{type(cause).__name__}: {cause}")
         attempt = self.attempt.number if self.attempt is not None else 0
+        self.metrics.attempt_failed(attempt, cause)
         log.warning("job %r: attempt %d failed: %s", self.job.name, attempt, cause)
         if isinstance(cause, CorruptCheckpointError) and self.restore_from is not None:
             self._refused.add(self.restore_from.checkpoint_id)
@@ -264,6 +269,7 @@ class JobMaster:
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         command = self._commands.pop(checkpoint.checkpoint_id, None)
         if command is None:
@@ -285,6 +291,7 @@ class JobMaster:
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
         self.aborted.append(checkpoint)
+        self.metrics.checkpoint_aborted(checkpoint)
         command = self._commands.pop(checkpoint.checkpoint_id, None)
         if command is not None:
             command.finish(error=CheckpointError(
@@ -292,19 +299,26 @@ class JobMaster:
                 + (f" ({checkpoint.detail})" if checkpoint.detail else "")))
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
 
-    def report_progress(self, metrics: Callable[[], tuple[OperatorMetrics, ...]]) -> None:
-        """Report live progress if it is time; `metrics` is only called then."""
-        if self.progress is None:
+    def report_progress(self, tasks: Callable[[], Iterable[TaskMetrics]], now: bool = False) -> None:
+        """Publish a metrics snapshot and report live progress if it is time (or `now`); `tasks`
+        (the latest metrics of the attempt's tasks) is only called then."""
+        at = time.monotonic()
+        if at - self._last_progress < PROGRESS_INTERVAL and not now:
             return
-        now = time.monotonic()
-        if now - self._last_progress < PROGRESS_INTERVAL:
-            return
-        self._last_progress = now
-        self.progress(progress_of(self.job, metrics(), self.checkpoints, self.restarts))
+        self._last_progress = at
+        attempt = self.attempt.number if self.attempt is not None else 0
+        metrics = self.metrics.snapshot(tasks(), attempt)
+        self.control.publish_metrics(metrics)
+        if self.progress is not None:
+            last = self.checkpoints[-1].duration_ms if self.checkpoints else None
+            self.progress(JobProgress(metrics.records_in, metrics.records_out, len(self.checkpoints), last,
+                                      self.restarts))
 
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
         assert self.attempt is not None and self.attempt.is_finished
+        final = {task: m.metrics for task, m in self.attempt.finished.items()}
+        self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
         self.control.publish(state=JobState.FINISHED)
         return JobResult(
             self.job.name,

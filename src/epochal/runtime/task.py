@@ -46,6 +46,7 @@ from .messages import (
     TaskFinished,
     TriggerCheckpoint,
 )
+from .metrics import TaskMetrics
 from .operators import (
     IterationHeadOperator,
     LoopLog,
@@ -57,7 +58,7 @@ from .operators import (
 )
 from .output_gate import OutputGate
 from .snapshots import read_operator_restore
-from .watermarks import END_OF_TIME, InputWatermarks, WatermarkAdvance
+from .watermarks import END_OF_TIME, NO_WATERMARK, InputWatermarks, WatermarkAdvance
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,12 @@ class Task:
         self.loop_snapshots = LoopSnapshots()
         self.records_in = [0] * len(self.chain)
         self.records_out = [0] * len(self.chain)
+        self.watermarks_seen = [NO_WATERMARK] * len(self.chain)  # per operator, for metrics
+        # where the task's time goes (`run_steps`): two clock reads per run, none per record
+        self.busy_s = 0.0
+        self.backpressured_s = 0.0
+        self._opened_at = self._ran_until = time.perf_counter()
+        self._output_full = False  # the last run ended on a full output: the wait since is backpressure
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
         self._halted_for: int | None = None  # a synchronous checkpoint this source waits for
@@ -136,6 +143,7 @@ class Task:
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
         """Open every operator and restore its state from the checkpoint, if any."""
+        self._opened_at = self._ran_until = time.perf_counter()
         ctx = OperatorContext(
             self.id.subtask, self.setup.vertex.parallelism, self.setup.max_parallelism,
             self.key_groups, self.setup.clock, self.setup.state, self.name,
@@ -195,7 +203,21 @@ class Task:
         return limit
 
     def step(self) -> None:
-        """Do one unit of work; exceptions propagate to the host, which fails the attempt."""
+        """Do one unit of work; exceptions propagate to the host, which fails the attempt.
+
+        Also where the task's time is measured, with a clock read at each end of the step (one
+        batch at most, never per record): the step is busy time; the wait since the previous
+        step is backpressure when that one left an output channel full, else idle time.
+        """
+        started = time.perf_counter()
+        if self._output_full:
+            self.backpressured_s += started - self._ran_until
+        self._step()
+        self._ran_until = ended = time.perf_counter()
+        self.busy_s += ended - started
+        self._output_full = not self.output.has_capacity()
+
+    def _step(self) -> None:
         if self.head is not None and self.head.replay:
             self._replay_loop_log()
         while self.inbox:
@@ -300,7 +322,10 @@ class Task:
         """Event time moved: operators from `start` on fire what is due, then it goes downstream."""
         if self._assigner is not None and start <= self._assigner and advance.timestamp != END_OF_TIME:
             return  # upstream event time ends at the assigner, which makes its own
+        if start:  # the source or the assigner that generated it
+            self.watermarks_seen[start - 1] = advance.timestamp
         for i in range(start, len(self.chain)):
+            self.watermarks_seen[i] = advance.timestamp
             out = self.chain[i].on_watermark(advance.timestamp)
             if out is not None and batch_len(out):
                 self.records_out[i] += batch_len(out)
@@ -428,6 +453,15 @@ class Task:
 
     def metrics(self) -> tuple[OperatorMetrics, ...]:
         return tuple(
-            OperatorMetrics(op.name, self.records_in[i], self.records_out[i], op.late_records)
+            OperatorMetrics(op.name, self.records_in[i], self.records_out[i], op.late_records, op.skipped_records)
             for i, op in enumerate(self.chain)
+        )
+
+    def task_metrics(self) -> TaskMetrics:
+        """The counters, the time spent and the input queues, for live metrics (`runtime.metrics`)."""
+        now = time.perf_counter()
+        held = self.backpressured_s + (now - self._ran_until if self._output_full else 0.0)
+        return TaskMetrics(
+            self.id, self.metrics(), tuple(self.watermarks_seen), self.busy_s, held, now - self._opened_at,
+            self.gate.queued(),
         )
