@@ -1,13 +1,21 @@
 """The job's control endpoint: HTTP on the job master's host, for the CLI, scripts and browsers.
 
 One small server per job, started by the host next to its job master (on the driver for Spark),
-serving the job's `JobControl`. Reading is open (`GET /status`); acting (`POST /cancel`) needs
+serving the job's `JobControl`. Reading is open: `GET /status`, `GET /metrics` (the Prometheus
+text format), `GET /metrics.json` (the same snapshot as JSON) and the dashboard (`GET /`, a
+static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`) needs
 the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
 cancel a job can lose a day of a team's work. It binds 127.0.0.1 unless told otherwise, so
 nothing off the machine reaches it by accident.
 
+Every read serves the newest snapshot the job master published into the `JobControl`
+(`runtime.metrics.JobMetrics`): a scrape never reaches the job master or its tasks. The
+Prometheus exposition is `prometheus_client`'s, from a collector registered in a registry of
+this endpoint's own (the process's global registry stays untouched: two jobs in one process
+serve two endpoints).
+
 The standard library's threading server is enough: a handful of requests a second, none on a
-hot path, and no dependency to keep.
+hot path.
 """
 
 from __future__ import annotations
@@ -18,13 +26,21 @@ import logging
 import secrets
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
 from ..errors import EpochalError
-from ..runtime.control import JobControl
+from ..runtime.control import JobControl, JobState
+from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +58,8 @@ class ControlEndpoint:
     def __init__(self, control: JobControl, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
         self.control = control
         self.token = token if token is not None else secrets.token_urlsafe(18)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(JobCollector(control))
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="epochal-endpoint", daemon=True)
@@ -68,8 +86,16 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
         server_version = "epochal"
 
         def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-            if self.path.rstrip("/") == "/status":
+            path = urllib.parse.urlsplit(self.path).path
+            if path.rstrip("/") == "/status":
                 self._reply(HTTPStatus.OK, endpoint.control.status().to_json())
+            elif path == "/metrics":
+                self._send(HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(endpoint.registry))
+            elif path == "/metrics.json":
+                metrics = endpoint.control.metrics()
+                self._reply(HTTPStatus.OK, metrics.to_json() if metrics is not None else {})
+            elif (page := _static(path)) is not None:
+                self._send(HTTPStatus.OK, *page)
             else:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such page: {self.path}"})
 
@@ -85,10 +111,13 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                             {"cancel": accepted, "status": endpoint.control.status().to_json()})
 
         def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
+            self._send(status, "application/json", json.dumps(body).encode())
+
+        def _send(self, status: HTTPStatus, content_type: str, data: bytes) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
             self.end_headers()
             self.wfile.write(data)
 
@@ -96,6 +125,155 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             log.debug("endpoint: " + format, *args)
 
     return Handler
+
+
+# -- the dashboard's files --------------------------------------------------------------------------
+DASHBOARD = Path(__file__).with_name("dashboard")
+_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+
+
+def _static(path: str) -> tuple[str, bytes] | None:
+    """The content type and bytes of a dashboard file (`/` is its page), or None: only the
+    files of `cluster/dashboard/` itself are served, by name."""
+    name = "index.html" if path in ("/", "/index.html") else path.removeprefix("/dashboard/")
+    if name == path or "/" in name or name.startswith(".") or Path(name).suffix not in _TYPES:
+        return None
+    file = DASHBOARD / name
+    if not file.is_file():
+        return None
+    return _TYPES[file.suffix], file.read_bytes()
+
+
+# -- Prometheus ------------------------------------------------------------------------------------
+class JobCollector:
+    """A `prometheus_client` collector of one job: reads the newest `JobMetrics` at scrape time.
+
+    Names follow Prometheus's conventions: `epochal_` first, base units (seconds, bytes),
+    `_total` on counters, ratios from 0 to 1; every sample has a `job` label.
+    """
+
+    def __init__(self, control: JobControl) -> None:
+        self.control = control
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing to check at registration: the names come with the snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.control.status()
+        job = status.job
+        state = GaugeMetricFamily("epochal_job_state", "1 for the state the job is in", labels=["job", "state"])
+        for s in JobState:
+            state.add_metric([job, s.value], 1.0 if s is status.state else 0.0)
+        yield state
+        yield _gauge("epochal_job_parallelism", "Workers (the largest parallelism of an operator)", job,
+                     status.parallelism)
+        metrics = self.control.metrics()
+        if metrics is not None:
+            yield from _job_metrics(metrics)
+
+
+def _gauge(name: str, doc: str, job: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=["job"])
+    family.add_metric([job], value)
+    return family
+
+
+def _job_metrics(m: JobMetrics) -> Iterator[Metric]:
+    job = m.job
+    yield _gauge("epochal_job_attempt", "The attempt running now (1, then one more per restart or rescale)", job,
+                 m.attempt)
+    yield _gauge("epochal_job_uptime_seconds", "Seconds since the job started", job, m.uptime_s)
+    restarts = CounterMetricFamily("epochal_restarts", "Failed attempts the job restarted from", labels=["job"])
+    restarts.add_metric([job], m.restart_count)
+    yield restarts
+    yield from _checkpoint_metrics(m)
+    per_subtask: dict[str, tuple[str, Callable[[SubtaskCounts], float]]] = {
+        "epochal_records_in": ("Records into the operator", lambda s: s.records_in),
+        "epochal_records_out": ("Records out of the operator", lambda s: s.records_out),
+        "epochal_late_records": ("Records too late for their windows", lambda s: s.late_records),
+        "epochal_skipped_records": ("Records the operator's code failed on, skipped (on_error='skip')",
+                                    lambda s: s.skipped_records),
+    }
+    for name, (doc, value) in per_subtask.items():
+        counter = CounterMetricFamily(name, doc, labels=["job", "operator", "subtask"])
+        for op in m.operators:
+            for sub in op.subtasks:
+                counter.add_metric([job, op.name, str(sub.subtask)], value(sub))
+        yield counter
+    per_operator: dict[str, tuple[str, Callable[[OperatorStats], float | None]]] = {
+        "epochal_records_in_per_second": ("Records into the operator a second, over the last interval",
+                                          lambda o: o.in_rate),
+        "epochal_records_out_per_second": ("Records out of the operator a second, over the last interval",
+                                           lambda o: o.out_rate),
+        "epochal_watermark_seconds": ("The operator's watermark (lowest over its subtasks), event-time seconds",
+                                      lambda o: o.watermark if o.watermark_lag_s is not None else None),
+        "epochal_watermark_lag_seconds": ("Wall-clock time now minus the operator's watermark",
+                                          lambda o: o.watermark_lag_s),
+        "epochal_state_size_bytes": ("Bytes of the operator's state in the last complete checkpoint",
+                                     lambda o: o.state_bytes),
+    }
+    for name, (doc, read) in per_operator.items():
+        gauge = GaugeMetricFamily(name, doc, labels=["job", "operator"])
+        for op in m.operators:
+            if (v := read(op)) is not None:
+                gauge.add_metric([job, op.name], v)
+        yield gauge
+    yield from _task_metrics(m)
+
+
+def _task_metrics(m: JobMetrics) -> Iterator[Metric]:
+    job = m.job
+    gauges: dict[str, tuple[str, Callable[[TaskStats], float]]] = {
+        "epochal_task_busy_ratio": ("Share of the last interval the task spent working", lambda t: t.busy_ratio),
+        "epochal_task_backpressured_ratio": ("Share of the last interval the task waited on a full output",
+                                             lambda t: t.backpressured_ratio),
+        "epochal_task_idle_ratio": ("Share of the last interval the task had nothing to do", lambda t: t.idle_ratio),
+        "epochal_task_input_queue_fill_ratio": ("Fill of the task's fullest input channel, 0 to 1",
+                                                lambda t: t.input_fill),
+        "epochal_task_input_queued": ("Elements waiting in the task's input channels", lambda t: t.input_queued),
+    }
+    counters: dict[str, tuple[str, Callable[[TaskStats], float]]] = {
+        "epochal_task_busy_seconds": ("Seconds the task spent working", lambda t: t.busy_s),
+        "epochal_task_backpressured_seconds": ("Seconds the task waited on a full output",
+                                               lambda t: t.backpressured_s),
+        "epochal_task_idle_seconds": ("Seconds the task had nothing to do", lambda t: t.idle_s),
+    }
+    labels = ["job", "task", "subtask"]
+    for name, (doc, value) in gauges.items():
+        gauge = GaugeMetricFamily(name, doc, labels=labels)
+        for t in m.tasks:
+            gauge.add_metric([job, t.vertex, str(t.subtask)], value(t))
+        yield gauge
+    for name, (doc, total) in counters.items():
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        for t in m.tasks:
+            counter.add_metric([job, t.vertex, str(t.subtask)], total(t))
+        yield counter
+
+
+def _checkpoint_metrics(m: JobMetrics) -> Iterator[Metric]:
+    job = m.job
+    checkpoints = CounterMetricFamily("epochal_checkpoints", "Checkpoints that ended, by how",
+                                      labels=["job", "status"])
+    checkpoints.add_metric([job, CheckpointStatus.COMPLETED.value], m.checkpoints_completed)
+    checkpoints.add_metric([job, CheckpointStatus.ABORTED.value], m.checkpoints_aborted)
+    yield checkpoints
+    last = m.last_completed
+    if last is None:
+        return
+    yield _gauge("epochal_last_checkpoint_id", "The id of the last complete checkpoint", job, last.checkpoint_id)
+    yield _gauge("epochal_last_checkpoint_timestamp_seconds", "When the last complete checkpoint was triggered",
+                 job, last.triggered_at)
+    yield _gauge("epochal_checkpoint_duration_seconds", "How long the last complete checkpoint took, trigger "
+                 "to manifest", job, last.duration_s or 0.0)
+    yield _gauge("epochal_checkpoint_alignment_seconds", "The longest barrier alignment of a task in the last "
+                 "complete checkpoint", job, last.alignment_s or 0.0)
+    size = GaugeMetricFamily("epochal_checkpoint_size_bytes", "Bytes of the last complete checkpoint: what a "
+                             "restore reads (full) and what it wrote itself (delta)", labels=["job", "kind"])
+    size.add_metric([job, "full"], last.full_bytes)
+    size.add_metric([job, "delta"], last.delta_bytes)
+    yield size
 
 
 # -- the client side: what `epochal status` and `epochal cancel` call ----------------------------------
