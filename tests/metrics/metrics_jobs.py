@@ -18,11 +18,12 @@ class _Split:
 
 
 class Paced(Source):
-    """`total` records (0, 1, 2, ...), `per_read` a read, then nothing: an unbounded source that
-    has nothing more to say, so the job runs (and checkpoints) until it is cancelled."""
+    """`total` records (0, 1, 2, ...), `per_read` a read, `pause` seconds before each read; then,
+    unless it `ends`, nothing: an unbounded source with nothing more to say, so the job runs (and
+    checkpoints) until it is cancelled."""
 
-    def __init__(self, total: int, per_read: int = 100, pause: float = 0.0) -> None:
-        self.total, self.per_read, self.pause = total, per_read, pause
+    def __init__(self, total: int, per_read: int = 100, pause: float = 0.0, ends: bool = False) -> None:
+        self.total, self.per_read, self.pause, self.ends = total, per_read, pause, ends
 
     def splits(self) -> list[Any]:
         return [_Split("paced")]
@@ -35,8 +36,10 @@ class _PacedReader(SplitReader):
     def __init__(self, source: Paced, position: int) -> None:
         self.source, self.next = source, position
 
-    def read(self, max_records: int) -> list[int]:
+    def read(self, max_records: int) -> list[int] | None:
         if self.next >= self.source.total:
+            if self.source.ends:
+                return None
             time.sleep(0.002)  # nothing more: do not spin
             return []
         if self.source.pause:
@@ -68,6 +71,11 @@ def bounded_env(directory: str, parallelism: int = 2, interval: float = 0.01) ->
 
 def finite(n: int) -> ListSource:
     return ListSource(list(range(n)), splits=2, batch_size=50)
+
+
+def slow_finite(n: int) -> Paced:
+    """`n` records over at least `n / 50` ms: a job at a 10 ms interval checkpoints several times."""
+    return Paced(n, per_read=100, pause=0.002, ends=True)
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, str, bytes]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from metrics_jobs import Paced, bounded_env, finite, get, metrics_json, scrape, total, wait_for, word_count
+from metrics_jobs import Paced, bounded_env, get, metrics_json, scrape, slow_finite, total, wait_for, word_count
 from prometheus_client import REGISTRY
 
 from epochal import CheckpointConfig, JobCancelledError, StreamEnvironment
@@ -19,7 +19,7 @@ from epochal.state.storage import CheckpointStorage
 def test_a_finished_jobs_metrics_match_the_records_sent_and_the_manifests(tmp_path: Path) -> None:
     n, directory = 4_000, str(tmp_path / "chk")
     env = bounded_env(directory)
-    word_count(env, finite(n))
+    word_count(env, slow_finite(n))
     job = env.job_graph("counted")
     control = JobControl(job.name, 2)
     endpoint = ControlEndpoint(control)  # the endpoint outlives the job here: read its last snapshot
