@@ -5,8 +5,9 @@ serving the job's `JobControl`. Reading is open: `GET /status`, `GET /metrics` (
 text format), `GET /metrics.json` (the same snapshot as JSON) and the dashboard (`GET /`, a
 static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`) needs
 the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
-cancel a job can lose a day of a team's work. It binds 127.0.0.1 unless told otherwise, so
-nothing off the machine reaches it by accident.
+cancel a job can lose a day of a team's work; `POST /cancel?wait=S` answers once the job ended
+(at most S seconds), with its final status, since the endpoint closes with the job. It binds
+127.0.0.1 unless told otherwise, so nothing off the machine reaches it by accident.
 
 Every read serves the newest snapshot the job master published into the `JobControl`
 (`runtime.metrics.JobMetrics`): a scrape never reaches the job master or its tasks. The
@@ -100,15 +101,20 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such page: {self.path}"})
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path.rstrip("/") != "/cancel":
+            url = urllib.parse.urlsplit(self.path)
+            if url.path.rstrip("/") != "/cancel":
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
             elif not endpoint.authorized(self.headers.get("Authorization")):
                 refused = "actions need the job's token (Authorization: Bearer ...)"
                 self._reply(HTTPStatus.UNAUTHORIZED, {"error": refused})
             else:
                 accepted = endpoint.control.request_cancel()
+                status = endpoint.control.status()
+                if accepted and (wait := _wait(url.query)):
+                    # the endpoint closes with the job: the answer is the last word a page gets
+                    status = endpoint.control.wait_final(wait)
                 self._reply(HTTPStatus.ACCEPTED if accepted else HTTPStatus.CONFLICT,
-                            {"cancel": accepted, "status": endpoint.control.status().to_json()})
+                            {"cancel": accepted, "status": status.to_json()})
 
         def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
             self._send(status, "application/json", json.dumps(body).encode())
@@ -125,6 +131,14 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             log.debug("endpoint: " + format, *args)
 
     return Handler
+
+
+def _wait(query: str) -> float:
+    """`?wait=S`: answer once the job ended, or after S seconds (at most 30); 0 when absent."""
+    try:
+        return min(30.0, max(0.0, float(urllib.parse.parse_qs(query).get("wait", ["0"])[0])))
+    except ValueError:
+        return 0.0
 
 
 # -- the dashboard's files --------------------------------------------------------------------------
