@@ -45,10 +45,19 @@ def test_failures_are_counted_and_the_budget_ends_the_job(tmp_path: Path) -> Non
         parallelism=1, checkpoint=CheckpointConfig(interval=0.002, directory=str(tmp_path / "c")),
         executor="inprocess", restart=RestartStrategy(max_restarts=2),
     )
-    env.from_source(ListSource([1, 2, 0, 3])).map(lambda x: 1 // x).sink_to(CollectSink())
-    with pytest.raises(JobFailedError) as failed:  # the poison record fails every attempt
-        _run(env.job_graph("poison"))
-    assert failed.value.attempts == 3
+    failed_on: list[int] = []
+
+    def fails_on_a_new_record_each_attempt(x: int) -> int:
+        if x == len(failed_on):  # attempt n fails on record n - 1: never the same failure twice
+            failed_on.append(x)
+            raise ZeroDivisionError(f"record {x}")
+        return x
+
+    env.from_source(ListSource([0, 1, 2, 3])).map(fails_on_a_new_record_each_attempt).sink_to(CollectSink())
+    with pytest.raises(JobFailedError) as failed:
+        _run(env.job_graph("flaky"))
+    assert failed.value.attempts == 3 and not failed.value.recurring  # the budget ended it
+    assert failed_on == [0, 1, 2]
     assert "ZeroDivisionError" in str(failed.value.__cause__)
 
 

@@ -87,8 +87,9 @@ def merge_metrics(per_task: list[tuple[OperatorMetrics, ...]]) -> tuple[Operator
     totals: dict[str, list[int]] = {}
     for metrics in per_task:
         for m in metrics:
-            t = totals.setdefault(m.name, [0, 0, 0])
+            t = totals.setdefault(m.name, [0, 0, 0, 0])
             t[0] += m.records_in
             t[1] += m.records_out
             t[2] += m.late_records
-    return tuple(OperatorMetrics(name, i, o, late) for name, (i, o, late) in totals.items())
+            t[3] += m.skipped_records
+    return tuple(OperatorMetrics(name, *counts) for name, counts in totals.items())

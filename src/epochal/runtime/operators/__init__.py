@@ -69,7 +69,7 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
 def create_operator(spec: OperatorSpec) -> RuntimeOperator:
     """A fresh running operator for `spec`; user function objects are copied per subtask."""
     if isinstance(spec, KeyedProcessSpec):
-        spec = KeyedProcessSpec(spec.name, spec.uid, spec.key, copy.deepcopy(spec.function))
+        spec = replace(spec, function=copy.deepcopy(spec.function))
     elif isinstance(spec, KeyedWindowSpec) and spec.function is not None:
         spec = replace(spec, function=copy.deepcopy(spec.function))
     return _FACTORIES[type(spec)](spec)

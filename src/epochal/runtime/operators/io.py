@@ -95,6 +95,7 @@ class SourceOperator(RuntimeOperator):
             split_id = ids[self._turn % len(ids)]
             self._turn += 1
             reader = self._readers[split_id]
+            start = self._state.positions.get(split_id)
             try:
                 batch = reader.read(max_records)
             except OperatorError:
@@ -102,7 +103,8 @@ class SourceOperator(RuntimeOperator):
             except Exception as exc:
                 raise OperatorError(self.name, f"<split {split_id}>", exc) from exc
             if batch is not None:
-                self._state.positions[split_id] = reader.position()
+                self._state.positions[split_id] = end = reader.position()
+                self.ctx.origin.at(split_id, start, end)  # errors downstream in this task name it
                 if self.watermarks is not None:
                     self._observe(split_id, batch)
                 return batch
