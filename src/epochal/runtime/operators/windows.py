@@ -34,6 +34,7 @@ from ...errors import RecordError
 from ...plan.specs import KeyedWindowSpec, OnError, OutputPart, SplitLateSpec, WindowFunctionKind
 from ...plan.time import TimestampError
 from ...state.keygroups import key_group_of
+from ..batches import to_records
 from ..elements import Batch
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
@@ -95,6 +96,7 @@ class KeyedWindowOperator(KeyedOperator):
         self.late_records = 0  # records too late for some window (a metric), kept or dropped
         self.on_error = spec.on_error
         self._columnar = False  # Arrow in: results go out as Arrow batches
+        self._arrow_results = spec.kind is not WindowFunctionKind.PROCESS  # until one does not fit
         self._result_column = spec.kind.value if spec.kind.value in ("count", "sum", "min", "max") else "result"
 
     def open(self, ctx: OperatorContext) -> None:
@@ -111,9 +113,9 @@ class KeyedWindowOperator(KeyedOperator):
             isinstance(batch, pa.RecordBatch)
             and isinstance(self.key, str)
             and self.event_time.fn is None
-            # the columns hold what the aggregate reads: a value column, or nothing (a count);
-            # a function of the whole record reads the record (a row as a tuple), per record
-            and (isinstance(self.spec.value, str) or (self.spec.value is None and self.spec.kind is _COUNT))
+            # the aggregate reads a value column, nothing (a count), or the whole record (a row
+            # as a tuple, as the per-record path sees it); a function of the record runs per record
+            and (isinstance(self.spec.value, str) or self.spec.value is None)
         ):
             self._columnar = True
             return self._process_arrow(batch)
@@ -192,7 +194,11 @@ class KeyedWindowOperator(KeyedOperator):
             if not kept.num_rows:
                 return with_letters(self._out(self._late_updates(), []), letters)
             batch = kept
-        values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
+        values: Any = None  # a count reads nothing
+        if isinstance(self.spec.value, str):
+            values = batch.column(self.spec.value)
+        elif self.spec.kind is not _COUNT:  # the records themselves, as the per-record path has them
+            values = to_records(batch)
         stores: dict[Any, tuple[Any, int, float]] = {}
 
         def get_store(key: Any) -> Any:
@@ -281,8 +287,11 @@ class KeyedWindowOperator(KeyedOperator):
             late = []
         if not results and not late:
             return None
-        if self._columnar and results and not late and self.spec.kind is not WindowFunctionKind.PROCESS:
-            return self._as_arrow(results)
+        if self._columnar and self._arrow_results and results and not late:
+            try:
+                return self._as_arrow(results)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # results Arrow cannot hold (e.g. tuples of
+                self._arrow_results = False  # mixed types from reduce/aggregate): tuples from now on
         return results + late
 
     def _as_arrow(self, results: list[Any]) -> pa.RecordBatch:
