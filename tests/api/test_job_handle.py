@@ -17,39 +17,10 @@ from epochal import (
     JobFailedError,
     JobState,
     RestartStrategy,
-    Source,
-    SplitReader,
     StreamEnvironment,
 )
 from epochal.testing import CollectSink, ListSource
-
-
-class _Endless(Source):
-    """An unbounded source of increasing integers, a few per read, so a job runs until cancelled."""
-
-    def splits(self) -> list[Any]:
-        return [_Split()]
-
-    def open_split(self, split: Any, position: Any | None) -> SplitReader:
-        return _Counter(position or 0)
-
-
-class _Split:
-    split_id = "endless"
-
-
-class _Counter(SplitReader):
-    def __init__(self, position: int) -> None:
-        self.next = position
-
-    def read(self, max_records: int) -> list[int]:
-        time.sleep(0.001)
-        out = list(range(self.next, self.next + 10))
-        self.next += 10
-        return out
-
-    def position(self) -> int:
-        return self.next
+from spark_jobs import EndlessSource
 
 
 def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
@@ -75,7 +46,7 @@ def test_cancel_stops_a_running_job_and_result_says_so(tmp_path: Path) -> None:
     env = StreamEnvironment(parallelism=1, executor="inprocess",
                             checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "c")))
     sink = CollectSink()
-    env.from_source(_Endless()).map(lambda x: x).sink_to(sink)
+    env.from_source(EndlessSource()).map(lambda x: x).sink_to(sink)
     handle = env.execute_async("endless")
     _wait_for(lambda: handle.status().last_checkpoint is not None)
     assert handle.status().state is JobState.RUNNING
@@ -90,7 +61,7 @@ def test_cancel_stops_a_running_job_and_result_says_so(tmp_path: Path) -> None:
 
 def test_result_times_out_while_the_job_runs() -> None:
     env = StreamEnvironment(parallelism=1, executor="inprocess")
-    env.from_source(_Endless()).sink_to(CollectSink())
+    env.from_source(EndlessSource()).sink_to(CollectSink())
     handle = env.execute_async("endless")
     with pytest.raises(TimeoutError):
         handle.result(timeout=0.2)
@@ -114,7 +85,7 @@ def test_a_failed_job_raises_from_result_and_its_status_says_failed() -> None:
 
 def test_the_endpoint_serves_status_and_cancels_with_the_token(tmp_path: Path) -> None:
     env = StreamEnvironment(parallelism=1, executor="inprocess", web_port=0)
-    env.from_source(_Endless()).sink_to(CollectSink())
+    env.from_source(EndlessSource()).sink_to(CollectSink())
     handle = env.execute_async("served")
     assert handle.web_url is not None and handle.token
     with urllib.request.urlopen(handle.web_url + "/status", timeout=5) as response:
