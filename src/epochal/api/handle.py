@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 
 from ..runtime.control import JobControl, JobStatus
+from ..runtime.metrics import JobMetrics
 from ..runtime.result import JobResult
 
 
@@ -41,6 +42,11 @@ class JobHandle:
     def status(self) -> JobStatus:
         """The job's state, attempt, restarts and last checkpoint, as its job master last published."""
         return self._control.status()
+
+    def metrics(self) -> JobMetrics | None:
+        """The job's latest metrics snapshot (operators, tasks, checkpoints, restarts), or None
+        before the first; the same data as the endpoint's `/metrics.json`."""
+        return self._control.metrics()
 
     def cancel(self) -> bool:
         """Ask the job to stop; returns at once (False if it had already ended)."""

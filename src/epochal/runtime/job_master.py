@@ -271,6 +271,7 @@ class JobMaster:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
+        self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         command = self._commands.pop(checkpoint.checkpoint_id, None)
         if command is None:
             return
@@ -287,7 +288,6 @@ class JobMaster:
             log.info("job %r: savepoint of checkpoint %d at %s", self.job.name, checkpoint.checkpoint_id,
                      command.argument)
             command.finish(result=savepoint.location or str(command.argument))
-        self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
         self.aborted.append(checkpoint)

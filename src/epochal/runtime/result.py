@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..plan.job_graph import JobGraph
-from ..plan.specs import SinkSpec, SourceSpec
 from ..state.manifest import Manifest
 from .messages import OperatorMetrics
 
@@ -68,18 +66,6 @@ class JobProgress:
     checkpoints_completed: int
     last_checkpoint_ms: float | None
     restarts: int
-
-
-def progress_of(
-    job: JobGraph, metrics: tuple[OperatorMetrics, ...], checkpoints: list[CheckpointSummary], restarts: int
-) -> JobProgress:
-    """Records into the job (out of its sources) and out of it (into its sinks)."""
-    sources = {op.name for v in job.vertices for op in v.chain if isinstance(op, SourceSpec)}
-    sinks = {op.name for v in job.vertices for op in v.chain if isinstance(op, SinkSpec)}
-    records_in = sum(m.records_out for m in metrics if m.name in sources)
-    records_out = sum(m.records_in for m in metrics if m.name in sinks)
-    last = checkpoints[-1].duration_ms if checkpoints else None
-    return JobProgress(records_in, records_out, len(checkpoints), last, restarts)
 
 
 def merge_metrics(per_task: list[tuple[OperatorMetrics, ...]]) -> tuple[OperatorMetrics, ...]:
