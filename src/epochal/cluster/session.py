@@ -1,8 +1,14 @@
 """The SparkSession a job runs on: which master, and a quiet start.
 
-- `probe_master` connects to a standalone (`spark://`) or Kubernetes (`k8s://`) master's port
-  before Spark is started: an unreachable master fails in seconds, in one line, instead of after
-  Spark's three 20 s registration attempts and a page of Java stack trace.
+- `probe_master` connects to a standalone (`spark://`), Kubernetes (`k8s://`) or Spark Connect
+  (`sc://`) master's port before Spark is started: an unreachable master fails in seconds, in
+  one line, instead of after Spark's three 20 s registration attempts and a page of Java stack
+  trace.
+- `create_session` makes a classic session (a driver JVM in this process) or a Spark Connect
+  client: of an `sc://` server, or of a local server it starts (`connect=True`, like
+  `SparkSession.builder.remote("local[2]")`). `is_connect` tells the two kinds apart: a Connect
+  session has no SparkContext and no RDD API, so the Spark host launches its stage through the
+  DataFrame API.
 - `use_master` makes `default_session` create its session on a given master, lazily: `epochal
   run --master URL` uses it, so that a job whose checks fail (a missing input, output that would
   be written twice) fails before the JVM starts.
@@ -20,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +38,7 @@ from ..errors import EpochalError
 SPARK_LOG_ENV = "EPOCHAL_SPARK_LOG"
 LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 PROBE_TIMEOUT = 5.0  # seconds per address of the master
+CONNECT_PORT = 15002  # Spark Connect's default port
 
 _NOISE = (b"WARNING: Using incubator modules",)  # the JVM's, printed before log4j exists
 
@@ -51,9 +59,27 @@ logger.gateway.level = error
 _default_master: str | None = None
 
 
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session: a client, with no SparkContext and no RDDs.
+
+    Told by the class's module, so that a classic session never imports Connect's modules
+    (they need the `connect` extra: grpcio and friends).
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
 def master_addresses(master: str) -> list[tuple[str, int]]:
     """The (host, port) pairs a master URL names; none for masters not reached by address
     (`local…`, `yarn`: YARN is found through the Hadoop configuration)."""
+    if master.startswith("sc://"):
+        parts = urlsplit(master.split("/;", 1)[0])  # sc://HOST[:PORT][/;param=value;...]
+        try:
+            connect_port = parts.port
+        except ValueError:
+            connect_port = -1
+        if not parts.hostname or connect_port == -1:
+            raise EpochalError(f"bad Spark Connect URL {master!r}: expected sc://HOST[:PORT][/;PARAMS]")
+        return [(parts.hostname, connect_port or CONNECT_PORT)]
     if master.startswith("spark://"):
         found = []
         for part in master[len("spark://") :].split(","):
@@ -107,16 +133,24 @@ def spark_log_level() -> str | None:
     return level
 
 
-def create_session(master: str) -> Any:
+def create_session(master: str, *, connect: bool = False) -> Any:
     """A SparkSession on `master`, set up for long-running barrier tasks.
 
     Python workers use this interpreter; a cancelled task's Python process is killed after
     200 ms instead of Spark's default seconds (a relaunch then takes ~5 s instead of ~8 s).
+    `connect=True` starts that same driver as a local Spark Connect server in this process and
+    returns a Connect client of it (`master` is then `local...`). An `sc://` master is a Spark
+    Connect server elsewhere: the session is a client of it, and the settings above are the
+    server's to make (docs/operations.md, Running on Spark Connect).
 
     Raises:
         EpochalError: the master's address cannot be reached (see `probe_master`).
     """
     probe_master(master)
+    if master.startswith("sc://"):
+        from pyspark.sql import SparkSession
+
+        return SparkSession.builder.remote(master).getOrCreate()
     level = spark_log_level()
     is_local = master.startswith("local")
     if is_local:  # on this machine only: keep Spark off other interfaces
@@ -134,13 +168,20 @@ def create_session(master: str) -> Any:
         settings["spark.driver.host"] = settings["spark.driver.bindAddress"] = "127.0.0.1"
     if level is None:
         _start_quiet_jvm(settings)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
+    builder = SparkSession.builder.remote(master) if connect else SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(level or "ERROR")
+    with warnings.catch_warnings():
+        # a local Connect server takes the settings at start, then pyspark also tries each as a
+        # session setting and warns about the static ones
+        warnings.filterwarnings("ignore", "Failed to set", UserWarning)
+        session = builder.getOrCreate()
+    context = SparkContext._active_spark_context  # the driver's, in this process (Connect too)
+    if context is not None:
+        context.setLogLevel(level or "ERROR")
     return session
 
 

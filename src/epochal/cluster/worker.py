@@ -9,6 +9,11 @@ to the loop through a queue.
 
 A task that raises does not end the process: the worker reports it and waits for the job
 master to `Start` the next attempt (restoring a checkpoint, in place) or `Stop`.
+
+A worker that cannot connect to the job master (refused, or not within `CONNECT_TIMEOUT`) fails
+its Spark task with `JobMasterUnreachable`, whose message starts with `UNREACHABLE`: the host
+recognises it in the stage's error and ends the job in one line instead of relaunching (the job
+master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.005
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 PROGRESS_INTERVAL = 1.0
+CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
+UNREACHABLE = "the Spark workers cannot reach the job master"
 
 
 R = TypeVar("R")
@@ -84,6 +91,22 @@ class _ThreadRunner:
 
 def worker_of(task: TaskId) -> int:
     return task.subtask
+
+
+class JobMasterUnreachable(ConnectionError):
+    """This worker cannot connect to the job master (its message starts with `UNREACHABLE`)."""
+
+
+def connect_to_job_master(address: tuple[str, int], worker: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
+    """A connection to the job master, which listens before the stage is submitted: a refusal
+    or a timeout means this executor cannot reach it, and retrying would not change that."""
+    try:
+        return socket.create_connection(address, timeout=timeout)
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
+        raise JobMasterUnreachable(
+            f"{UNREACHABLE} at {address[0]}:{address[1]} from worker {worker} on {socket.gethostname()} ({reason})"
+        ) from None
 
 
 class Worker:
@@ -127,7 +150,8 @@ class Worker:
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
         """Connect to the driver and to every peer (lower index accepts, higher connects)."""
-        sock = socket.create_connection(self.driver_address, timeout=60)
+        sock = connect_to_job_master(self.driver_address, self.index)
+        sock.settimeout(60)
         write_object_blocking(sock, Hello(self.index, self.launch, os.getpid()), kind=HELLO)
         self.driver = Link(sock, "driver")
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
