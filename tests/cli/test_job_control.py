@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from epochal.cli.main import main
 from epochal.cluster.endpoint import call
 
@@ -87,3 +89,27 @@ def test_cancel_without_a_token_says_where_to_find_it(capsys: object, monkeypatc
     assert main(["cancel", "http://127.0.0.1:9"]) == 1
     _, err = capsys.readouterr()  # type: ignore[attr-defined]
     assert "--token TOKEN or EPOCHAL_TOKEN" in err
+
+
+def test_rescale_and_savepoint_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) -> None:
+    job = tmp_path / "endless.py"
+    checkpoints = f"CheckpointConfig(interval=0.1, directory={str(tmp_path / 'c')!r})"
+    job.write_text(JOB.replace('executor="inprocess")', f'executor="inprocess", checkpoint={checkpoints})')
+                   .replace("from epochal import", "from epochal import CheckpointConfig,"))
+    process = subprocess.Popen([sys.executable, "-m", "epochal.cli.main", "run", str(job)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url, token = _address(process)
+        assert main(["rescale", url, "2", "--token", token]) == 0
+        assert call(url, "/status")[1]["parallelism"] == 2
+        assert main(["savepoint", url, str(tmp_path / "sp"), "--token", token]) == 0
+        assert (tmp_path / "sp" / "MANIFEST.json").exists()
+        with pytest.raises(SystemExit):  # argparse: not a positive integer
+            main(["rescale", url, "0", "--token", token])
+        assert main(["cancel", url, "--token", token]) == 0
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    out, _ = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "rescaled to 2 from checkpoint" in out and "savepoint of the running job written to" in out

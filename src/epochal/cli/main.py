@@ -6,8 +6,9 @@
                        [--web-port N]
     epochal status URL
     epochal cancel URL [--token TOKEN]
+    epochal rescale URL N [--token TOKEN]
     epochal checkpoints list D
-    epochal savepoint D TARGET [--checkpoint latest|ID]
+    epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
 
 Mistakes a user makes (a missing job file or checkpoint directory, a URI no filesystem
 serves, a Spark master that cannot be reached, a job that must not start over earlier output)
@@ -25,6 +26,7 @@ import logging
 import os
 import runpy
 import sys
+import urllib.parse
 from collections.abc import Sequence
 
 from ..api.environment import RunOverrides, run_overrides
@@ -143,6 +145,25 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _act(args: argparse.Namespace, url: str, path: str) -> dict[str, object]:
+    """POST an action to the running job at `url` with its token; the answer's body."""
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise EpochalError(f"this needs the job's token: --token TOKEN or {TOKEN_ENV} (the job printed it at start)")
+    code, body = call(url, path, token, timeout=330)
+    if code == 401:
+        raise EpochalError("the job refused the token")
+    if code >= 400:
+        raise EpochalError(str(body.get("error", f"the job answered {code}")))
+    return body
+
+
+def _rescale(args: argparse.Namespace) -> int:
+    body = _act(args, args.url, f"/rescale?parallelism={args.parallelism}")
+    print(f"rescaled to {args.parallelism} from checkpoint {body['rescale']}")
+    return 0
+
+
 def _checkpoints_list(args: argparse.Namespace) -> int:
     storage = _open_storage(args.directory)
     rows = []
@@ -165,6 +186,11 @@ def _checkpoints_list(args: argparse.Namespace) -> int:
 
 
 def _savepoint(args: argparse.Namespace) -> int:
+    if args.directory.startswith(("http://", "https://")):  # a running job: a new checkpoint, copied out
+        target = os.path.abspath(args.target) if "://" not in args.target else args.target
+        body = _act(args, args.directory, "/savepoint?" + urllib.parse.urlencode({"target": target}))
+        print(f"savepoint of the running job written to {body['savepoint']}")
+        return 0
     storage = _open_storage(args.directory)
     manifest = create_savepoint(storage, args.checkpoint, args.target)
     print(
@@ -175,7 +201,7 @@ def _savepoint(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: `run`, `status`, `cancel`, `checkpoints list` and `savepoint`."""
+    """The whole command line: `run`, `status`, `cancel`, `rescale`, `checkpoints list` and `savepoint`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -228,10 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser(
         "savepoint", help="copy a complete checkpoint into a self-contained directory you own"
     )
-    sp.add_argument("directory", help="the job's checkpoint directory")
+    sp.add_argument("directory", help="the job's checkpoint directory, or a running job's URL (a new checkpoint)")
     sp.add_argument("target", help="where the savepoint goes (must not exist, or be empty)")
     sp.add_argument("--checkpoint", default="latest", metavar="latest|ID", help="'latest' (default) or a checkpoint id")
+    sp.add_argument("--token", help=f"for a running job: the token it printed at start (or set {TOKEN_ENV})")
     sp.set_defaults(func=_savepoint)
+
+    rescale = sub.add_parser("rescale", help="change a running job's parallelism (it restores from a new checkpoint)")
+    rescale.add_argument("url", help="the job's control endpoint")
+    rescale.add_argument("parallelism", type=_positive_int, help="the new parallelism")
+    rescale.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
+    rescale.set_defaults(func=_rescale)
     return parser
 
 

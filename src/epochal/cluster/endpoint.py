@@ -102,12 +102,13 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802
             url = urllib.parse.urlsplit(self.path)
-            if url.path.rstrip("/") != "/cancel":
+            action = url.path.rstrip("/")
+            if action not in ("/cancel", "/rescale", "/savepoint"):
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
             elif not endpoint.authorized(self.headers.get("Authorization")):
                 refused = "actions need the job's token (Authorization: Bearer ...)"
                 self._reply(HTTPStatus.UNAUTHORIZED, {"error": refused})
-            else:
+            elif action == "/cancel":
                 accepted = endpoint.control.request_cancel()
                 status = endpoint.control.status()
                 if accepted and (wait := _wait(url.query)):
@@ -115,6 +116,31 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                     status = endpoint.control.wait_final(wait)
                 self._reply(HTTPStatus.ACCEPTED if accepted else HTTPStatus.CONFLICT,
                             {"cancel": accepted, "status": status.to_json()})
+            else:
+                self._command(action.lstrip("/"), urllib.parse.parse_qs(url.query))
+
+        def _command(self, kind: str, query: dict[str, list[str]]) -> None:
+            """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`: answered when done."""
+            name = "parallelism" if kind == "rescale" else "target"
+            given = query.get(name, [""])[0]
+            if not given:
+                self._reply(HTTPStatus.BAD_REQUEST, {"error": f"{kind} needs ?{name}=..."})
+                return
+            argument: object = given
+            if kind == "rescale":
+                try:
+                    argument = int(given)
+                except ValueError:
+                    self._reply(HTTPStatus.BAD_REQUEST, {"error": f"parallelism must be an integer, got {given!r}"})
+                    return
+            try:
+                result = endpoint.control.submit(kind, argument).wait(_COMMAND_TIMEOUT)
+            except TimeoutError as exc:
+                self._reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
+            except (EpochalError, ValueError) as exc:
+                self._reply(HTTPStatus.CONFLICT, {"error": str(exc)})
+            else:
+                self._reply(HTTPStatus.OK, {kind: result, "status": endpoint.control.status().to_json()})
 
         def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
             self._send(status, "application/json", json.dumps(body).encode())
@@ -131,6 +157,9 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             log.debug("endpoint: " + format, *args)
 
     return Handler
+
+
+_COMMAND_TIMEOUT = 300.0  # seconds a rescale or savepoint request waits for its checkpoint
 
 
 def _wait(query: str) -> float:
