@@ -139,12 +139,20 @@ def test_the_dashboard_follows_a_running_job_and_cancels_it(browser: Any, tmp_pa
         time.sleep(8 if screenshot else 0)  # more points on the charts for the docs
         page.screenshot(path=screenshot or str(tmp_path / "dashboard.png"), full_page=True)
 
-        page.once("dialog", lambda dialog: dialog.accept("not-the-token"))
+        answers = ["3", handle.token]  # the rescale button asks for the parallelism, then the token
+        page.on("dialog", lambda dialog: dialog.accept(answers.pop(0)) if answers else dialog.dismiss())
+        page.click("#rescale")
+        wait_for(lambda: "Rescaled from checkpoint" in (page.text_content("#action-result") or ""), timeout=60,
+                 what="the rescale's answer")
+        wait_for(lambda: page.text_content("#parallelism") == "3" and page.text_content("#state") == "running",
+                 timeout=30, what="running at parallelism 3")
+        assert handle.status().parallelism == 3
+        answers.append("not-the-token")
         page.click("#cancel")
         wait_for(lambda: "Refused" in (page.text_content("#action-result") or ""), timeout=10, what="a refusal")
         assert handle.status().state.value == "running"
 
-        page.once("dialog", lambda dialog: dialog.accept(handle.token))
+        answers.append(handle.token)
         page.click("#cancel")
         page.wait_for_selector("#state[data-state='cancelled']", timeout=30_000)
         assert page.is_disabled("#cancel")

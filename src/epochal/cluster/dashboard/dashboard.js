@@ -227,7 +227,8 @@ function drawStatus(s) {
   $("restarts").textContent = s.restarts;
   $("parallelism").textContent = s.parallelism;
   $("last-checkpoint").textContent = s.last_checkpoint === null ? "none yet" : s.last_checkpoint;
-  $("cancel").disabled = ["finished", "failed", "cancelled"].includes(s.state);
+  const ended = ["finished", "failed", "cancelled"].includes(s.state);
+  for (const id of ["cancel", "savepoint", "rescale"]) $(id).disabled = ended;
 }
 
 function drawMetrics(m) {
@@ -286,6 +287,30 @@ async function cancelJob() {
   }
 }
 
+async function command(kind, question, name) {
+  const given = window.prompt(question);
+  if (given === null || given.trim() === "") return;
+  const token = window.prompt(`${kind}: the token for actions (printed when the job started)`);
+  if (token === null || token.trim() === "") return;
+  const result = $("action-result");
+  try {
+    result.textContent = kind === "rescale" ? "Rescaling…" : "Taking a savepoint…";
+    const query = new URLSearchParams({ [name]: given.trim() });
+    const response = await fetch(`/${kind}?${query}`, { method: "POST", headers: { Authorization: `Bearer ${token.trim()}` } });
+    const body = await response.json();
+    if (response.status === 200) {
+      result.textContent = kind === "rescale" ? `Rescaled from checkpoint ${body.rescale}.` : `Savepoint at ${body.savepoint}.`;
+    } else {
+      result.textContent = response.status === 401 ? "Refused: that is not the job's token." : `Refused: ${body.error}`;
+    }
+    poll();
+  } catch (err) {
+    result.textContent = `${kind} failed: ${err.message}`;
+  }
+}
+
 $("cancel").addEventListener("click", cancelJob);
+$("savepoint").addEventListener("click", () => command("savepoint", "Savepoint into which (new or empty) directory?", "target"));
+$("rescale").addEventListener("click", () => command("rescale", "New parallelism?", "parallelism"));
 poll();
 setInterval(() => { if (failedPolls < 30 || failedPolls % 10 === 0) poll(); else failedPolls += 1; }, POLL_MS);
