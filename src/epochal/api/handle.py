@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ..runtime.control import JobControl, JobStatus
 from ..runtime.metrics import JobMetrics
@@ -47,6 +48,17 @@ class JobHandle:
         """The job's latest metrics snapshot (operators, tasks, checkpoints, restarts), or None
         before the first; the same data as the endpoint's `/metrics.json`."""
         return self._control.metrics()
+
+    def query_state(self, operator: str, key: Any) -> dict[str, Any]:
+        """The state of `key` in the operator with uid `operator`, by state name, as of the job's
+        last complete checkpoint (read-committed: what the sinks have committed agrees with it);
+        `{}` if the key has none, or before the first checkpoint. Reads the checkpoint's files
+        for the key's key group only, on this thread.
+
+        Raises:
+            NoCheckpointError: the job has no checkpoint directory, or no operator with that uid.
+        """
+        return self._control.query_state(operator, key)[1]
 
     def cancel(self) -> bool:
         """Ask the job to stop; returns at once (False if it had already ended)."""

@@ -95,6 +95,8 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             elif path == "/metrics.json":
                 metrics = endpoint.control.metrics()
                 self._reply(HTTPStatus.OK, metrics.to_json() if metrics is not None else {})
+            elif path.startswith("/state/"):
+                self._state(path)
             elif (page := _static(path)) is not None:
                 self._send(HTTPStatus.OK, *page)
             else:
@@ -118,6 +120,21 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                             {"cancel": accepted, "status": status.to_json()})
             else:
                 self._command(action.lstrip("/"), urllib.parse.parse_qs(url.query))
+
+        def _state(self, path: str) -> None:
+            """`GET /state/<uid>/<key>`: the key's committed state (the key as JSON, or a string)."""
+            operator, _, raw = path[len("/state/"):].partition("/")
+            if not operator or not raw:
+                self._reply(HTTPStatus.BAD_REQUEST, {"error": "ask /state/<operator uid>/<key>"})
+                return
+            key = _parse_key(urllib.parse.unquote(raw))
+            try:
+                checkpoint, values = endpoint.control.query_state(urllib.parse.unquote(operator), key)
+            except EpochalError as exc:
+                self._reply(HTTPStatus.NOT_FOUND, {"error": str(exc)})
+                return
+            body = {"operator": operator, "key": key, "checkpoint": checkpoint, "state": values}
+            self._send(HTTPStatus.OK, "application/json", json.dumps(body, default=repr).encode())
 
         def _command(self, kind: str, query: dict[str, list[str]]) -> None:
             """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`: answered when done."""
@@ -157,6 +174,15 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             log.debug("endpoint: " + format, *args)
 
     return Handler
+
+
+def _parse_key(text: str) -> Any:
+    """A key in a URL: JSON when it parses (`42`, `"w1"`, `[1, "a"]` for a tuple), else the text."""
+    try:
+        key = json.loads(text)
+    except ValueError:
+        return text
+    return tuple(key) if isinstance(key, list) else key
 
 
 _COMMAND_TIMEOUT = 300.0  # seconds a rescale or savepoint request waits for its checkpoint

@@ -22,8 +22,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
-from ..errors import EpochalError
+from ..errors import EpochalError, NoCheckpointError
+from ..state.reader import lookup, open_checkpoint
 from .metrics import JobMetrics
 
 
@@ -108,6 +110,7 @@ class JobControl:
         self._status = JobStatus(job, JobState.CREATED, parallelism)
         self._changed = threading.Condition(self._lock)
         self._cancel = threading.Event()
+        self.checkpoint_directory: str | None = None  # set by the job master: where state queries read
         self._commands: deque[Command] = deque()
         self._watchers: list[Callable[[JobStatus], None]] = []
 
@@ -148,6 +151,28 @@ class JobControl:
             return False
         self._cancel.set()
         return True
+
+    def query_state(self, operator: str, key: Any) -> tuple[int | None, dict[str, Any]]:
+        """The committed state of `key` in operator uid `operator`: read from the job's last
+        complete checkpoint (read-committed, as a sink's reader sees the job), by state name, with
+        that checkpoint's id; `(None, {})` before the first. Runs on the caller's thread and reads
+        only the key's key group, so it never slows the job.
+
+        Raises:
+            NoCheckpointError: the job has no checkpoint directory, or no such operator uid.
+        """
+        if self.checkpoint_directory is None:
+            raise NoCheckpointError("state queries read the job's checkpoints: "
+                                    "it needs CheckpointConfig(directory=...)")
+        while True:
+            checkpoint = self.status().last_checkpoint
+            if checkpoint is None:
+                return None, {}
+            try:
+                return checkpoint, lookup(open_checkpoint(self.checkpoint_directory, checkpoint), operator, key)
+            except NoCheckpointError:
+                if self.status().last_checkpoint == checkpoint:  # not dropped by retention: the error is real
+                    raise
 
     def submit(self, kind: str, argument: object) -> Command:
         """Queue a command (`"savepoint"` with a target path, `"rescale"` with a parallelism)."""

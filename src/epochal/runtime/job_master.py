@@ -91,6 +91,7 @@ class JobMaster:
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
         self.storage = CheckpointStorage(directory) if directory else None
+        self.control.checkpoint_directory = directory
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)

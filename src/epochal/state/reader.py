@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoCheckpointError
-from .keygroups import KeyGroupRange
+from .keygroups import KeyGroupRange, key_group_of
 from .manifest import Manifest, OperatorState
 from .savepoints import load_savepoint, storage_for
 from .sections import apply_sections
@@ -80,3 +80,11 @@ def iter_state(
 def read_state(path: str, operator: str, checkpoint: str | int | None = None) -> list[StateRow]:
     """The keyed state of operator uid `operator` in the latest (or given) checkpoint at `path`."""
     return list(iter_state(open_checkpoint(path, checkpoint), operator))
+
+
+def lookup(manifest: Manifest, operator: str, key: Any) -> dict[str, Any]:
+    """The values of `key` in `operator`'s keyed state of one checkpoint, by state name (empty
+    when the key has none). Reads only the key's key group: a point query, not a scan."""
+    group = key_group_of(key, operator_state(manifest, operator).max_parallelism)
+    return {row.state: row.value for row in iter_state(manifest, operator, KeyGroupRange(group, group + 1))
+            if row.key == key}
