@@ -12,9 +12,10 @@ from epochal.cli.main import main
 from epochal.connectors import read_committed
 from epochal.state.storage import CheckpointStorage
 
-# `records in 2,000  out 2,000  checkpoints 3 (last 1 ms)  restarts 0`, one line per report
+# `records in 2,000 (135,905/s)  out 2,000  checkpoints 3 (last 1 ms)  restarts 0`, one line per report
 PROGRESS_LINE = re.compile(
-    r"^records in [\d,]+  out [\d,]+  checkpoints \d+ \(last (\d+ ms|-)\)  restarts \d+$", re.MULTILINE
+    r"^records in [\d,]+ \([\d,]+/s\)  out [\d,]+(  watermark lag [\d.]+ s)?  checkpoints \d+ \(last (\d+ ms|-)\)"
+    r"  restarts \d+$", re.MULTILINE
 )
 
 

@@ -48,8 +48,9 @@ class _ProgressLine:
 
     def __call__(self, p: JobProgress) -> None:
         last = f"{p.last_checkpoint_ms:.0f} ms" if p.last_checkpoint_ms is not None else "-"
+        lag = f"  watermark lag {p.watermark_lag_s:.1f} s" if p.watermark_lag_s is not None else ""
         line = (
-            f"records in {p.records_in:,}  out {p.records_out:,}  "
+            f"records in {p.records_in:,} ({p.records_per_s:,.0f}/s)  out {p.records_out:,}{lag}  "
             f"checkpoints {p.checkpoints_completed} (last {last})  restarts {p.restarts}"
         )
         if self.tty:

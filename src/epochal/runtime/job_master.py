@@ -312,8 +312,9 @@ class JobMaster:
         self.control.publish_metrics(metrics)
         if self.progress is not None:
             last = self.checkpoints[-1].duration_ms if self.checkpoints else None
+            lags = [op.watermark_lag_s for op in metrics.operators if op.watermark_lag_s is not None]
             self.progress(JobProgress(metrics.records_in, metrics.records_out, len(self.checkpoints), last,
-                                      self.restarts))
+                                      self.restarts, metrics.in_rate, max(lags) if lags else None))
 
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""

@@ -66,6 +66,8 @@ class JobProgress:
     checkpoints_completed: int
     last_checkpoint_ms: float | None
     restarts: int
+    records_per_s: float = 0.0  # out of the sources, over the last interval
+    watermark_lag_s: float | None = None  # the largest lag of an operator's watermark behind now
 
 
 def merge_metrics(per_task: list[tuple[OperatorMetrics, ...]]) -> tuple[OperatorMetrics, ...]:
