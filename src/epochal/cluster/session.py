@@ -173,7 +173,8 @@ def create_session(master: str, *, connect: bool = False) -> Any:
 
     builder = SparkSession.builder.remote(master) if connect else SparkSession.builder
     for key, value in settings.items():
-        builder = builder.config(key, value)
+        if not (connect and key == "spark.master"):  # remote(master) names it
+            builder = builder.config(key, value)
     with warnings.catch_warnings():
         # a local Connect server takes the settings at start, then pyspark also tries each as a
         # session setting and warns about the static ones
