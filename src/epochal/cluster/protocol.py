@@ -44,11 +44,11 @@ class Running:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """Per-task record counts of one worker, sent about once a second for live metrics."""
+    """Per-task metrics of one worker (`TaskMetrics`), sent about once a second for live metrics."""
 
     worker: int
     attempt: int
-    tasks: tuple[tuple[TaskId, tuple[Any, ...]], ...]
+    tasks: tuple[tuple[TaskId, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,7 @@ class Worker:
                     out.flush_if_due(now)
                 if now - self._last_progress >= PROGRESS_INTERVAL and self.tasks and not self.failed:
                     self._last_progress = now
-                    metrics = tuple((t.id, t.metrics()) for t in self.tasks.values())
+                    metrics = tuple((t.id, t.task_metrics()) for t in self.tasks.values())
                     self._to_driver(Progress(self.index, self.attempt, metrics))
                 self._flush_links()
                 self._poll_io(0.0 if busy else self._idle_timeout())
