@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from ..errors import NoCheckpointError
 from ..state.keygroups import KeyGroupRange
 from ..state.manifest import Manifest
 from ..state.reader import iter_state, open_checkpoint, operator_state
@@ -62,7 +63,10 @@ class EpochalStateDataSource(DataSource):
 
     Options: `operator` (required: the operator's uid), `checkpoint` (an id; default the latest
     complete checkpoint that verifies), and the path given to `load()`: a checkpoint directory
-    or a savepoint directory (a local path or a pyarrow filesystem URI every executor can read).
+    or a savepoint directory (an absolute local path or a pyarrow filesystem URI every executor
+    can read). Works from classic and Spark Connect sessions alike: Spark runs `reader()` in a
+    Python process of its own on the driver, so a relative path is resolved there, not in the
+    caller's directory (under Connect, in a directory of the session's on the server).
     """
 
     @classmethod
@@ -79,9 +83,19 @@ class EpochalStateDataSource(DataSource):
             raise ValueError("epochal-state: give the checkpoint directory to load(PATH)")
         if not operator:
             raise ValueError('epochal-state: .option("operator", UID) is required')
+        given = path
         if "://" not in path:
             path = os.path.abspath(path)
-        manifest = open_checkpoint(path, _checkpoint_id(self.options.get("checkpoint")))
+        try:
+            manifest = open_checkpoint(path, _checkpoint_id(self.options.get("checkpoint")))
+        except NoCheckpointError as exc:
+            if "://" in given or os.path.isabs(given):
+                raise
+            # resolved where Spark plans the read: under Connect a session directory on the server
+            raise NoCheckpointError(
+                f"epochal-state: no checkpoint directory at the relative path {given!r}, resolved as {path!r} by "
+                "the Spark process that plans the read (not your program): give an absolute path or a URI"
+            ) from exc
         operator_state(manifest, operator)  # fail on the driver, with the known uids
         return _StateReader(manifest, operator)
 
