@@ -14,16 +14,16 @@ harness's watermarks on `dateTime` (no delay in order). Every query present in `
    by the source's generator, flattened to top-level columns, written as Parquet files) read with
    `readStream.schema(...).parquet(dir)`, the query in DataFrame form after the Nexmark project's
    Flink SQL (nexmark-flink/src/main/resources/queries/qN.sql), `noop` sink,
-   `trigger(availableNow=True)`, one file per micro-batch; session start-up excluded. A query
-   Spark SS cannot run says so, with the reason (`SPARK_SS`).
+   `trigger(availableNow=True)`, one file per micro-batch; each query in a session (a JVM) of its
+   own, whose start-up is excluded. A query Spark SS cannot run says so, with the reason (`SPARK_SS`).
 4. Flink 1.13's per-core figures published by the Nexmark project (`FLINK_13`): a fixed column.
 
 Where Epochal falls short of a target on a query, an in-process run under cProfile says where the
 time goes (shares by area of the code, and the top functions by cumulative time).
 
 About 600 lines, past the usual 400, on purpose: the runner registers benchmarks by module and the
-Spark child process imports `spark_part` from it; the three systems' runs and the report read best
-side by side, as in `benchmarks/windows.py`.
+Spark child processes import `epochal_spark_part` and `spark_ss_part` from it; the three systems'
+runs and the report read best side by side, as in `benchmarks/windows.py`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import os
 import pstats
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +56,7 @@ CHECKPOINT_INTERVAL = 1.0
 BATCH = 8192  # events per source batch
 SPARK_MASTER = "local[2]"
 SPARK_WORKERS = 2
+SPARK_DRIVER_MEMORY = "4g"  # the local JVM's heap (Spark's default: 1 GB), for both Spark parts
 FILE_EVENTS = 500_000  # events per Parquet file = per Spark SS micro-batch (one file a trigger)
 SPARK_QUERY_TIMEOUT = 600.0  # seconds a Spark SS query may run before it is stopped (and reported so)
 PROFILE_EVENTS = 300_000
@@ -311,11 +313,12 @@ def spark_query(name: str, events: Any) -> tuple[Any, str] | None:
         return hot.select("c.auction", F.col("c.count").alias("num")), "append"
     if name == "q7":
         top = bid.groupBy(F.window("dateTime", "10 seconds").alias("w")).agg(F.max("price").alias("maxprice"))
-        top = top.select("maxprice", F.window_time("w").alias("w_time"), F.col("w.end").alias("w_end"))
+        top = top.select("maxprice", F.window_time("w").alias("w_time"))
         b = bid.select("auction", "price", "bidder", F.col("dateTime").alias("b_time"), "extra")
-        # BETWEEN window_end - 10 s AND window_end, the end less 1 µs: Spark's event time of an aggregate
-        joined = b.join(top, (F.col("price") == F.col("maxprice"))
-                        & F.col("b_time").between(F.col("w_end") - F.expr("INTERVAL 10 SECONDS"), F.col("w_time")))
+        # BETWEEN window_end - 10 s AND window_end, both bounds on window_time (the end less 1 µs, the
+        # aggregate's event time), so that Spark sees a time-interval join and drops old bids
+        joined = b.join(top, (F.col("price") == F.col("maxprice")) & F.col("b_time").between(
+            F.col("w_time") - F.expr("INTERVAL 9999999 MICROSECONDS"), F.col("w_time")))
         return joined.select("auction", "price", "bidder", "b_time", "extra"), "append"
     if name == "q8":
         p = person.groupBy(F.window("dateTime", "10 seconds").alias("pw"), "id", "name").count()
@@ -366,26 +369,40 @@ def run_spark_ss(session: Any, name: str, directory: str, events: int, timeout: 
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def spark_part(session: Any, names: list[str], events: int, directory: str | None, warmup: str | None,
-               queries_dir: str, query_timeout: float) -> dict[str, Any]:
-    """The Spark side, in a child process (`run_on_spark`): each query on Epochal on Spark, then
-    (given the files' `directory`) on Spark SS; one session, its start-up excluded. Each run follows
-    an untimed one on WARMUP_EVENTS events (`warmup`: their files), as in-process."""
-    session.conf.set("spark.sql.shuffle.partitions", str(SPARK_WORKERS))
-    session.sparkContext.setLogLevel("ERROR")
+def epochal_spark_part(session: Any, names: list[str], events: int, queries_dir: str) -> dict[str, Any]:
+    """Epochal on Spark, in a child process (`run_on_spark`): each query after an untimed run on
+    WARMUP_EVENTS events, as in-process."""
     modules = load_queries(queries_dir, names)
-    delay = watermark_delay(queries_dir)
     out: dict[str, Any] = {}
     for name, module in modules.items():
-        row: dict[str, Any] = {}
         _guarded(run_epochal, module, min(events, WARMUP_EVENTS), SPARK_WORKERS, session)
-        row["epochal_spark"] = _guarded(run_epochal, module, events, SPARK_WORKERS, session)
-        if directory is not None:
-            if warmup is not None:
-                _guarded(run_spark_ss, session, name, warmup, min(events, WARMUP_EVENTS), query_timeout, delay)
-            row["spark_ss"] = _guarded(run_spark_ss, session, name, directory, events, query_timeout, delay)
-        out[name] = row
+        out[name] = _guarded(run_epochal, module, events, SPARK_WORKERS, session)
     return out
+
+
+def spark_ss_part(session: Any, name: str, events: int, directory: str, warmup: str, queries_dir: str,
+                  query_timeout: float) -> dict[str, Any]:
+    """One query on Spark SS, in a child process of its own (a fresh JVM: one query's memory
+    cannot fail the next), after an untimed run over the `warmup` files."""
+    session.conf.set("spark.sql.shuffle.partitions", str(SPARK_WORKERS))
+    session.sparkContext.setLogLevel("ERROR")
+    delay = watermark_delay(queries_dir)
+    _guarded(run_spark_ss, session, name, warmup, min(events, WARMUP_EVENTS), query_timeout, delay)
+    return _guarded(run_spark_ss, session, name, directory, events, query_timeout, delay)
+
+
+def _on_spark(function: str, **kwargs: Any) -> Any:
+    """`function(session, **kwargs)` of this module in a child process on a `SPARK_MASTER` session
+    with SPARK_DRIVER_MEMORY for its JVM (headroom for the join states of q3, q7 and q8)."""
+    saved = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {SPARK_DRIVER_MEMORY} pyspark-shell"
+    try:
+        return run_on_spark(SPARK_MASTER, "benchmarks.nexmark", function, timeout=3600, **kwargs)
+    finally:
+        if saved is None:
+            del os.environ["PYSPARK_SUBMIT_ARGS"]
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = saved
 
 
 def _guarded(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
@@ -424,15 +441,23 @@ def measure(events: int, directory: str, spark: bool = True, reps: int = 1, quer
         result["files_seconds"] = round(time.perf_counter() - started, 1)
         warmup = os.path.join(directory, "warmup")
         write_events(warmup, min(events, WARMUP_EVENTS))
-        try:
-            found = run_on_spark(SPARK_MASTER, "benchmarks.nexmark", "spark_part", timeout=7200,
-                                 names=list(modules), events=events, directory=files, warmup=warmup,
-                                 queries_dir=queries_dir, query_timeout=SPARK_QUERY_TIMEOUT)
-        except (RuntimeError, OSError) as exc:  # keep the in-process rows; the report says Spark failed
-            result["spark_error"] = str(exc)[-2000:]
-            found = {}
-        for row in rows:
-            row.update(found.get(row["query"], {}))
+        parts = [("epochal_spark", "epochal_spark_part", {"names": list(modules), "events": events,
+                                                          "queries_dir": queries_dir})]
+        parts += [(name, "spark_ss_part", {"name": name, "events": events, "directory": files, "warmup": warmup,
+                                           "queries_dir": queries_dir, "query_timeout": SPARK_QUERY_TIMEOUT})
+                  for name in modules]
+        by_query = {row["query"]: row for row in rows}
+        for what, function, kwargs in parts:
+            try:
+                found = _on_spark(function, **kwargs)
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # the report says which failed
+                failure = {"error": f"{type(exc).__name__}: {str(exc).strip()[-1500:]}"}
+                found = {name: failure for name in modules} if what == "epochal_spark" else failure
+            if what == "epochal_spark":
+                for name, row in by_query.items():
+                    row["epochal_spark"] = found[name]
+            else:
+                by_query[what]["spark_ss"] = found
     for row in rows:
         if shortfalls(row):
             row["profile"] = _guarded(profile_epochal, modules[row["query"]], min(events, profile_events))
@@ -541,8 +566,9 @@ def _summary(result: dict[str, Any]) -> str:
         f"columns, written as {result.get('files', '—')} Parquet files of {result['file_events']:,} events, read "
         "with `readStream.schema(...).parquet(dir)` and `withWatermark`; the query in DataFrame form after the "
         "Nexmark project's Flink SQL, `noop` sink, `trigger(availableNow=True)`, one file per micro-batch (a "
-        "micro-batch is Spark's checkpoint); session start-up excluded, each query's planning included; "
-        "events/s ÷ 2.",
+        "micro-batch is Spark's checkpoint); each query in a session of its own (a JVM with a "
+        f"{SPARK_DRIVER_MEMORY} heap, Spark's default being 1 GB), its start-up excluded, "
+        "the query's planning included; events/s ÷ 2.",
         f"- **Flink 1.13 (published)**: the Nexmark project's result table (GUIDE_V1.md), not measured here. "
         f"Their set-up: {result['flink_setup']}. Ours: a 2-core machine shared with other work, Python, the "
         "generator in the job too, Beam's event rate (windows fire and state turns over all through the "
