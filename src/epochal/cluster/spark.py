@@ -205,6 +205,7 @@ class SparkExecutor:
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
                 f"({_master(spark)}) has {slots}; lower the parallelism or add executors/cores"
             )
+        master.control.max_workers = slots  # a rescale beyond them is refused, not launched
         host = self.bind_host or _bind_host(spark)
         return _StageHost(master, spark, workers, host, self).run()
 

@@ -255,6 +255,11 @@ class JobMaster:
                 command.finish(error=ValueError(
                     f"parallelism must be an int from 1 to max_parallelism ({self.job.max_parallelism}), got {n!r}"))
                 return
+            slots = self.control.max_workers
+            if slots is not None and n > slots:  # refused before any checkpoint: the job runs on as it is
+                command.finish(error=EpochalError(
+                    f"a rescale to {n} needs {n} task slots; the cluster has {slots}"))
+                return
         if self.storage is None:
             command.finish(error=EpochalError(f"a {command.kind} needs CheckpointConfig(directory=...)"))
         elif coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None:
