@@ -1,10 +1,13 @@
-"""Start-up and recovery times of the Spark host (issue: run on Spark).
+"""Start-up and recovery times of the Spark host (issue: run on Spark), on a classic session and
+on a Spark Connect session (`remote("local[*]")`, issue 22):
 
 - cold start: a new process → every worker of a job running (session start included);
-- warm start: a job on a live SparkContext, submit → every worker running;
+- warm start: a job on a live session, submit → every worker running;
 - in-place recovery: a UDF raises → every worker restored and running again (no Spark work);
 - relaunch recovery: a worker process SIGKILLed → a new barrier stage restored and running.
-"Running" means the tasks are open and restored: the next step processes records.
+"Running" means the tasks are open and restored: the next step processes records. One process
+cannot hold both kinds of local session, so the Connect loop runs in a process of its own (as
+every cold start does), after the classic session has stopped.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import time, json, sys
 t0 = time.monotonic()
 sys.path.insert(0, {root!r})
 from benchmarks.startup_recovery import tiny_env, _ship
-from epochal.cluster.spark import SparkExecutor, default_session
-session = default_session(2)
+from epochal.cluster.spark import SparkExecutor, create_session, default_session
+session = create_session("local[*]", connect=True) if {connect} else default_session(2)
 t_session = time.monotonic()
 _ship()
 ex = SparkExecutor(session)
@@ -95,23 +98,31 @@ def _wait_checkpoint(ckpt: str, timeout: float = 60) -> None:
     raise RuntimeError("no checkpoint completed")
 
 
-@benchmark("startup_recovery", "Start-up and recovery on local Spark")
-def run(quick: bool) -> dict[str, Any]:
-    from epochal.cluster.spark import SparkExecutor, default_session
+_CONNECT_SCRIPT = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+from benchmarks.startup_recovery import _measure, _ship
+from epochal.cluster.spark import create_session
+session = create_session("local[*]", connect=True)
+_ship()
+print(json.dumps(_measure(session, {tmp!r}, {reps})))
+"""
 
-    reps = 2 if quick else 5
-    tmp = tempfile.mkdtemp(prefix="epochal-bench-")
-    cold: list[dict[str, float]] = []
-    for _ in range(1 if quick else 3):
-        out = subprocess.run(
-            [sys.executable, "-c", _COLD_SCRIPT.format(root=ROOT, tmp=tempfile.mkdtemp(prefix="epochal-cold-"))],
-            capture_output=True, text=True, check=True,
-        )
-        cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
 
-    session = default_session(2)
-    _ship()
-    warm, in_place, relaunch = [], [], []
+def _last_json(script: str) -> Any:
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"benchmark process failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _measure(session: Any, tmp: str, reps: int) -> dict[str, list[float]]:
+    """Warm start, in-place recovery and relaunch recovery, `reps` times each, on `session`."""
+    from epochal.cluster.spark import SparkExecutor
+
+    warm: list[float] = []
+    in_place: list[float] = []
+    relaunch: list[float] = []
     for i in range(reps):
         ex = SparkExecutor(session)
         ex.execute(tiny_env(tmp, run=f"w{i}").job_graph("warm"))
@@ -146,35 +157,76 @@ def run(quick: bool) -> dict[str, Any]:
         if not back:
             raise RuntimeError(f"no recovery after the kill: {ex.timeline} (killed at {killed_at})")
         relaunch.append(back[0] - killed_at)
+    return {"warm": warm, "in_place": in_place, "relaunch": relaunch}
 
-    result = {
-        "host": "spark local[2]",
+
+def _phases(cold: list[dict[str, float]], measured: dict[str, list[float]]) -> dict[str, Any]:
+    return {
         "cold_start_to_running_s": _stats([c["running"] for c in cold]),
         "cold_session_start_s": _stats([c["session"] for c in cold]),
-        "warm_start_to_running_s": _stats(warm),
-        "in_place_recovery_s": _stats(in_place),
-        "relaunch_recovery_s": _stats(relaunch),
+        "warm_start_to_running_s": _stats(measured["warm"]),
+        "in_place_recovery_s": _stats(measured["in_place"]),
+        "relaunch_recovery_s": _stats(measured["relaunch"]),
+    }
+
+
+_ROWS = [
+    ("cold start: process start → workers running", "cold_start_to_running_s"),
+    ("  of which: SparkSession start", "cold_session_start_s"),
+    ("warm start: submit on a live session → running", "warm_start_to_running_s"),
+    ("UDF exception → restored in place, running", "in_place_recovery_s"),
+    ("worker SIGKILL → relaunched, restored, running", "relaunch_recovery_s"),
+]
+
+
+@benchmark("startup_recovery", "Start-up and recovery on local Spark, classic and Spark Connect")
+def run(quick: bool) -> dict[str, Any]:
+    from epochal.cluster.spark import default_session
+
+    reps = 2 if quick else 5
+    tmp = tempfile.mkdtemp(prefix="epochal-bench-")
+    cold: dict[str, list[dict[str, float]]] = {"classic": [], "connect": []}
+    for _ in range(1 if quick else 3):  # the two kinds in turn, so that drift in load hits both
+        for kind in cold:
+            script = _COLD_SCRIPT.format(root=ROOT, tmp=tempfile.mkdtemp(prefix="epochal-cold-"),
+                                         connect=kind == "connect")
+            cold[kind].append(_last_json(script))
+
+    session = default_session(2)
+    _ship()
+    classic = _measure(session, tmp, reps)
+    session.stop()  # one local driver at a time: the Connect server's process starts its own
+    connect = _last_json(_CONNECT_SCRIPT.format(root=ROOT, tmp=tempfile.mkdtemp(prefix="epochal-connect-"),
+                                                reps=reps))
+
+    result: dict[str, Any] = {
+        "host": "spark local[2]",
+        **_phases(cold["classic"], classic),  # the classic figures keep their keys
+        "connect": {"host": "spark connect, remote(local[*]) on 2 cores", **_phases(cold["connect"], connect)},
     }
     _plot(result)
-    rows = [
-        ("cold start: process start → workers running", "cold_start_to_running_s"),
-        ("  of which: SparkSession start", "cold_session_start_s"),
-        ("warm start: submit on a live context → running", "warm_start_to_running_s"),
-        ("UDF exception → restored in place, running", "in_place_recovery_s"),
-        ("worker SIGKILL → relaunched, restored, running", "relaunch_recovery_s"),
+    lines = [
+        "| phase | classic: median s (min–max) | Spark Connect: median s (min–max) | runs |",
+        "|---|---:|---:|---:|",
     ]
-    lines = ["| phase | median s | min s | max s | runs |", "|---|---:|---:|---:|---:|"]
-    for label, key in rows:
-        s = result[key]
-        lines.append(f"| {label} | {s['median']:.2f} | {s['min']:.2f} | {s['max']:.2f} | {s['n']} |")
+    for label, key in _ROWS:
+        a, b = result[key], result["connect"][key]
+        lines.append(
+            f"| {label} | {a['median']:.2f} ({a['min']:.2f}–{a['max']:.2f}) "
+            f"| {b['median']:.2f} ({b['min']:.2f}–{b['max']:.2f}) | {a['n']} |"
+        )
     result["summary"] = (
-        "Host: Spark `local[2]`, 2 workers, `spark.python.task.killTimeout=200ms`.\n\n"
+        "Host: Spark `local[2]` (`local[*]` on 2 cores), 2 workers, `spark.python.task.killTimeout=200ms`; "
+        "classic: a SparkSession in the job's process; Spark Connect: `SparkSession.builder.remote(\"local[*]\")`, "
+        "a Connect server in the job's process and the job master in its client.\n\n"
         + "\n".join(lines)
         + "\n\n![start-up and recovery](img/startup_recovery.png)\n\n"
         "In-place recovery needs no Spark work: the workers keep their Spark tasks and rebuild "
         "their operators from the latest checkpoint. A dead worker fails the barrier stage, which "
         "Spark does not retry, so the job master cancels it and submits a new one; most of that "
-        "time is Spark's task scheduling and the barrier rendezvous (`allGather`, about 1 s).\n"
+        "time is Spark's task scheduling and the barrier rendezvous (`allGather`, about 1 s). "
+        "Through Connect the stage is a DataFrame's `mapInArrow(barrier=True)`, planned by the "
+        "server, and the session start includes the Connect server and the client's connection.\n"
     )
     return result
 
@@ -189,12 +241,19 @@ def _plot(result: dict[str, Any]) -> None:
         ("in-place\nrecovery", "in_place_recovery_s"),
         ("relaunch\nrecovery", "relaunch_recovery_s"),
     ]
-    med = [result[k]["median"] for _, k in keys]
-    low = [result[k]["median"] - result[k]["min"] for _, k in keys]
-    high = [result[k]["max"] - result[k]["median"] for _, k in keys]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.bar([label for label, _ in keys], med, yerr=[low, high], capsize=4, color="#4C72B0")
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    width = 0.38
+    for offset, (label, figures, color) in enumerate(
+        [("classic", result, "#4C72B0"), ("Spark Connect", result["connect"], "#DD8452")]
+    ):
+        med = [figures[k]["median"] for _, k in keys]
+        low = [figures[k]["median"] - figures[k]["min"] for _, k in keys]
+        high = [figures[k]["max"] - figures[k]["median"] for _, k in keys]
+        xs = [i + (offset - 0.5) * width for i in range(len(keys))]
+        ax.bar(xs, med, width, yerr=[low, high], capsize=3, color=color, label=label)
+    ax.set_xticks(range(len(keys)), [label for label, _ in keys])
     ax.set_ylabel("seconds (median, min–max)")
     ax.set_title("Epochal on Spark local[2]: start-up and recovery")
+    ax.legend()
     fig.tight_layout()
     save_figure(fig, "startup_recovery.png")
