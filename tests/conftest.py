@@ -1,5 +1,6 @@
-"""Shared fixtures: the tests directory on sys.path, one local Spark session per run, and a
-job's tasks built by hand for tests that step them one at a time."""
+"""Shared fixtures: the tests directory on sys.path, one local Spark driver per run (a classic
+session, and a Spark Connect server and client on the same driver), and a job's tasks built by
+hand for tests that step them one at a time."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ if TESTS not in sys.path:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local[2] SparkSession, started once: Spark start-up costs ~15 s on 2 cores."""
+    """A classic local[2] SparkSession, started once: Spark start-up costs ~15 s on 2 cores."""
     from pyspark import cloudpickle
 
     import spark_jobs
@@ -33,6 +34,36 @@ def spark() -> Iterator[Any]:
     session = create_session("local[2]")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_url(spark: Any) -> str:
+    """`sc://127.0.0.1:PORT`: a Spark Connect server on the driver of the `spark` session.
+
+    It is what `SparkSession.builder.remote("local[2]")` starts (a local driver with the Connect
+    service), sharing the classic session's JVM: one process cannot hold two drivers, and the
+    tests need both kinds of session. Its executions stream back for at most 5 s before the
+    client reattaches (Spark's default is 2 minutes), so every job tested also crosses reattaches.
+    """
+    import spark_jobs
+
+    return spark_jobs.serve_connect(spark, {"spark.connect.execute.reattachable.senderMaxStreamDuration": "5s"})
+
+
+@pytest.fixture(scope="session")
+def spark_connect(connect_url: str) -> Iterator[Any]:
+    """A Spark Connect client session of the `connect_url` server."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = ConnectSession.builder.remote(connect_url).getOrCreate()
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session", params=["classic", pytest.param("connect", marks=pytest.mark.connect)])
+def any_spark(request: pytest.FixtureRequest) -> Any:
+    """Each kind of local[2] session in turn: classic (`spark`) and Spark Connect (`spark_connect`)."""
+    return request.getfixturevalue("spark" if request.param == "classic" else "spark_connect")
 
 
 class _Deferred:

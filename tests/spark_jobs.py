@@ -34,7 +34,8 @@ from epochal.runtime.batches import batch_len
 from epochal.runtime.elements import Batch
 from epochal.state.storage import MANIFEST_NAME
 
-JOB_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "wordcount_job.py")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+JOB_FILE = os.path.join(TESTS, "jobs", "wordcount_job.py")
 
 
 def write_corpus(directory: str, files: int = 4, lines: int = 1500, seed: int = 7) -> None:
@@ -125,6 +126,25 @@ def components_env(out: str, ckpt: str, *, spark: Any = None, slow: float = 0.0,
         .sink_to(FileSink(out))
     )
     return env
+
+
+# -- Spark Connect ------------------------------------------------------------------------------------
+def serve_connect(spark: Any, settings: dict[str, str] | None = None) -> str:
+    """Start Spark Connect's service on the driver of the classic session `spark`, as
+    `SparkSession.builder.remote("local[N]")` does at start-up, and return its URL,
+    `sc://127.0.0.1:PORT`. `settings` go into the driver's configuration first."""
+    sc = spark.sparkContext
+    conf = sc._jsc.sc().conf()  # the driver's live SparkConf, which the service reads
+    defaults = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": "0",  # any free port
+        "spark.sql.artifact.isolation.enabled": "true",  # as remote("local") sets it
+    }
+    for key, value in {**defaults, **(settings or {})}.items():
+        conf.set(key, value)
+    service = getattr(getattr(sc._jvm.org.apache.spark.sql.connect.service, "SparkConnectService$"), "MODULE$")
+    service.start(sc._jsc.sc())
+    return f"sc://127.0.0.1:{service.localPort()}"
 
 
 # -- waiting on a run from outside -------------------------------------------------------------------

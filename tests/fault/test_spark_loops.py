@@ -1,4 +1,5 @@
-"""Loops on Spark: connected components with SIGKILLed workers and failing UDFs.
+"""Loops on Spark (classic and Spark Connect): connected components with SIGKILLed workers and
+failing UDFs.
 
 The final labels (the smallest label committed per vertex) must equal the failure-free run's.
 """
@@ -28,7 +29,7 @@ cc: Any = importlib.import_module("connected_components")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _ship_example(spark: Any) -> Iterator[None]:
+def _ship_example(any_spark: Any) -> Iterator[None]:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(cc)  # type: ignore[no-untyped-call]
@@ -47,31 +48,31 @@ def _expected(tmp_path: Path) -> dict[int, int]:
     return _labels(str(tmp_path / "expected"))
 
 
-def test_components_on_spark_match_in_process(spark: Any, tmp_path: Path) -> None:
-    on_spark = components_env(str(tmp_path / "spark"), str(tmp_path / "c1"), spark=spark)
+def test_components_on_spark_match_in_process(any_spark: Any, tmp_path: Path) -> None:
+    on_spark = components_env(str(tmp_path / "spark"), str(tmp_path / "c1"), spark=any_spark)
     on_spark.execute("components")
     assert _labels(str(tmp_path / "spark")) == _expected(tmp_path)
 
 
-def _run_and_kill(spark: Any, out: str, ckpt: str, rng: random.Random) -> JobResult:
-    env = components_env(out, ckpt, spark=spark, slow=0.002)
-    return run_and_kill(spark, env, "components", ckpt, rng)[0]
+def _run_and_kill(any_spark: Any, out: str, ckpt: str, rng: random.Random) -> JobResult:
+    env = components_env(out, ckpt, spark=any_spark, slow=0.002)
+    return run_and_kill(any_spark, env, "components", ckpt, rng)[0]
 
 
-def test_components_survive_sigkill_of_a_worker(spark: Any, tmp_path: Path) -> None:
+def test_components_survive_sigkill_of_a_worker(any_spark: Any, tmp_path: Path) -> None:
     expected = _expected(tmp_path)
     for trial in range(3):
         out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
-        result = _run_and_kill(spark, out, ckpt, random.Random(trial))
+        result = _run_and_kill(any_spark, out, ckpt, random.Random(trial))
         assert result.restarts == 1, f"trial {trial}: the kill came after the job ended"
         assert _labels(out) == expected, f"trial {trial}"
 
 
-def test_components_survive_an_exception_inside_the_loop(spark: Any, tmp_path: Path) -> None:
+def test_components_survive_an_exception_inside_the_loop(any_spark: Any, tmp_path: Path) -> None:
     expected = _expected(tmp_path)
     for trial, fail_after in enumerate(random.Random(5).sample(range(50, 600), 2)):
         out = str(tmp_path / f"out{trial}")
-        env = components_env(out, str(tmp_path / f"ckpt{trial}"), spark=spark, slow=0.001,
+        env = components_env(out, str(tmp_path / f"ckpt{trial}"), spark=any_spark, slow=0.001,
                              fail_marker=str(tmp_path / f"failed{trial}"), fail_after=fail_after)
         result = env.execute("components")
         assert result.restarts == 1 and "inside the loop" in result.failures[0]

@@ -1,4 +1,5 @@
-"""Windows under SIGKILL on local Spark: committed window results equal a failure-free run's.
+"""Windows under SIGKILL on local Spark (classic and Spark Connect): committed window results
+equal a failure-free run's.
 
 The input's disorder stays within the watermark delay, so nothing is late and every window fires
 exactly once with its final result, whatever the moment of the kill; the expected output is
@@ -71,9 +72,9 @@ def _expected(records: list[tuple[str, float]]) -> Counter[tuple[Any, ...]]:
     return out
 
 
-def _env(spark: Any, out: str, ckpt: str) -> StreamEnvironment:
+def _env(any_spark: Any, out: str, ckpt: str) -> StreamEnvironment:
     env = StreamEnvironment(
-        parallelism=2, executor="spark", spark=spark, batch_size=16,
+        parallelism=2, executor="spark", spark=any_spark, batch_size=16,
         checkpoint=CheckpointConfig(interval=0.3, directory=ckpt),
         restart=RestartStrategy(max_restarts=3),
     )
@@ -87,11 +88,11 @@ def _env(spark: Any, out: str, ckpt: str) -> StreamEnvironment:
     return env
 
 
-def test_sigkill_while_windows_fire_and_sessions_merge_commits_each_window_once(spark: Any, tmp_path: Path) -> None:
+def test_sigkill_while_windows_fire_and_sessions_merge_commits_each_window_once(any_spark: Any, tmp_path: Path) -> None:
     expected = _expected(_records())
     for trial in range(TRIALS):
         out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
-        result, _ = run_and_kill(spark, _env(spark, out, ckpt), "windows", ckpt, random.Random(100 + trial),
+        result, _ = run_and_kill(any_spark, _env(any_spark, out, ckpt), "windows", ckpt, random.Random(100 + trial),
                                  delay=(0.0, 1.5))
         assert result.restarts == 1, f"trial {trial}: the kill must have caused exactly one relaunch"
         assert result.restored_from[-1] is not None, f"trial {trial}: the kill came after a checkpoint"

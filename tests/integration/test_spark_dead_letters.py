@@ -1,4 +1,5 @@
-"""Dead letters on local Spark: bad lines go to a FileSink exactly once, across a restart."""
+"""Dead letters on local Spark (classic and Spark Connect): bad lines go to a FileSink exactly once,
+across a restart."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from epochal.connectors import FileSink, TextFileSource, read_committed
 pytestmark = pytest.mark.spark
 
 
-def test_dead_letters_reach_a_file_sink_exactly_once_across_a_restart(spark: Any, tmp_path: Path) -> None:
+def test_dead_letters_reach_a_file_sink_exactly_once_across_a_restart(any_spark: Any, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     good: list[int] = []
@@ -39,7 +40,7 @@ def test_dead_letters_reach_a_file_sink_exactly_once_across_a_restart(spark: Any
         return n
 
     env = StreamEnvironment(
-        parallelism=2, spark=spark, dead_letter=FileSink(str(tmp_path / "dlq")),
+        parallelism=2, spark=any_spark, dead_letter=FileSink(str(tmp_path / "dlq")),
         checkpoint=CheckpointConfig(interval=0.1, directory=str(tmp_path / "ckpt")),
         restart=RestartStrategy(max_restarts=2, delay=0),
     )

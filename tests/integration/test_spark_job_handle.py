@@ -1,4 +1,6 @@
-"""A job on Spark started with execute_async: status, and a cancel that ends the barrier stage."""
+"""A job on Spark (classic and Connect) started with execute_async: status, metrics, a savepoint,
+a cancel that ends the barrier stage, and a rescale that relaunches it. Under Connect the job
+master, and so the handle and the endpoint, live in the client."""
 
 from __future__ import annotations
 
@@ -9,23 +11,28 @@ from typing import Any
 
 import pytest
 
-from epochal import CheckpointConfig, JobCancelledError, JobState, StreamEnvironment
+from epochal import CheckpointConfig, EpochalError, JobCancelledError, JobState, StreamEnvironment
 from epochal.connectors import FileSink, read_committed
+from epochal.state.savepoints import load_savepoint
 from spark_jobs import EndlessSource, wait_until
 
 pytestmark = pytest.mark.spark
 
 
-def test_cancel_through_the_endpoint_ends_the_stage_and_keeps_the_committed_prefix(
-    spark: Any, tmp_path: Path
+def test_savepoint_then_cancel_through_the_endpoint_ends_the_stage_and_keeps_the_committed_prefix(
+    any_spark: Any, spark: Any, tmp_path: Path
 ) -> None:
-    env = StreamEnvironment(parallelism=2, executor="spark", spark=spark, web_port=0,
+    env = StreamEnvironment(parallelism=2, executor="spark", spark=any_spark, web_port=0,
                             checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
     env.from_source(EndlessSource()).map(lambda x: x).sink_to(FileSink(str(tmp_path / "out")))
     handle = env.execute_async("endless-on-spark")
     wait_until(lambda: (handle.status().last_checkpoint or 0) >= 2, "two checkpoints", timeout=120)
     with urllib.request.urlopen(handle.web_url + "/status", timeout=5) as response:
         assert json.loads(response.read())["state"] == "running"
+    wait_until(lambda: handle.metrics() is not None, "the workers' first metrics", timeout=30)
+    saved = handle.savepoint(str(tmp_path / "savepoint"), timeout=120)
+    manifest = load_savepoint(saved)
+    assert manifest is not None and manifest.checkpoint_id > 2  # a new checkpoint, not a copy of the last
     request = urllib.request.Request(handle.web_url + "/cancel", method="POST", data=b"",
                                      headers={"Authorization": f"Bearer {handle.token}"})
     with urllib.request.urlopen(request, timeout=5) as response:
@@ -33,13 +40,14 @@ def test_cancel_through_the_endpoint_ends_the_stage_and_keeps_the_committed_pref
     with pytest.raises(JobCancelledError):
         handle.result(timeout=120)
     assert handle.status().state is JobState.CANCELLED
-    assert not spark.sparkContext.statusTracker().getActiveJobsIds()  # the barrier stage is gone
+    # the barrier stage is gone (asked of the classic session: the Connect server's driver is its driver)
+    assert not spark.sparkContext.statusTracker().getActiveJobsIds()
     committed = sorted(read_committed(str(tmp_path / "out")))
     assert committed == list(range(len(committed))) and committed  # a prefix, once each
 
 
-def test_rescale_on_spark_relaunches_the_stage_and_commits_each_record_once(spark: Any, tmp_path: Path) -> None:
-    env = StreamEnvironment(parallelism=1, executor="spark", spark=spark,
+def test_rescale_on_spark_relaunches_the_stage_and_commits_each_record_once(any_spark: Any, tmp_path: Path) -> None:
+    env = StreamEnvironment(parallelism=1, executor="spark", spark=any_spark,
                             checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
     env.from_source(EndlessSource()).key_by(lambda x: x % 5).count().sink_to(FileSink(str(tmp_path / "out")))
     handle = env.execute_async("rescaled-on-spark")
@@ -56,3 +64,17 @@ def test_rescale_on_spark_relaunches_the_stage_and_commits_each_record_once(spar
         per_key.setdefault(key, []).append(count)
     assert per_key and all(sorted(c) == list(range(1, len(c) + 1)) for c in per_key.values())  # once each
     assert any(max(c) > 100 for c in per_key.values())  # it ran on after the rescale
+
+
+def test_a_rescale_beyond_the_clusters_slots_is_refused_and_the_job_runs_on(spark: Any, tmp_path: Path) -> None:
+    env = StreamEnvironment(parallelism=1, executor="spark", spark=spark,
+                            checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
+    env.from_source(EndlessSource()).sink_to(FileSink(str(tmp_path / "out")))
+    handle = env.execute_async("too-big")
+    wait_until(lambda: handle.status().state is JobState.RUNNING, "running", timeout=120)
+    with pytest.raises(EpochalError, match="task slots"):
+        handle.rescale(64, timeout=60)
+    assert handle.status().state is JobState.RUNNING and handle.status().parallelism == 1
+    handle.cancel()
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=120)

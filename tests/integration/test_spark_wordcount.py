@@ -1,4 +1,5 @@
-"""The engine core's jobs, run on local Spark: same committed output as in-process."""
+"""The engine core's jobs, run on local Spark, classic and through Spark Connect (`any_spark`): same
+committed output as in-process."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ def _launches(executor: SparkExecutor) -> int:
     return [event for event, _ in executor.timeline].count("submitted")
 
 
-def test_wordcount_on_spark_commits_exact_counts(spark: Any, tmp_path: Path) -> None:
+def test_wordcount_on_spark_commits_exact_counts(any_spark: Any, tmp_path: Path) -> None:
     write_corpus(str(tmp_path / "corpus"), files=3, lines=500)
     env = wordcount_env(
-        str(tmp_path / "corpus"), str(tmp_path / "out"), str(tmp_path / "ckpt"), spark=spark, slow=False
+        str(tmp_path / "corpus"), str(tmp_path / "out"), str(tmp_path / "ckpt"), spark=any_spark, slow=False
     )
     result = env.execute("wordcount")
     assert sorted(map(tuple, read_committed(str(tmp_path / "out")))) == expected_updates(str(tmp_path / "corpus"))
@@ -44,14 +45,14 @@ def test_wordcount_on_spark_commits_exact_counts(spark: Any, tmp_path: Path) -> 
     assert result.operator("count").records_in == len(expected_updates(str(tmp_path / "corpus")))
 
 
-def test_columnar_wordcount_on_spark_crosses_workers_as_arrow(spark: Any, tmp_path: Path) -> None:
+def test_columnar_wordcount_on_spark_crosses_workers_as_arrow(any_spark: Any, tmp_path: Path) -> None:
     def split_words(batch: pa.RecordBatch) -> pa.RecordBatch:
         words = pc.list_flatten(pc.utf8_split_whitespace(batch.column("line")))
         return pa.RecordBatch.from_arrays([words], names=["word"])
 
     write_corpus(str(tmp_path / "corpus"), files=2, lines=400)
     env = StreamEnvironment(
-        parallelism=2, spark=spark, checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "ckpt"))
+        parallelism=2, spark=any_spark, checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "ckpt"))
     )
     counts = (
         env.from_source(TextFileSource(str(tmp_path / "corpus")))
@@ -91,12 +92,12 @@ def _fail_once_after_a_checkpoint(ckpt: str, marker: str) -> Any:
     return split
 
 
-def test_a_udf_failure_restarts_in_place_from_a_checkpoint(spark: Any, tmp_path: Path) -> None:
+def test_a_udf_failure_restarts_in_place_from_a_checkpoint(any_spark: Any, tmp_path: Path) -> None:
     """An exception leaves the Spark tasks alive: the workers restore the next attempt in place."""
     ckpt = str(tmp_path / "ckpt")
     write_corpus(str(tmp_path / "corpus"), files=2, lines=400)
     env = StreamEnvironment(  # small batches: a barrier does not wait long behind the paced UDF
-        parallelism=2, spark=spark, batch_size=32, checkpoint=CheckpointConfig(interval=0.1, directory=ckpt)
+        parallelism=2, spark=any_spark, batch_size=32, checkpoint=CheckpointConfig(interval=0.1, directory=ckpt)
     )
     (
         env.from_source(TextFileSource(str(tmp_path / "corpus")))
@@ -105,7 +106,7 @@ def test_a_udf_failure_restarts_in_place_from_a_checkpoint(spark: Any, tmp_path:
         .count()
         .sink_to(FileSink(str(tmp_path / "out")))
     )
-    executor = SparkExecutor(spark)
+    executor = SparkExecutor(any_spark)
     result = executor.execute(env.job_graph("udf-failure"))
     assert result.restarts == 1
     assert "transient" in result.failures[0]
@@ -116,14 +117,14 @@ def test_a_udf_failure_restarts_in_place_from_a_checkpoint(spark: Any, tmp_path:
     assert len(executor.recovery_seconds) == 1
 
 
-def test_a_record_that_always_fails_ends_the_job_naming_operator_and_record(spark: Any, tmp_path: Path) -> None:
+def test_a_record_that_always_fails_ends_the_job_naming_operator_and_record(any_spark: Any, tmp_path: Path) -> None:
     def poisoned(line: str) -> list[str]:
         if line.startswith("w1 "):
             raise ValueError("poison")
         return line.split()
 
     write_corpus(str(tmp_path / "corpus"), files=1, lines=300)
-    env = StreamEnvironment(parallelism=2, spark=spark, restart=RestartStrategy(max_restarts=1),
+    env = StreamEnvironment(parallelism=2, spark=any_spark, restart=RestartStrategy(max_restarts=1),
                             checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "ckpt")))
     env.from_source(TextFileSource(str(tmp_path / "corpus"))).flat_map(poisoned, name="split").sink_to(
         FileSink(str(tmp_path / "out"))
@@ -134,17 +135,17 @@ def test_a_record_that_always_fails_ends_the_job_naming_operator_and_record(spar
     assert "'split'" in str(info.value) and "'w1 " in str(info.value) and "poison" in str(info.value)
 
 
-def test_too_few_slots_is_a_clear_error_before_submission(spark: Any, tmp_path: Path) -> None:
-    env = wordcount_env(str(tmp_path), str(tmp_path / "out"), str(tmp_path / "ckpt"), spark=spark, parallelism=3)
-    executor = SparkExecutor(spark)
+def test_too_few_slots_is_a_clear_error_before_submission(any_spark: Any, tmp_path: Path) -> None:
+    env = wordcount_env(str(tmp_path), str(tmp_path / "out"), str(tmp_path / "ckpt"), spark=any_spark, parallelism=3)
+    executor = SparkExecutor(any_spark)
     with pytest.raises(EpochalError, match="needs 3 task slots"):
         executor.execute(env.job_graph("too-wide"))
     assert _launches(executor) == 0
 
 
-def test_workers_run_under_the_jobs_gc_thresholds(spark: Any, tmp_path: Path) -> None:
+def test_workers_run_under_the_jobs_gc_thresholds(any_spark: Any, tmp_path: Path) -> None:
     threshold = (12_345, 11, 13)
-    env = StreamEnvironment(parallelism=2, spark=spark, gc_threshold=threshold)
+    env = StreamEnvironment(parallelism=2, spark=any_spark, gc_threshold=threshold)
     env.from_source(ListSource(range(8), splits=2)).map(lambda _: gc.get_threshold()).sink_to(
         FileSink(str(tmp_path / "out"))
     )

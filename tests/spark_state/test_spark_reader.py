@@ -1,4 +1,5 @@
-"""Reading a job's keyed state from Spark with the `epochal-state` data source."""
+"""Reading a job's keyed state from Spark with the `epochal-state` data source, from a classic
+session and from a Spark Connect client."""
 
 from __future__ import annotations
 
@@ -47,14 +48,14 @@ def _counts(rows: list[Any]) -> dict[Any, int]:
     return {pickle.loads(r.key_pickle): pickle.loads(r.value_pickle) for r in rows}
 
 
-def test_state_of_the_latest_and_of_a_given_checkpoint(spark: Any, tmp_path: Path) -> None:
+def test_state_of_the_latest_and_of_a_given_checkpoint(any_spark: Any, tmp_path: Path) -> None:
     import epochal.spark
 
-    epochal.spark.register(spark)
+    epochal.spark.register(any_spark)
     directory = str(tmp_path / "ckpt")
     items = [(f"k{i % 11}", i) for i in range(220)] + [((1, "t"), 5)]
     _job(directory, items, backend="disk")
-    df = spark.read.format("epochal-state").option("operator", "counts").load(directory)
+    df = any_spark.read.format("epochal-state").option("operator", "counts").load(directory)
     assert df.columns == ["key_group", "key", "state", "value", "key_pickle", "value_pickle"]
     rows = df.collect()
     counts = _counts(rows)
@@ -62,11 +63,11 @@ def test_state_of_the_latest_and_of_a_given_checkpoint(spark: Any, tmp_path: Pat
     assert counts == {**expected, (1, "t"): 1}
     assert {json.loads(r.key) if r.key.startswith('"') else r.key for r in rows} >= {"k0", "k10"}
     assert {r.state for r in rows} == {"count"}
-    assert spark.read.format("epochal-state").option("operator", "counts").load(directory).where(
+    assert any_spark.read.format("epochal-state").option("operator", "counts").load(directory).where(
         "key = '\"k3\"'"
     ).selectExpr("cast(value as int) as v").collect()[0].v == 20
 
-    tags = spark.read.format("epochal-state").option("operator", "tags").load(directory).collect()
+    tags = any_spark.read.format("epochal-state").option("operator", "tags").load(directory).collect()
     assert {pickle.loads(r.key_pickle) for r in tags} == set(counts)
     assert all(r.state == "tags" for r in tags)
 
@@ -74,15 +75,26 @@ def test_state_of_the_latest_and_of_a_given_checkpoint(spark: Any, tmp_path: Pat
     first = CheckpointStorage(directory).complete_checkpoints()[0]
     then = {row.key: row.value for row in read_state(directory, "counts", checkpoint=first)}
     assert sum(then.values()) < len(items), "the first checkpoint came after the whole input"
-    older = spark.read.format("epochal-state").option("operator", "counts").option("checkpoint", first).load(directory)
+    older = any_spark.read.format("epochal-state").option("operator", "counts").option("checkpoint", first)
+    older = older.load(directory)
     assert _counts(older.collect()) == then
 
 
-def test_an_unknown_operator_names_the_known_ones(spark: Any, tmp_path: Path) -> None:
+def test_an_unknown_operator_names_the_known_ones(any_spark: Any, tmp_path: Path) -> None:
     import epochal.spark
 
-    epochal.spark.register(spark)
+    epochal.spark.register(any_spark)
     directory = str(tmp_path / "ckpt")
     _job(directory, [("a", 1)])
     with pytest.raises(Exception, match="counts"):  # Spark wraps the error in its own type
-        spark.read.format("epochal-state").option("operator", "nope").load(directory).collect()
+        any_spark.read.format("epochal-state").option("operator", "nope").load(directory).collect()
+
+
+def test_a_relative_path_that_is_not_there_says_where_it_was_resolved(any_spark: Any) -> None:
+    """Spark resolves `load()`'s path in the process that plans the read (under Connect, a
+    directory of the session's on the server), not in the caller's directory."""
+    import epochal.spark
+
+    epochal.spark.register(any_spark)
+    with pytest.raises(Exception, match="relative path 'no-such-ckpt'.*give an absolute path or a URI"):
+        any_spark.read.format("epochal-state").option("operator", "counts").load("no-such-ckpt").collect()
