@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ def test_measure_report_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         mine = row["epochal"]
         assert mine["events"] == EVENTS, row["query"]  # the query ran over every event
         assert mine["events_per_s"] > 0 and mine["checkpoints"] >= 1 and mine["workers"] == 1
+        assert mine["cpu_s"] is None or mine["events_per_cpu_s"] > 0
         assert row["flink_13"] == n.FLINK_13.get(row["query"])
         if "profile" in row:
             assert row["profile"]["functions"] and abs(sum(row["profile"]["areas"].values()) - 1) < 0.05
@@ -88,6 +90,7 @@ def test_measure_report_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     summary = n._summary(result)
     assert all(f"| {name} |" in summary for name in names)
     assert "not expressible in Spark SS" in summary and "stopped after 600 s" in summary
+    assert "Per CPU-second used" in summary
     assert len(names) < 4 or "on Spark SS failed: `RuntimeError: boom`" in summary
     verdicts = n.verdicts(result)
     assert len(verdicts) == 3 and "Flink 1.13" in verdicts[0] and "Spark SS" in verdicts[2]
@@ -104,6 +107,17 @@ def test_profile_says_where_the_time_goes() -> None:
     assert len(found["functions"]) == 5 and found["profiled_s"] > 0
     assert abs(sum(found["areas"].values()) - 1) < 0.05
     assert any(area.startswith("generator") for area in found["areas"])
+
+
+def test_cpu_seconds_count_this_process() -> None:
+    before = n.cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc")
+    spin = time.process_time() + 0.3
+    while time.process_time() < spin:
+        pass
+    used = (n.cpu_seconds() or 0.0) - before
+    assert 0.2 <= used < 5.0
 
 
 def test_shortfalls_name_the_missed_targets() -> None:
@@ -129,3 +143,4 @@ def test_spark_columns(tmp_path: Path) -> None:
         assert row["epochal_spark"]["events"] == EVENTS and row["epochal_spark"]["startup_s"] > 0
         ss = row["spark_ss"]
         assert ss["expressible"] and ss["finished"] and ss["input_rows"] >= EVENTS, ss
+        assert ss["cpu_s"] > 0 and row["epochal_spark"]["cpu_s"] > 0  # the JVM and workers are counted
