@@ -155,7 +155,8 @@ class StreamEnvironment:
         self.restart = RestartStrategy() if restart is None else check_instance("restart", restart, RestartStrategy)
         check_choice("executor", executor, EXECUTORS)
         self.executor: Executor = executor
-        if spark is not None and not hasattr(spark, "sparkContext"):
+        # a classic or a Spark Connect session (the latter has no sparkContext: it launches through DataFrames)
+        if spark is not None and not (hasattr(spark, "createDataFrame") and hasattr(spark, "conf")):
             raise TypeError(f"spark must be a SparkSession or None, got {spark!r} ({type(spark).__name__})")
         self.spark = spark
         self.batch_size = check_int("batch_size", batch_size)
