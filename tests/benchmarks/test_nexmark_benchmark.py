@@ -79,7 +79,7 @@ def test_measure_report_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         mine = row["epochal"]
         assert mine["events"] == EVENTS, row["query"]  # the query ran over every event
         assert mine["events_per_s"] > 0 and mine["checkpoints"] >= 1 and mine["workers"] == 1
-        assert mine["cpu_s"] is None or mine["events_per_cpu_s"] > 0
+        assert not mine["cpu_s"] or mine["events_per_cpu_s"] > 0  # a tiny run may use under a clock tick
         assert row["flink_13"] == n.FLINK_13.get(row["query"])
         if "profile" in row:
             assert row["profile"]["functions"] and abs(sum(row["profile"]["areas"].values()) - 1) < 0.05
