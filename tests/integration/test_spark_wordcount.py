@@ -95,7 +95,8 @@ def _fail_once_after_a_checkpoint(ckpt: str, marker: str) -> Any:
 def test_a_udf_failure_restarts_in_place_from_a_checkpoint(any_spark: Any, tmp_path: Path) -> None:
     """An exception leaves the Spark tasks alive: the workers restore the next attempt in place."""
     ckpt = str(tmp_path / "ckpt")
-    write_corpus(str(tmp_path / "corpus"), files=2, lines=400)
+    # 2,000 paced lines: about 4 s, so a checkpoint completes before the end even on a loaded machine
+    write_corpus(str(tmp_path / "corpus"), files=2, lines=1000)
     env = StreamEnvironment(  # small batches: a barrier does not wait long behind the paced UDF
         parallelism=2, spark=any_spark, batch_size=32, checkpoint=CheckpointConfig(interval=0.1, directory=ckpt)
     )
