@@ -21,7 +21,7 @@ harness's watermarks on `dateTime` (no delay in order). Every query present in `
 Where Epochal falls short of a target on a query, an in-process run under cProfile says where the
 time goes (shares by area of the code, and the top functions by cumulative time).
 
-About 600 lines, past the usual 400, on purpose: the runner registers benchmarks by module and the
+About 780 lines, past the usual 400, on purpose: the runner registers benchmarks by module and the
 Spark child processes import `epochal_spark_part` and `spark_ss_part` from it; the three systems'
 runs and the report read best side by side, as in `benchmarks/windows.py`.
 """
