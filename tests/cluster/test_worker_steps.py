@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import time
+
 from epochal.cluster.worker import Worker
 from epochal.runtime.task import STEPS_IN_A_ROW, Task
 
 
 class _Task:
-    def __init__(self, name: str, work: int, log: list[str]) -> None:
-        self.name, self.work, self.log = name, work, log
+    def __init__(self, name: str, work: int, log: list[str], seconds: float = 0.0) -> None:
+        self.name, self.work, self.log, self.seconds = name, work, log, seconds
+        self._ran_until = time.perf_counter()
 
     def is_runnable(self) -> bool:
         return self.work > 0
 
     def step(self) -> None:
+        time.sleep(self.seconds)
         self.work -= 1
         self.log.append(self.name)
+        self._ran_until = time.perf_counter()
 
     run_steps = Task.run_steps
 
@@ -52,3 +57,12 @@ def test_run_steps_stops_when_the_task_is_no_longer_runnable() -> None:
     assert task.run_steps(5) == 0
     task.work = 9
     assert task.run_steps(3) == 3 and task.work == 6
+
+
+def test_slow_steps_are_not_taken_in_a_row_past_the_time_slice() -> None:
+    """A step longer than the slice ends the burst: the worker goes back to its sockets (where a
+    restart or a checkpoint trigger waits) after one step, not four (in-place recovery took
+    0.56 s instead of 0.13 s with a paced UDF before this)."""
+    log: list[str] = []
+    _worker([_Task("slow", 6, log, seconds=0.01)])._step_tasks()
+    assert log == ["slow"]

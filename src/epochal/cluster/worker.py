@@ -289,16 +289,16 @@ class Worker:
         credits are never stuck behind a slow operator for long.
         """
         busy = False
-        deadline = time.monotonic() + _TIME_SLICE
+        deadline = time.perf_counter() + _TIME_SLICE
         try:
             self.background.run_done()  # finished snapshot writes, to their (open) tasks
             if self.failed:
                 return False
             progressed = True
-            while progressed and time.monotonic() < deadline:
+            while progressed and time.perf_counter() < deadline:
                 progressed = False
                 for task in list(self.tasks.values()):
-                    if task.run_steps():
+                    if task.run_steps(until=deadline):
                         progressed = busy = True
         except Exception as exc:
             self._fail(exc)

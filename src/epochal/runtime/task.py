@@ -18,6 +18,7 @@ order within a step reads in one place; and the task's own counters and clock (`
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -195,10 +196,12 @@ class Task:
             return self._halted_for is None
         return self.gate.readable() is not None
 
-    def run_steps(self, limit: int = STEPS_IN_A_ROW) -> int:
-        """Step while runnable, at most `limit` times; returns how many steps were taken."""
+    def run_steps(self, limit: int = STEPS_IN_A_ROW, until: float = math.inf) -> int:
+        """Step while runnable, at most `limit` times and, after the first, not past `until` (a
+        `time.perf_counter()` deadline: slow steps in a row would keep a worker from its sockets,
+        where restarts and checkpoint triggers wait); returns how many steps were taken."""
         for taken in range(limit):
-            if not self.is_runnable():
+            if not self.is_runnable() or (taken and self._ran_until >= until):
                 return taken
             self.step()
         return limit
