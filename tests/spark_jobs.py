@@ -241,13 +241,15 @@ class _EndlessSplit:
 
 
 class _EndlessReader(SplitReader):
-    def __init__(self, position: int) -> None:
+    def __init__(self, position: int, stop_at: int | None) -> None:
         self.next = position
+        self.stop_at = stop_at
 
     def read(self, max_records: int) -> list[int]:
         time.sleep(0.005)
-        out = list(range(self.next, self.next + 10))
-        self.next += 10
+        end = self.next + 10 if self.stop_at is None else min(self.next + 10, self.stop_at)
+        out = list(range(self.next, end))
+        self.next = end
         return out
 
     def position(self) -> int:
@@ -255,10 +257,14 @@ class _EndlessReader(SplitReader):
 
 
 class EndlessSource(Source):
-    """Increasing integers without end, ten every 5 ms: a job that runs until it is cancelled."""
+    """Increasing integers without end, ten every 5 ms: a job that runs until it is cancelled.
+    With `stop_at`, the integers below it, then nothing (idle, never ended)."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.stop_at = stop_at
 
     def splits(self) -> list[Any]:
         return [_EndlessSplit()]
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
-        return _EndlessReader(position or 0)
+        return _EndlessReader(position or 0, self.stop_at)

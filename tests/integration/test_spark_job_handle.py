@@ -1,5 +1,6 @@
 """A job on Spark (classic and Connect) started with execute_async: status, metrics, a savepoint,
-a cancel that ends the barrier stage, and a rescale that relaunches it. Under Connect the job
+a cancel that ends the barrier stage, and a rescale that relaunches it, after which live state
+queries reach the workers that own the keys. Under Connect the job
 master, and so the handle and the endpoint, live in the client."""
 
 from __future__ import annotations
@@ -49,12 +50,17 @@ def test_savepoint_then_cancel_through_the_endpoint_ends_the_stage_and_keeps_the
 def test_rescale_on_spark_relaunches_the_stage_and_commits_each_record_once(any_spark: Any, tmp_path: Path) -> None:
     env = StreamEnvironment(parallelism=1, executor="spark", spark=any_spark,
                             checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
-    env.from_source(EndlessSource()).key_by(lambda x: x % 5).count().sink_to(FileSink(str(tmp_path / "out")))
+    env.from_source(EndlessSource()).key_by(lambda x: x % 5).count().uid("counts").sink_to(
+        FileSink(str(tmp_path / "out")))
     handle = env.execute_async("rescaled-on-spark")
     wait_until(lambda: (handle.status().last_checkpoint or 0) >= 2, "two checkpoints", timeout=120)
     rescaled_from = handle.rescale(2, timeout=120)
     wait_until(lambda: handle.status().state is JobState.RUNNING and handle.status().parallelism == 2
                and (handle.status().last_checkpoint or 0) >= rescaled_from + 2, "running at 2", timeout=120)
+    # live queries go to the worker that owns the key now: both subtasks answer, ahead of the checkpoint
+    for key in range(5):
+        committed = handle.query_state("counts", key)["count"]
+        assert handle.query_state("counts", key, live=True, timeout=30)["count"] >= committed > 0
     handle.cancel()
     with pytest.raises(JobCancelledError):
         handle.result(timeout=120)

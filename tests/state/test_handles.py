@@ -269,3 +269,19 @@ def _check_handles_behave_like_a_dict_per_key(backend: KeyedStateBackend, op_lis
         for name in "vlm":
             entries = {k: x for k, x in _entries(snap, name).items() if x != [] and x != {}}
             assert entries == expected[name]
+
+
+def test_entries_are_every_state_of_one_key_as_private_copies(backend: KeyedStateBackend) -> None:
+    backend.set_current_key("a")
+    ValueState(backend, "count").update(3)
+    ListState(backend, "seen").add_all([1, 2])
+    backend.set_current_key(("a",))  # a key whose encoding ends like "a"'s must not be mixed in
+    ValueState(backend, "count").update(9)
+    backend.set_current_key("b")
+    MapState(backend, "other").put("x", 1)
+    entries = backend.entries("a")
+    assert entries == {"count": 3, "seen": [1, 2]}
+    entries["seen"].append(99)  # a copy: the state is not changed through it
+    assert backend.current_key == "b"  # the current key is left alone
+    assert backend.entries("a")["seen"] == [1, 2]
+    assert backend.entries(("a",)) == {"count": 9} and backend.entries("nobody") == {}

@@ -49,15 +49,25 @@ class JobHandle:
         before the first; the same data as the endpoint's `/metrics.json`."""
         return self._control.metrics()
 
-    def query_state(self, operator: str, key: Any) -> dict[str, Any]:
-        """The state of `key` in the operator with uid `operator`, by state name, as of the job's
-        last complete checkpoint (read-committed: what the sinks have committed agrees with it);
-        `{}` if the key has none, or before the first checkpoint. Reads the checkpoint's files
-        for the key's key group only, on this thread.
+    def query_state(self, operator: str, key: Any, *, live: bool = False, timeout: float = 10.0) -> dict[str, Any]:
+        """The state of `key` in the operator with uid `operator`, by state name; `{}` if the key
+        has none.
+
+        By default read-committed: as of the job's last complete checkpoint, which is what the
+        sinks have committed (`{}` before the first checkpoint). It reads the checkpoint's files
+        for the key's key group only, on this thread, and costs the job nothing.
+        With `live=True`, the value now: the subtask that owns the key answers between two of
+        its batches (read-uncommitted: it includes records of the epoch in flight, which a
+        failure would roll back and replay; it needs no checkpoint directory).
 
         Raises:
-            NoCheckpointError: the job has no checkpoint directory, or no operator with that uid.
+            NoCheckpointError: no operator with that uid; or, read-committed, no checkpoint
+                directory.
+            EpochalError: live, the operator has no keyed state or the job is not running.
+            TimeoutError: live, no answer within `timeout` seconds.
         """
+        if live:
+            return self._control.query_live(operator, key, timeout)
         return self._control.query_state(operator, key)[1]
 
     def cancel(self) -> bool:

@@ -7,6 +7,7 @@
     epochal status URL
     epochal cancel URL [--token TOKEN]
     epochal rescale URL N [--token TOKEN]
+    epochal query URL UID KEY [--live]
     epochal checkpoints list D
     epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
 
@@ -165,6 +166,18 @@ def _rescale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _query(args: argparse.Namespace) -> int:
+    path = f"/state/{urllib.parse.quote(args.uid, safe='')}/{urllib.parse.quote(args.key, safe='')}"
+    code, body = call(args.url, path + ("?live=1" if args.live else ""))
+    if code >= 400:
+        raise EpochalError(str(body.get("error", f"the job answered {code}")))
+    at = "live" if body.get("live") else f"checkpoint {body.get('checkpoint')}"
+    state = body.get("state") or {}
+    print(f"{body['operator']} {body['key']!r} ({at}): " + (", ".join(f"{k}={v!r}" for k, v in state.items())
+                                                          or "no state"))
+    return 0
+
+
 def _checkpoints_list(args: argparse.Namespace) -> int:
     storage = _open_storage(args.directory)
     rows = []
@@ -266,6 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
     rescale.add_argument("parallelism", type=_positive_int, help="the new parallelism")
     rescale.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     rescale.set_defaults(func=_rescale)
+
+    query = sub.add_parser("query", help="look up a key's state in a running job")
+    query.add_argument("url", help="the job's control endpoint")
+    query.add_argument("uid", help="the operator's uid (`.uid(...)` in the job)")
+    query.add_argument("key", help='the key, as JSON when it parses (42, "w1", [1, "a"] for a tuple), else the text')
+    query.add_argument("--live", action="store_true",
+                       help="the value now, from the subtask that owns the key (default: as of the last checkpoint)")
+    query.set_defaults(func=_query)
     return parser
 
 

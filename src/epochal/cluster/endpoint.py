@@ -2,15 +2,16 @@
 
 One small server per job, started by the host next to its job master (on the driver for Spark),
 serving the job's `JobControl`. Reading is open: `GET /status`, `GET /metrics` (the Prometheus
-text format), `GET /metrics.json` (the same snapshot as JSON) and the dashboard (`GET /`, a
-static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`) needs
+text format), `GET /metrics.json` (the same snapshot as JSON), `GET /state/<uid>/<key>` (a key's
+committed state, or with `?live=1` its live value from the subtask that owns it) and the
+dashboard (`GET /`, a static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`) needs
 the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
 cancel a job can lose a day of a team's work; `POST /cancel?wait=S` answers once the job ended
 (at most S seconds), with its final status, since the endpoint closes with the job. It binds
 127.0.0.1 unless told otherwise, so nothing off the machine reaches it by accident.
 
-Every read serves the newest snapshot the job master published into the `JobControl`
-(`runtime.metrics.JobMetrics`): a scrape never reaches the job master or its tasks. The
+Every read but a live state query serves the newest snapshot the job master published into the
+`JobControl` (`runtime.metrics.JobMetrics`): a scrape never reaches the job master or its tasks. The
 Prometheus exposition is `prometheus_client`'s, from a collector registered in a registry of
 this endpoint's own (the process's global registry stays untouched: two jobs in one process
 serve two endpoints).
@@ -39,7 +40,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from ..errors import EpochalError
+from ..errors import EpochalError, NoCheckpointError
 from ..runtime.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 
@@ -96,7 +97,7 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                 metrics = endpoint.control.metrics()
                 self._reply(HTTPStatus.OK, metrics.to_json() if metrics is not None else {})
             elif path.startswith("/state/"):
-                self._state(path)
+                self._state(path, urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query))
             elif (page := _static(path)) is not None:
                 self._send(HTTPStatus.OK, *page)
             else:
@@ -121,19 +122,31 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             else:
                 self._command(action.lstrip("/"), urllib.parse.parse_qs(url.query))
 
-        def _state(self, path: str) -> None:
-            """`GET /state/<uid>/<key>`: the key's committed state (the key as JSON, or a string)."""
+        def _state(self, path: str, query: dict[str, list[str]]) -> None:
+            """`GET /state/<uid>/<key>`: the key's committed state (the key as JSON, or a string);
+            with `?live=1`, the value the owning subtask holds now."""
             operator, _, raw = path[len("/state/"):].partition("/")
             if not operator or not raw:
                 self._reply(HTTPStatus.BAD_REQUEST, {"error": "ask /state/<operator uid>/<key>"})
                 return
-            key = _parse_key(urllib.parse.unquote(raw))
+            operator, key = urllib.parse.unquote(operator), _parse_key(urllib.parse.unquote(raw))
+            live = query.get("live", ["0"])[0].lower() in ("1", "true", "yes")
+            checkpoint: int | None = None
             try:
-                checkpoint, values = endpoint.control.query_state(urllib.parse.unquote(operator), key)
-            except EpochalError as exc:
+                if live:
+                    values = endpoint.control.query_live(operator, key)
+                else:
+                    checkpoint, values = endpoint.control.query_state(operator, key)
+            except NoCheckpointError as exc:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": str(exc)})
                 return
-            body = {"operator": operator, "key": key, "checkpoint": checkpoint, "state": values}
+            except EpochalError as exc:
+                self._reply(HTTPStatus.CONFLICT, {"error": str(exc)})
+                return
+            except TimeoutError as exc:
+                self._reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
+                return
+            body = {"operator": operator, "key": key, "live": live, "checkpoint": checkpoint, "state": values}
             self._send(HTTPStatus.OK, "application/json", json.dumps(body, default=repr).encode())
 
         def _command(self, kind: str, query: dict[str, list[str]]) -> None:

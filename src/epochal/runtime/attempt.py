@@ -18,7 +18,14 @@ from ..state.storage import CheckpointStorage
 from .clock import Clock
 from .coordinator import AbortedCheckpoint, AbortReason, CheckpointCoordinator, CompletedCheckpoint
 from .loops import LoopTermination
-from .messages import AcknowledgeCheckpoint, DeclineCheckpoint, InputsEnded, LoopRoundEnded, TaskFinished
+from .messages import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    InputsEnded,
+    LoopRoundEnded,
+    StateAnswer,
+    TaskFinished,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +35,7 @@ class AttemptObserver(Protocol):
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None: ...
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None: ...
+    def state_answered(self, answer: StateAnswer) -> None: ...
 
 
 class Attempt:
@@ -53,6 +61,7 @@ class Attempt:
     ) -> None:
         self.number = number
         self.observer = observer
+        self.send = send  # to a task of this attempt (a state query's question)
         self.coordinator = CheckpointCoordinator(
             job, storage, clock, send, first_checkpoint_id,
             on_completed=observer.checkpoint_completed,
@@ -84,6 +93,8 @@ class Attempt:
             self.finished[message.task] = message
         elif kind is LoopRoundEnded:
             self.loops.on_round(message)
+        elif kind is StateAnswer:
+            self.observer.state_answered(message)
         else:
             raise RuntimeError(f"unexpected message from a task: {message!r}")
 

@@ -53,6 +53,14 @@ class Command:
         return self._result
 
 
+@dataclass(frozen=True, slots=True)
+class LiveQuery:
+    """What a `"query"` command asks: `operator`'s live state of `key` (`runtime.state_queries`)."""
+
+    operator: str
+    key: Any
+
+
 class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an error
     """Raised out of a host once a rescale's checkpoint is complete: relaunch from it."""
 
@@ -125,6 +133,11 @@ class JobControl:
         with self._changed:
             self._status = status = replace(self._status, **changes)  # type: ignore[arg-type]
             self._changed.notify_all()
+            orphans = list(self._commands) if status.state.is_final else []
+            if orphans:
+                self._commands.clear()
+        for command in orphans:  # nobody will take them any more
+            command.finish(error=self._ended(command.kind))
         for watcher in self._watchers:
             watcher(status)
 
@@ -175,14 +188,35 @@ class JobControl:
                 if self.status().last_checkpoint == checkpoint:  # not dropped by retention: the error is real
                     raise
 
+    def query_live(self, operator: str, key: Any, timeout: float | None = 10.0) -> dict[str, Any]:
+        """The live state of `key` in operator uid `operator`, by state name, as the subtask that
+        owns the key holds it now (read-uncommitted: it may include records of an epoch that a
+        failure would roll back); `{}` if the key has none. Answered between two of that task's
+        batches, through the job master (`runtime.state_queries`).
+
+        Raises:
+            NoCheckpointError: no operator with that uid.
+            EpochalError: the operator has no keyed state, or the job is not running.
+            TimeoutError: no answer within `timeout` seconds.
+        """
+        answer = self.submit("query", LiveQuery(operator, key)).wait(timeout)
+        assert isinstance(answer, dict)
+        return answer
+
     def submit(self, kind: str, argument: object) -> Command:
-        """Queue a command (`"savepoint"` with a target path, `"rescale"` with a parallelism)."""
+        """Queue a command (`"savepoint"` with a target path, `"rescale"` with a parallelism,
+        `"query"` with a `LiveQuery`)."""
         command = Command(kind, argument)
-        if self.status().state.is_final:
-            command.finish(error=EpochalError(f"job {self.status().job!r} has ended; nothing to {kind}"))
-        else:
-            self._commands.append(command)
+        with self._lock:  # against `publish` of a final state: a command is taken, or refused
+            ended = self._status.state.is_final
+            if not ended:
+                self._commands.append(command)
+        if ended:
+            command.finish(error=self._ended(kind))
         return command
+
+    def _ended(self, kind: str) -> EpochalError:
+        return EpochalError(f"job {self._status.job!r} has ended; nothing to {kind}")
 
     # -- metrics (runtime.metrics) ----------------------------------------------------------------
     def publish_metrics(self, metrics: JobMetrics) -> None:

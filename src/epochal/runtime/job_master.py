@@ -43,9 +43,11 @@ from .attempt import Attempt
 from .clock import Clock
 from .control import Command, JobControl, JobState, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
+from .messages import StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
+from .state_queries import LiveQueries
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,7 @@ class JobMaster:
         self.metrics = MetricsCollector(job, self.control.metrics())
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
+        self._live_queries = LiveQueries()  # live state queries waiting for their task's answer
 
     def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
         if from_checkpoint is None:
@@ -131,6 +134,7 @@ class JobMaster:
         """A new attempt, restoring `restore_from`; its tasks are the host's to build."""
         if self.attempt is not None:
             self.attempt.stop()
+        self._live_queries.abandon("the job restarted")
         restored = self.restore_from.checkpoint_id if self.restore_from is not None else None
         self.restored_from.append(restored)
         first_id = self._next_checkpoint_id
@@ -238,6 +242,7 @@ class JobMaster:
             rescale, self._rescale = self._rescale, None
             if self.attempt is not None:
                 self.attempt.stop()
+            self._live_queries.abandon("the job is rescaling")
             log.warning("job %r: rescaling to %d from checkpoint %d", self.job.name, rescale.parallelism,
                         rescale.checkpoint_id)
             control.publish(state=JobState.RESTARTING)
@@ -247,8 +252,14 @@ class JobMaster:
             self._start_command(command)
 
     def _start_command(self, command: Command) -> None:
-        """Trigger the checkpoint a savepoint or a rescale starts from."""
+        """Ask a live state query; trigger the checkpoint a savepoint or a rescale starts from."""
         coordinator = self.attempt.coordinator if self.attempt is not None else None
+        if command.kind == "query":
+            if self.attempt is None:
+                command.finish(error=EpochalError(f"job {self.job.name!r} is not running; no live state"))
+            else:
+                self._live_queries.ask(self.job, command, self.attempt.send)
+            return
         if command.kind == "rescale":
             n = command.argument
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= self.job.max_parallelism:
@@ -267,7 +278,11 @@ class JobMaster:
         else:
             self._commands[coordinator.trigger()] = command
 
+    def state_answered(self, answer: StateAnswer) -> None:
+        self._live_queries.answered(answer)
+
     def _stop_commands(self, why: str) -> None:
+        self._live_queries.abandon(why)
         for checkpoint_id, command in self._commands.items():
             command.finish(error=EpochalError(f"{command.kind} abandoned: {why} before checkpoint "
                                               f"{checkpoint_id} completed"))
@@ -324,6 +339,7 @@ class JobMaster:
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
         assert self.attempt is not None and self.attempt.is_finished
+        self._live_queries.abandon("the job finished")
         final = {task: m.metrics for task, m in self.attempt.finished.items()}
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
         self.control.publish(state=JobState.FINISHED)

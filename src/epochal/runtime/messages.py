@@ -46,6 +46,15 @@ class EndLoop:
     """Every head of the loop saw a clean probe round: the loop is empty, end its input."""
 
 
+@dataclass(frozen=True, slots=True)
+class QueryState:
+    """Answer with the live state of `key` in operator `uid` (a live state query)."""
+
+    query: int
+    uid: str
+    key: Any
+
+
 # task → job master ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LoopRoundEnded:
@@ -110,3 +119,13 @@ class TaskFinished:
 class TaskFailed:
     task: TaskId
     error: Any
+
+
+@dataclass(frozen=True, slots=True)
+class StateAnswer:
+    """The answer to `QueryState` `query`: the key's values by state name, or why there are none."""
+
+    task: TaskId
+    query: int
+    values: dict[str, Any]
+    error: str | None = None

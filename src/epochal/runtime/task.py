@@ -45,12 +45,15 @@ from .messages import (
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorMetrics,
+    QueryState,
+    StateAnswer,
     TaskFinished,
     TriggerCheckpoint,
 )
 from .metrics import TaskMetrics
 from .operators import (
     IterationHeadOperator,
+    KeyedOperator,
     LoopLog,
     OperatorContext,
     OperatorSnapshot,
@@ -434,8 +437,20 @@ class Task:
                 self.state = TaskState.FINISHED
                 self.close()
                 self.setup.send(TaskFinished(self.id, self.metrics()))
+        elif kind is QueryState:
+            self.setup.send(self._answer(message))
         else:
             raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
+
+    def _answer(self, query: QueryState) -> StateAnswer:
+        """A live state query, between two batches: the state as this task's records left it."""
+        op = next((op for op in self.chain if op.uid == query.uid), None)
+        if not isinstance(op, KeyedOperator):
+            return StateAnswer(self.id, query.query, {}, f"operator uid {query.uid!r} has no keyed state")
+        try:
+            return StateAnswer(self.id, query.query, op.query(query.key))
+        except Exception as exc:  # noqa: BLE001 - the answer says why; the task runs on
+            return StateAnswer(self.id, query.query, {}, f"{type(exc).__name__}: {exc}")
 
     def _on_trigger(self, message: TriggerCheckpoint) -> None:
         if message.checkpoint_id <= self.last_checkpoint:

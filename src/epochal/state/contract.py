@@ -124,6 +124,11 @@ class KeyedStateBackend(Protocol):
         """`(key group, key)` of every key holding a value of state `name`."""
         ...
 
+    def entries(self, key: Any) -> dict[str, Any]:
+        """Every state's value of `key`, by state name, as private copies: a live state query
+        (reads one key group; leaves the current key alone)."""
+        ...
+
     # -- batch loops: one call per batch instead of several per record ------------------------
     def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
         """Add one to each key's count; append `(key, new count)` per key.

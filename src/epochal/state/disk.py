@@ -281,6 +281,22 @@ class DiskKeyedStateBackend:
         del it
         return iter(out)
 
+    def entries(self, key: Any) -> dict[str, Any]:
+        """Scans the key's key group: its states' names are not kept apart from their entries."""
+        self._write_back()
+        group = _KG.pack(owned_key_group(key, None, self.key_groups, self.max_parallelism))
+        encoded = encode_key(key)
+        out: dict[str, Any] = {}
+        it = self.db.iter()
+        it.seek(group)
+        while it.valid() and (db_key := it.key()).startswith(group):
+            name = _split(db_key)[1]
+            if db_key == group + _name_prefix(name) + encoded:
+                out[name] = pickle.loads(it.value())[1]
+            it.next()
+        del it
+        return out
+
     # -- snapshots -----------------------------------------------------------------------------
     def snapshot(self, checkpoint_id: int | None = None) -> DiskSnapshot:
         """Fix the state: a RocksDB snapshot for a delta, a hard-link checkpoint for a full one."""

@@ -322,6 +322,11 @@ class HeapKeyedStateBackend:
             for key in m.data:
                 yield self.key_groups.start + offset, key
 
+    def entries(self, key: Any) -> dict[str, Any]:
+        offset = owned_key_group(key, None, self.key_groups, self.max_parallelism) - self.key_groups.start
+        found = {name: maps[offset].data.get(key, _ABSENT) for name, maps in self._maps.items()}
+        return {name: copy.deepcopy(value) for name, value in found.items() if value is not _ABSENT}
+
     def snapshot(self, checkpoint_id: int | None = None) -> HeapSnapshot:
         """Fix the current state (synchronous, cheap); serialise the result elsewhere.
 

@@ -47,6 +47,10 @@ class KeyedOperator(RuntimeOperator):
         if keyed:
             self.backend.restore(keyed)
 
+    def query(self, key: Any) -> dict[str, Any]:
+        """The live state of `key`, by state name (a state query between two batches)."""
+        return self.backend.entries(key)
+
     def close(self) -> None:
         backend = getattr(self, "backend", None)
         if backend is not None:
@@ -132,6 +136,10 @@ class KeyedCountOperator(KeyedOperator):
             self._columnar.flush()
             if drop:
                 self._columnar = None
+
+    def query(self, key: Any) -> dict[str, Any]:
+        self._flush_columnar()
+        return super().query(key)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         self._flush_columnar()
