@@ -34,35 +34,11 @@ from ..api.environment import RunOverrides, run_overrides
 from ..cluster.endpoint import call
 from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
 from ..errors import EpochalError, NoCheckpointError
-from ..runtime.result import JobProgress
 from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
+from .progress import ProgressDisplay
 
 TOKEN_ENV = "EPOCHAL_TOKEN"
-
-
-class _ProgressLine:
-    """A one-line live display on stderr, redrawn in place when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, p: JobProgress) -> None:
-        last = f"{p.last_checkpoint_ms:.0f} ms" if p.last_checkpoint_ms is not None else "-"
-        lag = f"  watermark lag {p.watermark_lag_s:.1f} s" if p.watermark_lag_s is not None else ""
-        line = (
-            f"records in {p.records_in:,} ({p.records_per_s:,.0f}/s)  out {p.records_out:,}{lag}  "
-            f"checkpoints {p.checkpoints_completed} (last {last})  restarts {p.restarts}"
-        )
-        if self.tty:
-            sys.stderr.write("\r\x1b[2K" + line)
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
 
 
 def _positive_int(text: str) -> int:
@@ -99,7 +75,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.master:
         probe_master(args.master)  # seconds, not a minute of Spark's retries
         master = use_master(args.master)  # the session is created when the job executes
-    display = _ProgressLine()
+    # a log on stderr would tear through the panel: with --verbose, plain lines between log lines
+    display = ProgressDisplay(terminal=False if args.verbose else None)
     overrides = RunOverrides(
         parallelism=args.parallelism,
         checkpoint_directory=args.checkpoint_dir,

@@ -66,6 +66,7 @@ class ControlEndpoint:
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="epochal-endpoint", daemon=True)
         self._thread.start()
+        control.web_url = self.url
         log.info("job %r: control endpoint at %s", control.status().job, self.url)
 
     @property

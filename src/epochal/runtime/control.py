@@ -120,6 +120,7 @@ class JobControl:
         self._cancel = threading.Event()
         self.checkpoint_directory: str | None = None  # set by the job master: where state queries read
         self.max_workers: int | None = None  # set by a host that knows its task slots: a rescale's ceiling
+        self.web_url: str | None = None  # set by the control endpoint that serves this job
         self._commands: deque[Command] = deque()
         self._watchers: list[Callable[[JobStatus], None]] = []
 

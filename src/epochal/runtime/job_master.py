@@ -23,6 +23,7 @@ savepoints and rescales are acted on (`poll_control`) between the host's steps.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 
@@ -331,10 +332,16 @@ class JobMaster:
         metrics = self.metrics.snapshot(tasks(), attempt)
         self.control.publish_metrics(metrics)
         if self.progress is not None:
-            last = self.checkpoints[-1].duration_ms if self.checkpoints else None
+            newest = self.checkpoints[-1] if self.checkpoints else None
             lags = [op.watermark_lag_s for op in metrics.operators if op.watermark_lag_s is not None]
-            self.progress(JobProgress(metrics.records_in, metrics.records_out, len(self.checkpoints), last,
-                                      self.restarts, metrics.in_rate, max(lags) if lags else None))
+            marks = [op.watermark for op in metrics.operators if math.isfinite(op.watermark)]
+            status = self.control.status()
+            self.progress(JobProgress(
+                metrics.records_in, metrics.records_out, len(self.checkpoints),
+                newest.duration_ms if newest else None, self.restarts, metrics.in_rate,
+                max(lags) if lags else None, min(marks) if marks else None,
+                newest.checkpoint_id if newest else None, self.job.name, status.state.value, self.control.web_url,
+            ))
 
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""

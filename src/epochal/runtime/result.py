@@ -68,6 +68,11 @@ class JobProgress:
     restarts: int
     records_per_s: float = 0.0  # out of the sources, over the last interval
     watermark_lag_s: float | None = None  # the largest lag of an operator's watermark behind now
+    watermark: float | None = None  # the lowest watermark of an operator (event-time seconds)
+    last_checkpoint: int | None = None  # the id of the newest complete checkpoint
+    job: str = ""
+    state: str = "running"
+    web_url: str | None = None  # the control endpoint and dashboard, when the job serves one
 
 
 def merge_metrics(per_task: list[tuple[OperatorMetrics, ...]]) -> tuple[OperatorMetrics, ...]:
