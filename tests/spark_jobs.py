@@ -49,12 +49,7 @@ def write_corpus(directory: str, files: int = 4, lines: int = 1500, seed: int = 
 
 def expected_updates(directory: str) -> list[tuple[str, int]]:
     """Every `(word, n)` a running count emits: n = 1..count(word)."""
-    counts: collections.Counter[str] = collections.Counter()
-    for name in sorted(os.listdir(directory)):
-        with open(os.path.join(directory, name)) as f:
-            for line in f:
-                counts.update(line.split())
-    return sorted((w, i) for w, n in counts.items() for i in range(1, n + 1))
+    return sorted((w, i) for w, n in word_counts(directory).items() for i in range(1, n + 1))
 
 
 def slow_split(line: str) -> list[str]:
@@ -65,6 +60,7 @@ def slow_split(line: str) -> list[str]:
 def wordcount_env(
     corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark: Any = None,
     executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
+    emit: str = "per_record",
 ) -> StreamEnvironment:
     env = StreamEnvironment(
         parallelism=parallelism,
@@ -78,10 +74,31 @@ def wordcount_env(
         env.from_source(TextFileSource(corpus))
         .flat_map(slow_split if slow else str.split)
         .key_by(lambda w: w)
-        .count()
+        .count(emit=emit)  # type: ignore[arg-type]
         .sink_to(FileSink(out))
     )
     return env
+
+
+def word_counts(directory: str) -> dict[str, int]:
+    """Each word's count in the corpus."""
+    counts: collections.Counter[str] = collections.Counter()
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                counts.update(line.split())
+    return dict(counts)
+
+
+def check_per_epoch_updates(updates: list[tuple[Any, int]], totals: dict[Any, int]) -> None:
+    """What a count with `emit="on_checkpoint"` committed, exactly once: per key, the counts rise
+    strictly (a key emits at most once per epoch, never a value twice) and end at its total."""
+    by_key: dict[Any, list[int]] = collections.defaultdict(list)
+    for key, n in updates:
+        by_key[key].append(n)
+    assert {k: v[-1] for k, v in by_key.items()} == totals
+    for key, seen in by_key.items():
+        assert all(a < b for a, b in zip(seen, seen[1:])), (key, seen)
 
 
 def components_env(out: str, ckpt: str, *, spark: Any = None, slow: float = 0.0, seed: int = 7,

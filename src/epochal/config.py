@@ -154,6 +154,9 @@ class JobConfig:
     # The garbage collector's thresholds while a host runs the job (see cluster/gc_tuning.py);
     # None leaves the process's own settings alone.
     gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD
+    # Seconds between two reports of live metrics (a worker's to the job master; the job master
+    # publishes twice as often); None gathers none while the job runs (see runtime/metrics.py).
+    metrics_interval: float | None = 1.0
 
     def __post_init__(self) -> None:
         check_instance("JobConfig.checkpoint", self.checkpoint, CheckpointConfig)
@@ -162,6 +165,8 @@ class JobConfig:
         check_int("JobConfig.batch_size", self.batch_size)
         check_instance("JobConfig.state", self.state, StateConfig)
         object.__setattr__(self, "gc_threshold", check_gc_threshold("JobConfig.gc_threshold", self.gc_threshold))
+        if self.metrics_interval is not None:
+            check_seconds("JobConfig.metrics_interval", self.metrics_interval, or_none=True)
 
 
 # -- argument checks ---------------------------------------------------------------------------------

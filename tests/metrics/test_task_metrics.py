@@ -76,3 +76,27 @@ def test_watermarks_and_late_records_per_operator() -> None:
     assert m.operator("events").watermark >= base + 90  # the source's own, before the input ended
     assert m.operator("per_10s").watermark == float("inf")  # the input ended: end of time
     assert m.operator("per_10s").watermark_lag_s is None
+
+
+def test_metrics_interval_sets_how_often_live_metrics_come_and_none_gathers_none() -> None:
+    from spark_jobs import EndlessSource, wait_until
+
+    def start(interval: float | None) -> object:
+        env = StreamEnvironment(parallelism=2, executor="inprocess", metrics_interval=interval)
+        env.from_source(EndlessSource()).key_by(lambda x: x % 3).count().sink_to(CollectSink())
+        return env.execute_async(f"every-{interval}")
+
+    often, never = start(0.05), start(None)
+    try:
+        seen: set[float] = set()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # a snapshot every 25 ms: more in a second than the default's 2
+            if (m := often.metrics()) is not None:  # type: ignore[attr-defined]
+                seen.add(m.taken_at)
+            time.sleep(0.005)
+        assert len(seen) >= 5
+        wait_until(lambda: never.status().state.value == "running", "the job without metrics runs", 30)  # type: ignore[attr-defined]
+        time.sleep(0.5)
+        assert never.metrics() is None  # type: ignore[attr-defined]
+    finally:
+        often.cancel(), never.cancel()  # type: ignore[attr-defined]

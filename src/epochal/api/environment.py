@@ -24,6 +24,7 @@ from ..config import (
     check_int,
     check_name,
     check_path,
+    check_seconds,
 )
 from ..errors import EpochalError
 from ..plan.compiler import compile_job
@@ -122,6 +123,10 @@ class StreamEnvironment:
             it runs; `None` (the default) serves none. Its URL and the token actions need are
             printed at start and are a `JobHandle`'s `web_url` and `token`.
         web_host: the interface the endpoint binds; `127.0.0.1` keeps it on this machine.
+        metrics_interval: seconds between two reports of live metrics from the workers (the
+            job master publishes a snapshot twice as often); `None` gathers no live metrics
+            (the dashboard, `/metrics` and progress stay empty until the end; the `JobResult`
+            is the same).
     """
 
     def __init__(
@@ -142,6 +147,7 @@ class StreamEnvironment:
         dead_letter: Sink | None = None,
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
+        metrics_interval: float | None = 1.0,
     ) -> None:
         self.max_parallelism = check_int("max_parallelism", max_parallelism)
         if parallelism is None:
@@ -169,6 +175,9 @@ class StreamEnvironment:
         self.dead_letter = dead_letter
         self.web_port = None if web_port is None else check_int("web_port", web_port, minimum=0)
         self.web_host = check_name("web_host", web_host)
+        self.metrics_interval = (
+            None if metrics_interval is None else check_seconds("metrics_interval", metrics_interval, or_none=True)
+        )
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
@@ -209,7 +218,8 @@ class StreamEnvironment:
     def _compile(self, name: str, parallelism: int) -> JobGraph:
         check_name("name", name)
         config = JobConfig(
-            self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold
+            self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
+            self.metrics_interval,
         )
         return compile_job(self._graph, name, parallelism, self.max_parallelism, config, self.dead_letter)
 

@@ -18,9 +18,11 @@ from ..errors import GraphError
 from ..plan.logical import LogicalEdge, LogicalGraph
 from ..plan.specs import (
     BROADCAST,
+    EMITS,
     FORWARD,
     REBALANCE,
     AssignTimestampsSpec,
+    Emit,
     IterationHeadSpec,
     KeyCheck,
     KeyedCountSpec,
@@ -315,28 +317,37 @@ class KeyedStream(DataStream):
             raise TypeError(f"windows must map query names to window definitions, got {windows!r}")
         return windowed(self, windows)
 
-    def count(self, *, name: str | None = None) -> DataStream:
+    def count(self, *, name: str | None = None, emit: Emit = "per_record") -> DataStream:
         """Running count per key: emits `(key, count)` for every record.
 
         On Arrow batches keyed by a column name the update is vectorized and emits a batch with
         columns `<key>` and `count`, the same records as the per-record path.
+
+        `emit="on_checkpoint"`: instead of one update per record, each key that changed during an
+        epoch emits its newest count once, just before the epoch's checkpoint barrier (and at the
+        end of the input), so a sink commits one row per changed key per checkpoint.
         """
         key = self._key
-        return self._add(lambda n: KeyedCountSpec(n, n, key), "count", name)
+        emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
+        return self._add(lambda n: KeyedCountSpec(n, n, key, emit), "count", name)
 
     def reduce(
-        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        emit: Emit = "per_record",
     ) -> DataStream:
         """Rolling reduce per key: emits `fn(previous, record)` (the first record as is).
 
         `fn` should return a new value, not change `previous` in place: the emitted record and
         the key's state are one object. `on_error`: what happens to a record `fn` fails on (see
         `DataStream.map`); the key's value stays what it was before that record.
+        `emit="on_checkpoint"`: each key that changed during an epoch emits its newest value
+        once, just before the epoch's checkpoint barrier (and at the end of the input).
         """
         check_callable("fn", fn)
         key = self._key
         policy = on_error_policy(self._env, on_error, "reduce")
-        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn, policy), "reduce", name)
+        emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
+        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn, policy, emit), "reduce", name)
 
     def aggregate(
         self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None,

@@ -19,6 +19,7 @@ master runs where the SparkSession does, possibly a Connect client the executors
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import queue
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.005
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
-PROGRESS_INTERVAL = 1.0
 CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
 UNREACHABLE = "the Spark workers cannot reach the job master"
 
@@ -130,6 +130,8 @@ class Worker:
         self.listener = listener
         self.peers = peers
         self.config = job.config
+        every = job.config.metrics_interval  # live metrics to the job master; None: none
+        self._report_every = math.inf if every is None else every
         self.storage = CheckpointStorage(job.config.checkpoint.directory) if job.config.checkpoint.directory else None
         self.clock = WallClock()
         self.background = _ThreadRunner()
@@ -256,7 +258,7 @@ class Worker:
                 now = time.monotonic()
                 for out in self.outputs.values():
                     out.flush_if_due(now)
-                if now - self._last_progress >= PROGRESS_INTERVAL and self.tasks and not self.failed:
+                if now - self._last_progress >= self._report_every and self.tasks and not self.failed:
                     self._last_progress = now
                     metrics = tuple((t.id, t.task_metrics()) for t in self.tasks.values())
                     self._to_driver(Progress(self.index, self.attempt, metrics))

@@ -14,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from ..state.keygroups import stable_hash
 from .time import EventTime, WatermarkSpec
 
 KeySelector = Callable[[Any], Any] | str
+# When a keyed aggregation emits: one update per record, or the newest value of each key that
+# changed, once per epoch, just before the checkpoint's barrier (Flink's mini-batch, Spark's update mode)
+Emit = Literal["per_record", "on_checkpoint"]
+EMITS = ("per_record", "on_checkpoint")
 
 
 class OnError(Enum):
@@ -84,18 +88,22 @@ class MapBatchesSpec(OperatorSpec):
 
 @dataclass(frozen=True, slots=True)
 class KeyedCountSpec(OperatorSpec):
-    """Running count per key; emits `(key, count)` per record; vectorized on Arrow batches."""
+    """Running count per key; emits `(key, count)` per record, or per changed key at each
+    checkpoint (`emit="on_checkpoint"`); vectorized on Arrow batches."""
 
     key: KeySelector
+    emit: Emit = "per_record"
 
 
 @dataclass(frozen=True, slots=True)
 class KeyedReduceSpec(OperatorSpec):
-    """Rolling reduce per key; emits the new reduced value per record."""
+    """Rolling reduce per key; emits the new reduced value per record, or per changed key at
+    each checkpoint (`emit="on_checkpoint"`)."""
 
     key: KeySelector
     fn: Callable[[Any, Any], Any]
     on_error: OnError = OnError.FAIL
+    emit: Emit = "per_record"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,16 @@ from .key_index import GrowableArray, KeyIndex
 class ColumnarCounts:
     """Counts by slot of a `KeyIndex`, flushed into one state of a backend with raw key-group maps."""
 
-    def __init__(self, key_type: pa.DataType, backend: RawMapBackend, state: str) -> None:
+    def __init__(
+        self, key_type: pa.DataType, backend: RawMapBackend, state: str, track_unemitted: bool = False
+    ) -> None:
         self.index = KeyIndex(key_type, backend.max_parallelism)
         self.backend = backend
         self.state = state
         self._counts = GrowableArray(np.int64)
         self._changed = GrowableArray(np.bool_, False)  # changed since the last flush
+        # changed since the last `take_unemitted` (an operator that emits once per epoch)
+        self._unemitted = GrowableArray(np.bool_, False) if track_unemitted else None
         # Only this table writes the state while it lives, so if the backend holds none of it
         # now, a key new to the table is new to the backend too: its count so far is 0.
         self._backend_empty = next(iter(backend.keys(state)), None) is None
@@ -44,7 +48,16 @@ class ColumnarCounts:
         before: np.ndarray = counts[slots]
         counts[slots] = before + increments
         self._changed.values[slots] = True
+        if self._unemitted is not None:
+            self._unemitted.values[slots] = True
         return before
+
+    def take_unemitted(self) -> tuple[pa.Array, np.ndarray]:
+        """The keys changed since the last call and their counts now (first-seen order)."""
+        assert self._unemitted is not None
+        slots = np.flatnonzero(self._unemitted.values)
+        self._unemitted.values[slots] = False
+        return self.index.keys_at(slots), self._counts.values[slots]
 
     def _load(self, new_slots: np.ndarray) -> None:
         """Counts so far of keys new to the table: restored ones are in the backend, others 0."""
@@ -56,6 +69,8 @@ class ColumnarCounts:
             slot = new_slots[foreign[:1]]
             key = self.index.keys_at(slot)[0].as_py()
             owned_key_group(key, int(groups[foreign[0]]), owned, self.backend.max_parallelism)  # raises
+        if self._unemitted is not None:
+            self._unemitted.extend(np.zeros(len(new_slots), dtype=np.bool_))
         if self._backend_empty:
             self._counts.extend(np.zeros(len(new_slots), dtype=np.int64))
             self._changed.extend(np.zeros(len(new_slots), dtype=np.bool_))

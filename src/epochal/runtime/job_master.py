@@ -52,7 +52,6 @@ from .state_queries import LiveQueries
 
 log = logging.getLogger(__name__)
 
-PROGRESS_INTERVAL = 0.5  # seconds between two progress reports (and metrics snapshots)
 
 
 class JobMaster:
@@ -66,7 +65,7 @@ class JobMaster:
         job: the job graph.
         clock: the runtime's clock; restart delays pass on it.
         from_checkpoint: `"latest"`, a checkpoint id, a `chk-…` directory or a savepoint path.
-        progress: called with a live view of the job, at most every `PROGRESS_INTERVAL` seconds.
+        progress: called with a live view of the job, at most twice per `metrics_interval`.
         control: where the job's status is published and commands wait (a `JobHandle`'s, the
             control endpoint's); a private one when None.
 
@@ -112,6 +111,8 @@ class JobMaster:
         self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
+        every = job.config.metrics_interval
+        self._progress_interval = math.inf if every is None else every / 2  # progress and metrics snapshots
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
@@ -325,7 +326,7 @@ class JobMaster:
         """Publish a metrics snapshot and report live progress if it is time (or `now`); `tasks`
         (the latest metrics of the attempt's tasks) is only called then."""
         at = time.monotonic()
-        if at - self._last_progress < PROGRESS_INTERVAL and not now:
+        if not now and (at - self._last_progress < self._progress_interval or self._progress_interval == math.inf):
             return
         self._last_progress = at
         attempt = self.attempt.number if self.attempt is not None else 0

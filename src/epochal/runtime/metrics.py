@@ -5,12 +5,12 @@ went (busy stepping, held back by a full output, idle), their input queues and t
 each operator last saw. Nothing is measured per record: counters are added per batch, and the
 clock is read twice per scheduling run (`Task.run_steps`). Hosts hand the latest `TaskMetrics`
 of every task to the job master (in-process: read directly; on Spark: in the workers'
-`Progress` messages, about once a second), which folds them, with the checkpoint history and the
-restarts it keeps itself, into a `JobMetrics` (`MetricsCollector.snapshot`): rates, ratios and
-lags are computed there, on the driver, from two snapshots in a row. The snapshot is immutable
-and published into the job's `JobControl` at most every `PROGRESS_INTERVAL`, so the endpoint's
-`GET /metrics` (Prometheus), `GET /metrics.json` and the dashboard read it without touching the
-job master or its tasks.
+`Progress` messages, every `metrics_interval`, a second by default), which folds them, with the
+checkpoint history and the restarts it keeps itself, into a `JobMetrics`
+(`MetricsCollector.snapshot`): rates, ratios and lags are computed there, on the driver, from
+two snapshots in a row. The snapshot is immutable and published into the job's `JobControl`
+twice per `metrics_interval`, so the endpoint's `GET /metrics` (Prometheus), `GET /metrics.json`
+and the dashboard read it without touching the job master or its tasks.
 
 After a restart, tasks count again from the checkpoint the attempt restored (as `JobResult`
 does), so per-subtask counters go down once; Prometheus's `rate()` treats that as a counter

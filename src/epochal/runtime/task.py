@@ -349,6 +349,14 @@ class Task:
                     self.records_out[i] += batch_len(out)
                     self._run_chain(i + 1, out)
 
+    def _emit_pre_barrier(self, checkpoint_id: int) -> None:
+        """In chain order, so what one operator emits ahead of the barrier reaches the next first."""
+        for i, op in enumerate(self.chain):
+            out = op.pre_barrier(checkpoint_id)
+            if out is not None and batch_len(out):
+                self.records_out[i] += batch_len(out)
+                self._run_chain(i + 1, out)
+
     def _end_input(self) -> None:
         # Flush each operator in chain order, so what one emits at the end reaches the next.
         for i, op in enumerate(self.chain):
@@ -403,6 +411,8 @@ class Task:
             self._notify_complete(barrier.completed)
         alignment_ms = self.gate.take_alignment_ms()
         started = time.perf_counter()
+        if self.state in (TaskState.RUNNING, TaskState.DRAINING):
+            self._emit_pre_barrier(barrier.checkpoint_id)
         snapshots: Snapshots = self.checkpointer.snapshot(self.chain, barrier.checkpoint_id)
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.output.broadcast(barrier)

@@ -91,6 +91,12 @@ class RuntimeOperator:
         """For an operator that generates watermarks: its `WatermarkAdvance`, if it moved."""
         return None
 
+    def pre_barrier(self, checkpoint_id: int) -> Batch | None:
+        """What the operator emits once every record before checkpoint `checkpoint_id`'s barrier
+        is in, ahead of the barrier (Flink's `prepareSnapshotPreBarrier`): it belongs to the
+        epoch the checkpoint closes, so its sinks commit it with that checkpoint."""
+        return None
+
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot()
 

@@ -68,6 +68,11 @@ class KeyedCountOperator(KeyedOperator):
     count moves once, in numpy (`ColumnarCounts`, on the heap backend), and each row's running
     count is the key's previous count plus the row's rank among the rows of its key, so the
     output is the same record for record as the per-record path, whatever the batch boundaries.
+
+    With `emit="on_checkpoint"` nothing is emitted per record: the keys changed in the epoch
+    emit their newest count once, ahead of the checkpoint's barrier (`pre_barrier`). The
+    columnar table tracks which of its keys changed since they were last emitted, and the batch
+    it emits is built from its arrays, again without a Python object per key.
     """
 
     def __init__(self, spec: KeyedCountSpec) -> None:
@@ -75,6 +80,8 @@ class KeyedCountOperator(KeyedOperator):
         self.key = spec.key
         self._key_fn = record_key_fn(spec.key)
         self._columnar: ColumnarCounts | None = None
+        self.per_epoch = spec.emit == "on_checkpoint"
+        self._unemitted: dict[Any, None] = {}  # keys the per-record path changed this epoch, in order
 
     def process(self, batch: Batch) -> Batch | None:
         if isinstance(batch, pa.RecordBatch) and isinstance(self.key, str):
@@ -87,13 +94,18 @@ class KeyedCountOperator(KeyedOperator):
             self.backend.count_into(out, _COUNT, keys, groups)
         except Exception as exc:  # e.g. a restored count that is not a number
             raise OperatorError(self.name, records[len(out)], exc) from exc
+        if self.per_epoch:
+            self._unemitted.update(dict.fromkeys(keys))
+            return None
         return out
 
-    def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _process_arrow(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         assert isinstance(self.key, str)
         distinct, indices = encode_key_column(batch, self.key, self.name)
         per_key = np.bincount(indices, minlength=len(distinct))
         base = self._add_counts(distinct, per_key)
+        if self.per_epoch:
+            return None
         # The rows grouped by key, in arrival order within a key (a stable sort; numpy sorts
         # 16-bit integers by radix, in linear time: ~9x faster than int32). The p-th row of
         # that order, of key k, is row p - start[k] of its key: its count is base[k] + 1 + that.
@@ -116,7 +128,7 @@ class KeyedCountOperator(KeyedOperator):
             self._flush_columnar(drop=True)
             columnar = None
         if columnar is None and KeyIndex.supports(distinct.type) and isinstance(self.backend, RawKeyGroupMaps):
-            columnar = self._columnar = ColumnarCounts(distinct.type, self.backend, _COUNT)
+            columnar = self._columnar = ColumnarCounts(distinct.type, self.backend, _COUNT, self.per_epoch)
         if columnar is not None:
             return columnar.add(distinct, per_key)
         # other key types, and the disk backend (whose state need not fit in memory): per key
@@ -129,13 +141,44 @@ class KeyedCountOperator(KeyedOperator):
             previous = backend.get(_COUNT, 0)
             base[i] = previous
             backend.put(_COUNT, previous + int(per_key[i]))
+        if self.per_epoch:
+            self._unemitted.update(dict.fromkeys(distinct.to_pylist()))
         return base
 
     def _flush_columnar(self, drop: bool = False) -> None:
         if self._columnar is not None:
             self._columnar.flush()
             if drop:
+                if self.per_epoch:  # the per-record path emits them from now on
+                    self._unemitted.update(dict.fromkeys(self._columnar.take_unemitted()[0].to_pylist()))
                 self._columnar = None
+
+    def pre_barrier(self, checkpoint_id: int) -> Batch | None:
+        return self._emit_changed() if self.per_epoch else None
+
+    def end_input(self) -> Batch | None:
+        return self._emit_changed() if self.per_epoch else None
+
+    def _emit_changed(self) -> Batch | None:
+        """The newest count of every key changed since the last emission: `(key, count)` rows."""
+        columnar = self._columnar
+        if not self._unemitted:
+            if columnar is None:
+                return None
+            keys, counts = columnar.take_unemitted()
+            if not len(keys):
+                return None
+            assert isinstance(self.key, str)
+            return pa.RecordBatch.from_arrays([keys, pa.array(counts, pa.int64())], names=[self.key, "count"])
+        if columnar is not None:  # both paths ran this epoch: all through the backend, once per key
+            self._unemitted.update(dict.fromkeys(columnar.take_unemitted()[0].to_pylist()))
+            columnar.flush()
+        backend, out = self.backend, []
+        for key in self._unemitted:
+            backend.set_current_key(key)
+            out.append((key, backend.get(_COUNT, 0)))
+        self._unemitted = {}
+        return out
 
     def query(self, key: Any) -> dict[str, Any]:
         self._flush_columnar()
@@ -147,6 +190,7 @@ class KeyedCountOperator(KeyedOperator):
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         self._columnar = None
+        self._unemitted = {}
         super().restore(keyed, states)
 
 
@@ -156,6 +200,8 @@ class KeyedReduceOperator(KeyedOperator):
     The backend folds a whole batch in one call (`reduce_into`); when the function fails on a
     record, the output so far says which, and under `skip` or `dead_letter` the fold goes on
     after it (the failed call changed no state: the value is put only once `fn` returned).
+    With `emit="on_checkpoint"` the keys a batch changed are remembered instead, and each emits
+    its newest value once, ahead of the checkpoint's barrier.
     """
 
     def __init__(self, spec: KeyedReduceSpec) -> None:
@@ -163,6 +209,8 @@ class KeyedReduceOperator(KeyedOperator):
         self.fn = spec.fn
         self.key = spec.key
         self.on_error = spec.on_error
+        self.per_epoch = spec.emit == "on_checkpoint"
+        self._unemitted: dict[Any, None] = {}  # keys changed this epoch, in order
 
     def process(self, batch: Batch) -> Batch | None:
         records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
@@ -175,9 +223,34 @@ class KeyedReduceOperator(KeyedOperator):
                 if start:
                     records, keys, groups = records[start:], keys[start:], groups[start:]
                 self.backend.reduce_into(out, "reduce", records, keys, groups, self.fn)
+                if self.per_epoch:
+                    self._unemitted.update(dict.fromkeys(keys))
+                    return with_letters(None, letters)
                 return with_letters(out, letters)
             except Exception as exc:
                 failed = len(out) - done  # the index of the record that raised
+                if self.per_epoch:  # the records before it changed their keys
+                    self._unemitted.update(dict.fromkeys(keys[:failed]))
                 self.reject(records[failed], exc, letters)  # raises under on_error=FAIL
                 start = failed + 1
+
+    def pre_barrier(self, checkpoint_id: int) -> Batch | None:
+        return self._emit_changed() if self.per_epoch else None
+
+    def end_input(self) -> Batch | None:
+        return self._emit_changed() if self.per_epoch else None
+
+    def _emit_changed(self) -> Batch | None:
+        if not self._unemitted:
+            return None
+        backend, out = self.backend, []
+        for key in self._unemitted:
+            backend.set_current_key(key)
+            out.append(backend.get("reduce"))
+        self._unemitted = {}
+        return out
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        self._unemitted = {}
+        super().restore(keyed, states)
 
