@@ -38,7 +38,7 @@ TARGET_OVERHEAD = 0.03  # the issue's bound for ABS at a 1 s interval
 
 def abs_env(
     records: int, parallelism: int, mode: str, interval: float | None, directory: str | None,
-    session: Any = None,
+    session: Any = None, metrics_interval: float | None = 1.0,
 ) -> Any:
     """The Fig. 5 program; `mode` is "none", "aligned" (ABS) or "synchronous"."""
     from epochal import CheckpointConfig, StreamEnvironment
@@ -50,7 +50,7 @@ def abs_env(
         checkpoint = CheckpointConfig(interval=interval, directory=directory, mode=mode, retain=1_000_000)
     env = StreamEnvironment(
         parallelism=parallelism, checkpoint=checkpoint, executor="spark" if session else "inprocess",
-        spark=session,
+        spark=session, metrics_interval=metrics_interval,
     )
     (env.from_source(w.GeneratorSource(records, parallelism, KEYS), name="source")
         .map(w.remap, name="map")
