@@ -4,7 +4,9 @@ Files are cut into splits of at most `split_size` bytes, so even one large file 
 parallel; a split owns every line that *starts* inside it (the convention of Hadoop's line
 reader). A split's position is the byte offset of its next line, so a restore resumes at exactly
 the first line not yet handed out. Lines come out as an Arrow batch with one string column,
-`line`: the columnar path keeps them columnar, per-record operators see plain `str`.
+`line`: the columnar path keeps them columnar, per-record operators see plain `str`. No Python
+object is made per line: a block of lines becomes one string array over the block's bytes
+(UTF-8, the default; other encodings decode line by line), and batches are slices of it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,6 +26,8 @@ from ..config import check_int, check_path
 from ..errors import EpochalError
 
 _DEFAULT_SPLIT = 64 * 1024 * 1024
+_NEWLINE = ord("\n")
+_BLOCK = 1024 * 1024  # bytes decoded at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +39,14 @@ class FileSplit:
 
 
 class _LineReader(SplitReader):
+    """Reads a block of lines at a time and hands out slices of it.
+
+    A block (about `_BLOCK` bytes, whole lines) is decoded at once: newlines found by numpy, one
+    string array over the block's bytes, UTF-8 checked and carriage returns trimmed in single
+    kernels; each `read` is then a zero-copy slice. The position is the byte offset just past
+    the last line handed out, so a restore rereads from the first line not yet handed out.
+    """
+
     def __init__(self, split: FileSplit, position: int | None, encoding: str) -> None:
         self.split = split
         self.encoding = encoding
@@ -47,43 +60,67 @@ class _LineReader(SplitReader):
             self.file.seek(split.start - 1)
             self.file.readline()
             self.pos = self.file.tell()
+        self._block: pa.Array = pa.array([], pa.string())  # decoded lines not yet handed out
+        self._ends = np.zeros(0, dtype=np.int64)  # each of those lines' end, as a file offset
+        self._next = 0
 
     def read(self, max_records: int) -> pa.RecordBatch | None:
+        if self._next >= len(self._block) and not self._fill():
+            return None
+        n = min(max_records, len(self._block) - self._next)
+        lines = self._block.slice(self._next, n)
+        self._next += n
+        self.pos = int(self._ends[self._next - 1])
+        return pa.RecordBatch.from_arrays([lines], names=["line"])
+
+    def _fill(self) -> bool:
+        """Decode the next block of whole lines from `pos`; False at the split's end."""
         end = min(self.split.end, self.size)
         if self.pos >= end:
-            return None
-        block = max(64 * 1024, max_records * 64)
+            return False
         self.file.seek(self.pos)
-        data = self.file.read(block)
+        data = self.file.read(_BLOCK)
         while True:
             at_eof = self.pos + len(data) >= self.size
             cut = len(data) if at_eof else data.rfind(b"\n") + 1
             if cut > 0:
                 break
-            more = self.file.read(block)  # a line longer than the block
-            data += more
+            data += self.file.read(_BLOCK)  # a line longer than the block
         chunk = data[:cut]
         if self.pos + len(chunk) > end:  # stop after the line that holds byte end-1
             q = chunk.find(b"\n", end - 1 - self.pos)
             if q != -1:
                 chunk = chunk[: q + 1]
-        parts = chunk.split(b"\n", max_records)
-        if len(parts) > max_records and parts[-1]:  # more lines than asked for: keep the rest
-            chunk = chunk[: len(chunk) - len(parts[-1])]
-        self.pos += len(chunk)
-        lines = chunk.split(b"\n")
-        if chunk.endswith(b"\n"):
-            lines.pop()
-        array = pa.array(lines, pa.binary())
+        newlines = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == _NEWLINE)
+        self._block = self._lines(chunk, newlines)
+        self._ends = self._line_ends(chunk, newlines) + self.pos
+        self._next = 0
+        return True
+
+    @staticmethod
+    def _line_ends(chunk: bytes, newlines: np.ndarray) -> np.ndarray:
+        """Each line's end in the chunk: just past its newline (or the chunk's end, for a last
+        line without one)."""
+        ends = newlines.astype(np.int64) + 1
+        return ends if chunk.endswith(b"\n") else np.append(ends, len(chunk))
+
+    def _lines(self, chunk: bytes, newlines: np.ndarray) -> pa.Array:
+        """The chunk's lines as one string array over the chunk's own bytes: the offsets are the
+        newlines' positions, so no Python object is made per line (a line ends at its newline,
+        which, with a trailing carriage return, is then trimmed in one kernel)."""
+        ends = self._line_ends(chunk, newlines)
+        offsets = np.zeros(len(ends) + 1, dtype=np.int32 if len(chunk) < 2**31 else np.int64)
+        offsets[1:] = ends
         if self.encoding.replace("-", "").lower() in ("utf8", "ascii"):
+            kind = pa.string() if offsets.dtype == np.int32 else pa.large_string()
+            text = pa.Array.from_buffers(kind, len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(chunk)])
             try:
-                text = array.cast(pa.string())
+                text.validate(full=True)  # UTF-8, checked in C
             except pa.ArrowInvalid as exc:
                 raise EpochalError(f"{self.split.path}: not valid {self.encoding} ({exc})") from exc
         else:
-            text = pa.array([line.decode(self.encoding) for line in lines], pa.string())
-        text = pc.utf8_rtrim(text, characters="\r")
-        return pa.RecordBatch.from_arrays([text], names=["line"])
+            text = pa.array([chunk[a:b].decode(self.encoding) for a, b in zip(offsets[:-1], offsets[1:])], pa.string())
+        return pc.utf8_rtrim(text, characters="\r\n")
 
     def position(self) -> int:
         return self.pos
