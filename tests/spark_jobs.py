@@ -285,3 +285,45 @@ class EndlessSource(Source):
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         return _EndlessReader(position or 0, self.stop_at)
+
+
+class _QuietReader(SplitReader):
+    """`records` integers, then nothing, ever: an unbounded source with no more data; counts
+    its reads in `QuietSource.reads` (in-process only)."""
+
+    def __init__(self, position: int, records: int, wait: float, reads: list[int]) -> None:
+        self.next, self.records, self.wait, self.reads = position, records, wait, reads
+
+    def read(self, max_records: int) -> list[int]:
+        self.reads.append(self.next)
+        out = list(range(self.next, min(self.next + max_records, self.records)))
+        self.next += len(out)
+        return out
+
+    def position(self) -> int:
+        return self.next
+
+    def retry_after(self) -> float:
+        return self.wait
+
+
+class QuietSource(Source):
+    """An unbounded source that goes quiet after `records` integers; its reader asks to be
+    polled again `wait` seconds after a read that found nothing."""
+
+    def __init__(self, records: int = 100, wait: float = 0.2) -> None:
+        self.records, self.wait = records, wait
+        self.reads: list[int] = []
+
+    def splits(self) -> list[Any]:
+        return [_EndlessSplit()]
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        return _QuietReader(position or 0, self.records, self.wait, self.reads)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -37,8 +37,16 @@ class SplitReader(ABC):
         """Up to `max_records` records (a list or an Arrow batch), or None at the split's end.
 
         An empty batch means "nothing yet" (an unbounded source waiting for data): the task
-        comes back later. Do not block here: the worker's other tasks wait meanwhile.
+        comes back after `retry_after()` seconds. Do not block here: the worker's other tasks
+        wait meanwhile.
         """
+
+    def retry_after(self) -> float:
+        """After a read that returned nothing: seconds until there may be data. The task does
+        not ask this reader again sooner, and when every split it reads is waiting it sleeps
+        until the first is due, so an idle source costs no CPU. A reader that knows when data
+        comes (a poll interval, a file's next check) says so; the default is 10 ms."""
+        return 0.01
 
     @abstractmethod
     def position(self) -> Any:

@@ -193,10 +193,11 @@ class Task:
         if self.state is TaskState.DRAINING and not self.probes.in_flight:
             return True
         timer = self.next_timer()
-        if timer is not None and timer <= self.setup.clock.now():
+        now = self.setup.clock.now()
+        if timer is not None and timer <= now:
             return True
         if self.source is not None:
-            return self._halted_for is None
+            return self._halted_for is None and self.source.ready(now)
         return self.gate.readable() is not None
 
     def run_steps(self, limit: int = STEPS_IN_A_ROW, until: float = math.inf) -> int:

@@ -6,6 +6,7 @@ Sources keep split positions and sinks their prepared commits as operator state 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,7 @@ class SourceOperator(RuntimeOperator):
         self._state = SourcePositions()
         self._splits: list[Any] = []
         self._readers: dict[str, Any] = {}  # open readers, by split id, in reading order
+        self._waiting: dict[str, float] = {}  # split id -> when its reader, which had nothing, is due again
         self._turn = 0
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
@@ -85,13 +87,25 @@ class SourceOperator(RuntimeOperator):
                     split, self._state.positions.get(split.split_id)
                 )
 
+    def ready(self, now: float) -> bool:
+        """Whether `poll` may have something now: not every open split is waiting for data."""
+        waiting = self._waiting
+        return not waiting or any(waiting.get(split_id, -math.inf) <= now for split_id in self._readers)
+
+    def next_timer(self) -> float | None:
+        """When the first waiting split is due again (a host sleeps until then when idle)."""
+        return min(self._waiting.values()) if self._waiting else None
+
     def poll(self, max_records: int) -> Batch | None:
-        """The next batch, or None once every split of this subtask is exhausted."""
+        """The next batch (empty: nothing now), or None once every split of this subtask is exhausted."""
+        now = self.ctx.clock.now()
         while True:
             self._open_readers()
             if not self._readers:
                 return None
-            ids = list(self._readers)
+            ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now]
+            if not ids:
+                return []  # every split waits for data
             split_id = ids[self._turn % len(ids)]
             self._turn += 1
             reader = self._readers[split_id]
@@ -103,12 +117,18 @@ class SourceOperator(RuntimeOperator):
             except Exception as exc:
                 raise OperatorError(self.name, f"<split {split_id}>", exc) from exc
             if batch is not None:
+                if batch_len(batch):
+                    self._waiting.pop(split_id, None)
+                else:
+                    with guard(self.name, f"<split {split_id}>"):
+                        self._waiting[split_id] = now + max(0.0, float(reader.retry_after()))
                 self._state.positions[split_id] = end = reader.position()
                 self.ctx.origin.at(split_id, start, end)  # errors downstream in this task name it
                 if self.watermarks is not None:
                     self._observe(split_id, batch)
                 return batch
             self._state.finished.add(split_id)
+            self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
             reader.close()
@@ -206,4 +226,3 @@ class SinkOperator(RuntimeOperator):
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-
