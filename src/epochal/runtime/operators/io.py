@@ -154,9 +154,16 @@ class SourceOperator(RuntimeOperator):
         return self.watermarks.advance(unfinished, self.ctx.clock.now())
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        """The progress of this subtask's own splits only. A restore hands every subtask the
+        union of the old states, so each split must appear in exactly one of them: a copy kept
+        by a subtask that does not read the split would go stale, and win the next union."""
+        state = self._state
+        mine = {s.split_id for s in self._splits}
         return OperatorSnapshot(
             state=SourcePositions(
-                dict(self._state.positions), set(self._state.finished), dict(self._state.max_timestamp)
+                {k: v for k, v in state.positions.items() if k in mine},
+                state.finished & mine,
+                {k: v for k, v in state.max_timestamp.items() if k in mine},
             )
         )
 
