@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from epochal import (
@@ -29,7 +30,7 @@ from epochal import (
     StreamEnvironment,
 )
 from epochal.cluster.spark import SparkExecutor
-from epochal.connectors import FileSink, TextFileSource
+from epochal.connectors import FileSink, TextFileSource, read_committed
 from epochal.runtime.batches import batch_len
 from epochal.runtime.elements import Batch
 from epochal.state.storage import MANIFEST_NAME
@@ -327,3 +328,28 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- a watched directory ------------------------------------------------------------------------------
+def add_file(directory: Path, name: str, lines: int, seed: int, marker: str = "") -> None:
+    """Write a file elsewhere and rename it in, as a watched directory must receive files; a
+    `marker` is a line of its own in the middle."""
+    rng = random.Random(seed)
+    rows = [f"w{rng.randrange(40)} w{rng.randrange(40)}\n" for _ in range(lines)]
+    if marker:
+        rows.insert(lines // 2, marker + "\n")
+    staging = directory / f".{name}.tmp"  # a dot name: the source never lists it
+    staging.write_text("".join(rows))
+    os.rename(staging, directory / name)
+
+
+def expected(directory: Path) -> list[tuple[str, int]]:
+    """Every `(word, n)` update a running count emits over the directory's files."""
+    counts: collections.Counter[str] = collections.Counter()
+    for path in sorted(directory.glob("[!._]*")):
+        counts.update(path.read_text().split())
+    return sorted((w, i) for w, n in counts.items() for i in range(1, n + 1))
+
+
+def committed(out: Path) -> list[tuple[str, int]]:
+    return sorted(tuple(r) for r in read_committed(str(out))) if out.exists() else []  # type: ignore[misc]

@@ -17,6 +17,7 @@ from epochal.state.manifest import (
     FileHandle,
     Manifest,
     OperatorState,
+    SplitLogState,
     SubtaskState,
     TaskCheckpointStats,
     checkpoint_of_path,
@@ -124,7 +125,23 @@ def test_a_version_2_manifest_loads_and_is_written_byte_for_byte_the_same() -> N
     ]
     assert [h.size for h in chain] == [300, 40, 120]
     assert manifest.tasks == (TaskCheckpointStats("v1[0]", 0.25, 1.5, 3.0, 467),)
-    assert manifest.to_json() == data  # the format did not change
+    assert manifest.split_logs == ()
+    # written again, it is version 3: the same fields, and no split logs
+    old, new = json.loads(data)["manifest"], json.loads(manifest.to_json())["manifest"]
+    assert (old.pop("format_version"), new.pop("format_version")) == (2, 3)
+    assert new.pop("split_logs") == [] and new == old
+
+
+def test_split_logs_round_trip_and_their_segments_are_files_of_the_checkpoint() -> None:
+    segments = (
+        FileHandle("chk-00000002/split-log-0", 90, "a" * 64),
+        FileHandle("chk-00000005/split-log-0", 40, "b" * 64),
+    )
+    manifest = Manifest(5, "j", 0.0, 0.0, (), split_logs=(SplitLogState("files", 7, segments),))
+    again = Manifest.from_json(manifest.to_json(), source="m")
+    assert again == manifest and again.split_log("files") == SplitLogState("files", 7, segments)
+    assert list(again.files()) == list(segments)
+    assert again.written_size() == 40
 
 
 def _forged(body: dict[str, object]) -> bytes:

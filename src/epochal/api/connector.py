@@ -67,6 +67,16 @@ class Source(ABC):
     def open_split(self, split: SourceSplit, position: Any | None) -> SplitReader:
         """A reader of `split`, from `position` (None: from the start)."""
 
+    def discovery_interval(self) -> float | None:
+        """None (the default): `splits()` is fixed, and every source subtask lists it once.
+
+        Seconds: the source finds splits as it runs (a watched directory). The job master calls
+        `splits()` that often and hands each split it has not seen before to one source subtask,
+        exactly once across failures and rescales; the source never ends on its own. `splits()`
+        then returns every split there is now, each with the `split_id` it had before.
+        """
+        return None
+
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise an `EpochalError` if the job cannot read this source (e.g. its input is missing).
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..api.connector import Source, SplitReader
-from ..config import check_int, check_path
+from ..config import check_int, check_path, check_seconds
 from ..errors import EpochalError
 
 _DEFAULT_SPLIT = 64 * 1024 * 1024
@@ -129,6 +129,15 @@ class _LineReader(SplitReader):
         self.file.close()
 
 
+def _check_watch(watch: object) -> float | None:
+    """`watch` as a listing interval in seconds, or None for a fixed set of files."""
+    if watch is False:
+        return None
+    if watch is True:
+        return 1.0
+    return check_seconds("watch", watch)
+
+
 def _check_encoding(encoding: object) -> str:
     if not isinstance(encoding, str):
         raise TypeError(f"encoding must be a codec name (str), got {encoding!r} ({type(encoding).__name__})")
@@ -140,21 +149,38 @@ def _check_encoding(encoding: object) -> str:
 
 
 class TextFileSource(Source):
-    """Lines of a text file, or of every non-hidden file under a directory (sorted by path).
+    """Lines of a text file, or of every file under a directory (sorted by path); names that
+    start with `.` or `_` are skipped, as Spark and Hadoop skip them.
 
     Args:
         path: a file or a directory.
         encoding: the files' text encoding.
         split_size: bytes per split; splits are what source subtasks share out.
+        watch: follow the directory: `True` lists it every second, a number every that many
+            seconds, and each file that appears is read once, exactly once across failures
+            (the job then runs until cancelled). A file must be complete when it appears under
+            its name: write it elsewhere (or under a name starting with `.` or `_`) and rename
+            it in. A file that grows or changes after it was found is not read again.
 
     Example:
         >>> src = TextFileSource("corpus/")  # doctest: +SKIP
+        >>> inbox = TextFileSource("landing/", watch=5.0)  # doctest: +SKIP
     """
 
-    def __init__(self, path: str | os.PathLike[str], encoding: str = "utf-8", split_size: int = _DEFAULT_SPLIT) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        encoding: str = "utf-8",
+        split_size: int = _DEFAULT_SPLIT,
+        watch: bool | float = False,
+    ) -> None:
         self.path = os.path.abspath(check_path("path", path))
         self.encoding = _check_encoding(encoding)
         self.split_size = check_int("split_size", split_size)
+        self.watch = _check_watch(watch)
+
+    def discovery_interval(self) -> float | None:
+        return self.watch
 
     def check(self) -> None:
         """Fail on the driver, before the job starts, if the path is missing or unreadable."""
@@ -162,6 +188,8 @@ class TextFileSource(Source):
             raise EpochalError(f"TextFileSource: no such file or directory: {self.path}")
         if not os.access(self.path, os.R_OK | (os.X_OK if os.path.isdir(self.path) else 0)):
             raise EpochalError(f"TextFileSource: cannot read {self.path} (permission denied)")
+        if self.watch is not None and not os.path.isdir(self.path):
+            raise EpochalError(f"TextFileSource: watch needs a directory, and {self.path} is not one")
         self._files()  # neither a file nor a directory (a socket, a device) fails here
 
     def _files(self) -> list[str]:

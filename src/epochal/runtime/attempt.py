@@ -17,6 +17,7 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..state.storage import CheckpointStorage
 from .clock import Clock
 from .coordinator import AbortedCheckpoint, AbortReason, CheckpointCoordinator, CompletedCheckpoint
+from .enumerator import SplitEnumerators
 from .loops import LoopTermination
 from .messages import (
     AcknowledgeCheckpoint,
@@ -58,6 +59,7 @@ class Attempt:
         send: Callable[[TaskId, object], None],
         first_checkpoint_id: int,
         observer: AttemptObserver,
+        enumerators: SplitEnumerators | None = None,
     ) -> None:
         self.number = number
         self.observer = observer
@@ -66,7 +68,7 @@ class Attempt:
             job, storage, clock, send, first_checkpoint_id,
             on_completed=observer.checkpoint_completed,
             on_aborted=observer.checkpoint_aborted,
-            on_failure=self._fail,
+            on_failure=self._fail, enumerators=enumerators,
         )
         self.loops = LoopTermination(job, send)
         self.finished: dict[TaskId, TaskFinished] = {}

@@ -28,9 +28,10 @@ from enum import Enum
 from ..config import CheckpointConfig
 from ..errors import CheckpointError
 from ..plan.job_graph import JobGraph, TaskId
-from ..state.manifest import Manifest, OperatorState, SubtaskState
+from ..state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
 from ..state.storage import CheckpointStorage
 from .clock import Clock
+from .enumerator import SplitEnumerators
 from .messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -89,6 +90,7 @@ class PendingCheckpoint:
     # build on that one's files, so retention keeps them while this checkpoint is in flight
     based_on: int = 0
     acks: dict[TaskId, AcknowledgeCheckpoint] = field(default_factory=dict)
+    split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
         if ack.task in self.acks:
@@ -103,7 +105,7 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.awaiting
 
-    def manifest(self, job: JobGraph) -> Manifest:
+    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = ()) -> Manifest:
         by_uid: dict[str, list[SubtaskState]] = {}
         for ack in self.acks.values():
             for entry in ack.states:
@@ -121,6 +123,7 @@ class PendingCheckpoint:
             operators=tuple(operators),
             tasks=tuple(sorted((a.stats for a in self.acks.values()), key=lambda s: s.task)),
             is_final=self.is_final,
+            split_logs=split_logs,
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
@@ -151,6 +154,8 @@ class CheckpointCoordinator:
         on_aborted: told of every aborted checkpoint.
         on_failure: the failure manager, told once when more consecutive checkpoints failed than
             tolerated; the coordinator triggers nothing after that.
+        enumerators: the split logs of sources that find splits as they run; the coordinator
+            ticks them, and checkpoints them with every checkpoint (`runtime.enumerator`).
     """
 
     def __init__(
@@ -163,8 +168,10 @@ class CheckpointCoordinator:
         on_completed: Callable[[CompletedCheckpoint], None] = _ignore,
         on_aborted: Callable[[AbortedCheckpoint], None] = _ignore,
         on_failure: Callable[[CheckpointError], None] = _ignore,
+        enumerators: SplitEnumerators | None = None,
     ) -> None:
         self.job = job
+        self.enumerators = enumerators or None
         self.on_completed = on_completed
         self.on_aborted = on_aborted
         self.on_failure = on_failure
@@ -202,6 +209,8 @@ class CheckpointCoordinator:
     def next_deadline(self) -> float | None:
         """The next time `tick` has something to do (for a virtual clock with nothing to run)."""
         times = [p.triggered_at + self.config.timeout for p in self.pending.values()]
+        if self.enumerators is not None and (discovery := self.enumerators.next_deadline()) is not None:
+            times.append(discovery)
         if self.config.is_periodic and self.final_checkpoint is None:
             assert self.config.interval is not None
             times.append(
@@ -214,6 +223,8 @@ class CheckpointCoordinator:
         if self.is_stopped:
             return
         now = self.clock.now()
+        if self.enumerators is not None:
+            self.enumerators.tick(now)
         for pending in list(self.pending.values()):
             if now - pending.triggered_at >= self.config.timeout:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
@@ -229,8 +240,10 @@ class CheckpointCoordinator:
         now = self.clock.now()
         self._last_trigger = now
         completed = self.completed[-1].checkpoint_id if self.completed else 0
+        # splits found so far go out ahead of the trigger, so this checkpoint covers them
+        marks = self.enumerators.mark() if self.enumerators is not None else {}
         self.pending[checkpoint_id] = PendingCheckpoint(
-            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed
+            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks
         )
         message = TriggerCheckpoint(checkpoint_id, now, is_final, self.config.mode == "synchronous", completed)
         for task in self.tasks:
@@ -272,13 +285,18 @@ class CheckpointCoordinator:
 
     # -- endings ---------------------------------------------------------------------------------
     def _complete(self, pending: PendingCheckpoint) -> None:
-        manifest = pending.manifest(self.job)
-        if self.storage is not None:
-            try:
+        try:
+            split_logs: tuple[SplitLogState, ...] = ()
+            if self.enumerators is not None:
+                split_logs = self.enumerators.persist(self.storage, pending.checkpoint_id, pending.split_marks)
+            manifest = pending.manifest(self.job, split_logs)
+            if self.storage is not None:
                 self.storage.write_manifest(manifest)
-            except CheckpointError as exc:
-                self._abort(pending, AbortReason.STORAGE_FAILED, str(exc))
-                return
+        except CheckpointError as exc:
+            self._abort(pending, AbortReason.STORAGE_FAILED, str(exc))
+            return
+        if self.enumerators is not None:
+            self.enumerators.completed(split_logs)
         del self.pending[pending.checkpoint_id]
         self._recent.append(pending.checkpoint_id)
         completed = pending.complete(manifest)

@@ -44,6 +44,7 @@ from .attempt import Attempt
 from .clock import Clock
 from .control import Command, JobControl, JobState, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
+from .enumerator import SplitEnumerators
 from .messages import StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
@@ -101,6 +102,7 @@ class JobMaster:
         if self.storage is not None:
             clear_checkpoints(self.storage, stale, job.name)
         self._started_from = self.restore_from.checkpoint_id if self.restore_from is not None else None
+        self.enumerators = SplitEnumerators(job, self.restore_from, self.storage)  # found splits, across attempts
         self.attempt: Attempt | None = None
         self.restarts = 0
         self.failures: list[str] = []
@@ -144,7 +146,10 @@ class JobMaster:
             first_id = max(first_id, max(self.storage.checkpoint_ids(), default=0) + 1)
         if restored is not None:
             first_id = max(first_id, restored + 1)
-        self.attempt = Attempt(len(self.restored_from), self.job, self.storage, self.clock, send, first_id, self)
+        self.enumerators.start_attempt(self.job, send, self.restore_from)
+        self.attempt = Attempt(
+            len(self.restored_from), self.job, self.storage, self.clock, send, first_id, self, self.enumerators
+        )
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts)
         log.info(

@@ -55,6 +55,14 @@ class QueryState:
     key: Any
 
 
+@dataclass(frozen=True, slots=True)
+class AssignSplits:
+    """Read these splits too: the enumerator of source `uid` found them (`runtime.enumerator`)."""
+
+    uid: str
+    splits: tuple[Any, ...]
+
+
 # task → job master ---------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LoopRoundEnded:

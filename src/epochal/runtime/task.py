@@ -39,6 +39,7 @@ from .elements import END_OF_INPUT, Barrier, Batch, EndOfInput, LoopProbe, Water
 from .input_gate import InputChannel, InputGate
 from .loops import LoopProbes, LoopSnapshots, PendingLoopSnapshot
 from .messages import (
+    AssignSplits,
     EndLoop,
     InputsEnded,
     LoopRoundEnded,
@@ -450,6 +451,8 @@ class Task:
                 self.setup.send(TaskFinished(self.id, self.metrics()))
         elif kind is QueryState:
             self.setup.send(self._answer(message))
+        elif kind is AssignSplits and self.source is not None:
+            self.source.assign(message.splits)
         else:
             raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
 

@@ -63,16 +63,7 @@ class SplitWatermarks:
         """The watermark over the unfinished `splits`, if it moved (or the idle status changed)."""
         active = [s for s in splits if not self._is_idle(s, now)]
         if not active and self.idleness is not None and self._last_active:
-            # all idle: move to the largest watermark any split reached, as Flink's watermark
-            # valve does, so records already read are not held back by splits that have nothing
-            top = max(self.max_timestamp.values(), default=-math.inf) - self.max_delay
-            moved = top > self._emitted
-            if moved:
-                self._emitted = top
-            if self._idle and not moved:
-                return None
-            self._idle = True
-            return WatermarkAdvance(self._emitted, idle=True)
+            return self.idle()
         if not active:  # no splits left: the input is done (the task sends END_OF_TIME itself)
             return None
         low = min(self.max_timestamp.get(s, -math.inf) for s in active) - self.max_delay
@@ -83,6 +74,20 @@ class SplitWatermarks:
         if was_idle:
             return WatermarkAdvance(self._emitted)
         return None
+
+    def idle(self) -> WatermarkAdvance | None:
+        """Every split is idle, or there is none to read (a source waiting for splits to be
+        found): move to the largest watermark any split reached, as Flink's watermark valve
+        does, so records already read are not held back by splits that have nothing, and say
+        idle (None if that was said already and nothing moved)."""
+        top = max(self.max_timestamp.values(), default=-math.inf) - self.max_delay
+        moved = top > self._emitted
+        if moved:
+            self._emitted = top
+        if self._idle and not moved:
+            return None
+        self._idle = True
+        return WatermarkAdvance(self._emitted, idle=True)
 
     def _is_idle(self, split_id: str, now: float) -> bool:
         if self.idleness is None:

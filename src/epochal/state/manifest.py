@@ -31,6 +31,7 @@ __all__ = [
     "SubtaskState",
     "OperatorState",
     "TaskCheckpointStats",
+    "SplitLogState",
     "Manifest",
     "checkpoint_dir_name",
     "checkpoint_of_path",
@@ -38,8 +39,8 @@ __all__ = [
     "from_plain",
 ]
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = frozenset({1, 2})  # 1: one keyed file per subtask, no chains
+FORMAT_VERSION = 3
+READABLE_VERSIONS = frozenset({1, 2, 3})  # 1: one keyed file per subtask, no chains; 2: no split logs
 CHECKPOINT_PREFIX = "chk-"
 _STORED = "stored"  # field metadata key: False keeps a field out of the JSON
 
@@ -105,6 +106,17 @@ class TaskCheckpointStats:
 
 
 @dataclass(frozen=True, slots=True)
+class SplitLogState:
+    """The splits a source's enumerator had handed out when the checkpoint was triggered:
+    `length` of them, pickled in `segments` (each the splits found since the checkpoint the
+    previous segment completed, in the order they were found)."""
+
+    uid: str
+    length: int
+    segments: tuple[FileHandle, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """The commit record of one checkpoint; its presence makes the checkpoint complete."""
 
@@ -116,12 +128,16 @@ class Manifest:
     tasks: tuple[TaskCheckpointStats, ...] = field(default=())
     is_final: bool = False
     is_savepoint: bool = False
+    split_logs: tuple[SplitLogState, ...] = ()  # of sources whose splits are found as they run
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 
     @property
     def size(self) -> int:
         return sum(t.bytes for t in self.tasks)
+
+    def split_log(self, uid: str) -> SplitLogState | None:
+        return next((log for log in self.split_logs if log.uid == uid), None)
 
     def operator(self, uid: str) -> OperatorState | None:
         for op in self.operators:
@@ -138,6 +154,8 @@ class Manifest:
                     if handle is not None and handle.path not in seen:
                         seen.add(handle.path)
                         yield handle
+        for split_log in self.split_logs:
+            yield from split_log.segments
 
     def written_size(self) -> int:
         """Bytes of the files that live in this checkpoint's own directory (new in it)."""

@@ -14,8 +14,11 @@ from ...errors import OperatorError
 from ...plan.specs import SinkSpec, SourceSpec
 from ..batches import batch_len
 from ..elements import Batch
+from ..enumerator import discovery_interval
 from ..watermarks import SplitWatermarks, WatermarkAdvance
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
+
+_RETRY_AFTER = 0.01  # `SplitReader.retry_after`'s default, for readers that do not subclass it
 
 
 @dataclass(slots=True)
@@ -35,6 +38,9 @@ class SourceOperator(RuntimeOperator):
     split's position points just past the last record handed out (dissertation §3.4: source
     state is an offset into a replayable log), so a restore rewinds exactly.
 
+    A source that finds splits as it runs (`discovery_interval()`) is given them by the job
+    master's enumerator instead (`assign`, `runtime.enumerator`) and is never exhausted.
+
     Without event time the splits are read one after another. With a watermark strategy every
     unfinished split is open and they are read a batch each in turn, as Flink reads the
     partitions it is assigned: each split's watermark trails its own timestamps, and the
@@ -51,15 +57,26 @@ class SourceOperator(RuntimeOperator):
         self._readers: dict[str, Any] = {}  # open readers, by split id, in reading order
         self._waiting: dict[str, float] = {}  # split id -> when its reader, which had nothing, is due again
         self._turn = 0
+        self.discovers = discovery_interval(spec.source) is not None
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
+        if self.discovers:
+            return  # the enumerator assigns them
         with guard(self.name, "<listing the source's splits>"):
             splits = list(self.source.splits())
         self._splits = [s for i, s in enumerate(splits) if i % ctx.parallelism == ctx.subtask]
+
+    def assign(self, splits: tuple[Any, ...]) -> None:
+        """Splits the enumerator found for this subtask (a restore sends them all again)."""
+        known = {s.split_id for s in self._splits}
+        self._splits.extend(s for s in splits if s.split_id not in known)
+        if self.watermarks is not None:
+            stamps = self._state.max_timestamp
+            self.watermarks.restore({s.split_id: stamps[s.split_id] for s in splits if s.split_id in stamps})
 
     def restore(self, keyed: Any, states: list[Any]) -> None:
         for old in states:  # union: positions of splits this subtask now owns, whoever read them
@@ -74,7 +91,7 @@ class SourceOperator(RuntimeOperator):
 
     @property
     def is_exhausted(self) -> bool:
-        return not self._readers and not self._unopened()
+        return not self.discovers and not self._readers and not self._unopened()
 
     def _unopened(self) -> list[Any]:
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
@@ -90,6 +107,8 @@ class SourceOperator(RuntimeOperator):
     def ready(self, now: float) -> bool:
         """Whether `poll` may have something now: not every open split is waiting for data."""
         waiting = self._waiting
+        if self.discovers and not self._readers and not self._unopened():
+            return False  # until the enumerator assigns a split
         return not waiting or any(waiting.get(split_id, -math.inf) <= now for split_id in self._readers)
 
     def next_timer(self) -> float | None:
@@ -102,7 +121,7 @@ class SourceOperator(RuntimeOperator):
         while True:
             self._open_readers()
             if not self._readers:
-                return None
+                return [] if self.discovers else None
             ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now]
             if not ids:
                 return []  # every split waits for data
@@ -121,7 +140,8 @@ class SourceOperator(RuntimeOperator):
                     self._waiting.pop(split_id, None)
                 else:
                     with guard(self.name, f"<split {split_id}>"):
-                        self._waiting[split_id] = now + max(0.0, float(reader.retry_after()))
+                        wait = reader.retry_after() if hasattr(reader, "retry_after") else _RETRY_AFTER
+                        self._waiting[split_id] = now + max(0.0, float(wait))
                 self._state.positions[split_id] = end = reader.position()
                 self.ctx.origin.at(split_id, start, end)  # errors downstream in this task name it
                 if self.watermarks is not None:
@@ -151,6 +171,8 @@ class SourceOperator(RuntimeOperator):
         if self.watermarks is None:
             return None
         unfinished = [s.split_id for s in self._splits if s.split_id not in self._state.finished]
+        if not unfinished and self.discovers:  # waits for splits: holds no one back meanwhile
+            return self.watermarks.idle()
         return self.watermarks.advance(unfinished, self.ctx.clock.now())
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
