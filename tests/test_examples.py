@@ -134,3 +134,25 @@ def test_connected_components_labels_every_vertex_with_its_components_smallest_i
         parent[max(ra, rb)] = min(ra, rb)
     expected = {v: find(v) for v in parent}
     assert cc.final_labels(tuple(r) for r in read_committed(str(tmp_path / "out-components"))) == expected
+
+
+def test_watched_sales_to_delta_upserts_each_closed_minute_s_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("deltalake")
+    from deltalake import DeltaTable
+
+    monkeypatch.chdir(tmp_path)
+    summary = _run("watched_sales_to_delta", capsys, monkeypatch)
+    assert summary == "watched_sales_to_delta: 3 closed minutes of 3 stores in sales-per-minute/"
+    # every sale of the files that arrived, summed per store and minute; the last minute is open
+    totals: collections.Counter[tuple[str, float]] = collections.Counter()
+    for name in os.listdir("landing-sales"):
+        with open(os.path.join("landing-sales", name)) as f:
+            for line in f:
+                seconds, store, cents = line.split(",")
+                totals[(store, float(seconds) // 60 * 60)] += int(cents)
+    closed = {key: cents for key, cents in totals.items() if key[1] < 180}
+    rows = DeltaTable("sales-per-minute").to_pyarrow_table().to_pylist()
+    assert {(r["store"], r["minute"]): r["cents"] for r in rows} == closed
+    assert len(rows) == len(closed) == 9

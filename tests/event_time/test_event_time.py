@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,14 +13,18 @@ import pytest
 
 from epochal import (
     CheckpointConfig,
+    JobCancelledError,
     KeyedProcessFunction,
     OperatorError,
     RestartStrategy,
+    Source,
+    SplitReader,
     StreamEnvironment,
     WatermarkStrategy,
 )
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.testing import CollectSink, Crash, ListSource
+from epochal.windows import Tumbling
 
 N = 300
 
@@ -236,3 +241,59 @@ class _FastTimers(KeyedProcessFunction):
 
     def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
         yield (ctx.key, timestamp, ctx.current_watermark())
+
+
+class _QuietAfter(Source):
+    """Two splits of `(key, timestamp)` records that then stay open with nothing more to read:
+    an unbounded input gone quiet, like a watched directory read to its last file."""
+
+    def __init__(self, busy: int, quiet: int) -> None:
+        self.lengths = {"busy": busy, "quiet": quiet}
+
+    def splits(self) -> list[Any]:
+        return [_Named(name) for name in self.lengths]
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        return _QuietAfterReader(split.split_id, self.lengths[split.split_id], position or 0)
+
+
+class _Named:
+    def __init__(self, split_id: str) -> None:
+        self.split_id = split_id
+
+
+class _QuietAfterReader(SplitReader):
+    def __init__(self, name: str, length: int, position: int) -> None:
+        self.name, self.length, self.next = name, length, position
+
+    def read(self, max_records: int) -> list[Any]:
+        out = [(self.name, float(t)) for t in range(self.next, min(self.length, self.next + max_records))]
+        self.next += len(out)
+        return out
+
+    def position(self) -> int:
+        return self.next
+
+    def retry_after(self) -> float:
+        return 0.05
+
+
+def test_assign_timestamps_goes_idle_when_its_input_goes_quiet(tmp_path: Any) -> None:
+    """The subtask that read the short split receives nothing more; with idleness its assigner
+    says so on its own (a processing-time wake-up), and the busy subtask's windows fire."""
+    checkpoints = CheckpointConfig(interval=0.1, directory=str(tmp_path))
+    env = StreamEnvironment(parallelism=2, executor="inprocess", checkpoint=checkpoints)
+    sink = CollectSink()
+    timed = env.from_source(_QuietAfter(busy=100, quiet=1)).assign_timestamps(
+        WatermarkStrategy.bounded_out_of_orderness(5.0, timestamp=1).with_idleness(0.2)
+    )
+    timed.key_by(lambda r: r[0]).window(Tumbling(10)).count().sink_to(sink)
+    handle = env.execute_async("quiet")
+    deadline = time.monotonic() + 60
+    while len(sink.committed()) < 9 and time.monotonic() < deadline and not handle.done():
+        time.sleep(0.02)
+    handle.cancel()
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=30)
+    busy = sorted(row for row in sink.committed() if row[0] == "busy")
+    assert busy == [("busy", float(s), float(s + 10), 10) for s in range(0, 90, 10)]  # [90, 100) is open

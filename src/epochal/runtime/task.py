@@ -350,6 +350,8 @@ class Task:
                 if out is not None:
                     self.records_out[i] += batch_len(out)
                     self._run_chain(i + 1, out)
+                if i == self._assigner and (advance := op.take_watermark()) is not None:
+                    self._advance_watermark(advance, i + 1)  # its input went idle
 
     def _emit_pre_barrier(self, checkpoint_id: int) -> None:
         """In chain order, so what one operator emits ahead of the barrier reaches the next first."""

@@ -89,6 +89,13 @@ class SplitWatermarks:
         self._idle = True
         return WatermarkAdvance(self._emitted, idle=True)
 
+    def idle_at(self) -> float | None:
+        """When the watermark goes idle if no records come (the first split to time out),
+        so a subtask that receives nothing can be woken to say so; None if it never will."""
+        if self.idleness is None or self._idle or not self._last_active:
+            return None
+        return min(self._last_active.values()) + self.idleness
+
     def _is_idle(self, split_id: str, now: float) -> bool:
         if self.idleness is None:
             return False

@@ -32,6 +32,7 @@ class AssignTimestampsOperator(RuntimeOperator):
         self.spec = spec.watermarks
         self.generator = SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness)
         self.on_error = spec.on_error
+        self._ended = False
 
     def process(self, batch: Batch) -> Batch | None:
         letters: list[DeadLetter] = []
@@ -49,6 +50,16 @@ class AssignTimestampsOperator(RuntimeOperator):
 
     def take_watermark(self) -> WatermarkAdvance | None:
         return self.generator.advance([_ALL], self.ctx.clock.now())
+
+    def next_timer(self) -> float | None:
+        """With idleness: when this subtask's input has been quiet long enough to go idle. A
+        subtask that receives nothing more (its source subtask read all its files) must still
+        say so, or it holds every window downstream back."""
+        return None if self._ended else self.generator.idle_at()
+
+    def end_input(self) -> Batch | None:
+        self._ended = True
+        return None
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         return OperatorSnapshot(state=self.generator.max_timestamp.get(_ALL))
