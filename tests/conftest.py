@@ -1,12 +1,14 @@
 """Shared fixtures: the tests directory on sys.path, one local Spark driver per run (a classic
-session, and a Spark Connect server and client on the same driver), and a job's tasks built by
-hand for tests that step them one at a time."""
+session, and a Spark Connect server and client on the same driver), a job's tasks built by
+hand for tests that step them one at a time, and a real S3-compatible server (moto)."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -95,3 +97,56 @@ def open_tasks() -> Iterator[Callable[[JobGraph], dict[TaskId, Task]]]:
     yield build
     for task in opened:
         task.close()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A real S3-compatible server (moto's server mode) on 127.0.0.1, for object-store tests."""
+
+    endpoint: str  # host:port
+
+    def uri(self, bucket: str, path: str = "") -> str:
+        """An `s3://` URI that pyarrow resolves to this server, credentials included (workers
+        on Spark see no environment of the test's)."""
+        query = f"endpoint_override={self.endpoint}&scheme=http&region=us-east-1&allow_bucket_creation=true"
+        return f"s3://test:test@{bucket}/{path}?{query}"
+
+    def filesystem(self) -> Any:
+        import pyarrow.fs as pafs
+
+        return pafs.S3FileSystem(
+            access_key="test", secret_key="test", endpoint_override=self.endpoint, scheme="http",
+            region="us-east-1", allow_bucket_creation=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """A moto server, started once for the session and stopped at its end."""
+    import shutil
+    import socket
+    import subprocess
+
+    server = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    if server is None:
+        pytest.skip("moto[server] is not installed (it is in the test extra)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [server, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.05)  # the poll interval of a server starting
+        yield S3Server(f"127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +21,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from ..api.connector import Source, SplitReader
 from ..config import check_int, check_path, check_seconds
 from ..errors import EpochalError
+from ..state.storage import resolve_uri
 
 _DEFAULT_SPLIT = 64 * 1024 * 1024
 _NEWLINE = ord("\n")
@@ -47,22 +50,31 @@ class _LineReader(SplitReader):
     the last line handed out, so a restore rereads from the first line not yet handed out.
     """
 
-    def __init__(self, split: FileSplit, position: int | None, encoding: str) -> None:
+    def __init__(self, fs: pafs.FileSystem, split: FileSplit, position: int | None, encoding: str) -> None:
         self.split = split
         self.encoding = encoding
-        self.file = open(split.path, "rb")
-        self.size = os.fstat(self.file.fileno()).st_size
+        self.file = fs.open_input_file(split.path)
+        self.size = self.file.size()
         if position is not None:
             self.pos = position
         elif split.start == 0:
             self.pos = 0
         else:  # skip the line that started in the previous split
-            self.file.seek(split.start - 1)
-            self.file.readline()
-            self.pos = self.file.tell()
+            self.pos = self._next_line_start(split.start - 1)
         self._block: pa.Array = pa.array([], pa.string())  # decoded lines not yet handed out
         self._ends = np.zeros(0, dtype=np.int64)  # each of those lines' end, as a file offset
         self._next = 0
+
+    def _next_line_start(self, offset: int) -> int:
+        """Where the first line that starts after `offset` starts (the file's end if none)."""
+        self.file.seek(offset)
+        while offset < self.size:
+            chunk = self.file.read(64 * 1024)
+            newline = chunk.find(b"\n")
+            if newline != -1:
+                return offset + newline + 1
+            offset += len(chunk)
+        return self.size
 
     def read(self, max_records: int) -> pa.RecordBatch | None:
         if self._next >= len(self._block) and not self._fill():
@@ -153,7 +165,9 @@ class TextFileSource(Source):
     start with `.` or `_` are skipped, as Spark and Hadoop skip them.
 
     Args:
-        path: a file or a directory.
+        path: a file or a directory: a local path, or a URI of any filesystem pyarrow knows
+            (`s3://bucket/prefix`, `gs://…`, `hdfs://…`; options such as an endpoint go in its
+            query string, credentials come from the usual environment or the URI).
         encoding: the files' text encoding.
         split_size: bytes per split; splits are what source subtasks share out.
         watch: follow the directory: `True` lists it every second, a number every that many
@@ -174,43 +188,74 @@ class TextFileSource(Source):
         split_size: int = _DEFAULT_SPLIT,
         watch: bool | float = False,
     ) -> None:
-        self.path = os.path.abspath(check_path("path", path))
+        path = check_path("path", path)
+        self.path = path if "://" in path else os.path.abspath(path)
         self.encoding = _check_encoding(encoding)
         self.split_size = check_int("split_size", split_size)
         self.watch = _check_watch(watch)
+        self._target: tuple[pafs.FileSystem, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_target": None}  # a filesystem is resolved in each process
+
+    def target(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and the path within it."""
+        if self._target is None:
+            self._target = resolve_uri(self.path)
+        return self._target
 
     def discovery_interval(self) -> float | None:
         return self.watch
 
     def check(self) -> None:
         """Fail on the driver, before the job starts, if the path is missing or unreadable."""
-        if not os.path.exists(self.path):
+        fs, root = self.target()
+        try:
+            kind = fs.get_file_info(root).type
+        except OSError as exc:
+            raise EpochalError(f"TextFileSource: cannot read {self.path}: {exc}") from exc
+        if kind is pafs.FileType.NotFound:
             raise EpochalError(f"TextFileSource: no such file or directory: {self.path}")
-        if not os.access(self.path, os.R_OK | (os.X_OK if os.path.isdir(self.path) else 0)):
+        local = isinstance(fs, pafs.LocalFileSystem)
+        if local and not os.access(root, os.R_OK | (os.X_OK if os.path.isdir(root) else 0)):
             raise EpochalError(f"TextFileSource: cannot read {self.path} (permission denied)")
-        if self.watch is not None and not os.path.isdir(self.path):
+        if self.watch is not None and kind is not pafs.FileType.Directory:
             raise EpochalError(f"TextFileSource: watch needs a directory, and {self.path} is not one")
-        self._files()  # neither a file nor a directory (a socket, a device) fails here
-
-    def _files(self) -> list[str]:
-        if os.path.isfile(self.path):
-            return [self.path]
-        if not os.path.isdir(self.path):
+        if local and not (os.path.isfile(root) or os.path.isdir(root)):  # a socket, a device
             raise EpochalError(f"TextFileSource: {self.path} is neither a file nor a directory")
-        files: list[str] = []
-        for root, dirs, names in os.walk(self.path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-            files.extend(os.path.join(root, n) for n in names if not n.startswith((".", "_")))
-        return sorted(files)
+        self._files()
+
+    def _files(self) -> list[pafs.FileInfo]:
+        """The files to read, sorted by path; under a directory, none whose name (or whose
+        directory's name, below the root) starts with `.` or `_`."""
+        fs, root = self.target()
+        info = fs.get_file_info(root)
+        if info.type is pafs.FileType.File:
+            return [info]
+        if info.type is not pafs.FileType.Directory:
+            raise EpochalError(f"TextFileSource: {self.path} is neither a file nor a directory")
+        found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        return sorted(
+            (f for f in found if f.type is pafs.FileType.File and not _hidden(f.path[len(root) :])),
+            key=lambda f: f.path,
+        )
 
     def splits(self) -> Sequence[FileSplit]:
         out = []
-        for path in self._files():
-            size = os.path.getsize(path)
-            rel = os.path.relpath(path, os.path.dirname(self.path))
+        _, root = self.target()
+        base = posixpath.dirname(root.rstrip("/"))
+        for info in self._files():
+            size = info.size or 0
+            rel = info.path[len(base) :].lstrip("/")
             for start in range(0, max(size, 1), self.split_size):
-                out.append(FileSplit(f"{rel}@{start}", path, start, min(start + self.split_size, size)))
+                out.append(FileSplit(f"{rel}@{start}", info.path, start, min(start + self.split_size, size)))
         return out
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
-        return _LineReader(split, position, self.encoding)
+        return _LineReader(self.target()[0], split, position, self.encoding)
+
+
+def _hidden(relative: str) -> bool:
+    """Whether a path below the root has a part that starts with `.` or `_` (staging files,
+    `_SUCCESS`, `_spark_metadata`)."""
+    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
