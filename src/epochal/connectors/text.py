@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import os
-import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from ..api.connector import Source, SplitReader
-from ..config import check_int, check_path, check_seconds
+from ..api.connector import SplitReader
+from ..config import check_int
 from ..errors import EpochalError
-from ..state.storage import resolve_uri
+from .file_source import FileSource
 
 _DEFAULT_SPLIT = 64 * 1024 * 1024
 _NEWLINE = ord("\n")
@@ -141,15 +140,6 @@ class _LineReader(SplitReader):
         self.file.close()
 
 
-def _check_watch(watch: object) -> float | None:
-    """`watch` as a listing interval in seconds, or None for a fixed set of files."""
-    if watch is False:
-        return None
-    if watch is True:
-        return 1.0
-    return check_seconds("watch", watch)
-
-
 def _check_encoding(encoding: object) -> str:
     if not isinstance(encoding, str):
         raise TypeError(f"encoding must be a codec name (str), got {encoding!r} ({type(encoding).__name__})")
@@ -160,7 +150,7 @@ def _check_encoding(encoding: object) -> str:
     return encoding
 
 
-class TextFileSource(Source):
+class TextFileSource(FileSource):
     """Lines of a text file, or of every file under a directory (sorted by path); names that
     start with `.` or `_` are skipped, as Spark and Hadoop skip them.
 
@@ -188,74 +178,17 @@ class TextFileSource(Source):
         split_size: int = _DEFAULT_SPLIT,
         watch: bool | float = False,
     ) -> None:
-        path = check_path("path", path)
-        self.path = path if "://" in path else os.path.abspath(path)
+        super().__init__(path, watch)
         self.encoding = _check_encoding(encoding)
         self.split_size = check_int("split_size", split_size)
-        self.watch = _check_watch(watch)
-        self._target: tuple[pafs.FileSystem, str] | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_target": None}  # a filesystem is resolved in each process
-
-    def target(self) -> tuple[pafs.FileSystem, str]:
-        """The filesystem and the path within it."""
-        if self._target is None:
-            self._target = resolve_uri(self.path)
-        return self._target
-
-    def discovery_interval(self) -> float | None:
-        return self.watch
-
-    def check(self) -> None:
-        """Fail on the driver, before the job starts, if the path is missing or unreadable."""
-        fs, root = self.target()
-        try:
-            kind = fs.get_file_info(root).type
-        except OSError as exc:
-            raise EpochalError(f"TextFileSource: cannot read {self.path}: {exc}") from exc
-        if kind is pafs.FileType.NotFound:
-            raise EpochalError(f"TextFileSource: no such file or directory: {self.path}")
-        local = isinstance(fs, pafs.LocalFileSystem)
-        if local and not os.access(root, os.R_OK | (os.X_OK if os.path.isdir(root) else 0)):
-            raise EpochalError(f"TextFileSource: cannot read {self.path} (permission denied)")
-        if self.watch is not None and kind is not pafs.FileType.Directory:
-            raise EpochalError(f"TextFileSource: watch needs a directory, and {self.path} is not one")
-        if local and not (os.path.isfile(root) or os.path.isdir(root)):  # a socket, a device
-            raise EpochalError(f"TextFileSource: {self.path} is neither a file nor a directory")
-        self._files()
-
-    def _files(self) -> list[pafs.FileInfo]:
-        """The files to read, sorted by path; under a directory, none whose name (or whose
-        directory's name, below the root) starts with `.` or `_`."""
-        fs, root = self.target()
-        info = fs.get_file_info(root)
-        if info.type is pafs.FileType.File:
-            return [info]
-        if info.type is not pafs.FileType.Directory:
-            raise EpochalError(f"TextFileSource: {self.path} is neither a file nor a directory")
-        found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-        return sorted(
-            (f for f in found if f.type is pafs.FileType.File and not _hidden(f.path[len(root) :])),
-            key=lambda f: f.path,
-        )
-
-    def splits(self) -> Sequence[FileSplit]:
-        out = []
-        _, root = self.target()
-        base = posixpath.dirname(root.rstrip("/"))
-        for info in self._files():
-            size = info.size or 0
-            rel = info.path[len(base) :].lstrip("/")
-            for start in range(0, max(size, 1), self.split_size):
-                out.append(FileSplit(f"{rel}@{start}", info.path, start, min(start + self.split_size, size)))
-        return out
+    def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
+        size = info.size or 0
+        return [
+            FileSplit(f"{name}@{start}", info.path, start, min(start + self.split_size, size))
+            for start in range(0, max(size, 1), self.split_size)
+        ]
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         return _LineReader(self.target()[0], split, position, self.encoding)
 
-
-def _hidden(relative: str) -> bool:
-    """Whether a path below the root has a part that starts with `.` or `_` (staging files,
-    `_SUCCESS`, `_spark_metadata`)."""
-    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
