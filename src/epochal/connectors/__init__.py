@@ -5,6 +5,12 @@ from .files import FileSink as FileSink
 from .files import read_committed as read_committed
 from .nexmark import NexmarkSource as NexmarkSource
 from .parquet import ParquetSink as ParquetSink
+from .parquet_source import ParquetSource as ParquetSource
+from .records import CsvSource as CsvSource
+from .records import JsonLinesSource as JsonLinesSource
 from .text import TextFileSource as TextFileSource
 
-__all__ = ["DeltaSink", "FileSink", "NexmarkSource", "ParquetSink", "TextFileSource", "read_committed"]
+__all__ = [
+    "CsvSource", "DeltaSink", "FileSink", "JsonLinesSource", "NexmarkSource", "ParquetSink", "ParquetSource",
+    "TextFileSource", "read_committed",
+]

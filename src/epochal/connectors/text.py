@@ -60,7 +60,7 @@ class _LineReader(SplitReader):
             self.pos = 0
         else:  # skip the line that started in the previous split
             self.pos = self._next_line_start(split.start - 1)
-        self._block: pa.Array = pa.array([], pa.string())  # decoded lines not yet handed out
+        self._block: pa.Array | pa.Table = pa.array([], pa.string())  # decoded, not yet handed out
         self._ends = np.zeros(0, dtype=np.int64)  # each of those lines' end, as a file offset
         self._next = 0
 
@@ -79,10 +79,19 @@ class _LineReader(SplitReader):
         if self._next >= len(self._block) and not self._fill():
             return None
         n = min(max_records, len(self._block) - self._next)
-        lines = self._block.slice(self._next, n)
+        rows = self._block.slice(self._next, n)
         self._next += n
         self.pos = int(self._ends[self._next - 1])
-        return pa.RecordBatch.from_arrays([lines], names=["line"])
+        return self._batch(rows)
+
+    def _batch(self, rows: Any) -> pa.RecordBatch:
+        """A slice of the block as the batch `read` returns."""
+        return pa.RecordBatch.from_arrays([rows], names=["line"])
+
+    def _decode(self, chunk: bytes, newlines: np.ndarray) -> tuple[pa.Array | pa.Table, np.ndarray]:
+        """A chunk of whole lines as the block of records `read` slices, and each record's end
+        (a file offset relative to the chunk): one line each, here."""
+        return self._lines(chunk, newlines), self._line_ends(chunk, newlines)
 
     def _fill(self) -> bool:
         """Decode the next block of whole lines from `pos`; False at the split's end."""
@@ -103,9 +112,11 @@ class _LineReader(SplitReader):
             if q != -1:
                 chunk = chunk[: q + 1]
         newlines = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == _NEWLINE)
-        self._block = self._lines(chunk, newlines)
-        self._ends = self._line_ends(chunk, newlines) + self.pos
-        self._next = 0
+        block, ends = self._decode(chunk, newlines)
+        self._block, self._ends, self._next = block, ends + self.pos, 0
+        if len(block) == 0:  # a chunk of blank lines: skip it, and say where the split stands
+            self.pos += len(chunk)
+            return self._fill()
         return True
 
     @staticmethod
@@ -183,12 +194,16 @@ class TextFileSource(FileSource):
         self.split_size = check_int("split_size", split_size)
 
     def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
-        size = info.size or 0
-        return [
-            FileSplit(f"{name}@{start}", info.path, start, min(start + self.split_size, size))
-            for start in range(0, max(size, 1), self.split_size)
-        ]
+        return byte_splits(info, name, self.split_size)
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         return _LineReader(self.target()[0], split, position, self.encoding)
 
+
+def byte_splits(info: pafs.FileInfo, name: str, split_size: int) -> list[FileSplit]:
+    """A file of lines cut every `split_size` bytes (one split for an empty file)."""
+    size = info.size or 0
+    return [
+        FileSplit(f"{name}@{start}", info.path, start, min(start + split_size, size))
+        for start in range(0, max(size, 1), split_size)
+    ]

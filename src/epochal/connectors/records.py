@@ -1,0 +1,198 @@
+"""JsonLinesSource and CsvSource: files of one record per line, parsed by pyarrow into Arrow
+batches, replayable by byte offset.
+
+They cut files into splits like `TextFileSource` (a split owns the lines that start inside it)
+and read a block of about 1 MB of whole lines at a time; pyarrow's JSON or CSV reader parses the
+block in C, so no Python object is made per record. A record's position is the byte offset
+just past its line, so a restore resumes at the first record not handed out. Blank lines are
+skipped. A line that does not parse fails the job with an error that names the file, the byte
+offset and the line (the operator is named by the source operator's error around it).
+
+One record per line is the price of splitting a file anywhere: a CSV field may not hold a
+newline, as with Spark's default (`multiLine=false`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.fs as pafs
+import pyarrow.json as pjson
+
+from ..api.connector import SplitReader
+from ..config import check_instance, check_int
+from ..errors import EpochalError
+from .file_source import FileSource
+from .text import _DEFAULT_SPLIT, FileSplit, _LineReader, byte_splits
+
+__all__ = ["JsonLinesSource", "CsvSource"]
+
+
+class _RecordLineReader(_LineReader):
+    """A line reader whose block is a table: the chunk parsed as a whole, blank lines dropped."""
+
+    def _batch(self, rows: Any) -> pa.RecordBatch:
+        batches = rows.combine_chunks().to_batches()
+        return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=rows.schema)
+
+    def _decode(self, chunk: bytes, newlines: np.ndarray) -> tuple[pa.Array | pa.Table, np.ndarray]:
+        lines = self._lines(chunk, newlines)
+        kept = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0).to_numpy(zero_copy_only=False)
+        ends = self._line_ends(chunk, newlines)[kept]
+        try:
+            table = self._parse(chunk)
+        except pa.ArrowInvalid as exc:
+            raise self._bad_line(chunk, newlines, lines, kept, exc) from exc
+        if table.num_rows != len(ends):
+            raise EpochalError(
+                f"{self.split.path}: {table.num_rows} records parsed from {len(ends)} lines at byte {self.pos}"
+            )
+        return table, ends
+
+    def _parse(self, chunk: bytes) -> pa.Table:
+        raise NotImplementedError
+
+    def _check_line(self, line: str) -> None:
+        """Raise if one line alone does not parse (to find the line a block's error is about)."""
+        self._parse(line.encode() + b"\n")
+
+    def _bad_line(
+        self, chunk: bytes, newlines: np.ndarray, lines: pa.Array, kept: np.ndarray, exc: Exception
+    ) -> EpochalError:
+        """The error for a block that does not parse, naming its first bad line if one is."""
+        offsets = np.concatenate([[0], self._line_ends(chunk, newlines)])  # where each line starts
+        for i, line in enumerate(lines.to_pylist()):
+            if not kept[i]:
+                continue
+            try:
+                self._check_line(line)
+            except (pa.ArrowInvalid, ValueError) as line_exc:
+                at = self.pos + int(offsets[i])
+                return EpochalError(
+                    f"{self.split.path}: the line at byte {at} does not parse ({line_exc}): {line[:200]!r}"
+                )
+        return EpochalError(f"{self.split.path}: the lines from byte {self.pos} do not parse: {exc}")
+
+
+class _JsonLinesReader(_RecordLineReader):
+    def __init__(self, fs: pafs.FileSystem, split: FileSplit, position: int | None, schema: pa.Schema | None) -> None:
+        super().__init__(fs, split, position, "utf-8")
+        self.options = (
+            pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore") if schema else None
+        )
+
+    def _parse(self, chunk: bytes) -> pa.Table:
+        return pjson.read_json(io.BytesIO(chunk), parse_options=self.options)
+
+    def _check_line(self, line: str) -> None:
+        json.loads(line)  # a syntax error names itself; a type conflict is pyarrow's to name
+        super()._check_line(line)
+
+
+class _CsvReader(_RecordLineReader):
+    def __init__(
+        self, fs: pafs.FileSystem, split: FileSplit, position: int | None, source: CsvSource, names: list[str]
+    ) -> None:
+        super().__init__(fs, split, position, source.encoding)
+        if position is None and split.start == 0 and source.header:
+            self.pos = self._next_line_start(0)  # past the header
+        self.read_options = pcsv.ReadOptions(column_names=names, encoding=source.encoding)
+        self.parse_options = pcsv.ParseOptions(delimiter=source.delimiter, newlines_in_values=False)
+        types = {f.name: f.type for f in source.schema} if source.schema is not None else None
+        self.convert_options = pcsv.ConvertOptions(column_types=types)
+
+    def _parse(self, chunk: bytes) -> pa.Table:
+        return pcsv.read_csv(
+            io.BytesIO(chunk), read_options=self.read_options, parse_options=self.parse_options,
+            convert_options=self.convert_options,
+        )
+
+
+class JsonLinesSource(FileSource):
+    """JSON objects, one per line, from a file or the files under a directory, as Arrow batches.
+
+    Args:
+        path: a file or a directory: a local path or a pyarrow URI (`s3://…`).
+        schema: the records' Arrow schema. Without it each block's types are inferred by
+            pyarrow, and may differ between blocks (an integer column that a later file has as
+            floats); give one for stable types. Fields outside it are ignored.
+        split_size: bytes per split.
+        watch: follow the directory (`True`: every second; seconds), as `TextFileSource` does.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: pa.Schema | None = None,
+        *,
+        split_size: int = _DEFAULT_SPLIT,
+        watch: bool | float = False,
+    ) -> None:
+        super().__init__(path, watch)
+        self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
+        self.split_size = check_int("split_size", split_size)
+
+    def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
+        return byte_splits(info, name, self.split_size)
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        return _JsonLinesReader(self.target()[0], split, position, self.schema)
+
+
+class CsvSource(FileSource):
+    """Rows of CSV files, from a file or the files under a directory, as Arrow batches.
+
+    Args:
+        path: a file or a directory: a local path or a pyarrow URI (`s3://…`).
+        schema: the columns and their types. Without it, the column names come from each file's
+            header and the types are inferred per block (give a schema for stable types).
+        header: whether each file starts with a header line (skipped when `schema` names the
+            columns).
+        delimiter: the field separator.
+        encoding: the files' encoding.
+        split_size: bytes per split.
+        watch: follow the directory (`True`: every second; seconds), as `TextFileSource` does.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: pa.Schema | None = None,
+        *,
+        header: bool = True,
+        delimiter: str = ",",
+        encoding: str = "utf-8",
+        split_size: int = _DEFAULT_SPLIT,
+        watch: bool | float = False,
+    ) -> None:
+        super().__init__(path, watch)
+        self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
+        if schema is None and not header:
+            raise ValueError("CsvSource: without a header, a schema must name the columns")
+        self.header = bool(header)
+        self.delimiter = delimiter
+        self.encoding = encoding
+        self.split_size = check_int("split_size", split_size)
+
+    def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
+        return byte_splits(info, name, self.split_size)
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        fs = self.target()[0]
+        if self.schema is not None:
+            names = self.schema.names
+        else:  # the file's own header names the columns, in every split of it
+            with fs.open_input_file(split.path) as f:
+                first = f.read(min(f.size(), 1024 * 1024)).split(b"\n", 1)[0].rstrip(b"\r")
+            names = next(csv.reader([first.decode(self.encoding)], delimiter=self.delimiter), [])
+        return _CsvReader(fs, split, position, self, names)
+
