@@ -56,16 +56,20 @@ def test_state_of_the_latest_and_of_a_given_checkpoint(any_spark: Any, tmp_path:
     items = [(f"k{i % 11}", i) for i in range(220)] + [((1, "t"), 5)]
     _job(directory, items, backend="disk")
     df = any_spark.read.format("epochal-state").option("operator", "counts").load(directory)
-    assert df.columns == ["key_group", "key", "state", "value", "key_pickle", "value_pickle"]
+    assert df.columns == [
+        "key_group", "key", "state", "value", "key_json", "value_json", "key_pickle", "value_pickle"
+    ]
     rows = df.collect()
     counts = _counts(rows)
     expected: dict[Any, int] = {f"k{k}": 20 for k in range(11)}
     assert counts == {**expected, (1, "t"): 1}
+    # str keys and a tuple key have no common Spark type: `key` is their JSON text; the counts are bigints
+    assert dict(df.dtypes)["key"] == "string" and dict(df.dtypes)["value"] == "bigint"
     assert {json.loads(r.key) if r.key.startswith('"') else r.key for r in rows} >= {"k0", "k10"}
     assert {r.state for r in rows} == {"count"}
     assert any_spark.read.format("epochal-state").option("operator", "counts").load(directory).where(
         "key = '\"k3\"'"
-    ).selectExpr("cast(value as int) as v").collect()[0].v == 20
+    ).collect()[0].value == 20
 
     tags = any_spark.read.format("epochal-state").option("operator", "tags").load(directory).collect()
     assert {pickle.loads(r.key_pickle) for r in tags} == set(counts)
@@ -98,3 +102,21 @@ def test_a_relative_path_that_is_not_there_says_where_it_was_resolved(any_spark:
     epochal.spark.register(any_spark)
     with pytest.raises(Exception, match="relative path 'no-such-ckpt'.*give an absolute path or a URI"):
         any_spark.read.format("epochal-state").option("operator", "counts").load("no-such-ckpt").collect()
+
+
+def test_keys_and_values_come_as_spark_types(any_spark: Any, tmp_path: Path) -> None:
+    """A str key is a Spark string (`WHERE key = 'k3'`), a count a bigint, a tuple a struct."""
+    import epochal.spark
+
+    epochal.spark.register(any_spark)
+    directory = str(tmp_path / "ckpt")
+    _job(directory, [(f"k{i % 5}", i) for i in range(50)])
+    df = any_spark.read.format("epochal-state").option("operator", "counts").load(directory)
+    assert dict(df.dtypes)["key"] == "string" and dict(df.dtypes)["value"] == "bigint"
+    assert df.where("key = 'k3'").collect()[0].value == 10
+    assert df.where("key_json = '\"k3\"'").count() == 1
+    tags = any_spark.read.format("epochal-state").option("operator", "tags").load(directory)
+    # MapState "tags": int -> (int, "x"), a map of structs
+    assert dict(tags.dtypes)["value"] == "map<bigint,struct<_1:bigint,_2:string>>"
+    for row in tags.collect():
+        assert {k: tuple(v) for k, v in row.value.items()} == pickle.loads(row.value_pickle)

@@ -16,14 +16,16 @@ Columns:
 | column         | type    | holds |
 |----------------|---------|-------|
 | `key_group`    | int     | the key group of the key |
-| `key`          | string  | the key as JSON (tuples become arrays; other objects their `repr`) |
+| `key`          | typed   | the key, in the Spark type of the keys (`spark.types`), or their JSON if mixed |
 | `state`        | string  | the state's name (`count`, `reduce`, or a name given in `open()`) |
-| `value`        | string  | the value as JSON, like `key` |
+| `value`        | typed   | the value, like `key` |
+| `key_json`     | string  | the key as JSON (tuples become arrays; other objects their `repr`) |
+| `value_json`   | string  | the value as JSON |
 | `key_pickle`   | binary  | the key, pickled: `pickle.loads` gives back the exact object |
 | `value_pickle` | binary  | the value, pickled |
 
-JSON keeps the common cases (numbers, strings, lists, dicts) queryable in SQL
-(`get_json_object`, `from_json`, casts), and the pickled columns keep everything exact for a
+Typed columns make the common cases plain SQL (`WHERE key = 'w1'`, `SUM(value)`), JSON keeps
+mixed ones queryable (`get_json_object`), and the pickled columns keep everything exact for a
 Python UDF. Internal state (names starting with `__`, e.g. timers) is included.
 """
 

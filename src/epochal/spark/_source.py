@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import itertools
 import os
 import pickle
 from collections.abc import Iterator
@@ -10,21 +10,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import BinaryType, DataType, IntegerType, StringType, StructField, StructType
 
 from ..errors import NoCheckpointError
 from ..state.keygroups import KeyGroupRange
 from ..state.manifest import Manifest
 from ..state.reader import iter_state, open_checkpoint, operator_state
+from .types import Unfit, infer_type, to_json, to_spark
 
-SCHEMA = "key_group int, key string, state string, value string, key_pickle binary, value_pickle binary"
+SAMPLE = 100_000  # entries the key and value types are inferred from
+JSON = "epochal.json"  # column metadata: the entries had no common type; the column is JSON text
 
 
-def to_json(obj: Any) -> str:
-    """The JSON text of a key or value; objects JSON cannot hold appear as their `repr`."""
-    try:
-        return json.dumps(obj, default=repr, sort_keys=True)
-    except (TypeError, ValueError):  # e.g. a dict with tuple keys, or NaN-free strictness
-        return json.dumps(repr(obj))
+def _column_type(field: StructField) -> DataType | None:
+    """The type values are converted to; None: JSON text. (A string column of a schema the
+    user gave holds str values as they are, and the JSON text of others.)"""
+    return None if field.metadata.get(JSON) else field.dataType
+
+
+def _convert(value: Any, kind: DataType | None) -> Any:
+    return to_json(value) if kind is None else to_spark(value, kind)
+
+
+def state_schema(key: DataType | None, value: DataType | None) -> StructType:
+    """The columns: `key` and `value` typed (JSON text where the entries have no common type),
+    their JSON text and their pickles always."""
+    return StructType([
+        StructField("key_group", IntegerType(), False),
+        _typed("key", key),
+        StructField("state", StringType(), False),
+        _typed("value", value),
+        StructField("key_json", StringType(), False),
+        StructField("value_json", StringType(), False),
+        StructField("key_pickle", BinaryType(), False),
+        StructField("value_pickle", BinaryType(), False),
+    ])
 
 
 @dataclass(frozen=True)
@@ -33,10 +53,19 @@ class _KeyGroups(InputPartition):
     end: int
 
 
+def _typed(name: str, kind: DataType | None) -> StructField:
+    """A typed column, or (no common type) one of JSON text, marked so in its metadata."""
+    if kind is None:
+        return StructField(name, StringType(), True, metadata={JSON: True})
+    return StructField(name, kind, True)
+
+
 class _StateReader(DataSourceReader):
-    def __init__(self, manifest: Manifest, operator: str) -> None:
+    def __init__(self, manifest: Manifest, operator: str, schema: StructType) -> None:
         self.manifest = manifest
         self.operator = operator
+        self.key_type = _column_type(schema["key"])
+        self.value_type = _column_type(schema["value"])
 
     def partitions(self) -> list[InputPartition]:
         op = operator_state(self.manifest, self.operator)
@@ -48,10 +77,20 @@ class _StateReader(DataSourceReader):
         if partition.start == partition.end:
             return
         for row in iter_state(self.manifest, self.operator, KeyGroupRange(partition.start, partition.end)):
+            try:
+                key, value = _convert(row.key, self.key_type), _convert(row.value, self.value_type)
+            except Unfit as exc:
+                raise Unfit(
+                    f"epochal-state: operator {self.operator!r}, checkpoint {self.manifest.checkpoint_id}, key "
+                    f"{row.key!r}: {exc} (the types were inferred from another checkpoint, or from the first "
+                    f"{SAMPLE:,} entries); give .schema(...) with string columns to read JSON text"
+                ) from exc
             yield (
                 row.key_group,
-                to_json(row.key),
+                key,
                 row.state,
+                value,
+                to_json(row.key),
                 to_json(row.value),
                 pickle.dumps(row.key, protocol=5),
                 pickle.dumps(row.value, protocol=5),
@@ -73,10 +112,17 @@ class EpochalStateDataSource(DataSource):
     def name(cls) -> str:
         return "epochal-state"
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self) -> StructType:
+        """Typed `key` and `value` columns, inferred from the checkpoint's entries."""
+        manifest, operator = self._open()
+        sample = list(itertools.islice(iter_state(manifest, operator), SAMPLE))
+        return state_schema(infer_type(r.key for r in sample), infer_type(r.value for r in sample))
 
     def reader(self, schema: Any) -> DataSourceReader:
+        manifest, operator = self._open()
+        return _StateReader(manifest, operator, schema)
+
+    def _open(self) -> tuple[Manifest, str]:
         path = self.options.get("path")
         operator = self.options.get("operator")
         if not path:
@@ -97,7 +143,7 @@ class EpochalStateDataSource(DataSource):
                 "the Spark process that plans the read (not your program): give an absolute path or a URI"
             ) from exc
         operator_state(manifest, operator)  # fail on the driver, with the known uids
-        return _StateReader(manifest, operator)
+        return manifest, operator
 
 
 def _checkpoint_id(option: str | None) -> int | None:
