@@ -23,6 +23,7 @@ from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
 from .api.stream import DataStream as DataStream
 from .api.stream import KeyedStream as KeyedStream
+from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
 from .config import RestartStrategy as RestartStrategy
@@ -79,3 +80,14 @@ for _name in __all__:
 del _name
 
 __version__ = "0.1.0"
+
+
+def _table_source(spark: object, table: str, columns: object) -> Source:
+    """`StreamEnvironment.from_table`'s source, from the connectors (imported when first used:
+    they sit above the API, which never imports them)."""
+    from .connectors.table import table_source
+
+    return table_source(spark, table, columns)  # type: ignore[arg-type]
+
+
+_register_table_resolver(_table_source)

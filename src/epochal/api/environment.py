@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,6 +37,7 @@ from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
 from .handle import JobHandle
 from .stream import DataStream
+from .tables import resolve_table
 from .time import WatermarkStrategy
 
 if TYPE_CHECKING:
@@ -210,6 +211,27 @@ class StreamEnvironment:
         spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None)
         node = self._graph.add(spec, [])
         return DataStream(self, node.id)
+
+    def from_table(
+        self,
+        spark: Any,
+        table: str,
+        *,
+        columns: Sequence[str] | None = None,
+        name: str | None = None,
+        watermarks: WatermarkStrategy | None = None,
+    ) -> DataStream:
+        """A stream of the rows of a Spark catalog table (Parquet or Delta), read through its
+        files as a replayable source: Arrow batches, a row group per split, partition columns
+        included. A Delta table is read at the version it has now, pinned for every restore.
+
+        Args:
+            spark: a SparkSession (classic or Connect) whose catalog knows `table`.
+            table: the table's name, e.g. `"db.events"`.
+            columns: the columns to read (all by default).
+        """
+        source = resolve_table(spark, check_name("table", table), columns)
+        return self.from_source(source, name=name, watermarks=watermarks)
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""

@@ -8,9 +8,10 @@ from .parquet import ParquetSink as ParquetSink
 from .parquet_source import ParquetSource as ParquetSource
 from .records import CsvSource as CsvSource
 from .records import JsonLinesSource as JsonLinesSource
+from .table import DeltaSource as DeltaSource
 from .text import TextFileSource as TextFileSource
 
 __all__ = [
-    "CsvSource", "DeltaSink", "FileSink", "JsonLinesSource", "NexmarkSource", "ParquetSink", "ParquetSource",
-    "TextFileSource", "read_committed",
+    "CsvSource", "DeltaSink", "DeltaSource", "FileSink", "JsonLinesSource", "NexmarkSource", "ParquetSink",
+    "ParquetSource", "TextFileSource", "read_committed",
 ]
