@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..runtime.elements import Batch
@@ -27,6 +28,16 @@ class SourceSplit(Protocol):
 
     @property
     def split_id(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedInput:
+    """Input a reader stepped over because it does not parse: the raw record (a line), why,
+    and where it was (e.g. `{"file": …, "byte": …}`)."""
+
+    record: Any
+    error: str
+    position: Any
 
 
 class SplitReader(ABC):
@@ -54,6 +65,17 @@ class SplitReader(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the split's resources."""
+
+    def tolerate_bad_input(self) -> None:  # noqa: B027 - optional hook
+        """Called once, after opening, when the job asked for bad input to be skipped or
+        dead-lettered (`from_source(on_error=...)`): from then on a reader that can step over
+        input that does not parse hands it out by `rejected()` instead of raising. A reader
+        that cannot keeps raising, and the job fails as with `on_error="fail"`."""
+
+    def rejected(self) -> list[RejectedInput]:
+        """The input stepped over that the reads so far have passed (their position is past
+        it), each once: a restore to a position before it rejects it again, as it re-reads it."""
+        return []
 
 
 class Source(ABC):

@@ -36,7 +36,7 @@ from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
 from .handle import JobHandle
-from .stream import DataStream
+from .stream import DataStream, OnErrorChoice, on_error_policy
 from .tables import resolve_table
 from .time import WatermarkStrategy
 
@@ -194,7 +194,12 @@ class StreamEnvironment:
                 self.web_port = _overrides.web_port
 
     def from_source(
-        self, source: Source, *, name: str | None = None, watermarks: WatermarkStrategy | None = None
+        self,
+        source: Source,
+        *,
+        name: str | None = None,
+        watermarks: WatermarkStrategy | None = None,
+        on_error: OnErrorChoice = "fail",
     ) -> DataStream:
         """A stream of the records of a replayable source.
 
@@ -203,12 +208,17 @@ class StreamEnvironment:
             name: the operator's name (and default uid).
             watermarks: where each record's event time is and how out of order records may be;
                 every split generates its own watermark (see `WatermarkStrategy`).
+            on_error: what happens to input the source's readers cannot parse (a malformed JSON
+                or CSV line): `"fail"` fails the job naming the file and the place, `"skip"`
+                drops it (counted), `"dead_letter"` sends the raw line to the job's dead-letter
+                sink, exactly once. Readers that cannot step over bad input always fail.
         """
         check_has_methods("source", source, "Source", ("splits", "open_split"))
         if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
             raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
         op_name = self._graph.unique_name("source") if name is None else check_name("name", name)
-        spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None)
+        policy = on_error_policy(self, on_error, "from_source")
+        spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None, policy)
         node = self._graph.add(spec, [])
         return DataStream(self, node.id)
 

@@ -28,7 +28,7 @@ import pyarrow.csv as pcsv
 import pyarrow.fs as pafs
 import pyarrow.json as pjson
 
-from ..api.connector import SplitReader
+from ..api.connector import RejectedInput, SplitReader
 from ..config import check_instance, check_int
 from ..errors import EpochalError
 from .file_source import FileSource
@@ -38,7 +38,26 @@ __all__ = ["JsonLinesSource", "CsvSource"]
 
 
 class _RecordLineReader(_LineReader):
-    """A line reader whose block is a table: the chunk parsed as a whole, blank lines dropped."""
+    """A line reader whose block is a table: the chunk parsed as a whole, blank lines dropped.
+
+    Tolerating bad input, a chunk that does not parse is parsed again without the lines that do
+    not parse alone; those are rejected, and handed out (`rejected`) once the position passes
+    them, so a restore that re-reads them rejects them again, and a dead letter is never lost
+    or doubled.
+    """
+
+    tolerant = False
+
+    def tolerate_bad_input(self) -> None:
+        self.tolerant = True
+        self._rejects: list[tuple[int, RejectedInput]] = []  # (byte offset, rejected line), in order
+
+    def rejected(self) -> list[RejectedInput]:
+        if not self.tolerant or not self._rejects:
+            return []
+        passed = [r for at, r in self._rejects if at < self.pos]
+        self._rejects = [(at, r) for at, r in self._rejects if at >= self.pos]
+        return passed
 
     def _batch(self, rows: Any) -> pa.RecordBatch:
         batches = rows.combine_chunks().to_batches()
@@ -51,12 +70,42 @@ class _RecordLineReader(_LineReader):
         try:
             table = self._parse(chunk)
         except pa.ArrowInvalid as exc:
-            raise self._bad_line(chunk, newlines, lines, kept, exc) from exc
+            if not self.tolerant:
+                raise self._bad_line(chunk, newlines, lines, kept, exc) from exc
+            return self._without_bad_lines(chunk, newlines, lines, kept, exc)
         if table.num_rows != len(ends):
             raise EpochalError(
                 f"{self.split.path}: {table.num_rows} records parsed from {len(ends)} lines at byte {self.pos}"
             )
         return table, ends
+
+    def _without_bad_lines(
+        self, chunk: bytes, newlines: np.ndarray, lines: pa.Array, kept: np.ndarray, exc: Exception
+    ) -> tuple[pa.Table, np.ndarray]:
+        """The chunk's records without the lines that do not parse alone, which are rejected."""
+        ends = self._line_ends(chunk, newlines)
+        starts = np.concatenate([[0], ends[:-1]])
+        good: list[int] = []
+        for i, line in enumerate(lines.to_pylist()):
+            if not kept[i]:
+                continue
+            try:
+                self._check_line(line)
+                good.append(i)
+            except (pa.ArrowInvalid, ValueError) as line_exc:
+                at = self.pos + int(starts[i])
+                if any(seen == at for seen, _ in self._rejects):
+                    continue  # met again: the lines after a block's last record are read twice
+                error = f"{type(line_exc).__name__}: {line_exc}"
+                self._rejects.append((at, RejectedInput(line, error, {"file": self.split.path, "byte": at})))
+        if not good:
+            return pa.table({}), np.zeros(0, dtype=np.int64)
+        try:
+            table = self._parse(b"".join(chunk[starts[i] : ends[i]] for i in good))
+        except pa.ArrowInvalid as again:  # every line parses alone, not together (types differ)
+            where = f"{self.split.path}: the lines from byte {self.pos}"
+            raise EpochalError(f"{where} do not parse together: {again}") from exc
+        return table, ends[good]
 
     def _parse(self, chunk: bytes) -> pa.Table:
         raise NotImplementedError

@@ -46,6 +46,7 @@ class SourceSpec(OperatorSpec):
 
     source: Any
     watermarks: WatermarkSpec | None = None
+    on_error: OnError = OnError.FAIL  # for the input its readers reject (`SplitReader.rejected`)
 
 
 class RecordFnKind(Enum):

@@ -6,17 +6,21 @@ Sources keep split positions and sinks their prepared commits as operator state 
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import OperatorError
-from ...plan.specs import SinkSpec, SourceSpec
+from ...plan.specs import OnError, SinkSpec, SourceSpec
 from ..batches import batch_len
 from ..elements import Batch
 from ..enumerator import discovery_interval
 from ..watermarks import SplitWatermarks, WatermarkAdvance
+from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
+
+log = logging.getLogger(__name__)
 
 _RETRY_AFTER = 0.01  # `SplitReader.retry_after`'s default, for readers that do not subclass it
 
@@ -58,6 +62,7 @@ class SourceOperator(RuntimeOperator):
         self._waiting: dict[str, float] = {}  # split id -> when its reader, which had nothing, is due again
         self._turn = 0
         self.discovers = discovery_interval(spec.source) is not None
+        self.on_error = spec.on_error
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
@@ -100,9 +105,10 @@ class SourceOperator(RuntimeOperator):
         limit = len(self._splits) if self.watermarks is not None else 1
         for split in self._unopened()[: max(0, limit - len(self._readers))]:
             with guard(self.name, f"<opening split {split.split_id}>"):
-                self._readers[split.split_id] = self.source.open_split(
-                    split, self._state.positions.get(split.split_id)
-                )
+                reader = self.source.open_split(split, self._state.positions.get(split.split_id))
+                if self.on_error is not OnError.FAIL and hasattr(reader, "tolerate_bad_input"):
+                    reader.tolerate_bad_input()
+                self._readers[split.split_id] = reader
 
     def ready(self, now: float) -> bool:
         """Whether `poll` may have something now: not every open split is waiting for data."""
@@ -146,13 +152,32 @@ class SourceOperator(RuntimeOperator):
                 self.ctx.origin.at(split_id, start, end)  # errors downstream in this task name it
                 if self.watermarks is not None:
                     self._observe(split_id, batch)
-                return batch
+                return with_letters(batch, self._passed_rejects(reader))
+            letters = self._passed_rejects(reader)
             self._state.finished.add(split_id)
             self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
             reader.close()
             del self._readers[split_id]
+            if letters:
+                return letters
+
+    def _passed_rejects(self, reader: Any) -> list[DeadLetter]:
+        """The input the reader stepped over since the last read: counted (skip) or dead
+        letters (dead_letter), which leave with the batch whose position passed them."""
+        rejected = reader.rejected() if self.on_error is not OnError.FAIL and hasattr(reader, "rejected") else ()
+        if not rejected:
+            return []
+        if not self._rejected:  # once per subtask, as for records user code fails on
+            self._rejected = True
+            log.warning("source %r: %s input that does not parse (%s); on_error=%r", self.name,
+                        "skipped" if self.on_error is OnError.SKIP else "dead-lettered", rejected[0].error,
+                        self.on_error.value)
+        if self.on_error is OnError.SKIP:
+            self.skipped_records += len(rejected)
+            return []
+        return [DeadLetter(self.name, json_value(r.record), r.error, json_value(r.position)) for r in rejected]
 
     def _observe(self, split_id: str, batch: Batch) -> None:
         """Feed the batch's largest timestamp to its split's watermark."""
