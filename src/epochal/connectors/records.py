@@ -36,6 +36,9 @@ from .text import _DEFAULT_SPLIT, FileSplit, _LineReader, byte_splits
 
 __all__ = ["JsonLinesSource", "CsvSource"]
 
+_NEWLINE, _CR = ord("\n"), ord("\r")
+_ONE_THREAD_JSON = pjson.ReadOptions(use_threads=False)  # a worker is one process on one core
+
 
 class _RecordLineReader(_LineReader):
     """A line reader whose block is a table: the chunk parsed as a whole, blank lines dropped.
@@ -64,20 +67,33 @@ class _RecordLineReader(_LineReader):
         return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=rows.schema)
 
     def _decode(self, chunk: bytes, newlines: np.ndarray) -> tuple[pa.Array | pa.Table, np.ndarray]:
-        lines = self._lines(chunk, newlines)
-        kept = pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0).to_numpy(zero_copy_only=False)
-        ends = self._line_ends(chunk, newlines)[kept]
+        all_ends = self._line_ends(chunk, newlines)
         try:
             table = self._parse(chunk)
         except pa.ArrowInvalid as exc:
+            lines = self._lines(chunk, newlines)
+            kept = self._not_blank(lines)
             if not self.tolerant:
                 raise self._bad_line(chunk, newlines, lines, kept, exc) from exc
             return self._without_bad_lines(chunk, newlines, lines, kept, exc)
-        if table.num_rows != len(ends):
+        # A record per non-empty line: found from the bytes alone, as a rule; lines of nothing
+        # but blanks (which the parser skips too) need the decoded lines.
+        data = np.frombuffer(chunk, dtype=np.uint8)
+        starts = np.concatenate(([0], all_ends[:-1]))
+        content = all_ends - starts - (data[all_ends - 1] == _NEWLINE) - _cr_before_newline(data, all_ends)
+        kept = content > 0
+        if table.num_rows != int(kept.sum()):
+            kept = self._not_blank(self._lines(chunk, newlines))
+        if table.num_rows != int(kept.sum()):
             raise EpochalError(
-                f"{self.split.path}: {table.num_rows} records parsed from {len(ends)} lines at byte {self.pos}"
+                f"{self.split.path}: {table.num_rows} records parsed from {int(kept.sum())} lines at byte {self.pos}"
             )
-        return table, ends
+        return table, all_ends[kept]
+
+    @staticmethod
+    def _not_blank(lines: pa.Array) -> np.ndarray:
+        """Which lines hold something besides whitespace (the ones a parser reads a record from)."""
+        return pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0).to_numpy(zero_copy_only=False)
 
     def _without_bad_lines(
         self, chunk: bytes, newlines: np.ndarray, lines: pa.Array, kept: np.ndarray, exc: Exception
@@ -140,7 +156,7 @@ class _JsonLinesReader(_RecordLineReader):
         )
 
     def _parse(self, chunk: bytes) -> pa.Table:
-        return pjson.read_json(io.BytesIO(chunk), parse_options=self.options)
+        return pjson.read_json(io.BytesIO(chunk), read_options=_ONE_THREAD_JSON, parse_options=self.options)
 
     def _check_line(self, line: str) -> None:
         json.loads(line)  # a syntax error names itself; a type conflict is pyarrow's to name
@@ -154,7 +170,7 @@ class _CsvReader(_RecordLineReader):
         super().__init__(fs, split, position, source.encoding)
         if position is None and split.start == 0 and source.header:
             self.pos = self._next_line_start(0)  # past the header
-        self.read_options = pcsv.ReadOptions(column_names=names, encoding=source.encoding)
+        self.read_options = pcsv.ReadOptions(column_names=names, encoding=source.encoding, use_threads=False)
         self.parse_options = pcsv.ParseOptions(delimiter=source.delimiter, newlines_in_values=False)
         types = {f.name: f.type for f in source.schema} if source.schema is not None else None
         self.convert_options = pcsv.ConvertOptions(column_types=types)
@@ -245,3 +261,9 @@ class CsvSource(FileSource):
             names = next(csv.reader([first.decode(self.encoding)], delimiter=self.delimiter), [])
         return _CsvReader(fs, split, position, self, names)
 
+
+def _cr_before_newline(data: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """1 where a line ends in CR LF (its CR is not content), else 0."""
+    has_room = ends >= 2
+    before = np.where(has_room, ends - 2, 0)
+    return (has_room & (data[ends - 1] == _NEWLINE) & (data[before] == _CR)).astype(np.int64)
