@@ -353,3 +353,19 @@ def expected(directory: Path) -> list[tuple[str, int]]:
 
 def committed(out: Path) -> list[tuple[str, int]]:
     return sorted(tuple(r) for r in read_committed(str(out))) if out.exists() else []  # type: ignore[misc]
+
+
+def run_in_background(executor: Any, job: Any, control: Any) -> tuple[threading.Thread, dict[str, BaseException]]:
+    """Start `job` on `executor` in a thread (stopped through `control`); what it raises ends
+    up under "error" in the dict."""
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            executor.execute(job, None, control)
+        except BaseException as exc:  # noqa: BLE001 - checked in the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome

@@ -8,7 +8,6 @@ import collections
 import os
 import random
 import signal
-import threading
 import uuid
 from typing import Any
 
@@ -19,7 +18,7 @@ from epochal import CheckpointConfig, JobCancelledError, RestartStrategy, Stream
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import ParquetSink, TextFileSource
 from epochal.runtime.control import JobControl
-from spark_jobs import check_per_epoch_updates, slow_split, wait_until
+from spark_jobs import check_per_epoch_updates, run_in_background, slow_split, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -51,13 +50,6 @@ def test_sigkill_with_everything_on_s3_counts_each_object_once(spark: Any, s3: A
     counts.sink_to(ParquetSink(s3.uri(bucket, "out"), spark_metadata=False))
     job = env.job_graph("s3-kill")
     executor, control = SparkExecutor(spark), JobControl(job.name, 2)
-    outcome: dict[str, BaseException] = {}
-
-    def run() -> None:
-        try:
-            executor.execute(job, None, control)
-        except BaseException as exc:  # noqa: BLE001 - checked in the test thread
-            outcome["error"] = exc
 
     def committed() -> list[tuple[str, int]]:
         try:
@@ -69,8 +61,7 @@ def test_sigkill_with_everything_on_s3_counts_each_object_once(spark: Any, s3: A
         return list(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
 
     totals = collections.Counter(w for i in range(4) for w in _corpus(i).split())
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, outcome = run_in_background(executor, job, control)
     try:
         wait_until(lambda: len(executor.worker_pids) == 2, "both workers said hello")
         put(1)

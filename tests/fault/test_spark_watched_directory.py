@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from epochal import CheckpointConfig, JobCancelledError, RestartStrategy, Stream
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, TextFileSource
 from epochal.runtime.control import JobControl
-from spark_jobs import add_file, committed, expected, slow_split, wait_until
+from spark_jobs import add_file, committed, expected, run_in_background, slow_split, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -37,16 +36,8 @@ def test_files_arriving_around_a_sigkill_are_counted_exactly_once(spark: Any, tm
     lines.flat_map(slow_split).key_by(lambda w: w).count().sink_to(FileSink(str(out)))
     job = env.job_graph("watched-kill")
     executor, control = SparkExecutor(spark), JobControl(job.name, 2)
-    outcome: dict[str, BaseException] = {}
 
-    def run() -> None:
-        try:
-            executor.execute(job, None, control)
-        except BaseException as exc:  # noqa: BLE001 - checked in the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, outcome = run_in_background(executor, job, control)
     try:
         wait_until(lambda: len(executor.worker_pids) == 2, "both workers said hello")
         add_file(inbox, "f01.txt", 400, seed=1)

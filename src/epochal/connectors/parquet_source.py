@@ -23,7 +23,7 @@ from ..api.connector import SplitReader
 from ..errors import EpochalError
 from .file_source import FileSource
 
-__all__ = ["ParquetSource", "RowGroupSplit"]
+__all__ = ["ParquetSource", "RowGroupReader", "RowGroupSplit", "one_batch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,33 +35,56 @@ class RowGroupSplit:
     error: str = ""
 
 
-class _RowGroupReader(SplitReader):
-    """Reads one row group at the first read and hands out slices of it."""
+class RowGroupReader(SplitReader):
+    """Loads one row group at the first read and hands out slices of it; the position is the
+    number of its rows handed out."""
 
-    def __init__(self, fs: pafs.FileSystem, split: RowGroupSplit, position: int | None, columns: list[str] | None):
-        if split.rows < 0:
-            raise EpochalError(f"{split.path}: not a readable Parquet file ({split.error})")
-        self.fs, self.split, self.columns = fs, split, columns
+    def __init__(self, split: RowGroupSplit, position: int | None) -> None:
+        self.split = split
         self.done = position or 0
-        self._table: pa.Table | None = None
+        self._rows: pa.RecordBatch | None = None
+
+    def load(self) -> pa.Table:
+        raise NotImplementedError
 
     def read(self, max_records: int) -> pa.RecordBatch | None:
         if self.done >= self.split.rows:
             return None
-        if self._table is None:
-            try:
-                with self.fs.open_input_file(self.split.path) as f:
-                    self._table = pq.ParquetFile(f).read_row_group(self.split.row_group, columns=self.columns)
-            except (OSError, pa.ArrowException) as exc:
-                where = f"{self.split.path}: row group {self.split.row_group}"
-                raise EpochalError(f"{where} does not read ({exc})") from exc
+        if self._rows is None:  # one batch: each read is then a zero-copy slice of it
+            self._rows = one_batch(self.load())
         n = min(max_records, self.split.rows - self.done)
-        rows = self._table.slice(self.done, n).combine_chunks()
+        rows = self._rows.slice(self.done, n)
         self.done += n
-        return rows.to_batches()[0]
+        return rows
 
     def position(self) -> int:
         return self.done
+
+
+def one_batch(table: pa.Table) -> pa.RecordBatch:
+    """A table as one record batch (its columns made contiguous first)."""
+    batches = table.combine_chunks().to_batches()
+    if len(batches) == 1:
+        return batches[0]
+    if table.num_rows == 0:
+        return pa.RecordBatch.from_pylist([], schema=table.schema)
+    return pa.RecordBatch.from_struct_array(table.to_struct_array().combine_chunks())
+
+
+class _ParquetRowGroup(RowGroupReader):
+    def __init__(self, fs: pafs.FileSystem, split: RowGroupSplit, position: int | None, columns: list[str] | None):
+        if split.rows < 0:
+            raise EpochalError(f"{split.path}: not a readable Parquet file ({split.error})")
+        super().__init__(split, position)
+        self.fs, self.columns = fs, columns
+
+    def load(self) -> pa.Table:
+        try:
+            with self.fs.open_input_file(self.split.path) as f:
+                return pq.ParquetFile(f).read_row_group(self.split.row_group, columns=self.columns)
+        except (OSError, pa.ArrowException) as exc:
+            where = f"{self.split.path}: row group {self.split.row_group}"
+            raise EpochalError(f"{where} does not read ({exc})") from exc
 
 
 class ParquetSource(FileSource):
@@ -92,4 +115,4 @@ class ParquetSource(FileSource):
         return [RowGroupSplit(f"{name}#{i}", info.path, i, meta.row_group(i).num_rows) for i in groups]
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
-        return _RowGroupReader(self.target()[0], split, position, self.columns)
+        return _ParquetRowGroup(self.target()[0], split, position, self.columns)

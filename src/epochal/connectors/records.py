@@ -15,7 +15,6 @@ newline, as with Spark's default (`multiLine=false`).
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from ..api.connector import RejectedInput, SplitReader
 from ..config import check_instance, check_int
 from ..errors import EpochalError
 from .file_source import FileSource
+from .parquet_source import one_batch
 from .text import _DEFAULT_SPLIT, FileSplit, _LineReader, byte_splits
 
 __all__ = ["JsonLinesSource", "CsvSource"]
@@ -63,8 +63,7 @@ class _RecordLineReader(_LineReader):
         return passed
 
     def _batch(self, rows: Any) -> pa.RecordBatch:
-        batches = rows.combine_chunks().to_batches()
-        return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=rows.schema)
+        return rows  # a zero-copy slice of the block's one record batch
 
     def _decode(self, chunk: bytes, newlines: np.ndarray) -> tuple[pa.Array | pa.Table, np.ndarray]:
         all_ends = self._line_ends(chunk, newlines)
@@ -88,7 +87,7 @@ class _RecordLineReader(_LineReader):
             raise EpochalError(
                 f"{self.split.path}: {table.num_rows} records parsed from {int(kept.sum())} lines at byte {self.pos}"
             )
-        return table, all_ends[kept]
+        return one_batch(table), all_ends[kept]
 
     @staticmethod
     def _not_blank(lines: pa.Array) -> np.ndarray:
@@ -121,7 +120,7 @@ class _RecordLineReader(_LineReader):
         except pa.ArrowInvalid as again:  # every line parses alone, not together (types differ)
             where = f"{self.split.path}: the lines from byte {self.pos}"
             raise EpochalError(f"{where} do not parse together: {again}") from exc
-        return table, ends[good]
+        return one_batch(table), ends[good]
 
     def _parse(self, chunk: bytes) -> pa.Table:
         raise NotImplementedError
@@ -156,7 +155,7 @@ class _JsonLinesReader(_RecordLineReader):
         )
 
     def _parse(self, chunk: bytes) -> pa.Table:
-        return pjson.read_json(io.BytesIO(chunk), read_options=_ONE_THREAD_JSON, parse_options=self.options)
+        return pjson.read_json(pa.BufferReader(chunk), read_options=_ONE_THREAD_JSON, parse_options=self.options)
 
     def _check_line(self, line: str) -> None:
         json.loads(line)  # a syntax error names itself; a type conflict is pyarrow's to name
@@ -177,12 +176,24 @@ class _CsvReader(_RecordLineReader):
 
     def _parse(self, chunk: bytes) -> pa.Table:
         return pcsv.read_csv(
-            io.BytesIO(chunk), read_options=self.read_options, parse_options=self.parse_options,
+            pa.BufferReader(chunk), read_options=self.read_options, parse_options=self.parse_options,
             convert_options=self.convert_options,
         )
 
 
-class JsonLinesSource(FileSource):
+class _RecordFileSource(FileSource):
+    """A file source of one record per line, cut into splits by bytes."""
+
+    def __init__(self, path: str | os.PathLike[str], schema: pa.Schema | None, split_size: int, watch: bool | float):
+        super().__init__(path, watch)
+        self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
+        self.split_size = check_int("split_size", split_size)
+
+    def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
+        return byte_splits(info, name, self.split_size)
+
+
+class JsonLinesSource(_RecordFileSource):
     """JSON objects, one per line, from a file or the files under a directory, as Arrow batches.
 
     Args:
@@ -202,18 +213,13 @@ class JsonLinesSource(FileSource):
         split_size: int = _DEFAULT_SPLIT,
         watch: bool | float = False,
     ) -> None:
-        super().__init__(path, watch)
-        self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
-        self.split_size = check_int("split_size", split_size)
-
-    def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
-        return byte_splits(info, name, self.split_size)
+        super().__init__(path, schema, split_size, watch)
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         return _JsonLinesReader(self.target()[0], split, position, self.schema)
 
 
-class CsvSource(FileSource):
+class CsvSource(_RecordFileSource):
     """Rows of CSV files, from a file or the files under a directory, as Arrow batches.
 
     Args:
@@ -239,17 +245,12 @@ class CsvSource(FileSource):
         split_size: int = _DEFAULT_SPLIT,
         watch: bool | float = False,
     ) -> None:
-        super().__init__(path, watch)
-        self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
+        super().__init__(path, schema, split_size, watch)
         if schema is None and not header:
             raise ValueError("CsvSource: without a header, a schema must name the columns")
         self.header = bool(header)
         self.delimiter = delimiter
         self.encoding = encoding
-        self.split_size = check_int("split_size", split_size)
-
-    def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[FileSplit]:
-        return byte_splits(info, name, self.split_size)
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         fs = self.target()[0]
@@ -267,3 +268,4 @@ def _cr_before_newline(data: np.ndarray, ends: np.ndarray) -> np.ndarray:
     has_room = ends >= 2
     before = np.where(has_room, ends - 2, 0)
     return (has_room & (data[ends - 1] == _NEWLINE) & (data[before] == _CR)).astype(np.int64)
+

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..api.connector import Source, SplitReader
 from ..errors import EpochalError
 from ..state.storage import resolve_uri
-from .parquet_source import RowGroupSplit
+from .parquet_source import RowGroupReader, RowGroupSplit
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -29,24 +29,13 @@ if TYPE_CHECKING:
 __all__ = ["DeltaSource", "ParquetTableSource", "table_source"]
 
 
-class _RowGroupOfDataset(SplitReader):
+class _RowGroupOfDataset(RowGroupReader):
     def __init__(self, source: _DatasetSource, split: RowGroupSplit, position: int | None) -> None:
-        self.source, self.split = source, split
-        self.done = position or 0
-        self._table: pa.Table | None = None
+        super().__init__(split, position)
+        self.source = source
 
-    def read(self, max_records: int) -> pa.RecordBatch | None:
-        if self.done >= self.split.rows:
-            return None
-        if self._table is None:
-            self._table = self.source.row_group(self.split)
-        n = min(max_records, self.split.rows - self.done)
-        rows = self._table.slice(self.done, n).combine_chunks()
-        self.done += n
-        return rows.to_batches()[0]
-
-    def position(self) -> int:
-        return self.done
+    def load(self) -> pa.Table:
+        return self.source.row_group(self.split)
 
 
 class _DatasetSource(Source):
