@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from epochal import CheckpointConfig, JobCancelledError, RestartStrategy, StreamEnvironment
+from epochal import CheckpointConfig, JobCancelledError, JobFailedError, RestartStrategy, StreamEnvironment
 from epochal.connectors import ParquetSink, TextFileSource
 from epochal.errors import EpochalError, InjectedFailure
 from spark_jobs import wait_until
@@ -108,3 +108,14 @@ def test_a_job_on_s3_with_a_crash_counts_every_watched_object_once(s3: Any) -> N
     for word in totals:  # per word, the committed counts only rise: no epoch committed twice
         seen = [n for w, n in updates if w == word]
         assert seen == sorted(set(seen)), (word, seen)
+
+
+def test_a_parquet_sink_whose_log_s3_cannot_share_fails_before_the_job_starts(s3: Any) -> None:
+    fs, bucket = s3.filesystem(), f"log-{uuid.uuid4().hex[:8]}"
+    fs.create_dir(bucket)
+    _put(fs, f"{bucket}/in/a.txt", "a b\n")
+    env = StreamEnvironment(parallelism=2, executor="inprocess", restart=RestartStrategy(max_restarts=3))
+    env.from_source(TextFileSource(s3.uri(bucket, "in"))).sink_to(ParquetSink(s3.uri(bucket, "out")))
+    with pytest.raises(EpochalError, match="cannot share a _spark_metadata log") as raised:
+        env.execute("shared-log")
+    assert not isinstance(raised.value, JobFailedError)  # refused at start, not failed after attempts

@@ -461,14 +461,19 @@ class ParquetSink(Sink):
         if doomed:
             log.info("ParquetSink: removed %d file(s) of an earlier run from %s", len(doomed), self.path)
 
-    def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
-        fs, root = self.target()
+    def check_parallelism(self, parallelism: int) -> None:
+        """Fail before the job starts if `parallelism` writers cannot share the log."""
+        fs, _ = self.target()
         if self.spark_metadata and parallelism > 1 and not has_exclusive_create(fs):
             raise EpochalError(
                 f"ParquetSink: {self.path} is on {fs.type_name}, which cannot create a file only if it "
                 "is absent, so parallel subtasks cannot share a _spark_metadata log; sink with "
                 "parallelism 1 or pass spark_metadata=False"
             )
+
+    def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
+        fs, root = self.target()
+        self.check_parallelism(parallelism)  # checked at start too; a sink built by hand meets it here
         fs.create_dir(root)
         return _ParquetSinkWriter(self, subtask)
 

@@ -39,6 +39,10 @@ def check_sinks(job: JobGraph, resuming: bool) -> None:
     add to (a sink told to overwrite clears its old output here)."""
     for name, sink in _connectors(job, SinkSpec, "sink"):
         _call(name, "sink", lambda s=sink: s.check(resuming))
+    for vertex in job.vertices:  # a sink that cannot run with this many writers says so now
+        for spec in vertex.chain:
+            if isinstance(spec, SinkSpec) and callable(getattr(spec.sink, "check_parallelism", None)):
+                _call(spec.name, "sink", lambda s=spec.sink, p=vertex.parallelism: s.check_parallelism(p))
 
 
 def checkpoints_to_clear(storage: CheckpointStorage, job: JobGraph) -> list[int]:
