@@ -1,16 +1,27 @@
-"""FileSink: JSON lines in `part-*` files, committed exactly once per checkpoint.
+"""FileSink: JSON lines, CSV or Parquet in `part-*` files, committed exactly once per checkpoint.
 
 The dissertation's temp-file-and-atomic-move sink (§4.1.4): each subtask writes a hidden
-staging file (`.part-…inprogress`); at a checkpoint it is closed and fsynced, and its name pair
-becomes the subtask's committable; when the checkpoint completes the file is renamed to its
-visible `part-…` name. A reader that skips names starting with `.` or `_` never sees
-uncommitted records. Renames are idempotent, so commits repeated after a failure are harmless.
+staging file (`.part-…inprogress`); at a checkpoint it is closed (and fsynced on a local disk),
+and its name pair becomes the subtask's committable; when the checkpoint completes the file is
+renamed to its visible `part-…` name. A reader that skips names starting with `.` or `_` never
+sees uncommitted records. A commit repeated after a failure finds the file renamed already and
+changes nothing. Files go through `pyarrow.fs`, so the directory may be a URI (`s3://…`); an
+object store has no rename, so there the commit copies the staged object to its name unless a
+commit cut short did so already, then deletes it: the copy appears whole, and a repeat is as
+harmless as a repeated rename.
 
 A fresh run cannot know what an earlier run committed into the same directory, so before the job
 starts (`FileSink.check`) the sink's `mode` decides, as Spark's save modes do: `"error"` refuses
 a directory that holds committed `part-*` files, `"overwrite"` deletes the files a FileSink wrote
 there (and nothing else), `"append"` adds to them. A resumed job is never refused: its own
 committed output is expected.
+
+Arrow batches are written without a Python object per record: CSV by pyarrow's CSV writer,
+Parquet by `ParquetFileWriter`, JSON lines (pyarrow has no JSON writer) column by column with
+`pyarrow.compute`, as `json.dumps` writes the rows' tuples. Strings, integers, booleans and
+nulls come out byte for byte as `json.dumps` writes them, floats as the same values (possibly in
+other notation: `1e-05` may read `0.00001`); only columns of other types (timestamps, lists,
+structs, …) go through `json.dumps` value by value, so they fail or succeed as they always did.
 """
 
 from __future__ import annotations
@@ -19,27 +30,40 @@ import json
 import logging
 import os
 import re
-import tempfile
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from ..api.connector import Sink, SinkWriter
-from ..config import check_callable, check_choice, check_path
+from ..config import check_callable, check_choice, check_instance, check_path
 from ..errors import CheckpointError, EpochalError
-from ..runtime.batches import to_records
+from ..runtime.batches import batch_len, binary_buffers, to_records
 from ..runtime.elements import Batch
+from ..state.storage import resolve_uri
+from .parquet import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, _delete_quietly, _exists, _fsync, probe_writable
 
 log = logging.getLogger(__name__)
 
 FileSinkMode = Literal["error", "overwrite", "append"]
 MODES: tuple[FileSinkMode, ...] = ("error", "overwrite", "append")
+FileFormat = Literal["jsonl", "csv", "parquet"]
+FORMATS: tuple[FileFormat, ...] = ("jsonl", "csv", "parquet")
 
-# The names `_FileWriter` gives its files: only these are ever deleted by "overwrite".
-_COMMITTED = re.compile(r"part-\d{5,}-\d{8,}-[0-9a-f]{12}\.jsonl")
+# The names `_FileWriter` gives its files: only these are ever deleted by "overwrite". Staging
+# names do not say the format: any FileSink's staged file is dropped alike.
+_COMMITTED = re.compile(r"part-\d{5,}-\d{8,}-[0-9a-f]{12}\.(?:jsonl|csv|parquet)")
 _STAGING = re.compile(r"\.part-\d{5,}-[0-9a-f]{12}\.inprogress")
 _SHOWN = 3  # committed files a refusal names
+_BUFFER = 1 << 16  # bytes an output stream gathers per write: one write call per small batch is slow
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,64 +78,236 @@ def _default_encode(record: Any) -> str:
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
-class _FileWriter(SinkWriter):
-    def __init__(self, directory: str, subtask: int, encode: Callable[[Any], str]) -> None:
-        self.directory = directory
-        self.subtask = subtask
-        self.encode = encode
-        self._file: Any = None
-        self._staging = ""
-        self._token = ""
+# -- one staged file per format --------------------------------------------------------------------
+class _StagedFile(ABC):
+    """The staging file a subtask writes until the next checkpoint, in one format."""
 
-    def _open(self) -> None:
-        self._token = uuid.uuid4().hex[:12]
-        self._staging = os.path.join(self.directory, f".part-{self.subtask:05d}-{self._token}.inprogress")
-        self._file = open(self._staging, "w", encoding="utf-8")
+    extension: ClassVar[str]
+
+    def __init__(self, fs: pafs.FileSystem, path: str) -> None:
+        self.fs = fs
+        self.path = path
+
+    def _open(self) -> Any:
+        return self.fs.open_output_stream(self.path, compression=None, buffer_size=_BUFFER)
+
+    @abstractmethod
+    def write(self, batch: Batch) -> None: ...
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Close the file as it stands."""
+
+    def finish(self) -> None:
+        """Close the file; fsynced on a local disk, so the commit's rename cannot outlive its data."""
+        self._close()
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            _fsync(self.path)
+
+    def abort(self) -> None:
+        """Close without finishing (what was written stays, for recovery to delete)."""
+        self._close()
+
+
+class _JsonLinesFile(_StagedFile):
+    extension = "jsonl"
+
+    def __init__(self, fs: pafs.FileSystem, path: str, encode: Callable[[Any], str] | None) -> None:
+        super().__init__(fs, path)
+        self.encode = encode  # None: the default encoding, vectorized for Arrow batches
+        self._stream: Any = self._open()
 
     def write(self, batch: Batch) -> None:
+        if isinstance(batch, pa.RecordBatch) and self.encode is None and batch.num_columns:
+            offsets, data = binary_buffers(_json_lines(batch))
+            self._stream.write(data[offsets[0] : offsets[-1]])
+            return
+        encode = self.encode or _default_encode
+        self._stream.write("".join(encode(r) + "\n" for r in to_records(batch)).encode("utf-8"))
+
+    def _close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+class _CsvFile(_StagedFile):
+    extension = "csv"
+
+    def __init__(self, fs: pafs.FileSystem, path: str, conform: ArrowConformer) -> None:
+        super().__init__(fs, path)
+        self.conform = conform
+        self._stream: Any = None
+        self._writer: pcsv.CSVWriter | None = None
+
+    def write(self, batch: Batch) -> None:
+        arrow = self.conform(batch)
+        if self._writer is None:
+            self._stream = self._open()
+            self._writer = pcsv.CSVWriter(self._stream, arrow.schema)  # the header, once per file
+        self._writer.write_batch(arrow)
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._stream.close()
+            self._writer = self._stream = None
+
+
+class _ParquetFile(_StagedFile):
+    extension = "parquet"
+
+    def __init__(self, fs: pafs.FileSystem, path: str, conform: ArrowConformer) -> None:
+        super().__init__(fs, path)
+        self.conform = conform
+        self._file: ParquetFileWriter | None = None
+
+    def write(self, batch: Batch) -> None:
+        arrow = self.conform(batch)
         if self._file is None:
-            self._open()
-        encode = self.encode
-        self._file.write("".join(encode(r) + "\n" for r in to_records(batch)))
+            self._file = ParquetFileWriter(self.fs, self.path, arrow.schema, "snappy", ROW_GROUP_ROWS)
+        self._file.write(arrow)
+
+    def finish(self) -> None:
+        if self._file is not None:
+            self._file.finish()  # writes the rows it buffers for a row group, closes and fsyncs
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.abort()
+
+
+# -- JSON text of Arrow columns --------------------------------------------------------------------
+_QUOTE, _BACKSLASH, _SPACE = ord('"'), ord("\\"), 0x20
+# how json.dumps writes the control characters: five short escapes, the others as \u00XX
+_CONTROL = {chr(c): {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}.get(chr(c), f"\\u{c:04x}")
+            for c in range(_SPACE)}
+
+
+def _json_lines(batch: pa.RecordBatch) -> pa.StringArray:
+    """The JSON line of each row, as `json.dumps` writes the row's record: a one-column row is
+    the bare value, a wider one an array of its columns (newline included)."""
+    columns = [_json_text(c) for c in batch.columns]
+    n = batch.num_rows
+    parts: list[Any] = [pa.repeat("[", n)] if len(columns) > 1 else []  # arrays: scalars broadcast slower
+    comma = pa.repeat(",", n)
+    for i, column in enumerate(columns):
+        parts.extend([comma, column] if i else [column])
+    parts.append(pa.repeat("]\n" if len(columns) > 1 else "\n", n))
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _json_text(column: pa.Array) -> pa.Array:
+    """Each value of `column` as JSON text; null as `null`."""
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        return _json_text(column.dictionary_decode())
+    if pa.types.is_null(kind):
+        text = pa.nulls(len(column), pa.string())
+    elif pa.types.is_boolean(kind):
+        text = pc.if_else(column, "true", "false")
+    elif pa.types.is_integer(kind):
+        text = column.cast(pa.string())
+    elif pa.types.is_floating(kind):
+        text = _json_floats(column)
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = pc.binary_join_element_wise('"', _json_escape(column.cast(pa.string())), '"', "")
+    else:  # timestamps, decimals, binary, nested: as json.dumps takes their Python values
+        text = pa.array([_default_encode(v) for v in column.to_pylist()], pa.string())
+    return text.fill_null("null")
+
+
+def _json_floats(column: pa.Array) -> pa.Array:
+    # Arrow writes the shortest text that reads back as the same double (a float32 is widened
+    # first, as Python widens it); an integral one needs `.0` to read back as a float, and
+    # json.dumps writes NaN and Infinity for what Arrow calls nan and inf
+    text = column.cast(pa.float64()).cast(pa.string())
+    text = pc.if_else(pc.match_substring_regex(text, "[.en]"), text, pc.binary_join_element_wise(text, ".0", ""))
+    text = pc.replace_substring_regex(text, "^(-?)inf$", r"\1Infinity")
+    return pc.replace_substring(text, "nan", "NaN")
+
+
+def _json_escape(strings: pa.Array) -> pa.Array:
+    """`strings` with `"`, `\\` and control characters escaped as json.dumps escapes them
+    (`ensure_ascii=False`: other characters stay). A check of the bytes first: most strings
+    need no escape, and a byte below 0x80 is never part of a multi-byte UTF-8 character."""
+    offsets, data = binary_buffers(strings)
+    data = data[offsets[0] :]  # a slice's buffer holds the rows before it too
+    if bool(((data == _QUOTE) | (data == _BACKSLASH)).any()):
+        strings = pc.replace_substring(pc.replace_substring(strings, "\\", "\\\\"), '"', '\\"')
+    if bool((data < _SPACE).any()):
+        for char in np.unique(data[data < _SPACE]):
+            strings = pc.replace_substring(strings, chr(char), _CONTROL[chr(char)])
+    return strings
+
+
+# -- the sink ----------------------------------------------------------------------------------------
+class _FileWriter(SinkWriter):
+    def __init__(self, sink: FileSink, subtask: int) -> None:
+        self.sink = sink
+        self.subtask = subtask
+        self.fs, self.root = sink.target()
+        self._conform = ArrowConformer(sink.schema)  # one schema for all of this subtask's files
+        self._file: _StagedFile | None = None
+        self._token = ""
+
+    def _open(self) -> _StagedFile:
+        self._token = uuid.uuid4().hex[:12]
+        staging = f"{self.root}/.part-{self.subtask:05d}-{self._token}.inprogress"
+        if self.sink.format == "csv":
+            return _CsvFile(self.fs, staging, self._conform)
+        if self.sink.format == "parquet":
+            return _ParquetFile(self.fs, staging, self._conform)
+        encode = self.sink.encode
+        return _JsonLinesFile(self.fs, staging, None if encode is _default_encode else encode)
+
+    def write(self, batch: Batch) -> None:
+        if not batch_len(batch):
+            return  # an empty batch makes no file: an empty one would be committed
+        if self._file is None:
+            self._file = self._open()
+        self._file.write(batch)
 
     def prepare_commit(self, checkpoint_id: int) -> PendingFile | None:
-        if self._file is None:
+        file, self._file = self._file, None
+        if file is None:
             return None
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
-        final = os.path.join(self.directory, f"part-{self.subtask:05d}-{checkpoint_id:08d}-{self._token}.jsonl")
-        return PendingFile(self._staging, final)
+        file.finish()
+        name = f"part-{self.subtask:05d}-{checkpoint_id:08d}-{self._token}.{file.extension}"
+        return PendingFile(file.path, f"{self.root}/{name}")
 
     def recover(self) -> None:
         # Staging files of this subtask index that no restored checkpoint committed hold records
         # after that checkpoint: they will be written again, so drop them.
         prefix = f".part-{self.subtask:05d}-"
-        for name in os.listdir(self.directory):
-            if name.startswith(prefix) and name.endswith(".inprogress"):
-                try:
-                    os.remove(os.path.join(self.directory, name))
-                except FileNotFoundError:
-                    pass
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
+            if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
+                _delete_quietly(self.fs, info.path)
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            self._file.abort()
             self._file = None
 
 
 class FileSink(Sink):
-    """Writes records as JSON lines (tuples as arrays) to `part-*` files in a directory.
+    """Writes records as JSON lines, CSV or Parquet to `part-*` files in a directory.
 
     Args:
-        directory: where the files go (created if missing).
-        encode: turns a record into one line of text (default: compact JSON).
+        directory: where the files go (created if missing): a local path or a `pyarrow.fs` URI
+            (`s3://bucket/out/`, `hdfs://…`).
+        encode: for `"jsonl"`, turns a record into one line of text (default: compact JSON,
+            tuples as arrays; Arrow batches are then encoded column by column).
         mode: what a job that does not resume from a checkpoint does with committed `part-*`
             files already in `directory`: `"error"` (the default, Spark's `errorIfExists`)
             refuses to start; `"overwrite"` deletes the files a FileSink wrote there (other
             files stay); `"append"` adds new files beside them. A resumed job keeps its output
             whatever the mode.
+        format: `"jsonl"` (the default), `"csv"` (with a header) or `"parquet"`: the files'
+            format and extension. CSV and Parquet take records as columns, as `ParquetSink` does
+            (tuples: `f0`, `f1`, …; dicts by key; other values: `value`).
+        schema: for `"csv"` and `"parquet"`, the files' Arrow schema; default: the first
+            batch's. Pass one if early records may hold None.
 
     Files appear only when the checkpoint that covers them completes; with no periodic
     checkpoints, when the job ends.
@@ -123,18 +319,40 @@ class FileSink(Sink):
         encode: Callable[[Any], str] | None = None,
         *,
         mode: FileSinkMode = "error",
+        format: FileFormat = "jsonl",
+        schema: pa.Schema | None = None,
     ) -> None:
-        self.directory = os.path.abspath(check_path("directory", directory))
-        self.encode = _default_encode if encode is None else check_callable("encode", encode)
+        path = check_path("directory", directory)
+        self.directory = path if "://" in path else os.path.abspath(path)
+        self.format = cast(FileFormat, check_choice("format", format, FORMATS))
         self.mode = cast(FileSinkMode, check_choice("mode", mode, MODES))
+        if encode is not None and self.format != "jsonl":
+            raise ValueError(f'encode is for format="jsonl"; {self.format} files take records as columns')
+        if schema is not None and self.format == "jsonl":
+            raise ValueError('schema is for format="csv" or "parquet"; JSON lines need none')
+        self.encode = _default_encode if encode is None else check_callable("encode", encode)
+        self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
+        self._target: tuple[pafs.FileSystem, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_target"] = None  # a filesystem per process: resolved again where the sink runs
+        return state
+
+    def target(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and the directory's path on it."""
+        if self._target is None:
+            self._target = resolve_uri(self.directory)
+        return self._target
 
     def check(self, resuming: bool) -> None:
         """Fail now if the directory is not writable, or (on a fresh start, mode "error") holds
         committed output; mode "overwrite" deletes that output here."""
-        _check_writable(self.directory)
+        fs, root = self.target()
+        probe_writable(fs, root, "FileSink")
         if resuming or self.mode == "append":
             return
-        names = sorted(os.listdir(self.directory))
+        names = sorted(info.base_name for info in fs.get_file_info(pafs.FileSelector(root)))
         if self.mode == "error":
             committed = [n for n in names if n.startswith("part-")]
             if committed:
@@ -149,10 +367,7 @@ class FileSink(Sink):
         # nothing a fresh run prepares can commit an earlier run's staging files: drop them too
         doomed = [n for n in names if _STAGING.fullmatch(n) or (self.mode == "overwrite" and _COMMITTED.fullmatch(n))]
         for name in doomed:
-            try:
-                os.remove(os.path.join(self.directory, name))
-            except FileNotFoundError:
-                pass
+            _delete_quietly(fs, f"{root}/{name}")
         if doomed:
             log.info("FileSink: removed %d file(s) of an earlier run from %s", len(doomed), self.directory)
         foreign = [n for n in names if n.startswith("part-") and not _COMMITTED.fullmatch(n)]
@@ -160,29 +375,31 @@ class FileSink(Sink):
             log.warning("FileSink: %s holds part-* files it did not write (kept): %s", self.directory, foreign[:_SHOWN])
 
     def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
-        os.makedirs(self.directory, exist_ok=True)
-        return _FileWriter(self.directory, subtask, self.encode)
+        fs, root = self.target()
+        fs.create_dir(root)
+        return _FileWriter(self, subtask)
 
     def commit(self, committables: list[Any]) -> None:
+        fs, root = self.target()
         for pending in committables:
-            if os.path.exists(pending.staging):
-                os.replace(pending.staging, pending.final)
-            elif not os.path.exists(pending.final):
-                raise CheckpointError(
-                    f"FileSink: staged file {pending.staging} is gone and {pending.final} does not exist"
-                )
-        _fsync_dir(self.directory)
+            _publish(fs, pending)
+        if isinstance(fs, pafs.LocalFileSystem):
+            _fsync_dir(root)  # the renames survive a crash of the machine
 
 
-def _check_writable(directory: str) -> None:
-    """Create `directory` if needed and write (then delete) a hidden probe file in it."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".epochal-probe-", dir=directory)
-        os.close(fd)
-        os.remove(probe)
-    except OSError as exc:
-        raise EpochalError(f"FileSink: cannot write to {directory}: {exc.strerror or exc}") from exc
+def _publish(fs: pafs.FileSystem, pending: PendingFile) -> None:
+    """Give a staged file its final name; done again after a failure, it changes nothing."""
+    if _exists(fs, pending.staging):
+        if isinstance(fs, pafs.LocalFileSystem) or fs.type_name == "hdfs":
+            fs.move(pending.staging, pending.final)  # atomic: one name or the other
+            return
+        # An object store has no rename (pyarrow's move copies, then deletes). Copy unless a
+        # commit cut short did, then drop the staged object.
+        if not _exists(fs, pending.final):
+            fs.copy_file(pending.staging, pending.final)
+        _delete_quietly(fs, pending.staging)
+    elif not _exists(fs, pending.final):
+        raise CheckpointError(f"FileSink: staged file {pending.staging} is gone and {pending.final} does not exist")
 
 
 def _fsync_dir(directory: str) -> None:
@@ -198,11 +415,37 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def read_committed(directory: str) -> list[Any]:
-    """Every record in the committed `part-*` files of a FileSink directory (hidden files skipped)."""
+# -- reading it back -------------------------------------------------------------------------------
+def read_committed(directory: str | os.PathLike[str]) -> list[Any]:
+    """Every record in the committed `part-*` files of a FileSink directory (a path or a URI;
+    hidden files skipped), file by file in name order.
+
+    JSON lines come back as parsed (tuples as lists). A CSV or Parquet row comes back as a list
+    of its columns, or the bare value if the file has one column: what the JSON line of the same
+    record reads back as. CSV values have the types pyarrow infers from the text.
+    """
+    fs, root = resolve_uri(os.fspath(directory))
+    infos = fs.get_file_info(pafs.FileSelector(root))
     records: list[Any] = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith("part-"):
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
-                records.extend(json.loads(line) for line in f if line.strip())
+    for info in sorted(infos, key=lambda i: i.base_name):
+        if info.base_name.startswith("part-") and info.type == pafs.FileType.File:
+            records.extend(_read_part(fs, info.path))
     return records
+
+
+def _read_part(fs: pafs.FileSystem, path: str) -> list[Any]:
+    if path.endswith(".parquet"):
+        return _rows(pq.read_table(path, filesystem=fs))
+    with fs.open_input_stream(path) as f:
+        if path.endswith(".csv"):
+            return _rows(pcsv.read_csv(f))
+        text = f.read().decode("utf-8")
+    # split at newlines only: json.dumps leaves U+2028 and its kind (which splitlines splits at) as they are
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
+
+
+def _rows(table: pa.Table) -> list[Any]:
+    columns = [c.to_pylist() for c in table.columns]
+    if len(columns) == 1:
+        return columns[0]
+    return [list(row) for row in zip(*columns)]
