@@ -67,6 +67,19 @@ def test_sigkill_of_a_worker_at_a_random_moment_loses_and_duplicates_nothing(any
     assert restored_from_checkpoint >= trials // 2
 
 
+@pytest.mark.parametrize("sink_format", ["csv", "parquet"])
+def test_sigkill_with_csv_and_parquet_files_commits_every_update_once(
+    spark: Any, tmp_path: Path, sink_format: str
+) -> None:
+    corpus, out, ckpt = str(tmp_path / "corpus"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    write_corpus(corpus)
+    env = wordcount_env(corpus, out, ckpt, spark=spark, sink_format=sink_format)
+    result, _ = run_and_kill(spark, env, "wordcount", ckpt, random.Random(5), delay=(0.0, 2.0))
+    assert result.restarts == 1 and result.restored_from[-1] is not None
+    assert sorted(map(tuple, read_committed(out))) == expected_updates(corpus)
+    assert {os.path.splitext(n)[1] for n in os.listdir(out) if n.startswith("part-")} == {f".{sink_format}"}
+
+
 def test_killing_the_whole_run_then_resuming_from_latest_gives_identical_output(tmp_path: Path) -> None:
     _kill_the_run_then_resume(tmp_path, [])
 
