@@ -3,7 +3,9 @@
 A manifest is the commit record of one checkpoint (dissertation §4.1.3, the two-phase epoch
 commit: an epoch counts as committed only once every task is prepared, and the manifest is
 written last). It lists every file a restore reads, with size and SHA-256, and carries the
-SHA-256 of its own body, so a corrupt manifest is never mistaken for another one.
+SHA-256 of its own body, so a corrupt manifest is never mistaken for another one. With a key in
+`EPOCHAL_CHECKPOINT_KEY` it also carries an HMAC of its body, checked before anything it lists
+is read: checkpoints are unpickled, and only a writer with the key can make one that loads.
 
 The JSON is the records' fields, nothing hand-written per field: `to_plain` and `from_plain`
 walk the dataclass fields and their type hints. A field added with a default reads older
@@ -15,13 +17,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
+import os
 import types
 from collections.abc import Iterable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from ..errors import CorruptCheckpointError
+from ..errors import CheckpointError, CorruptCheckpointError
 
 __all__ = [
     "FORMAT_VERSION",
@@ -176,7 +180,9 @@ class Manifest:
         body["format_version"] = FORMAT_VERSION
         payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
         checksum = hashlib.sha256(payload.encode()).hexdigest()
-        return f'{{"manifest":{payload},"sha256":"{checksum}"}}'.encode()
+        key = checkpoint_key()
+        signed = "" if key is None else f',"hmac":"{_hmac(key, payload)}"'
+        return f'{{"manifest":{payload},"sha256":"{checksum}"{signed}}}'.encode()
 
     @staticmethod
     def from_json(data: bytes, source: str) -> Manifest:
@@ -188,6 +194,12 @@ class Manifest:
             payload = json.dumps(body, sort_keys=True, separators=(",", ":"))
             if hashlib.sha256(payload.encode()).hexdigest() != outer["sha256"]:
                 raise CorruptCheckpointError(f"{source}: manifest checksum mismatch")
+            key = checkpoint_key()
+            if key is not None and not hmac.compare_digest(str(outer.get("hmac", "")), _hmac(key, payload)):
+                raise CorruptCheckpointError(
+                    f"{source}: not authenticated ({KEY_VARIABLE} is set and the manifest carries no valid "
+                    "HMAC): refused, nothing of it is unpickled"
+                )
             if body.pop("format_version") not in READABLE_VERSIONS:
                 raise CorruptCheckpointError(f"{source}: unknown manifest format")
             manifest: Manifest = from_plain(Manifest, body)
@@ -196,6 +208,31 @@ class Manifest:
             raise
         except Exception as exc:
             raise CorruptCheckpointError(f"{source}: unreadable manifest ({exc})") from exc
+
+
+# -- authentication ------------------------------------------------------------------------------
+KEY_VARIABLE = "EPOCHAL_CHECKPOINT_KEY"
+_MIN_KEY_BYTES = 16
+
+
+def checkpoint_key() -> bytes | None:
+    """The key that signs and checks manifests, from the environment; None: not authenticated.
+
+    Every data file's SHA-256 is in the manifest and is checked before the file is decoded, so
+    an HMAC over the manifest authenticates every file of the checkpoint: nothing a writer
+    without the key put in the directory is unpickled.
+    """
+    value = os.environ.get(KEY_VARIABLE)
+    if not value:
+        return None
+    key = value.encode()
+    if len(key) < _MIN_KEY_BYTES:
+        raise CheckpointError(f"{KEY_VARIABLE} must be at least {_MIN_KEY_BYTES} bytes (a random secret)")
+    return key
+
+
+def _hmac(key: bytes, payload: str) -> str:
+    return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
 
 
 # -- the generic converter ----------------------------------------------------------------------

@@ -34,6 +34,7 @@ from .manifest import (
     FileHandle,
     Manifest,
     checkpoint_dir_name,
+    checkpoint_key,
     checkpoint_of_path,
 )
 
@@ -62,6 +63,7 @@ class CheckpointStorage:
 
     def __init__(self, uri: str, create: bool = True) -> None:
         self.uri = uri
+        checkpoint_key()  # a key too weak to sign with fails here, before any job starts
         self.fs, self.root = resolve_uri(uri)
         self._retention: Retention | None = None  # built on the first `retain`, on the driver
         if not create:
