@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 # Young objects collected every 50,000 allocations instead of CPython's 700 (cluster/gc_tuning.py).
 DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
@@ -46,6 +46,10 @@ class CheckpointConfig:
             nothing else) and starts from scratch. Incomplete checkpoints alone (a run that
             failed before its first checkpoint completed, so committed nothing) never stop a
             start: they are deleted.
+        filesystem: a `pyarrow.fs.FileSystem` that `directory` is a path in, for a store that
+            has no URI pyarrow resolves (an fsspec filesystem wrapped in
+            `pyarrow.fs.PyFileSystem(FSSpecHandler(fs))`, a filesystem of your own). It must
+            pickle: the workers open the directory through it. None: `directory` says.
     """
 
     interval: float | None = None
@@ -57,6 +61,7 @@ class CheckpointConfig:
     retain: int = 3
     mode: Literal["aligned", "synchronous"] = "aligned"
     existing: Literal["error", "overwrite"] = "error"
+    filesystem: Any = None
 
     def __post_init__(self) -> None:
         if self.interval is not None:
@@ -70,6 +75,10 @@ class CheckpointConfig:
         check_int("CheckpointConfig.retain", self.retain)
         check_choice("CheckpointConfig.mode", self.mode, ("aligned", "synchronous"))
         check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
+        if self.filesystem is not None:
+            import pyarrow.fs as pafs
+
+            check_instance("CheckpointConfig.filesystem", self.filesystem, pafs.FileSystem)
 
     @property
     def is_periodic(self) -> bool:

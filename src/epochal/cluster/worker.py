@@ -132,7 +132,8 @@ class Worker:
         self.config = job.config
         every = job.config.metrics_interval  # live metrics to the job master; None: none
         self._report_every = math.inf if every is None else every
-        self.storage = CheckpointStorage(job.config.checkpoint.directory) if job.config.checkpoint.directory else None
+        config = job.config.checkpoint
+        self.storage = CheckpointStorage(config.directory, filesystem=config.filesystem) if config.directory else None
         self.clock = WallClock()
         self.background = _ThreadRunner()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()

@@ -93,7 +93,8 @@ class JobMaster:
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
-        self.storage = CheckpointStorage(directory) if directory else None
+        filesystem = job.config.checkpoint.filesystem
+        self.storage = CheckpointStorage(directory, filesystem=filesystem) if directory else None
         self.control.checkpoint_directory = directory
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
@@ -221,9 +222,12 @@ class JobMaster:
             except NoCheckpointError:  # dropped by retention meanwhile
                 continue
             if self._refused:
+                newer = sorted(c for c in self._refused if c > checkpoint_id)
                 log.warning(
-                    "job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d",
+                    "job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d%s",
                     self.job.name, sorted(self._refused), checkpoint_id,
+                    f" (the sinks may have committed the output of checkpoint(s) {newer}: replayed from "
+                    f"checkpoint {checkpoint_id}, it can appear twice)" if newer else "",
                 )
             return manifest
         return None

@@ -61,10 +61,11 @@ def _chunks(data: bytes | Iterable[bytes]) -> Iterable[bytes]:
 class CheckpointStorage:
     """Reads and writes checkpoints under one root directory (a local path or a pyarrow URI)."""
 
-    def __init__(self, uri: str, create: bool = True) -> None:
+    def __init__(self, uri: str, create: bool = True, filesystem: pafs.FileSystem | None = None) -> None:
         self.uri = uri
         checkpoint_key()  # a key too weak to sign with fails here, before any job starts
-        self.fs, self.root = resolve_uri(uri)
+        self._filesystem = filesystem  # given (CheckpointConfig.filesystem): `uri` is a path in it
+        self.fs, self.root = (filesystem, uri.rstrip("/")) if filesystem is not None else resolve_uri(uri)
         self._retention: Retention | None = None  # built on the first `retain`, on the driver
         if not create:
             if self.fs.get_file_info(self.root).type != pafs.FileType.Directory:
@@ -76,7 +77,7 @@ class CheckpointStorage:
             raise CheckpointError(f"cannot create checkpoint directory {uri!r}: {exc}") from exc
 
     def __reduce__(self) -> tuple[Any, ...]:  # pyarrow filesystems re-resolve in other processes
-        return (CheckpointStorage, (self.uri,))
+        return (CheckpointStorage, (self.uri, True, self._filesystem))
 
     # -- paths -----------------------------------------------------------------------------------
     @staticmethod
