@@ -221,3 +221,36 @@ def test_lines_that_do_not_parse_are_skipped_or_dead_lettered_exactly_once(tmp_p
         )
         assert all(letter["operator"] == "source" and letter["position"]["file"].endswith("events.jsonl")
                    for letter in letters)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_watched_json_lines_and_csv_files_are_each_read_once(tmp_path: Path, fmt: str) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    schema = pa.schema([("id", pa.int64()), ("user", pa.string()), ("amount", pa.int64())])
+
+    def land(i: int) -> None:
+        table = pa.Table.from_pylist(_records(i, 200), schema=schema)
+        staged = inbox / f".f{i}.{fmt}"
+        if fmt == "csv":
+            pcsv.write_csv(table, staged)
+        else:
+            staged.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+        staged.rename(inbox / f"f{i}.{fmt}")
+
+    land(0)
+    source = (JsonLinesSource(inbox, schema=schema, watch=0.05, split_size=2_000) if fmt == "jsonl"
+              else CsvSource(inbox, schema=schema, watch=0.05, split_size=2_000))
+    env = StreamEnvironment(parallelism=2, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "ckpt")))
+    sink = CollectSink()
+    env.from_source(source).map(lambda r: r[0]).sink_to(sink)
+    handle = env.execute_async(f"watched-{fmt}")
+    for i in range(1, 4):
+        land(i)
+    want = sorted(r["id"] for i in range(4) for r in _records(i, 200))
+    wait_until(lambda: len(sink.committed()) >= len(want) or handle.done(), "every file is read")
+    handle.cancel()
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=30)
+    assert sorted(sink.committed()) == want
