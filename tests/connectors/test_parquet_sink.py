@@ -20,7 +20,8 @@ import pytest
 from epochal import CheckpointConfig, EpochalError, RestartStrategy, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.connectors import ParquetSink, TextFileSource
-from epochal.connectors.parquet import METADATA_DIR, ArrowConformer, SparkSinkLog
+from epochal.connectors.arrow_files import ArrowConformer
+from epochal.connectors.parquet import METADATA_DIR, SparkSinkLog
 from epochal.testing import ListSource
 from spark_jobs import expected_updates, run_and_kill, slow_split, write_corpus
 

@@ -21,7 +21,10 @@ The job master decides every restart; this host carries it out at one of two spe
   Spark never retries for a result stage: the host cancels what is left and submits a new stage
   (a new *launch*), whose workers start the next attempt.
 The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
-it is a retry. The job master is built, and runs its start checks, before the SparkSession is
+it is a retry. The module is over 450 lines because submitting a stage, accepting its workers,
+supervising them and relaunching share one piece of state (the launch, its links and the
+attempt); the parts that do not (the session, the worker, the wire protocol) are modules of
+their own. The job master is built, and runs its start checks, before the SparkSession is
 (`cluster.session`), so a job that cannot start fails before the JVM does.
 """
 

@@ -45,7 +45,7 @@ from ..config import check_choice, check_instance, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.elements import Batch
 from ..state.storage import resolve_uri
-from .parquet import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, probe_writable
+from .arrow_files import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, delete_quietly, probe_writable
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -130,7 +130,7 @@ class _DeltaWriter(SinkWriter):
             selector = pafs.FileSelector(f"{self.root}/{STAGING_DIR}", allow_not_found=True)
             for info in self.fs.get_file_info(selector):
                 if info.base_name.startswith(prefix):
-                    _delete_quietly(self.fs, info.path)
+                    delete_quietly(self.fs, info.path)
 
     def close(self) -> None:
         if self._file is not None:
@@ -280,7 +280,7 @@ class DeltaSink(Sink):
             fs, root = self.target()
             for c in committables:
                 for f in c.files:
-                    _delete_quietly(fs, f"{root}/{f.path}")
+                    delete_quietly(fs, f"{root}/{f.path}")
 
     def _append(self, table: DeltaTable | None, todo: list[DeltaCommittable], txn: Any) -> None:
         from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
@@ -367,10 +367,3 @@ def _deltalake() -> Any:
     except ImportError as exc:
         raise EpochalError("DeltaSink needs the deltalake library: pip install 'epochal[delta]'") from exc
     return deltalake
-
-
-def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        pass

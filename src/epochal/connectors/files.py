@@ -36,9 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -49,7 +47,16 @@ from ..errors import CheckpointError, EpochalError
 from ..runtime.batches import batch_len, binary_buffers, to_records
 from ..runtime.elements import Batch
 from ..state.storage import resolve_uri
-from .parquet import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, _delete_quietly, _exists, _fsync, probe_writable
+from .arrow_files import (
+    ROW_GROUP_ROWS,
+    ArrowConformer,
+    ParquetFileWriter,
+    delete_quietly,
+    exists,
+    fsync,
+    probe_writable,
+)
+from .json_lines import encode_record, json_lines
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +79,6 @@ class PendingFile:
 
     staging: str
     final: str
-
-
-def _default_encode(record: Any) -> str:
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
 
 
 # -- one staged file per format --------------------------------------------------------------------
@@ -102,7 +105,7 @@ class _StagedFile(ABC):
         """Close the file; fsynced on a local disk, so the commit's rename cannot outlive its data."""
         self._close()
         if isinstance(self.fs, pafs.LocalFileSystem):
-            _fsync(self.path)
+            fsync(self.path)
 
     def abort(self) -> None:
         """Close without finishing (what was written stays, for recovery to delete)."""
@@ -119,10 +122,10 @@ class _JsonLinesFile(_StagedFile):
 
     def write(self, batch: Batch) -> None:
         if isinstance(batch, pa.RecordBatch) and self.encode is None and batch.num_columns:
-            offsets, data = binary_buffers(_json_lines(batch))
+            offsets, data = binary_buffers(json_lines(batch))
             self._stream.write(data[offsets[0] : offsets[-1]])
             return
-        encode = self.encode or _default_encode
+        encode = self.encode or encode_record
         self._stream.write("".join(encode(r) + "\n" for r in to_records(batch)).encode("utf-8"))
 
     def _close(self) -> None:
@@ -177,70 +180,6 @@ class _ParquetFile(_StagedFile):
             self._file.abort()
 
 
-# -- JSON text of Arrow columns --------------------------------------------------------------------
-_QUOTE, _BACKSLASH, _SPACE = ord('"'), ord("\\"), 0x20
-# how json.dumps writes the control characters: five short escapes, the others as \u00XX
-_CONTROL = {chr(c): {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}.get(chr(c), f"\\u{c:04x}")
-            for c in range(_SPACE)}
-
-
-def _json_lines(batch: pa.RecordBatch) -> pa.StringArray:
-    """The JSON line of each row, as `json.dumps` writes the row's record: a one-column row is
-    the bare value, a wider one an array of its columns (newline included)."""
-    columns = [_json_text(c) for c in batch.columns]
-    n = batch.num_rows
-    parts: list[Any] = [pa.repeat("[", n)] if len(columns) > 1 else []  # arrays: scalars broadcast slower
-    comma = pa.repeat(",", n)
-    for i, column in enumerate(columns):
-        parts.extend([comma, column] if i else [column])
-    parts.append(pa.repeat("]\n" if len(columns) > 1 else "\n", n))
-    return pc.binary_join_element_wise(*parts, "")
-
-
-def _json_text(column: pa.Array) -> pa.Array:
-    """Each value of `column` as JSON text; null as `null`."""
-    kind = column.type
-    if pa.types.is_dictionary(kind):
-        return _json_text(column.dictionary_decode())
-    if pa.types.is_null(kind):
-        text = pa.nulls(len(column), pa.string())
-    elif pa.types.is_boolean(kind):
-        text = pc.if_else(column, "true", "false")
-    elif pa.types.is_integer(kind):
-        text = column.cast(pa.string())
-    elif pa.types.is_floating(kind):
-        text = _json_floats(column)
-    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        text = pc.binary_join_element_wise('"', _json_escape(column.cast(pa.string())), '"', "")
-    else:  # timestamps, decimals, binary, nested: as json.dumps takes their Python values
-        text = pa.array([_default_encode(v) for v in column.to_pylist()], pa.string())
-    return text.fill_null("null")
-
-
-def _json_floats(column: pa.Array) -> pa.Array:
-    # Arrow writes the shortest text that reads back as the same double (a float32 is widened
-    # first, as Python widens it); an integral one needs `.0` to read back as a float, and
-    # json.dumps writes NaN and Infinity for what Arrow calls nan and inf
-    text = column.cast(pa.float64()).cast(pa.string())
-    text = pc.if_else(pc.match_substring_regex(text, "[.en]"), text, pc.binary_join_element_wise(text, ".0", ""))
-    text = pc.replace_substring_regex(text, "^(-?)inf$", r"\1Infinity")
-    return pc.replace_substring(text, "nan", "NaN")
-
-
-def _json_escape(strings: pa.Array) -> pa.Array:
-    """`strings` with `"`, `\\` and control characters escaped as json.dumps escapes them
-    (`ensure_ascii=False`: other characters stay). A check of the bytes first: most strings
-    need no escape, and a byte below 0x80 is never part of a multi-byte UTF-8 character."""
-    offsets, data = binary_buffers(strings)
-    data = data[offsets[0] :]  # a slice's buffer holds the rows before it too
-    if bool(((data == _QUOTE) | (data == _BACKSLASH)).any()):
-        strings = pc.replace_substring(pc.replace_substring(strings, "\\", "\\\\"), '"', '\\"')
-    if bool((data < _SPACE).any()):
-        for char in np.unique(data[data < _SPACE]):
-            strings = pc.replace_substring(strings, chr(char), _CONTROL[chr(char)])
-    return strings
-
-
 # -- the sink ----------------------------------------------------------------------------------------
 class _FileWriter(SinkWriter):
     def __init__(self, sink: FileSink, subtask: int) -> None:
@@ -259,7 +198,7 @@ class _FileWriter(SinkWriter):
         if self.sink.format == "parquet":
             return _ParquetFile(self.fs, staging, self._conform)
         encode = self.sink.encode
-        return _JsonLinesFile(self.fs, staging, None if encode is _default_encode else encode)
+        return _JsonLinesFile(self.fs, staging, None if encode is encode_record else encode)
 
     def write(self, batch: Batch) -> None:
         if not batch_len(batch):
@@ -282,7 +221,7 @@ class _FileWriter(SinkWriter):
         prefix = f".part-{self.subtask:05d}-"
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
             if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
-                _delete_quietly(self.fs, info.path)
+                delete_quietly(self.fs, info.path)
 
     def close(self) -> None:
         if self._file is not None:
@@ -330,7 +269,7 @@ class FileSink(Sink):
             raise ValueError(f'encode is for format="jsonl"; {self.format} files take records as columns')
         if schema is not None and self.format == "jsonl":
             raise ValueError('schema is for format="csv" or "parquet"; JSON lines need none')
-        self.encode = _default_encode if encode is None else check_callable("encode", encode)
+        self.encode = encode_record if encode is None else check_callable("encode", encode)
         self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
         self._target: tuple[pafs.FileSystem, str] | None = None
 
@@ -367,7 +306,7 @@ class FileSink(Sink):
         # nothing a fresh run prepares can commit an earlier run's staging files: drop them too
         doomed = [n for n in names if _STAGING.fullmatch(n) or (self.mode == "overwrite" and _COMMITTED.fullmatch(n))]
         for name in doomed:
-            _delete_quietly(fs, f"{root}/{name}")
+            delete_quietly(fs, f"{root}/{name}")
         if doomed:
             log.info("FileSink: removed %d file(s) of an earlier run from %s", len(doomed), self.directory)
         foreign = [n for n in names if n.startswith("part-") and not _COMMITTED.fullmatch(n)]
@@ -389,16 +328,16 @@ class FileSink(Sink):
 
 def _publish(fs: pafs.FileSystem, pending: PendingFile) -> None:
     """Give a staged file its final name; done again after a failure, it changes nothing."""
-    if _exists(fs, pending.staging):
+    if exists(fs, pending.staging):
         if isinstance(fs, pafs.LocalFileSystem) or fs.type_name == "hdfs":
             fs.move(pending.staging, pending.final)  # atomic: one name or the other
             return
         # An object store has no rename (pyarrow's move copies, then deletes). Copy unless a
         # commit cut short did, then drop the staged object.
-        if not _exists(fs, pending.final):
+        if not exists(fs, pending.final):
             fs.copy_file(pending.staging, pending.final)
-        _delete_quietly(fs, pending.staging)
-    elif not _exists(fs, pending.final):
+        delete_quietly(fs, pending.staging)
+    elif not exists(fs, pending.final):
         raise CheckpointError(f"FileSink: staged file {pending.staging} is gone and {pending.final} does not exist")
 
 

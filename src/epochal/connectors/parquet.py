@@ -16,9 +16,8 @@ if it does not exist yet (a hard link on a local disk, a rename on HDFS), as Spa
 `HDFSMetadataLog` does, and a subtask that loses the race takes the next id. A commit repeated
 after a failure finds its files in the log already and adds nothing: commits are idempotent.
 
-Also here, shared with `DeltaSink`: records to Arrow (`ArrowConformer`) and one Parquet file
-written from Arrow batches (`ParquetFileWriter`). Over 400 lines: the log, the file writer and
-the sink are one feature; split, they would import each other's internals.
+Records to Arrow and the Parquet file writer, which `FileSink` and `DeltaSink` use too, are in
+`arrow_files`.
 """
 
 from __future__ import annotations
@@ -36,20 +35,28 @@ from urllib.parse import quote, urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from ..api.connector import Sink, SinkWriter
 from ..config import check_bool, check_choice, check_instance, check_int, check_path
 from ..errors import CheckpointError, EpochalError
-from ..runtime.batches import to_arrow
 from ..runtime.elements import Batch
 from ..state.storage import resolve_uri
+from .arrow_files import (
+    ROW_GROUP_ROWS,
+    ArrowConformer,
+    ParquetFileWriter,
+    delete_quietly,
+    exists,
+    fsync,
+    has_exclusive_create,
+    probe_writable,
+    publish_if_absent,
+)
 
 log = logging.getLogger(__name__)
 
 ParquetSinkMode = Literal["error", "overwrite", "append"]
 MODES: tuple[ParquetSinkMode, ...] = ("error", "overwrite", "append")
-ROW_GROUP_ROWS = 1 << 20  # rows buffered before a row group is written (pyarrow's default maximum)
 METADATA_DIR = "_spark_metadata"
 _COMPACT = ".compact"
 _BLOCK_SIZE = 32 * 1024 * 1024  # what Hadoop reports for a local file; Spark only splits by it
@@ -59,122 +66,6 @@ _RACES = 100  # batch ids lost to other subtasks before a commit gives up
 _COMMITTED = re.compile(r"part-\d{5,}-\d{8,}-[0-9a-f]{12}\.parquet")
 _STAGING = re.compile(r"\.part-\d{5,}-[0-9a-f]{12}\.parquet\.inprogress")
 _SHOWN = 3  # committed files a refusal names
-
-
-# -- records to Arrow ----------------------------------------------------------------------------
-class ArrowConformer:
-    """Makes every batch an Arrow record batch of one schema: the given one, else the first batch's.
-
-    Records become columns as `runtime.batches.to_arrow` makes them (tuples: `f0`, `f1`, ...;
-    dicts: by key; other values: `value`) or, with a schema, tuples by position, dicts by name
-    and other values as its one column. Arrow batches are matched to the schema by column name
-    (else by position, if as wide) and cast. Without a schema, pass one if early records may
-    hold None: a column of nothing but None has no type to infer.
-    """
-
-    def __init__(self, schema: pa.Schema | None) -> None:
-        self.schema = schema
-
-    def __call__(self, batch: Batch) -> pa.RecordBatch:
-        if isinstance(batch, list):
-            arrow = to_arrow(batch) if self.schema is None else _rows_with_schema(batch, self.schema)
-        else:
-            arrow = batch
-        if self.schema is None:
-            self.schema = arrow.schema
-            return arrow
-        return arrow if arrow.schema.equals(self.schema) else _conform(arrow, self.schema)
-
-
-def _rows_with_schema(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
-    if not rows:
-        return pa.RecordBatch.from_pylist([], schema=schema)
-    first = rows[0]
-    if isinstance(first, dict):
-        return pa.RecordBatch.from_pylist(rows, schema=schema)
-    if isinstance(first, tuple):
-        if any(not isinstance(r, tuple) or len(r) != len(schema) for r in rows):
-            bad = next(r for r in rows if not isinstance(r, tuple) or len(r) != len(schema))
-            raise ValueError(f"record {bad!r} does not have the {len(schema)} fields of the schema {schema.names}")
-        columns = zip(*rows)
-        return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)
-    if len(schema) != 1:
-        raise ValueError(f"record {first!r} is one value, but the schema has {len(schema)} fields {schema.names}")
-    return pa.RecordBatch.from_arrays([pa.array(rows, schema.field(0).type)], schema=schema)
-
-
-def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    names = batch.schema.names
-    if all(n in names for n in schema.names):
-        columns = [batch.column(n) for n in schema.names]
-    elif batch.num_columns == len(schema):
-        columns = batch.columns
-    else:
-        raise ValueError(f"a batch with columns {names} does not fit the sink's schema {schema}")
-    cast_columns = [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, schema)]
-    return pa.RecordBatch.from_arrays(cast_columns, schema=schema)
-
-
-# -- one Parquet file ------------------------------------------------------------------------------
-class ParquetFileWriter:
-    """Writes Arrow batches of one schema to one Parquet file, in row groups of up to
-    `row_group_rows` (small batches are buffered: a row group per batch would make files that
-    read slowly). The file is created by the first row group."""
-
-    def __init__(
-        self, fs: pafs.FileSystem, path: str, schema: pa.Schema, compression: str, row_group_rows: int
-    ) -> None:
-        self.fs = fs
-        self.path = path
-        self.schema = schema
-        self.compression = compression
-        self.row_group_rows = row_group_rows
-        self.num_rows = 0
-        self._buffer: list[pa.RecordBatch] = []
-        self._buffered = 0
-        self._stream: Any = None
-        self._writer: pq.ParquetWriter | None = None
-        self._metadata: list[pq.FileMetaData] = []
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            self._buffer.append(batch)
-            self._buffered += batch.num_rows
-            if self._buffered >= self.row_group_rows:
-                self._flush()
-
-    def _flush(self) -> None:
-        if self._writer is None:
-            self._stream = self.fs.open_output_stream(self.path)
-            self._writer = pq.ParquetWriter(
-                self._stream, self.schema, compression=self.compression, metadata_collector=self._metadata,
-                # Spark reads microseconds, not pyarrow's default nanoseconds
-                coerce_timestamps="us", allow_truncated_timestamps=True,
-            )
-        self._writer.write_table(pa.Table.from_batches(self._buffer, self.schema), row_group_size=self.row_group_rows)
-        self.num_rows += self._buffered
-        self._buffer, self._buffered = [], 0
-
-    def finish(self) -> pq.FileMetaData | None:
-        """Write what is buffered and close the file (fsynced on a local disk); its Parquet
-        footer, or None if no row was written (then there is no file)."""
-        if self._buffered:
-            self._flush()
-        if self._writer is None:
-            return None
-        self._writer.close()
-        self._stream.close()
-        self._writer = self._stream = None
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            _fsync(self.path)
-        return self._metadata[-1]
-
-    def abort(self) -> None:
-        """Close without finishing (what was written stays for recovery to delete)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._stream.close()
-            self._writer = self._stream = None
 
 
 # -- Spark's file-sink log -------------------------------------------------------------------------
@@ -285,9 +176,9 @@ class SparkSinkLog:
         with self.fs.open_output_stream(temp) as out:
             out.write(("v1" + "".join("\n" + line for line in lines)).encode("utf-8"))
         try:
-            return _publish_if_absent(self.fs, temp, final)
+            return publish_if_absent(self.fs, temp, final)
         finally:
-            _delete_quietly(self.fs, temp)
+            delete_quietly(self.fs, temp)
 
 
 def _compact_interval(default: int, compactions: list[int]) -> int:
@@ -302,29 +193,6 @@ def _compact_interval(default: int, compactions: list[int]) -> int:
     if n > default and default < n // 2:  # the first divisor of n at least the default
         return next((i for i in range(default, n // 2 + 1) if n % i == 0), n)
     return n
-
-
-def has_exclusive_create(fs: pafs.FileSystem) -> bool:
-    """Whether `fs` can create a file only if it is absent, atomically (a local disk, HDFS)."""
-    return isinstance(fs, pafs.LocalFileSystem) or fs.type_name == "hdfs"
-
-
-def _publish_if_absent(fs: pafs.FileSystem, temp: str, final: str) -> bool:
-    if isinstance(fs, pafs.LocalFileSystem):
-        try:
-            os.link(temp, final)  # atomic, and fails if `final` exists
-        except FileExistsError:
-            return False
-        return True
-    if _exists(fs, final):
-        return False
-    try:
-        fs.move(temp, final)  # HDFS renames only to an absent name; elsewhere check-then-move
-    except OSError:
-        if _exists(fs, final):
-            return False
-        raise
-    return True
 
 
 # -- the sink ----------------------------------------------------------------------------------------
@@ -368,7 +236,7 @@ class _ParquetSinkWriter(SinkWriter):
         prefix = f".part-{self.subtask:05d}-"
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
             if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
-                _delete_quietly(self.fs, info.path)
+                delete_quietly(self.fs, info.path)
 
     def close(self) -> None:
         if self._file is not None:
@@ -455,7 +323,7 @@ class ParquetSink(Sink):
         overwrite = self.mode == "overwrite"
         doomed = [n for n in names if _STAGING.fullmatch(n) or (overwrite and _COMMITTED.fullmatch(n))]
         for name in doomed:
-            _delete_quietly(fs, f"{root}/{name}")
+            delete_quietly(fs, f"{root}/{name}")
         if overwrite and METADATA_DIR in names:
             fs.delete_dir(f"{root}/{METADATA_DIR}")
         if doomed:
@@ -480,14 +348,14 @@ class ParquetSink(Sink):
     def commit(self, committables: list[Any]) -> None:
         fs, _ = self.target()
         for pending in committables:
-            if _exists(fs, pending.staging):
+            if exists(fs, pending.staging):
                 fs.move(pending.staging, pending.final)
-            elif not _exists(fs, pending.final):
+            elif not exists(fs, pending.final):
                 raise CheckpointError(
                     f"ParquetSink: staged file {pending.staging} is gone and {pending.final} does not exist"
                 )
         if isinstance(fs, pafs.LocalFileSystem) and committables:
-            _fsync(os.path.dirname(committables[0].final))  # the renames survive a crash of the machine
+            fsync(os.path.dirname(committables[0].final))  # the renames survive a crash of the machine
         if self.spark_metadata and committables:
             self.spark_log().add([p.final for p in committables])
 
@@ -502,34 +370,3 @@ def _root_uri(path: str, root: str) -> str:
     if scheme == "file":
         return Path(root).as_uri()
     return f"{scheme}://{parts.netloc}{quote(root)}" if root.startswith("/") else f"{scheme}://{quote(root)}"
-
-
-def probe_writable(fs: pafs.FileSystem, root: str, who: str) -> None:
-    """Create `root` if needed and write (then delete) a hidden probe file in it."""
-    probe = f"{root}/.epochal-probe-{uuid.uuid4().hex[:12]}"
-    try:
-        fs.create_dir(root)
-        with fs.open_output_stream(probe):
-            pass
-        fs.delete_file(probe)
-    except OSError as exc:
-        raise EpochalError(f"{who}: cannot write to {root}: {exc}") from exc
-
-
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
-
-
-def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
-    try:
-        fs.delete_file(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
