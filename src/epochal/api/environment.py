@@ -33,6 +33,7 @@ from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
 from ..runtime.control import JobControl, JobState, JobStatus, Rescale
 from ..runtime.result import JobProgress, JobResult
+from ..runtime.start_checks import AUTO, auto_start, describe_auto_start
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
 from .handle import JobHandle
@@ -270,6 +271,9 @@ class StreamEnvironment:
                 directory, or a savepoint directory (anywhere): start from that complete
                 checkpoint instead of from scratch. The parallelism may differ from the one
                 the checkpoint was taken with; state is matched to operators by uid.
+                `"auto"`: the latest complete checkpoint if the checkpoint directory holds
+                one, else a fresh start (for a job whose driver a supervisor restarts; the
+                same call is right the first time and after every restart).
             allow_non_restored_state: start even if the checkpoint holds state of an operator
                 uid this job no longer has (that state is dropped); otherwise that is an error.
 
@@ -277,6 +281,8 @@ class StreamEnvironment:
             JobFailedError: the job failed more often than the restart strategy allows.
             JobCancelledError: the job was cancelled through its control endpoint.
             CheckpointError: the checkpoint holds state no operator of this job claims.
+            NoCheckpointError: `from_checkpoint` names no complete checkpoint, or the job has
+                no checkpoint directory to resume from.
         """
         run, control = self._prepare(name, from_checkpoint, allow_non_restored_state)
         endpoint = self._serve(control)
@@ -326,6 +332,8 @@ class StreamEnvironment:
             if _overrides.from_checkpoint is not None:
                 from_checkpoint = _overrides.from_checkpoint
             allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
+        if from_checkpoint == AUTO:
+            from_checkpoint = _decide_auto_start(job)
         if from_checkpoint is not None:
             _check_restored_state(job, from_checkpoint, allow_non_restored_state)
         control = JobControl(job.name, max(v.parallelism for v in job.vertices))
@@ -388,16 +396,26 @@ def _check_within_max(parallelism: int, max_parallelism: int) -> None:
 
 
 def _check_which_checkpoint(which: object) -> None:
-    """`from_checkpoint`: "latest", a checkpoint id, or a path."""
+    """`from_checkpoint`: "auto", "latest", a checkpoint id, or a path."""
     if isinstance(which, str):
         check_name("from_checkpoint", which)
     elif isinstance(which, int) and not isinstance(which, bool):
         check_int("from_checkpoint", which, minimum=0)
     else:
         raise TypeError(
-            f"from_checkpoint must be 'latest', a checkpoint id (int) or a path (str), got {which!r} "
+            f"from_checkpoint must be 'auto', 'latest', a checkpoint id (int) or a path (str), got {which!r} "
             f"({type(which).__name__})"
         )
+
+
+def _decide_auto_start(job: JobGraph) -> int | None:
+    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: the latest
+    complete checkpoint's id, or None (a fresh start, with every fresh-start check). The line
+    saying which is printed whatever the logging setup: after a supervisor restarted the
+    driver, it is how the driver's log tells a resume from a first start."""
+    start = auto_start(job)
+    print(f"epochal: {describe_auto_start(job, start)}", file=sys.stderr, flush=True)
+    return None if start is None else start.checkpoint_id
 
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:

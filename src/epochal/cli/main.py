@@ -1,7 +1,7 @@
 """`epochal`: run job files and inspect checkpoints.
 
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
-                       [--from-checkpoint latest|ID|PATH] [--allow-non-restored-state]
+                       [--from-checkpoint auto|latest|ID|PATH] [--allow-non-restored-state]
                        [--executor spark|inprocess] [--verbose] [-- ARGS]
                        [--web-port N]
     epochal status URL
@@ -205,8 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-dir", metavar="D", help="checkpoint directory (any pyarrow filesystem URI)")
     run.add_argument(
         "--from-checkpoint",
-        metavar="latest|ID|PATH",
-        help="'latest', a checkpoint id, a chk-NNNNNNNN path, or a savepoint directory"
+        metavar="auto|latest|ID|PATH",
+        help="'auto' (the latest complete checkpoint if there is one, else a fresh start: for a driver a "
+        "supervisor restarts), 'latest', a checkpoint id, a chk-NNNNNNNN path, or a savepoint directory",
     )
     run.add_argument(
         "--allow-non-restored-state",

@@ -11,6 +11,10 @@ Incomplete checkpoints alone are no obstacle and are deleted: a sink commits onl
 checkpoint is complete (dissertation §4.1.3), so a run that never completed one committed
 nothing, and its staged output is never committed by anyone.
 
+`from_checkpoint="auto"` (a job under a supervisor that restarts its driver) is decided here
+too, once, before Spark: `auto_start` answers the latest complete checkpoint, or None for a fresh
+start, which then passes every check above.
+
 Sources and sinks check themselves (`Source.check`, `Sink.check`); the runtime calls the hooks
 by name, since the job graph holds sources and sinks as plain objects.
 """
@@ -20,9 +24,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import CheckpointError, EpochalError
+from ..errors import CheckpointError, EpochalError, NoCheckpointError
 from ..plan.job_graph import JobGraph
 from ..plan.specs import SinkSpec, SourceSpec
+from ..state.manifest import Manifest
 from ..state.storage import CheckpointStorage
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,43 @@ def check_sinks(job: JobGraph, resuming: bool) -> None:
         for spec in vertex.chain:
             if isinstance(spec, SinkSpec) and callable(getattr(spec.sink, "check_parallelism", None)):
                 _call(spec.name, "sink", lambda s=spec.sink, p=vertex.parallelism: s.check_parallelism(p))
+
+
+AUTO = "auto"  # from_checkpoint: the latest complete checkpoint if there is one, else a fresh start
+
+
+def auto_start(job: JobGraph) -> Manifest | None:
+    """What `from_checkpoint="auto"` means for `job` now: the newest complete checkpoint that is
+    intact (`CheckpointStorage.latest`), or None (a fresh start) if there is none.
+
+    The same command then does the right thing the first time and after every driver restart.
+    A checkpoint directory that does not exist yet is a fresh start; one that cannot be listed
+    raises (a store that is down must not look empty). A directory of corrupt checkpoints only
+    is a fresh start here, which `checkpoints_to_clear` refuses unless `existing="overwrite"`.
+
+    Raises:
+        NoCheckpointError: the job has no checkpoint directory, so it could never resume.
+    """
+    config = job.config.checkpoint
+    if config.directory is None:
+        raise NoCheckpointError(
+            'from_checkpoint="auto" needs a checkpoint directory to resume from: '
+            "CheckpointConfig(directory=...) or epochal run --checkpoint-dir D"
+        )
+    try:
+        storage = CheckpointStorage(config.directory, create=False, filesystem=config.filesystem)
+    except NoCheckpointError:  # not created yet: no run has checkpointed here
+        return None
+    return storage.latest()
+
+
+def describe_auto_start(job: JobGraph, start: Manifest | None) -> str:
+    """The one line that says what `from_checkpoint="auto"` decided."""
+    if start is None:
+        where = job.config.checkpoint.directory
+        return f"job {job.name!r}: no complete checkpoint in {where}: starting fresh (from_checkpoint='auto')"
+    final = ", the final one of a run that finished" if start.is_final else ""
+    return f"job {job.name!r}: resuming from checkpoint {start.checkpoint_id}{final} (from_checkpoint='auto')"
 
 
 def checkpoints_to_clear(storage: CheckpointStorage, job: JobGraph) -> list[int]:
