@@ -46,6 +46,7 @@ from ..config import check_callable, check_choice, check_instance, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.batches import batch_len, binary_buffers, to_records
 from ..runtime.elements import Batch
+from ..runtime.fault_points import fault_point
 from ..state.storage import resolve_uri
 from .arrow_files import (
     ROW_GROUP_ROWS,
@@ -322,6 +323,7 @@ class FileSink(Sink):
         fs, root = self.target()
         for pending in committables:
             _publish(fs, pending)
+            fault_point("sink.commit")  # tests: die with a file published, the rest and the notice not
         if isinstance(fs, pafs.LocalFileSystem):
             _fsync_dir(root)  # the renames survive a crash of the machine
 
