@@ -33,7 +33,7 @@ _REGISTRY: dict[str, tuple[BenchFn, str]] = {}
 _MODULES = [
     "benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput",
     "benchmarks.abs_eval", "benchmarks.abs_target", "benchmarks.windows",
-    "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers",
+    "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
 ]
 
 
