@@ -30,7 +30,7 @@ def _run_to_end(args: list[str], env: dict[str, str]) -> str:
     """Run `epochal ARGS` to its end; its stderr (it must exit 0)."""
     proc = epochal_cli(args, env)
     _, err = proc.communicate(timeout=300)
-    text = err.decode()
+    text: str = err.decode()
     assert proc.returncode == 0, text[-3000:]
     return text
 
