@@ -36,9 +36,14 @@ class CheckpointConfig:
         tolerable_failures: consecutive failed checkpoints tolerated before the job fails.
         retain: complete checkpoints kept; older ones are deleted once a newer one completes.
         mode: `"aligned"` (the default) takes asynchronous barrier snapshots: the stream keeps
-            flowing (ABS). `"synchronous"` is Naiad's scheme, for comparison: the sources halt,
-            every channel drains, every task writes its state before it goes on, and the
-            sources resume only once the checkpoint is complete.
+            flowing (ABS). `"unaligned"`: barriers overtake the data queued ahead of them and
+            that data is stored with the state (Flink's unaligned checkpoints): still exactly
+            once, and fast under backpressure, at the cost of larger checkpoints; restorable
+            only at the same parallelism (savepoints and rescales are aligned).
+            `"at_least_once"`: barriers are counted, never aligned: no input ever waits, but
+            after a failure some records are processed twice. `"synchronous"` is Naiad's scheme,
+            for comparison: the sources halt, every channel drains, every task writes its state
+            before it goes on, and the sources resume only once the checkpoint is complete.
         existing: what a job that does not start from a checkpoint does when `directory`
             already holds complete checkpoints (of an earlier run): `"error"` (the default)
             refuses to start, naming the latest one and how to resume it (`from_checkpoint=
@@ -59,7 +64,7 @@ class CheckpointConfig:
     max_concurrent: int = 1
     tolerable_failures: int = 0
     retain: int = 3
-    mode: Literal["aligned", "synchronous"] = "aligned"
+    mode: Literal["aligned", "unaligned", "at_least_once", "synchronous"] = "aligned"
     existing: Literal["error", "overwrite"] = "error"
     filesystem: Any = None
 
@@ -73,7 +78,7 @@ class CheckpointConfig:
         check_int("CheckpointConfig.max_concurrent", self.max_concurrent)
         check_int("CheckpointConfig.tolerable_failures", self.tolerable_failures, minimum=0)
         check_int("CheckpointConfig.retain", self.retain)
-        check_choice("CheckpointConfig.mode", self.mode, ("aligned", "synchronous"))
+        check_choice("CheckpointConfig.mode", self.mode, ("aligned", "unaligned", "at_least_once", "synchronous"))
         check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
         if self.filesystem is not None:
             import pyarrow.fs as pafs

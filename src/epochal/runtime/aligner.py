@@ -9,6 +9,11 @@ Cycles (ABS §4.3, Algorithm 2): barriers are aligned over the *regular* channel
 back-edge is never blocked, and a barrier arriving on it returns `LOOP_RETURN`, which tells the
 loop head to stop logging that back-edge for that checkpoint.
 
+At-least-once (`CheckpointConfig(mode="at_least_once")`, barriers with `Alignment.NONE`): the
+aligner only counts the barriers and blocks nothing, so records behind an early barrier are in
+the snapshot *and* replayed after a restore (Flink's barrier tracking). Unaligned barriers are
+taken by `runtime.unaligned` instead; a task that cannot take them so (a loop's) aligns them here.
+
 Departures: a channel that has ended (end-of-input) counts as having delivered every barrier, so
 bounded inputs do not stall checkpoints; a newer barrier abandons an alignment in progress (the
 older checkpoint was aborted), and an older one is dropped.
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .elements import Barrier
+from .elements import Alignment, Barrier
 
 
 class AlignStep(Enum):
@@ -38,6 +43,7 @@ class BarrierAligner:
         self.back_edges = back_edges
         self.regular = frozenset(range(num_channels)) - back_edges
         self._blocked: set[int] = set()
+        self._arrived: set[int] = set()  # inputs that delivered the pending barrier
         self._ended: set[int] = set()
         self.pending: Barrier | None = None
         self.last_completed = 0
@@ -70,25 +76,35 @@ class BarrierAligner:
         if cid <= self.last_completed or (self.pending is not None and cid < self.pending.checkpoint_id):
             return AlignStep.DROP
         if self.pending is not None and cid > self.pending.checkpoint_id:
-            self.abandoned.append(self.pending.checkpoint_id)
-            self._blocked.clear()
-            self.pending = None
+            self.abandon()
         if self.pending is None:
             self.pending = barrier
-        self._blocked.add(channel)
+        self._arrived.add(channel)
+        if barrier.alignment is not Alignment.NONE:
+            self._blocked.add(channel)
         return self._maybe_complete()
+
+    def abandon(self) -> None:
+        """Give up the alignment in progress (a newer checkpoint started); the task declines it."""
+        if self.pending is not None:
+            self.abandoned.append(self.pending.checkpoint_id)
+            self.pending = None
+        self._blocked.clear()
+        self._arrived.clear()
 
     def on_end_of_input(self, channel: int) -> AlignStep:
         self._ended.add(channel)
         self._blocked.discard(channel)
+        self._arrived.discard(channel)
         return self._maybe_complete() if self.pending is not None else AlignStep.CONTINUE
 
     def _maybe_complete(self) -> AlignStep:
-        if not self.regular <= (self._blocked | self._ended):
+        if not self.regular <= (self._arrived | self._ended):
             return AlignStep.CONTINUE
         assert self.pending is not None
         self.completed = self.pending
         self.last_completed = self.pending.checkpoint_id
         self.pending = None
         self._blocked.clear()
+        self._arrived.clear()
         return AlignStep.SNAPSHOT

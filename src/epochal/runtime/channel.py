@@ -6,6 +6,10 @@ A task may overshoot by the output of one step, so one step never blocks half-wa
 back-edge is *elastic* (never full): otherwise a loop whose channels all fill would wait on
 itself; the loop head reads feedback first once it piles up (dissertation §6.4, cyclic flow control).
 A channel that crosses processes has the same interface (`runtime.network`).
+
+An unaligned barrier is a *priority* element: a channel counts the ones it holds, so that its
+consumer can take one out of the queue ahead of the data before it (`take_priority_barrier`)
+without scanning queues on every step (`runtime.unaligned`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import final
 
-from .elements import Element
+from .elements import Barrier, Element
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,7 @@ class LocalChannel:
             propagate backpressure sooner and bound memory; large ones smooth bursts.
     """
 
-    __slots__ = ("_queue", "capacity", "_sent", "name", "elastic")
+    __slots__ = ("_queue", "capacity", "_sent", "name", "elastic", "priority")
 
     def __init__(self, capacity: int, name: str = "", elastic: bool = False) -> None:
         if capacity < 1:
@@ -45,6 +49,7 @@ class LocalChannel:
         self._sent = 0
         self.name = name
         self.elastic = elastic  # a loop's back-edge: never holds its producer back
+        self.priority = 0  # unaligned barriers queued
 
     def has_capacity(self) -> bool:
         return self.elastic or len(self._queue) < self.capacity
@@ -52,6 +57,13 @@ class LocalChannel:
     def send(self, element: Element) -> None:
         self._queue.append(element)
         self._sent += 1
+        if type(element) is Barrier and element.overtakes:
+            self.priority += 1
+
+    def take_priority_barrier(self) -> tuple[list[Element], Barrier]:
+        """Take the first unaligned barrier out of the queue, with copies of what is ahead of it."""
+        self.priority -= 1
+        return take_priority_barrier(self._queue)
 
     def poll(self) -> Element | None:
         return self._queue.popleft() if self._queue else None
@@ -68,3 +80,15 @@ class LocalChannel:
 
     def statistics(self) -> ChannelStatistics:
         return ChannelStatistics(len(self._queue), self.capacity, self._sent)
+
+
+def take_priority_barrier(queue: deque[Element]) -> tuple[list[Element], Barrier]:
+    """Remove the first unaligned barrier from `queue`; returns what was ahead of it (left in
+    the queue, in order) and the barrier. The caller knows there is one (its `priority` count)."""
+    ahead: list[Element] = []
+    for i, element in enumerate(queue):
+        if type(element) is Barrier and element.overtakes:
+            del queue[i]
+            return ahead, element
+        ahead.append(element)
+    raise AssertionError("no unaligned barrier in the queue")

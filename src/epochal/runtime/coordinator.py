@@ -31,7 +31,9 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
 from ..state.storage import CheckpointStorage
 from .clock import Clock
+from .elements import Alignment
 from .enumerator import SplitEnumerators
+from .in_flight import in_flight_uid
 from .messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -115,6 +117,11 @@ class PendingCheckpoint:
             for op in vertex.chain:
                 subtasks = tuple(sorted(by_uid.get(op.uid, ()), key=lambda s: s.subtask))
                 operators.append(OperatorState(op.uid, vertex.parallelism, job.max_parallelism, subtasks))
+            in_flight = sorted(by_uid.get(in_flight_uid(vertex), ()), key=lambda s: s.subtask)
+            if any(st.operator is not None for st in in_flight):  # an unaligned checkpoint's logs
+                operators.append(
+                    OperatorState(in_flight_uid(vertex), vertex.parallelism, job.max_parallelism, tuple(in_flight))
+                )
         return Manifest(
             checkpoint_id=self.checkpoint_id,
             job_name=job.name,
@@ -133,6 +140,9 @@ class PendingCheckpoint:
     def abort(self, reason: AbortReason, detail: str = "") -> AbortedCheckpoint:
         return AbortedCheckpoint(self.checkpoint_id, reason, detail)
 
+
+# how the barriers of a periodic checkpoint are aligned, by `CheckpointConfig.mode`
+_ALIGNMENT = {"unaligned": Alignment.UNALIGNED, "at_least_once": Alignment.NONE}
 
 Send = Callable[[TaskId, object], None]
 
@@ -233,8 +243,11 @@ class CheckpointCoordinator:
         if self._periodic_due(now):
             self.trigger()
 
-    def trigger(self, is_final: bool = False) -> int:
-        """Start a checkpoint at the sources (and at every task whose inputs ended)."""
+    def trigger(self, is_final: bool = False, aligned: bool = False) -> int:
+        """Start a checkpoint at the sources (and at every task whose inputs ended).
+
+        `aligned`: align its barriers whatever the mode (a savepoint, a rescale's checkpoint:
+        they restore at any parallelism, and exactly once)."""
         checkpoint_id = self._next_id
         self._next_id += 1
         now = self.clock.now()
@@ -245,7 +258,9 @@ class CheckpointCoordinator:
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks
         )
-        message = TriggerCheckpoint(checkpoint_id, now, is_final, self.config.mode == "synchronous", completed)
+        mode = self.config.mode
+        alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
+        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment)
         for task in self.tasks:
             if task in self.sources or task in self.ended:
                 self.send(task, message)

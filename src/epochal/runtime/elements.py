@@ -8,12 +8,21 @@ what makes a barrier cut the stream consistently (ABS §4.2, assumption of FIFO 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 # A batch is a list of Python records, or an Arrow record batch on the columnar path.
 Batch: TypeAlias = list[Any] | pa.RecordBatch
+
+
+class Alignment(Enum):
+    """How a task treats the barrier of one checkpoint (`CheckpointConfig.mode`)."""
+
+    ALIGNED = "aligned"  # block each input at its barrier until all delivered it (ABS Algorithm 1)
+    UNALIGNED = "unaligned"  # overtake queued input, snapshot at the first, log in-flight data
+    NONE = "none"  # at-least-once: count the barriers, block nothing (records may replay twice)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +33,12 @@ class Barrier:
     timestamp: float
     synchronous: bool = False  # write state before processing on (Naiad-style, for comparison)
     completed: int = 0  # the newest checkpoint complete when this one was triggered
+    alignment: Alignment = Alignment.ALIGNED
+
+    @property
+    def overtakes(self) -> bool:
+        """An unaligned barrier jumps the queue of its input channel (`runtime.unaligned`)."""
+        return self.alignment is Alignment.UNALIGNED
 
 
 @dataclass(frozen=True, slots=True)

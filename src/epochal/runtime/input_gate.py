@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from .aligner import AlignStep, BarrierAligner
-from .elements import Barrier
+from .elements import Barrier, Element
 
 # Arrow batches queued on one channel are joined up to this many rows (`InputGate._join_arrow`).
 # Rows are cheap in columnar operators; the cap bounds the copy and the batch's memory.
@@ -26,9 +26,12 @@ ARROW_JOIN_ROWS = 65_536
 class InputChannel(Protocol):
     """The consumer's end of a channel: FIFO, non-blocking."""
 
+    priority: int  # unaligned barriers queued (`runtime.in_flight`)
+
     def poll(self) -> Any: ...
     def peek(self) -> Any: ...
     def __len__(self) -> int: ...
+    def take_priority_barrier(self) -> tuple[list[Element], Barrier]: ...
 
 
 class InputGate:
@@ -64,6 +67,10 @@ class InputGate:
     def queued(self) -> tuple[int, ...]:
         """Elements waiting in each channel (live metrics: a full input is a slow consumer)."""
         return tuple(len(ch) for ch in self.channels)
+
+    def priority_queued(self) -> bool:
+        """Some input holds an unaligned barrier, to be taken ahead of the data before it."""
+        return any(ch.priority for ch in self.channels)
 
     def readable(self) -> int | None:
         """The channel to read next, or None if no unblocked channel holds anything."""

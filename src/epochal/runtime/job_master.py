@@ -45,6 +45,7 @@ from .clock import Clock
 from .control import Command, JobControl, JobState, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
+from .in_flight import check_in_flight
 from .messages import StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
@@ -128,6 +129,7 @@ class JobMaster:
         if self.storage is None:
             raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
         manifest = self.storage.resolve(from_checkpoint)
+        check_in_flight(manifest, self.job)
         if manifest.is_savepoint:  # tasks restore by id from the job's own storage
             manifest = self.storage.adopt(manifest)
             self._oldest_ancestor = manifest.checkpoint_id
@@ -287,7 +289,7 @@ class JobMaster:
         elif coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None:
             command.finish(error=EpochalError(f"job {self.job.name!r} is ending; no {command.kind} now"))
         else:
-            self._commands[coordinator.trigger()] = command
+            self._commands[coordinator.trigger(aligned=True)] = command  # restorable at any parallelism
 
     def state_answered(self, answer: StateAnswer) -> None:
         self._live_queries.answered(answer)

@@ -1,4 +1,4 @@
-"""Loops: deciding that a loop is empty, and a loop head's snapshots in flight.
+"""Loops: deciding that a loop is empty (a loop head's snapshots in flight: `runtime.in_flight`).
 
 Termination, so that a bounded job with a loop can finish:
 
@@ -14,8 +14,6 @@ probe passes and none sent one after a probe passed (FIFO channels): the loop is
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from .elements import LoopProbe
@@ -98,50 +96,3 @@ class LoopProbes:
         active = any(arrivals) or self.active or not self.outside <= ended
         self.active = False
         return LoopProbe(probe.round, active)
-
-
-@dataclass(slots=True)
-class PendingLoopSnapshot:
-    """A loop head's checkpoint waiting for its barrier to come back on every back-edge."""
-
-    checkpoint_id: int
-    waiting: set[int]
-    snapshots: list[tuple[str, Any]]
-    alignment_ms: float
-    sync_ms: float
-    log: list[Any] = field(default_factory=list)
-
-
-class LoopSnapshots:
-    """A loop head's checkpoints in flight: state fixed, feedback logged until the barrier returns.
-
-    ABS §4.3, Algorithm 2: the head snapshots its state when the barrier arrives on its regular
-    inputs, then logs every record arriving on a back-edge until the same barrier comes back on
-    it; the log is part of the head's state, replayed into the loop on restore.
-    """
-
-    def __init__(self) -> None:
-        self._pending: dict[int, PendingLoopSnapshot] = {}
-
-    def hold(self, pending: PendingLoopSnapshot) -> None:
-        self._pending[pending.checkpoint_id] = pending
-
-    def log_feedback(self, channel: int, batch: Any) -> None:
-        for pending in self._pending.values():
-            if channel in pending.waiting:
-                pending.log.append(batch)
-
-    def barrier_returned(self, channel: int, checkpoint_id: int) -> PendingLoopSnapshot | None:
-        """The barrier came back on `channel` (or the channel ended); the snapshot once complete."""
-        pending = self._pending.get(checkpoint_id)
-        if pending is None:
-            return None
-        pending.waiting.discard(channel)
-        if pending.waiting:
-            return None
-        return self._pending.pop(checkpoint_id)
-
-    def channel_ended(self, channel: int) -> list[PendingLoopSnapshot]:
-        """A back-edge ended: it returns no more barriers; the snapshots that are now complete."""
-        done = [self.barrier_returned(channel, cid) for cid in list(self._pending)]
-        return [p for p in done if p is not None]

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..plan.job_graph import TaskId
 from ..state.manifest import SubtaskState, TaskCheckpointStats
+from .elements import Alignment
 
 
 # job master → task ---------------------------------------------------------------------------
@@ -24,6 +25,7 @@ class TriggerCheckpoint:
     is_final: bool = False
     synchronous: bool = False  # halt after the barrier until the checkpoint ends
     completed: int = 0  # the newest complete checkpoint at trigger time (see Task._checkpoint)
+    alignment: Alignment = Alignment.ALIGNED  # what the sources' barriers ask of every task
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ from typing import Any
 import pyarrow as pa
 
 from .batches import batch_len
-from .elements import Element
+from .channel import take_priority_barrier
+from .elements import Barrier, Element
 
 # kind (1 byte), attempt, channel wire id, payload length
 _HEADER = struct.Struct("<BIIQ")
@@ -257,10 +258,16 @@ class RemoteInputChannel:
         self._queue: deque[Element] = deque()
         self._consumed = 0
         self._threshold = max(1, capacity // 2)
+        self.priority = 0  # unaligned barriers queued (see `runtime.channel`)
 
     def deliver(self, kind: int, payload: bytes) -> None:
         if kind == DATA_ARROW:
             self._queue.append(decode_arrow(payload))
+        elif kind == EVENT:
+            event = pickle.loads(payload)
+            if type(event) is Barrier and event.overtakes:
+                self.priority += 1
+            self._queue.append(event)
         else:
             self._queue.append(pickle.loads(payload))
 
@@ -268,11 +275,21 @@ class RemoteInputChannel:
         if not self._queue:
             return None
         element = self._queue.popleft()
+        self._consume()
+        return element
+
+    def take_priority_barrier(self) -> tuple[list[Element], Barrier]:
+        """Take the first unaligned barrier out of the queue, with copies of what is ahead of it."""
+        self.priority -= 1
+        ahead, barrier = take_priority_barrier(self._queue)
+        self._consume()  # its frame spent a credit too
+        return ahead, barrier
+
+    def _consume(self) -> None:
         self._consumed += 1
         if self._consumed >= self._threshold:
             self.link.send_frame(CREDIT, self.attempt, self.wire_id, struct.pack("<I", self._consumed))
             self._consumed = 0
-        return element
 
     def peek(self) -> Element | None:
         """The element `poll` would return next, left in place (no credit is returned)."""

@@ -26,6 +26,7 @@ from ..state.sections import KeyedGroups, apply_sections
 from ..state.snapshot_files import decode_keyed_file, decode_operator_state, encode_operator_state, iter_keyed_file
 from ..state.storage import CheckpointStorage
 from .fault_points import fault_point
+from .in_flight import IN_FLIGHT
 from .messages import OperatorSubtaskState
 from .operators import OperatorSnapshot
 
@@ -138,7 +139,8 @@ def check_restored_operators(manifest: Manifest, uids: Iterable[str], allow_non_
     Operators are matched by uid; state nobody claims would be lost silently (Flink's rule).
     """
     known = set(uids)
-    orphans = sorted(op.uid for op in manifest.operators if op.uid not in known)
+    # an unaligned checkpoint's in-flight logs (`in_flight`) belong to the vertex that logged them
+    orphans = sorted(op.uid for op in manifest.operators if op.uid.removesuffix(IN_FLIGHT) not in known)
     if orphans and not allow_non_restored_state:
         raise CheckpointError(
             f"checkpoint {manifest.checkpoint_id} holds state of operator(s) {orphans} that this job "

@@ -7,8 +7,9 @@ and the in-process executor can interleave them from a seed and replay a run exa
 
 The task is the scheduler and dispatcher; the work lives in its parts: the `InputGate` reads the
 inputs, joins batches and aligns barriers (ABS §4.2, Algorithm 1); the `SubtaskCheckpointer`
-fixes, writes and acknowledges its state; `LoopProbes` and `LoopSnapshots` hold its part in
-loops (termination, and ABS §4.3, Algorithm 2); `InputWatermarks` its event time; the operators
+fixes, writes and acknowledges its state; `LoopProbes` holds its part in loop termination, and
+`PendingSnapshots` the snapshots that log in-flight data (a loop head's, ABS §4.3, Algorithm 2,
+and unaligned ones, in `in_flight`); `InputWatermarks` its event time; the operators
 in `runtime.operators` do the processing. What is left here, about 500 lines (over the 450 we
 aim for), is the dispatch of every in-band element and control message: one short branch each
 (splits assigned by the enumerator and live state queries are the newest), kept together so
@@ -37,9 +38,10 @@ from .aligner import AlignStep
 from .batches import batch_len
 from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
 from .clock import Clock
-from .elements import END_OF_INPUT, Barrier, Batch, EndOfInput, LoopProbe, Watermark, is_batch
+from .elements import END_OF_INPUT, Barrier, Batch, Element, EndOfInput, LoopProbe, Watermark, is_batch
+from .in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_uid, read_in_flight
 from .input_gate import InputChannel, InputGate
-from .loops import LoopProbes, LoopSnapshots, PendingLoopSnapshot
+from .loops import LoopProbes
 from .messages import (
     AssignSplits,
     EndLoop,
@@ -98,6 +100,7 @@ class TaskSetup:
     send: Callable[[Any], None]  # to the job master
     background: BackgroundRunner
     state: StateConfig = StateConfig()  # the keyed-state backend and incremental checkpoints
+    unaligned: bool = False  # checkpoints overtake queued input (`CheckpointConfig(mode="unaligned")`)
 
 
 class Task:
@@ -135,7 +138,11 @@ class Task:
         # the last operator of the chain that generates watermarks (`assign_timestamps`), if any
         self._assigner = max((i for i, op in enumerate(self.chain) if op.generates_watermarks), default=None)
         self.probes = LoopProbes(self.head is not None, back_edges, loop_inputs, len(inputs))
-        self.loop_snapshots = LoopSnapshots()
+        self.loop_snapshots = PendingSnapshots()  # a loop head's (ABS §4.3, Algorithm 2)
+        self.unaligned = PendingSnapshots()  # unaligned checkpoints logging their inputs
+        # only a task outside loops takes unaligned barriers ahead of its input (`in_flight`)
+        self._overtakes = setup.unaligned and not back_edges and not loop_inputs
+        self._replay: deque[tuple[int, Element]] = deque()  # restored in-flight data, first of all
         self.records_in = [0] * len(self.chain)
         self.records_out = [0] * len(self.chain)
         self.watermarks_seen = [NO_WATERMARK] * len(self.chain)  # per operator, for metrics
@@ -167,6 +174,7 @@ class Task:
                 )
             op.restore(keyed, states)  # also on a fresh start: sinks clean up after a failed run
         if manifest is not None:
+            self._replay.extend(read_in_flight(storage, manifest, self.setup.vertex, self.id.subtask))
             self.last_checkpoint = self.last_notified = manifest.checkpoint_id
             self.gate.aligner.last_completed = manifest.checkpoint_id
             log.info("%s: restored from checkpoint %d", self.name, manifest.checkpoint_id)
@@ -189,7 +197,9 @@ class Task:
     def is_runnable(self) -> bool:
         if self.state is TaskState.FINISHED:
             return False
-        if self.inbox or (self.head is not None and self.head.replay):
+        if self.inbox or self._replay or (self.head is not None and self.head.replay):
+            return True
+        if self._overtakes and self.gate.priority_queued():  # even behind a full output
             return True
         if self.state is TaskState.ENDED or not self.output.has_capacity():
             return False
@@ -231,10 +241,14 @@ class Task:
     def _step(self) -> None:
         if self.head is not None and self.head.replay:
             self._replay_loop_log()
+        while self._replay:
+            self._on_element(*self._replay.popleft())
         while self.inbox:
             self._on_message(self.inbox.popleft())
             if self.state is TaskState.FINISHED:
                 return
+        if self._overtakes and self.state is TaskState.RUNNING:
+            self._take_priority_barriers()
         if self.state not in (TaskState.RUNNING, TaskState.DRAINING) or not self.output.has_capacity():
             return
         if self.state is TaskState.DRAINING and not self.probes.in_flight and self.gate.readable() is None:
@@ -287,10 +301,15 @@ class Task:
         if polled is None:
             return
         idx, element = polled
+        if self.unaligned and (is_batch(element) or type(element) is Watermark):
+            self.unaligned.log(idx, element)
+        self._on_element(idx, element)
+
+    def _on_element(self, idx: int, element: Element) -> None:
         if is_batch(element):
             self.probes.active = True
             if idx in self.back_edges:
-                self.loop_snapshots.log_feedback(idx, element)
+                self.loop_snapshots.log(idx, element)
             self._run_chain(0, element)
         elif type(element) is Barrier:
             step = self.gate.on_barrier(idx, element)
@@ -298,7 +317,7 @@ class Task:
             if step is AlignStep.SNAPSHOT:
                 self._checkpoint(element)
             elif step is AlignStep.LOOP_RETURN:
-                self._loop_snapshot_done(self.loop_snapshots.barrier_returned(idx, element.checkpoint_id))
+                self._loop_snapshot_done(self.loop_snapshots.arrived(idx, element.checkpoint_id))
         elif type(element) is EndOfInput:
             self._on_end_of_input(idx)
         elif type(element) is LoopProbe:
@@ -321,6 +340,8 @@ class Task:
         if idx in self.back_edges:
             for pending in self.loop_snapshots.channel_ended(idx):
                 self._loop_snapshot_done(pending)
+        for pending in self.unaligned.channel_ended(idx):
+            self._unaligned_done(pending)
         if aligner.all_ended:
             if self.state is not TaskState.ENDED:
                 self._end_input()
@@ -390,12 +411,12 @@ class Task:
             probe_round, clean = outcome
             self.setup.send(LoopRoundEnded(self.id, probe_round, clean))
 
-    def _loop_snapshot_done(self, pending: PendingLoopSnapshot | None) -> None:
+    def _loop_snapshot_done(self, pending: PendingSnapshot | None) -> None:
         """Every back-edge returned the barrier: the head's state is its logged feedback."""
         if pending is None:
             return
         assert self.head is not None
-        log_state = OperatorSnapshot(state=LoopLog(tuple(pending.log)))
+        log_state = OperatorSnapshot(state=LoopLog(tuple(batch for _, batch in pending.log)))
         snapshots = [(uid, log_state if uid == self.head.uid else snap) for uid, snap in pending.snapshots]
         self.checkpointer.write(pending.checkpoint_id, snapshots, pending.alignment_ms, pending.sync_ms)
 
@@ -406,7 +427,20 @@ class Task:
             self.checkpointer.decline(abandoned.pop(), "alignment abandoned for a newer barrier")
 
     def _checkpoint(self, barrier: Barrier) -> None:
-        """Fix state, forward the barrier, and write the snapshot in the background.
+        """Fix state, forward the barrier, and write the snapshot in the background."""
+        snapshots, alignment_ms, sync_ms = self._fix_state(barrier)
+        open_back_edges = set(self.back_edges) - self.gate.aligner.ended
+        if self.head is not None and open_back_edges and self.state is not TaskState.ENDED:
+            # ABS Algorithm 2: the state copy is fixed; log feedback until the barrier is back.
+            self.loop_snapshots.hold(
+                PendingSnapshot(barrier.checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms)
+            )
+            return
+        self.checkpointer.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
+
+    def _fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
+        """The synchronous part: fix every operator's state and forward the barrier; returns the
+        snapshots, the alignment's and this part's milliseconds.
 
         The barrier says which checkpoint was complete when it was triggered. On Spark the
         notification of that completion travels on another connection than the barrier and may
@@ -426,14 +460,42 @@ class Task:
         self.checkpointer.serialise_small(snapshots)
         sync_ms = (time.perf_counter() - started) * 1000
         self.last_checkpoint = barrier.checkpoint_id
-        open_back_edges = set(self.back_edges) - self.gate.aligner.ended
-        if self.head is not None and open_back_edges and self.state is not TaskState.ENDED:
-            # ABS Algorithm 2: the state copy is fixed; log feedback until the barrier is back.
-            self.loop_snapshots.hold(
-                PendingLoopSnapshot(barrier.checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms)
-            )
+        return snapshots, alignment_ms, sync_ms
+
+    # -- unaligned checkpoints (`in_flight`) -----------------------------------------------------
+    def _take_priority_barriers(self) -> None:
+        """Take every unaligned barrier out of its input queue, ahead of the data before it."""
+        for idx, channel in enumerate(self.gate.channels):
+            while channel.priority:
+                ahead, barrier = channel.take_priority_barrier()
+                self._on_priority_barrier(idx, ahead, barrier)
+
+    def _on_priority_barrier(self, idx: int, ahead: list[Element], barrier: Barrier) -> None:
+        """The first barrier of a checkpoint fixes the state at once; `ahead` (still queued, not yet
+        processed) is in flight for it, and for every snapshot still waiting on this input."""
+        cid = barrier.checkpoint_id
+        if cid not in self.unaligned and cid > self.last_checkpoint:
+            aligner = self.gate.aligner
+            if aligner.is_aligning:  # an older aligned checkpoint (a savepoint) is given up
+                aligner.abandon()
+                self.gate.reset_alignment_clock()
+                self._decline_abandoned()
+            aligner.last_completed = cid
+            snapshots, _, sync_ms = self._fix_state(barrier)
+            waiting = set(aligner.regular - aligner.ended)
+            self.unaligned.hold(PendingSnapshot(cid, waiting, snapshots, 0.0, sync_ms))
+        for element in ahead:
+            if is_batch(element) or type(element) is Watermark:
+                self.unaligned.log(idx, element)
+        self._unaligned_done(self.unaligned.arrived(idx, cid))
+
+    def _unaligned_done(self, pending: PendingSnapshot | None) -> None:
+        """Every input delivered the barrier: the snapshot goes out with its in-flight log."""
+        if pending is None:
             return
-        self.checkpointer.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
+        in_flight = OperatorSnapshot(state=InFlight(tuple(pending.log)) if pending.log else None)
+        snapshots = [*pending.snapshots, (in_flight_uid(self.setup.vertex), in_flight)]
+        self.checkpointer.write(pending.checkpoint_id, snapshots, pending.alignment_ms, pending.sync_ms)
 
     def _on_message(self, message: Any) -> None:
         kind = type(message)
@@ -475,7 +537,9 @@ class Task:
             return  # the barrier reached this task through its inputs already
         if self.source is not None and self.state is TaskState.RUNNING:
             self.gate.reset_alignment_clock()
-            self._checkpoint(Barrier(message.checkpoint_id, message.timestamp, message.synchronous, message.completed))
+            self._checkpoint(Barrier(
+                message.checkpoint_id, message.timestamp, message.synchronous, message.completed, message.alignment
+            ))
             if message.synchronous:
                 self._halted_for = message.checkpoint_id
         elif self.state in (TaskState.ENDED, TaskState.DRAINING):

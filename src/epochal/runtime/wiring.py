@@ -97,7 +97,7 @@ def build_tasks(
             gate_edges.append((partitioner, outs))
         setup = TaskSetup(
             task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
-            restore_from, send, background, job.config.state,
+            restore_from, send, background, job.config.state, job.config.checkpoint.mode == "unaligned",
         )
         tasks[task_id] = Task(
             setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs

@@ -1,0 +1,139 @@
+"""Snapshots that log in-flight data: a loop head's back edges, and unaligned checkpoints.
+
+A task whose state is fixed before every input delivered the checkpoint's barrier must record
+what those inputs deliver until their barrier comes: data sent before the cut, which the state
+does not reflect and upstream will not send again. That log is the *channel state* of Chandy
+and Lamport's snapshot, written with the task's state and replayed into the task, ahead of any
+new input, on restore.
+
+- **Loops** (ABS §4.3, Algorithm 2): a loop head snapshots when the barrier arrived on its
+  regular inputs and logs its back edges until the barrier came round the loop.
+- **Unaligned checkpoints** (`CheckpointConfig(mode="unaligned")`; Flink's since 1.11): under
+  backpressure an aligned barrier (ABS §4.2, Algorithm 1) waits behind every full buffer on its
+  way, and alignment blocks the inputs that delivered it until the slowest one does, so the
+  checkpoint's duration grows with the backlog. An unaligned barrier is taken out of its input
+  queue ahead of the data there (`InputChannel.take_priority_barrier`, even while the task's
+  output is full); at the first barrier of a checkpoint the task snapshots its state and
+  forwards the barrier at once, then logs the data the barrier overtook and whatever its other
+  inputs deliver before their barrier. Exactly once still; the log is what it costs.
+
+Limits of the unaligned mode: a log belongs to one subtask's inputs, so an unaligned checkpoint
+restores only at the parallelism it was taken at (savepoints and the checkpoint a rescale takes
+are aligned, so a rescale always works); the tasks of a loop align their barriers (Algorithm 2
+covers their back edges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointError
+from ..plan.job_graph import JobGraph, JobVertex
+from ..state.manifest import Manifest
+from ..state.savepoints import storage_for
+from ..state.snapshot_files import decode_operator_state
+from ..state.storage import CheckpointStorage
+from .elements import Element
+
+if TYPE_CHECKING:
+    from .checkpointer import Snapshots
+
+IN_FLIGHT = "#in-flight"  # the suffix of the uid under which a vertex's in-flight logs are stored
+
+
+def in_flight_uid(vertex: JobVertex) -> str:
+    """The uid under which the manifest holds the in-flight logs of `vertex`'s subtasks."""
+    return vertex.chain[0].uid + IN_FLIGHT
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """One subtask's in-flight log of an unaligned checkpoint: (input, element) in arrival order."""
+
+    elements: tuple[tuple[int, Element], ...]
+
+
+@dataclass(slots=True)
+class PendingSnapshot:
+    """A checkpoint whose state is fixed, waiting for its barrier on the inputs in `waiting`."""
+
+    checkpoint_id: int
+    waiting: set[int]
+    snapshots: Snapshots
+    alignment_ms: float
+    sync_ms: float
+    log: list[tuple[int, Any]] = field(default_factory=list)  # (input, element), as delivered
+
+
+class PendingSnapshots:
+    """A task's snapshots that wait for barriers, each logging what its waiting inputs deliver."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, PendingSnapshot] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._pending)
+
+    def __contains__(self, checkpoint_id: int) -> bool:
+        return checkpoint_id in self._pending
+
+    def hold(self, pending: PendingSnapshot) -> None:
+        self._pending[pending.checkpoint_id] = pending
+
+    def log(self, channel: int, element: Any) -> None:
+        """`element` arrived on `channel`: part of every snapshot still waiting for that input."""
+        for pending in self._pending.values():
+            if channel in pending.waiting:
+                pending.log.append((channel, element))
+
+    def arrived(self, channel: int, checkpoint_id: int) -> PendingSnapshot | None:
+        """The barrier arrived on `channel` (or the channel ended); the snapshot once complete."""
+        pending = self._pending.get(checkpoint_id)
+        if pending is None:
+            return None
+        pending.waiting.discard(channel)
+        if pending.waiting:
+            return None
+        return self._pending.pop(checkpoint_id)
+
+    def channel_ended(self, channel: int) -> list[PendingSnapshot]:
+        """`channel` ended: it delivers no more barriers; the snapshots that are now complete."""
+        done = [self.arrived(channel, cid) for cid in list(self._pending)]
+        return [p for p in done if p is not None]
+
+
+def check_in_flight(manifest: Manifest, job: JobGraph) -> None:
+    """Refuse to restore in-flight logs at another parallelism than they were taken at."""
+    for vertex in job.vertices:
+        op = manifest.operator(in_flight_uid(vertex))
+        if op is None or op.parallelism == vertex.parallelism:
+            continue
+        if any(st.operator is not None for st in op.subtasks):
+            raise CheckpointError(
+                f"checkpoint {manifest.checkpoint_id} is unaligned: it holds data in flight to "
+                f"{vertex.name!r} at parallelism {op.parallelism}, which cannot be restored at "
+                f"parallelism {vertex.parallelism}; rescale from a savepoint or an aligned checkpoint"
+            )
+
+
+def read_in_flight(
+    storage: CheckpointStorage | None, manifest: Manifest, vertex: JobVertex, subtask: int
+) -> list[tuple[int, Element]]:
+    """The in-flight log a subtask replays on restore (empty for an aligned checkpoint)."""
+    op = manifest.operator(in_flight_uid(vertex))
+    if op is None:
+        return []
+    if op.parallelism != vertex.parallelism and any(st.operator is not None for st in op.subtasks):
+        raise CheckpointError(  # the job master refuses this before any task starts (`check_in_flight`)
+            f"{vertex.name}: checkpoint {manifest.checkpoint_id} holds data in flight at parallelism "
+            f"{op.parallelism}, not {vertex.parallelism}"
+        )
+    mine = [st for st in op.subtasks if st.subtask == subtask and st.operator is not None]
+    if not mine:
+        return []
+    handle = mine[0].operator
+    assert handle is not None
+    state = decode_operator_state(storage_for(manifest, storage).read_file(handle), source=handle.path)
+    assert isinstance(state, InFlight)
+    return list(state.elements)
