@@ -180,6 +180,20 @@ def test_the_decision_skips_a_corrupt_latest_checkpoint(tmp_path: Path) -> None:
     assert start is not None and start.checkpoint_id == complete[-2]
 
 
+def test_a_directory_of_corrupt_checkpoints_only_is_refused_not_started_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _job_file(tmp_path)
+    assert _auto(job) == 0
+    for manifest in (tmp_path / "ckpt").glob(f"chk-*/{MANIFEST_NAME}"):
+        manifest.write_bytes(manifest.read_bytes()[:-5])
+    capsys.readouterr()
+    assert _auto(job) == 1
+    err = capsys.readouterr().err
+    assert "starting fresh" in _decision(err) and "already holds complete checkpoints" in err
+    assert _committed(tmp_path / "out") == EXPECTED
+
+
 def _slow(x: int) -> int:
     if x % 500 == 0:
         import time
