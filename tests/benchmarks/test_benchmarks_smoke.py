@@ -94,3 +94,13 @@ def test_abs_target_alternates_and_summarises():
     spread = abs_target.summarise([1.0, 1.01, 1.02, 1.03, 1.10])
     assert spread["median"] == 1.02 and spread["q1"] <= 1.02 <= spread["q3"]
     assert 1.0 <= spread["ci90_low"] <= 1.02 <= spread["ci90_high"] <= 1.10
+
+
+def test_checkpoint_modes_measures_each_mode_under_backpressure():
+    from benchmarks import checkpoint_modes
+
+    for mode in checkpoint_modes.MODES:
+        run = checkpoint_modes.run_once(6000, mode, "slow", interval=0.05)
+        assert run["records_per_s"] > 0 and run["checkpoints"], mode
+    row = checkpoint_modes._row(run)
+    assert row["mode"] == "at_least_once" and row["duration_ms_median"] is not None

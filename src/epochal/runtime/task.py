@@ -10,10 +10,10 @@ inputs, joins batches and aligns barriers (ABS §4.2, Algorithm 1); the `Subtask
 fixes, writes and acknowledges its state; `LoopProbes` holds its part in loop termination, and
 `PendingSnapshots` the snapshots that log in-flight data (a loop head's, ABS §4.3, Algorithm 2,
 and unaligned ones, in `in_flight`); `InputWatermarks` its event time; the operators
-in `runtime.operators` do the processing. What is left here, about 500 lines (over the 450 we
+in `runtime.operators` do the processing. What is left here, about 570 lines (over the 450 we
 aim for), is the dispatch of every in-band element and control message: one short branch each
-(splits assigned by the enumerator and live state queries are the newest), kept together so
-that their order within a step reads in one place; and the task's own counters and clock
+(splits assigned by the enumerator, live state queries and unaligned barriers, which jump the
+input queue, are the newest), kept together so that their order within a step reads in one place; and the task's own counters and clock
 (`step`, `task_metrics`), which the live metrics read (`runtime.metrics`). Moving a branch out
 would split that order across modules that call back into the task.
 """
