@@ -481,17 +481,37 @@ def windows(run: Run, minutes: float, width_s: float) -> list[dict[str, Any]]:
     return out
 
 
-def memory(run: Run) -> dict[str, dict[str, float]]:
-    """Per process: RSS at the first and last sample it is in, its max, and (workers) the
-    median RSS of each incarnation (a killed worker comes back as a new process)."""
+def slope(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, MiB) points, in MiB per hour."""
+    if len(points) < 3:
+        return None
+    mt = statistics.fmean(t for t, _ in points)
+    mv = statistics.fmean(v for _, v in points)
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return None if den == 0 else 3600 * sum((t - mt) * (v - mv) for t, v in points) / den
+
+
+def memory(run: Run) -> dict[str, dict[str, Any]]:
+    """Per process: RSS at the first and last sample it is in (after the first minute), its
+    max, its trend (MiB/hour, least squares), what one kill adds (RSS a minute after each kill
+    minus just before it) and, for workers, the last RSS of each incarnation (a kill relaunches
+    both workers as new processes)."""
     names = sorted({n for s in run.samples for n in s.rss_mb})
     figures: dict[str, dict[str, Any]] = {}
     for name in names:
         seen = [(s.t, s.rss_mb[name], s.worker_pids.get(name)) for s in run.samples if name in s.rss_mb]
+        warm = [x for x in seen if x[0] >= 60] or seen
         pids = list(dict.fromkeys(p for _, _, p in seen if p is not None))
+        per_kill = []
+        for kill in run.kills:
+            before = [v for t, v, _ in seen if t < kill["t"]]
+            after = [v for t, v, _ in seen if t >= kill["t"] + 60]
+            if before and after:
+                per_kill.append(after[0] - before[-1])
         figures[name] = {
-            "start_mb": seen[0][1], "end_mb": seen[-1][1], "max_mb": max(v for _, v, _ in seen),
-            "processes": max(1, len(pids)),
+            "start_mb": warm[0][1], "end_mb": warm[-1][1], "max_mb": max(v for _, v, _ in seen),
+            "slope_mb_per_hour": slope([(t, v) for t, v, _ in warm]),
+            "per_kill_mb": per_kill, "processes": max(1, len(pids)),
             "incarnation_end_mb": [[v for _, v, p in seen if p == pid][-1] for pid in pids],
         }
     return figures
@@ -618,11 +638,13 @@ def summary(result: dict[str, Any]) -> str:
         f"{result['load_average']['median_1min']:.2f}, max {result['load_average']['max_1min']:.2f} on "
         f"{os.cpu_count()} cores shared with other work.",
         "",
-        "| process | RSS start MiB | end MiB | max MiB | processes (incarnations) |",
-        "|---|---:|---:|---:|---:|",
+        "| process | RSS at 1 min, MiB | at the end | max | trend, MiB/h | per kill, MiB (median) | processes |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in result["memory"].items():
-        lines.append(f"| {name} | {m['start_mb']:.0f} | {m['end_mb']:.0f} | {m['max_mb']:.0f} | {m['processes']} |")
+        kill = statistics.median(m["per_kill_mb"]) if m["per_kill_mb"] and m["processes"] == 1 else None
+        lines.append(f"| {name} | {m['start_mb']:.0f} | {m['end_mb']:.0f} | {m['max_mb']:.0f} | "
+                     f"{_f(m['slope_mb_per_hour'], 1)} | {_f(kill, 1)} | {m['processes']} |")
     lines += [
         "",
         "| window (min) | checkpoints | aborted | median s | p99 s | max s |",
@@ -659,6 +681,25 @@ def run_benchmark(quick: bool) -> dict[str, Any]:
     return soak(2 if quick else 60, probe_s=20 if quick else 60)
 
 
+def replot(path: str) -> dict[str, Any]:
+    """Recompute the figures, plots and summary of a result file from its samples (same data)."""
+    with open(path) as f:
+        result: dict[str, Any] = json.load(f)
+    run = Run(kills=result["kills"], checkpoints={c["id"]: c for c in result["checkpoints"]})
+    for sample in result["samples"]:
+        fields = dict(sample, checkpoint_dir=Tree(**sample["checkpoint_dir"]), sink_dir=Tree(**sample["sink_dir"]),
+                      load=tuple(sample["load"]))
+        run.samples.append(Sample(**fields))
+    minutes = result["minutes"]
+    result["memory"] = memory(run)
+    result["windows_10min"] = windows(run, minutes, 600 if minutes >= 30 else 60)
+    result["images"] = plot(run, minutes, "" if minutes >= 60 else "-smoke")
+    result["summary"] = summary(result)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60)
@@ -667,7 +708,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, help="seconds between kills (300, at most a third of the run)")
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument("--replot", metavar="JSON", help="only redo the figures and plots of a result file")
     args = parser.parse_args(argv)
+    if args.replot:
+        print(replot(args.replot)["summary"])
+        return 0
     probe = args.probe if args.probe is not None else (60 if args.minutes >= 10 else 20)
     started = datetime.datetime.now(datetime.UTC)
     result = soak(args.minutes, probe, args.load, args.kill_every, args.sample, args.seed)
