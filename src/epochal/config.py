@@ -171,6 +171,9 @@ class JobConfig:
     # Seconds between two reports of live metrics (a worker's to the job master; the job master
     # publishes twice as often); None gathers none while the job runs (see runtime/metrics.py).
     metrics_interval: float | None = 1.0
+    # Workers a Spark stage holds (None: as many as the parallelism); those beyond it stand by,
+    # so that a rescale up to this many happens in the running stage (cluster/spark.py).
+    max_workers: int | None = None
 
     def __post_init__(self) -> None:
         check_instance("JobConfig.checkpoint", self.checkpoint, CheckpointConfig)
@@ -181,6 +184,8 @@ class JobConfig:
         object.__setattr__(self, "gc_threshold", check_gc_threshold("JobConfig.gc_threshold", self.gc_threshold))
         if self.metrics_interval is not None:
             check_seconds("JobConfig.metrics_interval", self.metrics_interval, or_none=True)
+        if self.max_workers is not None:
+            check_int("JobConfig.max_workers", self.max_workers)
 
 
 # -- argument checks ---------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ def test_a_sigkill_under_backpressure_with_unaligned_checkpoints_commits_every_u
     in_flight = 0
     for trial in range(2):
         out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
-        result, _ = run_and_kill(spark, _env(spark, out, ckpt), "unaligned", ckpt, random.Random(trial), delay=(0.0, 1.5))
+        env = _env(spark, out, ckpt)
+        result, _ = run_and_kill(spark, env, "unaligned", ckpt, random.Random(trial), delay=(0.0, 1.5))
         assert sorted(map(tuple, read_committed(out))) == expected, f"trial {trial}"
         assert result.restarts == 1
         storage = CheckpointStorage(ckpt, create=False)

@@ -84,3 +84,37 @@ def test_a_rescale_beyond_the_clusters_slots_is_refused_and_the_job_runs_on(spar
     handle.cancel()
     with pytest.raises(JobCancelledError):
         handle.result(timeout=120)
+
+
+def test_a_rescale_into_standby_slots_happens_in_the_running_stage_and_commits_each_record_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    env = StreamEnvironment(parallelism=1, max_workers=2, executor="spark", spark=spark,
+                            checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
+    env.from_source(EndlessSource()).key_by(lambda x: x % 5).count().uid("counts").sink_to(
+        FileSink(str(tmp_path / "out")))
+    handle = env.execute_async("standby-slots")
+    wait_until(lambda: (handle.status().last_checkpoint or 0) >= 2, "two checkpoints", timeout=120)
+    stage = set(spark.sparkContext.statusTracker().getActiveJobsIds())
+    assert len(stage) == 1
+    for parallelism in (2, 1, 2):
+        rescaled_from = handle.rescale(parallelism, timeout=120)
+        wait_until(lambda p=parallelism, r=rescaled_from: handle.status().state is JobState.RUNNING
+                   and handle.status().parallelism == p and (handle.status().last_checkpoint or 0) >= r + 2,
+                   f"running at {parallelism}", timeout=120)
+        # the same Spark job: the standby worker took its subtasks, no stage was launched
+        assert set(spark.sparkContext.statusTracker().getActiveJobsIds()) == stage
+    for key in range(5):
+        assert handle.query_state("counts", key, live=True, timeout=30)["count"] > 0
+    handle.cancel()
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=120)
+    per_key: dict[int, list[int]] = {}
+    for key, count in (tuple(u) for u in read_committed(str(tmp_path / "out"))):
+        per_key.setdefault(key, []).append(count)
+    assert len(per_key) == 5 and all(sorted(c) == list(range(1, len(c) + 1)) for c in per_key.values())
+
+
+def test_max_workers_below_the_parallelism_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_workers"):
+        StreamEnvironment(parallelism=3, max_workers=2)

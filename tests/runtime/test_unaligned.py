@@ -30,7 +30,9 @@ KEYS = 5
 N = 1_200
 
 
-def _env(tmp_path: Path, items: list[Any], mode: str, seed: int, parallelism: int = 2) -> tuple[StreamEnvironment, CollectSink]:
+def _env(
+    tmp_path: Path, items: list[Any], mode: str, seed: int, parallelism: int = 2
+) -> tuple[StreamEnvironment, CollectSink]:
     env = StreamEnvironment(
         parallelism=parallelism, executor="inprocess", seed=seed, batch_size=8, channel_capacity=1,
         checkpoint=CheckpointConfig(interval=0.002, directory=str(tmp_path / "ckpt"), mode=mode, retain=10_000),  # type: ignore[arg-type]

@@ -129,6 +129,11 @@ class StreamEnvironment:
             job master publishes a snapshot twice as often); `None` gathers no live metrics
             (the dashboard, `/metrics` and progress stay empty until the end; the `JobResult`
             is the same).
+        max_workers: on Spark, the workers (task slots) the job's stage holds; `None` (the
+            default) holds as many as the parallelism. Workers beyond the parallelism stand by:
+            a rescale up to `max_workers` (and back down) restarts the tasks in the running
+            stage, from a checkpoint taken at once, instead of launching a new stage. Ignored
+            in-process.
     """
 
     def __init__(
@@ -150,6 +155,7 @@ class StreamEnvironment:
         web_port: int | None = None,
         web_host: str = "127.0.0.1",
         metrics_interval: float | None = 1.0,
+        max_workers: int | None = None,
     ) -> None:
         self.max_parallelism = check_int("max_parallelism", max_parallelism)
         if parallelism is None:
@@ -180,6 +186,9 @@ class StreamEnvironment:
         self.metrics_interval = (
             None if metrics_interval is None else check_seconds("metrics_interval", metrics_interval, or_none=True)
         )
+        self.max_workers = None if max_workers is None else check_int("max_workers", max_workers)
+        if self.max_workers is not None and self.max_workers < self.parallelism:
+            raise ValueError(f"max_workers ({max_workers}) must be at least the parallelism ({self.parallelism})")
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
@@ -252,7 +261,7 @@ class StreamEnvironment:
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval,
+            self.metrics_interval, self.max_workers,
         )
         return compile_job(self._graph, name, parallelism, self.max_parallelism, config, self.dead_letter)
 
@@ -344,13 +353,14 @@ class StreamEnvironment:
             try:
                 while True:
                     try:
-                        result: JobResult = self._host(progress).execute(current, restore, control)
+                        result: JobResult = self._host(progress).execute(
+                            current, restore, control, recompile=lambda n: self._compile(name, n)
+                        )
                         return result
                     except Rescale as rescale:  # its checkpoint is complete: relaunch from it
                         current = self._compile(name, rescale.parallelism)
                         restore = rescale.checkpoint_id
-                        control.publish(parallelism=max(v.parallelism for v in current.vertices))
-                        rescale.command.finish(result=rescale.checkpoint_id)
+                        rescale.done(control, current)
             except BaseException:
                 if not control.status().state.is_final:  # refused at start, or an error of ours
                     control.publish(state=JobState.FAILED)

@@ -74,8 +74,11 @@ class InProcessExecutor:
         self.progress = progress
 
     def execute(
-        self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None
+        self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None,
+        recompile: Callable[[int], JobGraph] | None = None,
     ) -> JobResult:
+        """Run `job` to its end (`recompile` is for hosts that rescale in place; here a rescale
+        rebuilds every task anyway, so it leaves by `Rescale`)."""
         with tuned_gc(job.config.gc_threshold):
             clock: Clock = VirtualClock() if self.virtual_time else WallClock()
             master = JobMaster(job, clock, from_checkpoint, self.progress, control)

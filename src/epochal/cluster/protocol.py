@@ -23,10 +23,15 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Build the tasks of `attempt`, restoring from checkpoint `checkpoint_id` if not None."""
+    """Build the tasks of `attempt`, restoring from checkpoint `checkpoint_id` if not None.
+
+    `job`: a new job graph (cloudpickled: it holds user functions) for a rescale in place; the
+    worker hosts its subtasks from now on. None: the same job as before.
+    """
 
     attempt: int
     checkpoint_id: int | None
+    job: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

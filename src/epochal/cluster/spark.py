@@ -47,7 +47,7 @@ from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.attempt import Attempt
 from ..runtime.clock import WallClock
-from ..runtime.control import JobControl
+from ..runtime.control import JobControl, Rescale
 from ..runtime.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
@@ -194,9 +194,16 @@ class SparkExecutor:
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
 
     def execute(
-        self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None
+        self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None,
+        recompile: Callable[[int], JobGraph] | None = None,
     ) -> JobResult:
-        workers = max(v.parallelism for v in job.vertices)
+        """Run `job` in one barrier stage to its end.
+
+        `recompile(n)`: the job at parallelism `n`; given it, a rescale within the stage's workers
+        (`JobConfig.max_workers`) happens in place: the tasks restart in the running stage from
+        the rescale's checkpoint. Without it, or beyond them, the host leaves by `Rescale`.
+        """
+        workers = max(max(v.parallelism for v in job.vertices), job.config.max_workers or 0)
         # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
         master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control)
         spark = self.spark or default_session(workers)
@@ -210,14 +217,18 @@ class SparkExecutor:
             )
         master.control.max_workers = slots  # a rescale beyond them is refused, not launched
         host = self.bind_host or _bind_host(spark)
-        return _StageHost(master, spark, workers, host, self).run()
+        return _StageHost(master, spark, workers, host, self, recompile).run()
 
 
 class _StageHost:
     """The job master's side of one job on Spark: launches, workers' links, and message routing."""
 
-    def __init__(self, master: JobMaster, spark: Any, workers: int, host: str, executor: SparkExecutor) -> None:
+    def __init__(
+        self, master: JobMaster, spark: Any, workers: int, host: str, executor: SparkExecutor,
+        recompile: Callable[[int], JobGraph] | None = None,
+    ) -> None:
         self.master = master
+        self.recompile = recompile
         self.job = master.job
         self.spark = spark
         self.connect = is_connect(spark)
@@ -339,14 +350,36 @@ class _StageHost:
             log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
 
     # -- attempts --------------------------------------------------------------------------------
-    def _start_attempt(self) -> None:
+    def _start_attempt(self, job: bytes | None = None) -> None:
         self.running = set()
         self.live = {}
         self.attempt = self.master.start_attempt(self._send)
         restore = self.master.restore_from
-        start = Start(self.attempt.number, restore.checkpoint_id if restore is not None else None)
+        start = Start(self.attempt.number, restore.checkpoint_id if restore is not None else None, job)
         for link in self.links.values():
             link.send_object(start)
+
+    def _rescale_in_place(self, rescale: Rescale) -> bool:
+        """Restart the tasks at the new parallelism in the running stage, from the rescale's
+        checkpoint (taken just now: nothing to replay); False if the stage's workers are too few
+        (or nobody can compile the job anew): then the host leaves by `Rescale` and the job is
+        relaunched in a new stage."""
+        if self.recompile is None or rescale.parallelism > self.workers:
+            return False
+        from pyspark import cloudpickle
+
+        job = self.recompile(rescale.parallelism)
+        old = self.master
+        assert old.attempt is not None
+        self.master = JobMaster(
+            job, old.clock, rescale.checkpoint_id, old.progress, old.control, attempts_before=old.attempt.number
+        )
+        self.job = job
+        self._event("rescaled")
+        self._start_attempt(cloudpickle.dumps(job))
+        rescale.done(self.master.control, job)
+        log.warning("job %r: rescaled in place to %d (of %d workers)", job.name, rescale.parallelism, self.workers)
+        return True
 
     def _send(self, task: TaskId, message: Any) -> None:
         link = self.links.get(worker_of(task))
@@ -367,7 +400,13 @@ class _StageHost:
                 try:
                     self._accept_workers(launch)
                     self._start_attempt()
-                    self._supervise(launch)
+                    while True:
+                        try:
+                            self._supervise(launch)
+                            break
+                        except Rescale as rescale:
+                            if not self._rescale_in_place(rescale):
+                                raise
                 except WorkerLost as exc:
                     self._stop_workers(launch, cancel=True)
                     self._fail(exc)

@@ -1,6 +1,8 @@
 """An Epochal worker: one process, one event loop, hosting some subtasks of every vertex.
 
-Subtask `i` of each vertex runs on worker `i`. Tasks on the same worker talk through local
+Subtask `i` of each vertex runs on worker `i`; a worker beyond the parallelism (a *standby slot*,
+`StreamEnvironment(max_workers=...)`) hosts none until a rescale in place gives it some (a
+`Start` with a new job graph). Tasks on the same worker talk through local
 queues; tasks on different workers through `runtime.network` links with credit-based flow
 control. The loop alternates between socket I/O (a selector), stepping runnable tasks, and
 flushing output batches whose timeout expired. Snapshot uploads run on a background thread
@@ -178,8 +180,13 @@ class Worker:
         self.selector.register(link, selectors.EVENT_READ, peer)
 
     def _start(self, start: Start) -> None:
-        """(Re)build this worker's tasks for an attempt, restoring from a checkpoint."""
+        """(Re)build this worker's tasks for an attempt, restoring from a checkpoint; a new job
+        graph (a rescale in place) may give it other subtasks, or none (a standby worker)."""
         self._close_tasks()
+        if start.job is not None:
+            self.job = pickle.loads(start.job)
+            self.config = self.job.config
+            self.keys = channel_keys(self.job)
         self.attempt = start.attempt
         self.failed = False
         manifest = None

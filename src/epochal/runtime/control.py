@@ -22,11 +22,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EpochalError, NoCheckpointError
 from ..state.reader import lookup, open_checkpoint
 from .metrics import JobMetrics
+
+if TYPE_CHECKING:
+    from ..plan.job_graph import JobGraph
 
 
 class Command:
@@ -69,6 +72,11 @@ class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an err
         self.checkpoint_id = checkpoint_id
         self.parallelism = parallelism
         self.command = command
+
+    def done(self, control: JobControl, job: JobGraph) -> None:
+        """`job`, at the new parallelism, restored the rescale's checkpoint: say so to its caller."""
+        control.publish(parallelism=max(v.parallelism for v in job.vertices))
+        self.command.finish(result=self.checkpoint_id)
 
 
 class JobState(Enum):

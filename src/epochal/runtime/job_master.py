@@ -70,6 +70,8 @@ class JobMaster:
         progress: called with a live view of the job, at most twice per `metrics_interval`.
         control: where the job's status is published and commands wait (a `JobHandle`'s, the
             control endpoint's); a private one when None.
+        attempts_before: attempts the run had before this job master took over (a rescale in
+            place); its attempts are numbered after them.
 
     Raises:
         NoCheckpointError: `from_checkpoint` names nothing restorable, or the job has no
@@ -85,9 +87,13 @@ class JobMaster:
         from_checkpoint: str | int | None = None,
         progress: Callable[[JobProgress], None] | None = None,
         control: JobControl | None = None,
+        attempts_before: int = 0,
     ) -> None:
         self.job = job
         self.clock = clock
+        # attempts of the same run before this job master's (a host that rescaled in place):
+        # attempt numbers go on rising, so messages of an older attempt are never taken for new
+        self._attempts_before = attempts_before
         self.progress = progress
         workers = max(v.parallelism for v in job.vertices)
         self.control = control if control is not None else JobControl(job.name, workers)
@@ -151,7 +157,8 @@ class JobMaster:
             first_id = max(first_id, restored + 1)
         self.enumerators.start_attempt(self.job, send, self.restore_from)
         self.attempt = Attempt(
-            len(self.restored_from), self.job, self.storage, self.clock, send, first_id, self, self.enumerators
+            self._attempts_before + len(self.restored_from), self.job, self.storage, self.clock, send, first_id,
+            self, self.enumerators,
         )
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts)

@@ -13,9 +13,10 @@ and unaligned ones, in `in_flight`); `InputWatermarks` its event time; the opera
 in `runtime.operators` do the processing. What is left here, about 570 lines (over the 450 we
 aim for), is the dispatch of every in-band element and control message: one short branch each
 (splits assigned by the enumerator, live state queries and unaligned barriers, which jump the
-input queue, are the newest), kept together so that their order within a step reads in one place; and the task's own counters and clock
-(`step`, `task_metrics`), which the live metrics read (`runtime.metrics`). Moving a branch out
-would split that order across modules that call back into the task.
+input queue, are the newest), kept together so that their order within a step reads in one
+place; and the task's own counters and clock (`step`, `task_metrics`), which the live metrics
+read (`runtime.metrics`). Moving a branch out would split that order across modules that call
+back into the task.
 """
 
 from __future__ import annotations
