@@ -200,8 +200,8 @@ class Task:
             return False
         if self.inbox or self._replay or (self.head is not None and self.head.replay):
             return True
-        if self._overtakes and self.gate.priority_queued():  # even behind a full output
-            return True
+        if self._overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
+            return True  # an unaligned barrier is taken even behind a full output
         if self.state is TaskState.ENDED or not self.output.has_capacity():
             return False
         if self.state is TaskState.DRAINING and not self.probes.in_flight:
