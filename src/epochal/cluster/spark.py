@@ -361,10 +361,12 @@ class _StageHost:
 
     def _rescale_in_place(self, rescale: Rescale) -> bool:
         """Restart the tasks at the new parallelism in the running stage, from the rescale's
-        checkpoint (taken just now: nothing to replay); False if the stage's workers are too few
-        (or nobody can compile the job anew): then the host leaves by `Rescale` and the job is
-        relaunched in a new stage."""
-        if self.recompile is None or rescale.parallelism > self.workers:
+        checkpoint (taken just now: nothing to replay), if the stage has the workers the job
+        wants, `max(parallelism, max_workers)`: not too few, and not more (a job without standby
+        slots that scales down frees its slots). False otherwise, or if nobody can compile the
+        job anew: then the host leaves by `Rescale` and the job is relaunched in a new stage."""
+        wanted = max(rescale.parallelism, self.job.config.max_workers or 0)
+        if self.recompile is None or wanted != self.workers:
             return False
         from pyspark import cloudpickle
 
