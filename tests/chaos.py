@@ -264,7 +264,7 @@ def run_driver_trial(spark: Any, number: int, rng: random.Random, directory: str
     env = {k: v for k, v in os.environ.items() if k != fault_points.ENV}
     with open(os.path.join(directory, f"driver{number}.log"), "wb") as log:
         child = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--driver", out, ckpt],
+            [sys.executable, os.path.abspath(__file__), "--driver", out, ckpt, "--master", MASTER],
             env={**env, TOKEN_ENV: token}, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
         )
     try:
@@ -290,6 +290,14 @@ def run_driver_trial(spark: Any, number: int, rng: random.Random, directory: str
     )
 
 
+MASTER = "local[2]"  # the trials' Spark master (`--master`); a killed driver's child uses the same
+
+
+def set_master(master: str) -> None:
+    global MASTER
+    MASTER = master
+
+
 def drive(out: str, ckpt: str) -> None:
     """The child of a `kill_driver` trial: the job, on a local Spark of its own."""
     from pyspark import cloudpickle
@@ -297,7 +305,7 @@ def drive(out: str, ckpt: str) -> None:
     from epochal.cluster.spark import create_session
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
-    spark = create_session("local[2]")
+    spark = create_session(MASTER)
     SparkExecutor(spark).execute(job(spark, out, ckpt))
 
 
@@ -350,8 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the trials here")
     parser.add_argument("--workdir", help="the trials' directories (default: a new temporary one); those of "
                         "trials with a violation or an error are kept")
+    parser.add_argument("--master", default=MASTER, help="the Spark master: local[2] (default) or, with an "
+                        "executor JVM per worker, local-cluster[2,1,1024]")
     parser.add_argument("--driver", nargs=2, metavar=("OUT", "CKPT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    set_master(args.master)
     if args.driver:
         drive(*args.driver)
         return 0
@@ -360,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     from epochal.cluster.spark import create_session
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
-    spark = create_session("local[2]")
+    spark = create_session(MASTER)
     rng = random.Random(args.seed)
     directory = args.workdir or tempfile.mkdtemp(prefix="epochal-chaos-")
     os.makedirs(directory, exist_ok=True)
