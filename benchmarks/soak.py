@@ -351,7 +351,7 @@ def probe_max(spark: Any, directory: str, seconds: float) -> dict[str, Any]:
     if len(steady) < 2:
         raise RuntimeError(f"the probe saw too few metrics: {points}")
     (ta, ra), (tb, rb) = steady[0], steady[-1]
-    rates = []
+    rates: list[tuple[float, float]] = []
     for (t1, r1) in steady:
         later = [(t2, r2) for t2, r2 in steady if t2 >= t1 + 10]
         if later and (not rates or t1 >= rates[-1][0] + 10):
@@ -449,7 +449,7 @@ def check_retention(ckpt: str, retain: int) -> dict[str, Any]:
     from epochal.state.storage import MANIFEST_NAME
 
     complete = sorted(d for d in os.listdir(ckpt) if os.path.exists(os.path.join(ckpt, d, MANIFEST_NAME)))
-    referenced = set()
+    referenced: set[str] = set()
     for d in complete:
         with open(os.path.join(ckpt, d, MANIFEST_NAME), "rb") as f:
             manifest = Manifest.from_json(f.read(), d)
