@@ -56,7 +56,7 @@ from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
 from .session import default_session, is_connect
-from .worker import UNREACHABLE, Worker, worker_of
+from .worker import UNREACHABLE, Worker, snapshot_friendly_gil, worker_of
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str
         port = listener.getsockname()[1]
         addresses = ctx.allGather(f"{host}:{port}")
         peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
-        with tuned_gc(job.config.gc_threshold, freeze=True):
+        with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
             worker = Worker(job, index, workers, launch, driver, listener, peers)
             worker.connect()
             worker.run()
