@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from epochal import EpochalError
+from epochal.cluster import session as session_module
 from epochal.cluster import spark as spark_host
 from epochal.cluster.session import create_session, is_connect, master_addresses, probe_master
 from epochal.cluster.spark import BIND_HOST_ENV, JobMasterUnreachable, SparkExecutor
@@ -74,9 +75,9 @@ def test_workers_bind_to_the_route_towards_the_connect_server(
     spark_connect: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(BIND_HOST_ENV, raising=False)
-    assert spark_host._bind_host(spark_connect) == "127.0.0.1"  # the server is on this machine
+    assert session_module.bind_host(spark_connect) == "127.0.0.1"  # the server is on this machine
     monkeypatch.setenv(BIND_HOST_ENV, "10.1.2.3")
-    assert spark_host._bind_host(spark_connect) == "10.1.2.3"
+    assert session_module.bind_host(spark_connect) == "10.1.2.3"
 
 
 @pytest.mark.spark

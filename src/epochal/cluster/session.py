@@ -12,6 +12,9 @@
 - `use_master` makes `default_session` create its session on a given master, lazily: `epochal
   run --master URL` uses it, so that a job whose checks fail (a missing input, output that would
   be written twice) fails before the JVM starts.
+- `master_of`, `task_slots`, `wait_for_slots` and `bind_host` tell the Spark host what the
+  session offers: its master, how many workers it can gang-schedule, and the address of this
+  machine its workers can connect back to.
 - Start-up is quiet: the driver's JVM logs only errors (a log4j2 configuration of our own, so
   neither Spark's "default profile" banner nor its WARN lines such as NativeCodeLoader's), and
   its one start-up line outside log4j ("Using incubator modules") is dropped from its stderr.
@@ -21,11 +24,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 import zlib
 from collections.abc import Iterator
@@ -36,10 +41,12 @@ from urllib.parse import urlsplit
 from ..errors import EpochalError
 
 SPARK_LOG_ENV = "EPOCHAL_SPARK_LOG"
+BIND_HOST_ENV = "EPOCHAL_BIND_HOST"  # the address workers connect back to, if not the default
 LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 PROBE_TIMEOUT = 5.0  # seconds per address of the master
 CONNECT_PORT = 15002  # Spark Connect's default port
 
+_SPLITS = re.compile(r"\bsplits=(?:Some\()?(\d+)")
 _NOISE = (b"WARNING: Using incubator modules",)  # the JVM's, printed before log4j exists
 
 # Errors only on the console. PySpark's gateway starts Spark's logging as a shell's: unless the
@@ -209,6 +216,59 @@ def stop_session() -> None:
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()
+
+
+def master_of(spark: Any) -> str:
+    """The session's master URL (a Connect client reads the server's setting)."""
+    if is_connect(spark):
+        return str(spark.conf.get("spark.master", "") or "")
+    return str(spark.sparkContext.master)
+
+
+def task_slots(spark: Any) -> int | None:
+    """The cluster's task slots: `defaultParallelism`, which a Connect client reads from the
+    number of splits Spark plans for a `range` (one analysis call, no Spark job); None if the
+    plan does not say (a Connect server's own setting of `spark.sql.leafNodeDefaultParallelism`
+    overrides it, too)."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    found = _SPLITS.search(spark.range(1)._explain_string(extended=False))
+    return int(found.group(1)) if found else None
+
+
+def wait_for_slots(spark: Any, workers: int, timeout: float = 90.0) -> int | None:
+    """Task slots of the cluster; on a cluster master, waits for executors to register."""
+    slots = task_slots(spark)
+    master = master_of(spark)
+    if master.startswith("local[") or master == "local" or slots is None:
+        return slots
+    deadline = time.monotonic() + timeout
+    while slots is not None and slots < workers and time.monotonic() < deadline:
+        time.sleep(0.5)
+        slots = task_slots(spark)
+    return slots
+
+
+def bind_host(spark: Any) -> str:
+    """The address the job master listens on for its workers.
+
+    `EPOCHAL_BIND_HOST` if set. Else, on a classic session, `spark.driver.host`, which workers on
+    any cluster reach; on a Connect session, this machine's address on the route to the Connect
+    server (the cluster's side of the client), found by a UDP `connect`, which sends nothing.
+    """
+    chosen = os.environ.get(BIND_HOST_ENV)
+    if chosen:
+        return chosen
+    if not is_connect(spark):
+        return str(spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1"))
+    builder = getattr(spark.client, "_builder", None)  # pyspark keeps the server's address here
+    server = getattr(builder, "host", None) or "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((socket.gethostbyname(server), 9))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
 
 
 def _start_quiet_jvm(settings: dict[str, str]) -> None:

@@ -21,19 +21,17 @@ The job master decides every restart; this host carries it out at one of two spe
   Spark never retries for a result stage: the host cancels what is left and submits a new stage
   (a new *launch*), whose workers start the next attempt.
 The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
-it is a retry. The module is over 450 lines because submitting a stage, accepting its workers,
-supervising them and relaunching share one piece of state (the launch, its links and the
-attempt); the parts that do not (the session, the worker, the wire protocol) are modules of
-their own. The job master is built, and runs its start checks, before the SparkSession is
+it is a retry. Submitting a stage, accepting its workers, supervising them and relaunching share one piece
+of state (the launch, its links and the attempt) and stay here; what does not is in modules of
+its own: the session, its master, task slots and the address workers reach (`cluster.session`),
+the worker, the wire protocol. The job master is built, and runs its start checks, before the SparkSession is
 (`cluster.session`), so a job that cannot start fails before the JVM does.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import pickle
-import re
 import selectors
 import socket
 import threading
@@ -54,68 +52,14 @@ from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import JobProgress, JobResult
 from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
-from .session import default_session, is_connect
 from .worker import UNREACHABLE, Worker, snapshot_friendly_gil, worker_of
 
 log = logging.getLogger(__name__)
 
 _HELLO_TIMEOUT = 300.0
-BIND_HOST_ENV = "EPOCHAL_BIND_HOST"  # the address workers connect back to, if not the default
 _STAGE_SCHEMA = "worker int"
-_SPLITS = re.compile(r"\bsplits=(?:Some\()?(\d+)")
-
-
-def _master(spark: Any) -> str:
-    if is_connect(spark):
-        return str(spark.conf.get("spark.master", "") or "")
-    return str(spark.sparkContext.master)
-
-
-def _default_parallelism(spark: Any) -> int | None:
-    """The cluster's task slots: `defaultParallelism`, which a Connect client reads from the
-    number of splits Spark plans for a `range` (one analysis call, no Spark job); None if the
-    plan does not say (a Connect server's own setting of `spark.sql.leafNodeDefaultParallelism`
-    overrides it, too)."""
-    if not is_connect(spark):
-        return int(spark.sparkContext.defaultParallelism)
-    found = _SPLITS.search(spark.range(1)._explain_string(extended=False))
-    return int(found.group(1)) if found else None
-
-
-def _wait_for_slots(spark: Any, workers: int, timeout: float = 90.0) -> int | None:
-    """Task slots of the cluster; on a cluster master, waits for executors to register."""
-    slots = _default_parallelism(spark)
-    master = _master(spark)
-    if master.startswith("local[") or master == "local" or slots is None:
-        return slots
-    deadline = time.monotonic() + timeout
-    while slots is not None and slots < workers and time.monotonic() < deadline:
-        time.sleep(0.5)
-        slots = _default_parallelism(spark)
-    return slots
-
-
-def _bind_host(spark: Any) -> str:
-    """The address the job master listens on for its workers.
-
-    `EPOCHAL_BIND_HOST` if set. Else, on a classic session, `spark.driver.host`, which workers on
-    any cluster reach; on a Connect session, this machine's address on the route to the Connect
-    server (the cluster's side of the client), found by a UDP `connect`, which sends nothing.
-    """
-    chosen = os.environ.get(BIND_HOST_ENV)
-    if chosen:
-        return chosen
-    if not is_connect(spark):
-        return str(spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1"))
-    builder = getattr(spark.client, "_builder", None)  # pyspark keeps the server's address here
-    server = getattr(builder, "host", None) or "127.0.0.1"
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((socket.gethostbyname(server), 9))
-            return str(probe.getsockname()[0])
-    except OSError:
-        return socket.gethostbyname(socket.gethostname())
 
 
 def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
@@ -207,16 +151,16 @@ class SparkExecutor:
         # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
         master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control)
         spark = self.spark or default_session(workers)
-        slots = _wait_for_slots(spark, workers)
+        slots = wait_for_slots(spark, workers)
         if slots is None:
-            log.warning("cannot tell the task slots of %s; Spark checks them when the stage starts", _master(spark))
+            log.warning("cannot tell the task slots of %s; Spark checks them when the stage starts", master_of(spark))
         elif workers > slots:
             raise EpochalError(
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
-                f"({_master(spark)}) has {slots}; lower the parallelism or add executors/cores"
+                f"({master_of(spark)}) has {slots}; lower the parallelism or add executors/cores"
             )
         master.control.max_workers = slots  # a rescale beyond them is refused, not launched
-        host = self.bind_host or _bind_host(spark)
+        host = self.bind_host or bind_host(spark)
         return _StageHost(master, spark, workers, host, self, recompile).run()
 
 
@@ -360,11 +304,10 @@ class _StageHost:
             link.send_object(start)
 
     def _rescale_in_place(self, rescale: Rescale) -> bool:
-        """Restart the tasks at the new parallelism in the running stage, from the rescale's
-        checkpoint (taken just now: nothing to replay), if the stage has the workers the job
-        wants, `max(parallelism, max_workers)`: not too few, and not more (a job without standby
-        slots that scales down frees its slots). False otherwise, or if nobody can compile the
-        job anew: then the host leaves by `Rescale` and the job is relaunched in a new stage."""
+        """Restart the tasks at the new parallelism in this stage, from the rescale's checkpoint,
+        if the stage has the workers the job wants, `max(parallelism, max_workers)` (a job without
+        standby slots that scales down frees its slots); else False: the host leaves by `Rescale`
+        and the job is relaunched in a new stage (so too when nobody can compile it anew)."""
         wanted = max(rescale.parallelism, self.job.config.max_workers or 0)
         if self.recompile is None or wanted != self.workers:
             return False
