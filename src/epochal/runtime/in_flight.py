@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError
 from ..plan.job_graph import JobGraph, JobVertex
-from ..state.manifest import Manifest
+from ..state.manifest import Manifest, OperatorState
 from ..state.savepoints import storage_for
 from ..state.snapshot_files import decode_operator_state
 from ..state.storage import CheckpointStorage
@@ -103,13 +103,16 @@ class PendingSnapshots:
         return [p for p in done if p is not None]
 
 
+def _taken_elsewhere(op: OperatorState, vertex: JobVertex) -> bool:
+    """`op` holds in-flight data of `vertex` logged at another parallelism."""
+    return op.parallelism != vertex.parallelism and any(st.operator is not None for st in op.subtasks)
+
+
 def check_in_flight(manifest: Manifest, job: JobGraph) -> None:
     """Refuse to restore in-flight logs at another parallelism than they were taken at."""
     for vertex in job.vertices:
         op = manifest.operator(in_flight_uid(vertex))
-        if op is None or op.parallelism == vertex.parallelism:
-            continue
-        if any(st.operator is not None for st in op.subtasks):
+        if op is not None and _taken_elsewhere(op, vertex):
             raise CheckpointError(
                 f"checkpoint {manifest.checkpoint_id} is unaligned: it holds data in flight to "
                 f"{vertex.name!r} at parallelism {op.parallelism}, which cannot be restored at "
@@ -124,7 +127,7 @@ def read_in_flight(
     op = manifest.operator(in_flight_uid(vertex))
     if op is None:
         return []
-    if op.parallelism != vertex.parallelism and any(st.operator is not None for st in op.subtasks):
+    if _taken_elsewhere(op, vertex):
         raise CheckpointError(  # the job master refuses this before any task starts (`check_in_flight`)
             f"{vertex.name}: checkpoint {manifest.checkpoint_id} holds data in flight at parallelism "
             f"{op.parallelism}, not {vertex.parallelism}"

@@ -302,7 +302,7 @@ class Task:
         if polled is None:
             return
         idx, element = polled
-        if self.unaligned and (is_batch(element) or type(element) is Watermark):
+        if self._overtakes and self.unaligned and (is_batch(element) or type(element) is Watermark):
             self.unaligned.log(idx, element)
         self._on_element(idx, element)
 
