@@ -156,7 +156,7 @@ class SliceEdges:
         if len(self.windows) <= _SCALAR_LIMIT:
             ks = [w.first_end_index(t) for w in self.windows]
             return ks, [w.end_of(k) for w, k in zip(self.windows, ks)]
-        k = _first_end_index(np.float64(t), self._offset, self._slide, self._size)
+        k = first_end_indices(np.float64(t), self._offset, self._slide, self._size)
         return k.astype(np.int64).tolist(), ((self._offset + k * self._slide) + self._size).tolist()
 
     def first_open_start(self, watermark: float, lateness: float) -> float:
@@ -175,7 +175,7 @@ class SliceEdges:
                 best = min(best, w.start_of(k))
             return best
         offset, slide, size = self._offset, self._slide, self._size
-        index = _first_end_index(np.float64(watermark - lateness), offset, slide, size)
+        index = first_end_indices(np.float64(watermark - lateness), offset, slide, size)
         for _ in range(4):  # exactly: the first index with end + lateness > watermark
             back = ((offset + (index - 1) * slide) + size) + lateness > watermark
             if not back.any():
@@ -193,7 +193,7 @@ class SliceEdges:
         (inf if none: the slice lies in no such window)."""
         t = start if start > after else after
         if len(self.windows) > _SCALAR_LIMIT:
-            index = _first_end_index(np.float64(t), self._offset, self._slide, self._size)
+            index = first_end_indices(np.float64(t), self._offset, self._slide, self._size)
             starts = self._offset + index * self._slide
             ends = np.where(starts <= start, starts + self._size, np.inf)
             return float(ends.min())
@@ -207,7 +207,7 @@ class SliceEdges:
         return best
 
 
-def _first_end_index(t: Numbers, offset: Numbers, slide: Numbers, size: Numbers) -> np.ndarray:
+def first_end_indices(t: Numbers, offset: Numbers, slide: Numbers, size: Numbers) -> np.ndarray:
     """Vectorized `first_end_index`: the smallest k with (offset + k * slide) + size > t."""
     k = np.floor((t - offset - size) / slide) + 1
     for _ in range(4):

@@ -1,0 +1,468 @@
+"""Columnar window state for periodic queries: one slice table, every key's windows fired at once.
+
+The per-key `SliceStore` path costs a Python call per (key, slice) group of a batch and fires
+each key on its own timer. For periodic queries (`Tumbling`, `Sliding`, any number of them) with
+an associative aggregate (count, sum, min, max) the same shared slices (dissertation §5.3.1,
+§5.4.3) fit a table: one row per key, one column per slice holding a record of any key, partials
+as numpy matrices (`counts`, and `values` for sum/min/max). A batch adds its rows with one
+grouping pass (`add`); a watermark fires every due window of every key in one pass (`fire`):
+Cutty's `lookup(start, end)` (§5.5.2, Algorithm 8) becomes a prefix sum along the slice axis for
+count and sum and a reduction over a column range for min and max, for all keys at once. A window
+produces a result for a key only if the key had records in it, as on the per-key path.
+
+Lateness and re-firing follow `engine.Windowing` exactly: a row behind the watermark is checked
+per query (rare, per row), counted where a window holding it is still open, and its cell is
+marked `changed`; at the next firing every complete, still-open window holding a changed cell of
+a key fires again with the updated result. Each key keeps the watermark it was last fired at
+(`fired`), so tables restored from subtasks at different watermarks fire each key exactly as its
+own store would have.
+
+The table is working state. Keyed state holds it per key group (`GroupSlices`, one entry per
+key group, `export`/`load`), so it is checkpointed, restored and rescaled with its key groups.
+Firing lives in `table_fire`, the arithmetic of window indices in `table_windows`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .columnar import key_codes
+from .grid import Grid
+from .store import SliceStore
+from .table_fire import FiredColumns, QueryIndex, fire
+
+_DENSE_CELLS = 4096  # a batch's (key, slice) cells are reduced densely up to 4 per row + this
+
+
+class Reduction(Enum):
+    """The aggregates a slice table computes."""
+
+    COUNT = "count"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSlices:
+    """One key group's window state, as keyed state holds it (one entry per key group).
+
+    Row `i` is `keys[i]`, last fired at watermark `fired[i]`; column `j` is the slice
+    `[starts[j], ends[j])`. `values` holds sum/min/max partials (None for a count), meaningful
+    where `counts` is not 0; `changed` marks cells late records updated since the last firing.
+    Never changed after it is written: the next checkpoint writes a new one.
+    """
+
+    keys: tuple[Any, ...]
+    fired: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    counts: np.ndarray
+    values: np.ndarray | None
+    changed: np.ndarray | None
+
+
+@dataclass(frozen=True, slots=True)
+class TableAdmission:
+    """What became of a batch's rows."""
+
+    late_rows: np.ndarray  # rows too late for at least one query, ascending
+    late_queries: list[tuple[str, ...]]  # per late row: the queries it is too late for
+    late_updates: bool  # a row behind the watermark was counted: windows fire again
+
+
+def identity(reduction: Reduction, dtype: np.dtype[Any]) -> Any:
+    """The partial of an empty cell."""
+    if reduction is Reduction.MIN:
+        return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+    if reduction is Reduction.MAX:
+        return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return 0
+
+
+def value_dtype(values: np.ndarray) -> np.dtype[Any] | None:
+    """The partials' dtype for a value column: int64 or float64; None for other types."""
+    kind = values.dtype.kind
+    if kind in "iu":
+        return np.dtype(np.int64)
+    if kind == "f":
+        return np.dtype(np.float64)
+    return None
+
+
+class SliceTable:
+    """Every key's slices of one operator's periodic queries, as numpy matrices.
+
+    Rows are slots `[0, n)` (`keys[slot]`, its key group, its `fired` watermark); the live
+    columns are `[c0, c0 + ncols)` of matrices of `col_cap` columns, ordered by slice start
+    (`starts`, `ends`); cells outside them hold the identity. Columns are sparse: a slice is a
+    column once some key has a record in it.
+    """
+
+    def __init__(self, grid: Grid, reduction: Reduction) -> None:
+        self.grid = grid
+        self.edges = grid.edges
+        self.lateness = grid.lateness
+        self.reduction = reduction
+        self.names = grid.names
+        self.keys: list[Any] = []
+        self.slot_of: dict[Any, int] = {}
+        self.n = 0
+        self.groups = np.empty(0, dtype=np.int64)
+        self.fired = np.empty(0, dtype=np.float64)
+        self.starts = np.empty(0, dtype=np.float64)
+        self.ends = np.empty(0, dtype=np.float64)
+        self.c0 = 0
+        self.counts = np.zeros((0, 0), dtype=np.int64)
+        self.values: np.ndarray | None = None
+        self.changed: np.ndarray | None = None
+        self.has_changes = False  # some `changed` cell is set: fire at the next watermark
+        self.due_at = -math.inf  # no window ends before this (a lower bound): firing is skipped
+        self.version = 0  # bumped when keys are added or slots move (caches of `keys` go stale)
+        self.key_cache: tuple[int, pa.Array | None] | None = None  # (version, every key as Arrow)
+        self.index = QueryIndex(grid.windows)
+
+    # -- shape ----------------------------------------------------------------------------------
+
+    @property
+    def ncols(self) -> int:
+        return len(self.starts)
+
+    def _identity(self) -> Any:
+        assert self.values is not None
+        return identity(self.reduction, self.values.dtype)
+
+    def _allocate(self, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        counts = np.zeros((rows, cols), dtype=np.int64)
+        values = None if self.values is None else np.full((rows, cols), self._identity(), dtype=self.values.dtype)
+        changed = None if self.changed is None else np.zeros((rows, cols), dtype=np.bool_)
+        return counts, values, changed
+
+    def _reshape(self, rows: int, cols: int, col_at: np.ndarray) -> None:
+        """New matrices of `rows` x `cols`; live column `j` moves to column `col_at[j]`."""
+        counts, values, changed = self._allocate(rows, cols)
+        n, live = self.n, slice(self.c0, self.c0 + self.ncols)
+        if n and len(col_at):
+            counts[:n, col_at] = self.counts[:n, live]
+            if values is not None:
+                assert self.values is not None
+                values[:n, col_at] = self.values[:n, live]
+            if changed is not None:
+                assert self.changed is not None
+                changed[:n, col_at] = self.changed[:n, live]
+        self.counts, self.values, self.changed = counts, values, changed
+        self.c0 = 0
+
+    def _ensure_values(self, dtype: np.dtype[Any]) -> None:
+        """Hold value partials of `dtype` (an int table becomes float when a float arrives)."""
+        if self.values is not None and (self.values.dtype == dtype or self.values.dtype.kind == "f"):
+            return
+        shape = self.counts.shape
+        if self.values is None:
+            self.values = np.full(shape, identity(self.reduction, dtype), dtype=dtype)
+            return
+        upcast = self.values.astype(dtype)
+        upcast[self.counts == 0] = identity(self.reduction, dtype)
+        self.values = upcast
+
+    def _ensure_changed(self) -> np.ndarray:
+        if self.changed is None:
+            self.changed = np.zeros(self.counts.shape, dtype=np.bool_)
+        return self.changed
+
+    # -- keys -----------------------------------------------------------------------------------
+
+    def slots(self, keys: list[Any], group_of: Callable[[Any], int], fired: float) -> np.ndarray:
+        """The slot of each key; a new key gets one (its key group from `group_of`, last fired
+        at `fired`: no window ending by then can hold its records)."""
+        slot_of = self.slot_of
+        out = [slot_of.get(k, -1) for k in keys]
+        if -1 in out:
+            self.reserve(out.count(-1))  # may move slots: look them up again
+            slot_of = self.slot_of
+            out = [slot_of.get(k, -1) for k in keys]
+            for i, k in enumerate(keys):
+                if out[i] == -1:
+                    out[i] = self._new_slot(k, group_of(k), fired)
+            self.due_at = min(self.due_at, self.index.first_end_after(fired))
+        return np.array(out, dtype=np.int64)
+
+    def reserve(self, new_keys: int) -> None:
+        """Room for `new_keys` more slots: drop empty ones, or grow (slots may move)."""
+        if self.n + new_keys <= len(self.fired):
+            return
+        self._compact_rows()
+        if self.n + new_keys > len(self.fired):
+            cap = max(16, 2 * (self.n + new_keys))
+            self.groups = np.resize(self.groups, cap)
+            self.fired = np.resize(self.fired, cap)
+            self._reshape(cap, self.counts.shape[1], np.arange(self.ncols))
+
+    def _new_slot(self, key: Any, group: int, fired: float) -> int:
+        """A slot for a new key (after `reserve`)."""
+        slot = self.n
+        self.keys.append(key)
+        self.slot_of[key] = slot
+        self.groups[slot] = group
+        self.fired[slot] = fired
+        self.n = slot + 1
+        self.version += 1
+        return slot
+
+    def live_rows(self) -> np.ndarray:
+        """Whether each slot holds anything a future watermark could need."""
+        n, live = self.n, slice(self.c0, self.c0 + self.ncols)
+        alive: np.ndarray = self.counts[:n, live].any(axis=1)
+        if self.changed is not None:
+            alive = alive | self.changed[:n, live].any(axis=1)
+        return np.asarray(alive)
+
+    def _compact_rows(self, force: bool = False) -> None:
+        """Drop the slots of keys that hold nothing (if that frees at least a quarter)."""
+        n = self.n
+        if not n:
+            return
+        alive = self.live_rows()
+        kept = np.flatnonzero(alive)
+        if len(kept) == n or (not force and len(kept) > 3 * n // 4):
+            return
+        m = len(kept)
+        self.keys = [self.keys[i] for i in kept.tolist()]
+        self.slot_of = {k: i for i, k in enumerate(self.keys)}
+        self.groups[:m] = self.groups[kept]
+        self.fired[:m] = self.fired[kept]
+        for matrix in (self.counts, self.values, self.changed):
+            if matrix is not None:
+                matrix[:m] = matrix[kept]
+                matrix[m:n] = 0 if matrix is not self.values else self._identity()
+        self.n = m
+        self.version += 1
+
+    # -- columns --------------------------------------------------------------------------------
+
+    def columns(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The matrix column of each slice `[starts[i], ends[i])` (sorted, distinct starts),
+        adding the columns not there yet."""
+        live = self.starts
+        pos = np.searchsorted(live, starts)
+        if len(live):
+            found = (pos < len(live)) & (live[np.minimum(pos, len(live) - 1)] == starts)
+            if found.all():
+                return pos + self.c0
+            starts_new, ends_new = starts[~found], ends[~found]
+        else:
+            starts_new, ends_new = starts, ends
+        cap = self.counts.shape[1]
+        if not len(live) or starts_new[0] > live[-1]:  # in order: append on the right
+            if self.c0 + len(live) + len(starts_new) > cap:
+                total = len(live) + len(starts_new)
+                self._reshape(self.counts.shape[0], max(16, 2 * total), np.arange(len(live)))
+            self.starts = np.concatenate([live, starts_new])
+            self.ends = np.concatenate([self.ends, ends_new])
+        else:  # out of order: rebuild around the new columns
+            merged = np.concatenate([live, starts_new])
+            order = np.argsort(merged, kind="stable")
+            merged_ends = np.concatenate([self.ends, ends_new])[order]
+            col_at = np.empty(len(merged), dtype=np.int64)
+            col_at[order] = np.arange(len(merged))
+            self._reshape(self.counts.shape[0], max(cap, 16, 2 * len(merged)), col_at[: len(live)])
+            self.starts, self.ends = merged[order], merged_ends
+        return np.searchsorted(self.starts, starts) + self.c0
+
+    def purge(self, first_needed: float) -> None:
+        """Drop the columns of slices before `first_needed` (no window can need them)."""
+        drop = int(np.searchsorted(self.starts, first_needed))
+        if not drop:
+            return
+        dropped = slice(self.c0, self.c0 + drop)
+        n = self.n
+        self.counts[:n, dropped] = 0
+        if self.values is not None:
+            self.values[:n, dropped] = self._identity()
+        if self.changed is not None:
+            self.changed[:n, dropped] = False
+        self.c0 += drop
+        self.starts, self.ends = self.starts[drop:], self.ends[drop:]
+        if not len(self.starts):
+            self.c0 = 0
+
+    # -- adding ---------------------------------------------------------------------------------
+
+    def add(self, keys: Any, ts: np.ndarray, values: np.ndarray | None, watermark: float,
+            group_of: Callable[[Any], int]) -> TableAdmission:
+        """Add a batch: `keys` (Arrow, numpy or a list), `ts` (float64 seconds), `values`
+        (numeric numpy, None for a count) at the operator's `watermark`."""
+        codes, distinct = key_codes(keys)
+        if len(codes) != len(ts) or (values is not None and len(values) != len(ts)):
+            raise ValueError(f"keys, timestamps and values differ in length: {len(codes)}, {len(ts)}, "
+                             f"{'-' if values is None else len(values)}")
+        if values is not None:
+            dtype = value_dtype(values)
+            if dtype is None:
+                raise TypeError(f"{self.reduction.value} on the columnar path needs numbers, got {values.dtype}")
+            self._ensure_values(dtype)
+        slots = self.slots(distinct, group_of, watermark)
+        behind = np.flatnonzero(ts < watermark)
+        late_rows: list[int] = []
+        late_queries: list[tuple[str, ...]] = []
+        updated = np.empty(0, dtype=np.int64)
+        keep: np.ndarray | None = None
+        if len(behind):
+            keep = np.ones(len(ts), dtype=np.bool_)
+            counted: list[int] = []
+            for row, t in zip(behind.tolist(), ts[behind].tolist()):
+                accepted, late = self._behind(t, watermark)
+                if late:
+                    late_rows.append(row)
+                    late_queries.append(late)
+                if accepted:
+                    counted.append(row)
+                else:
+                    keep[row] = False
+            updated = np.array(counted, dtype=np.int64)
+        if keep is not None:
+            kept = np.flatnonzero(keep)
+            self._accumulate(codes[kept], slots, ts[kept], None if values is None else values[kept],
+                             np.searchsorted(kept, updated))
+        else:
+            self._accumulate(codes, slots, ts, values, updated)
+        return TableAdmission(np.array(late_rows, dtype=np.int64), late_queries, bool(len(updated)))
+
+    def _behind(self, ts: float, watermark: float) -> tuple[bool, tuple[str, ...]]:
+        """A row behind the watermark: whether some query counts it, and those it is late for
+        (the rules of `Grid.add_behind`: late where every window holding it closed)."""
+        accepted = False
+        late: list[str] = []
+        lateness = self.lateness
+        for name, w in zip(self.names, self.grid.windows):
+            end = w.end_of(w.last_start_index(ts))
+            if end <= ts:
+                continue  # a sampling gap: in no window of this query
+            if end + lateness <= watermark:
+                late.append(name)
+            else:
+                accepted = True
+        return accepted, tuple(late)
+
+    def _accumulate(self, codes: np.ndarray, slots: np.ndarray, ts: np.ndarray, values: np.ndarray | None,
+                    updated: np.ndarray) -> None:
+        """Fold rows into their (key, slice) cells; rows `updated` (indices) also mark theirs."""
+        if not len(ts):
+            return
+        index, slice_starts, slice_ends = self.edges.slices_of(ts)
+        used, local = np.unique(index, return_inverse=True)
+        local = local.reshape(-1)
+        cols = self.columns(slice_starts[used], slice_ends[used])
+        nk, nc = len(slots), len(used)
+        counts, reduction = self.counts, self.reduction
+        if nk * nc <= 4 * len(ts) + _DENSE_CELLS:  # one small dense block of the batch's cells
+            cell = codes * nc + local
+            block = np.ix_(slots, cols)
+            counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nk, nc)
+            if values is not None:
+                assert self.values is not None
+                dense = np.full(nk * nc, identity(reduction, self.values.dtype), dtype=self.values.dtype)
+                if reduction is Reduction.SUM:
+                    np.add.at(dense, cell, values)
+                    self.values[block] += dense.reshape(nk, nc)
+                elif reduction is Reduction.MIN:
+                    np.minimum.at(dense, cell, values)
+                    self.values[block] = np.minimum(self.values[block], dense.reshape(nk, nc))
+                else:
+                    np.maximum.at(dense, cell, values)
+                    self.values[block] = np.maximum(self.values[block], dense.reshape(nk, nc))
+        else:
+            rows, at = slots[codes], cols[local]
+            np.add.at(counts, (rows, at), 1)
+            if values is not None:
+                assert self.values is not None
+                ufunc = {Reduction.SUM: np.add, Reduction.MIN: np.minimum, Reduction.MAX: np.maximum}[reduction]
+                ufunc.at(self.values, (rows, at), values)
+        if len(updated):
+            self._ensure_changed()[slots[codes[updated]], cols[local[updated]]] = True
+            self.has_changes = True
+
+    def fire(self, watermark: float) -> FiredColumns | None:
+        """Every key's windows due at `watermark` (`table_fire.fire`); call it whenever the
+        watermark moves, before adding rows at the new watermark."""
+        return fire(self, watermark)
+
+    # -- keyed state ----------------------------------------------------------------------------
+
+    def export(self) -> dict[int, GroupSlices]:
+        """Every key group's state (key groups holding nothing are left out)."""
+        self._compact_rows(force=True)
+        n = self.n
+        out: dict[int, GroupSlices] = {}
+        if not n:
+            return out
+        order = np.argsort(self.groups[:n], kind="stable")
+        groups = self.groups[order]
+        bounds = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+        live = slice(self.c0, self.c0 + self.ncols)
+        for g, rows in zip(groups[bounds].tolist(), np.split(order, bounds[1:])):
+            counts = self.counts[rows, live]
+            changed = None if self.changed is None else self.changed[rows, live]
+            holding = counts.any(axis=0) if changed is None else counts.any(axis=0) | changed.any(axis=0)
+            cols = np.flatnonzero(holding)
+            out[g] = GroupSlices(
+                tuple(self.keys[i] for i in rows.tolist()), self.fired[rows], self.starts[cols], self.ends[cols],
+                counts[:, cols], None if self.values is None else self.values[rows, live][:, cols],
+                None if changed is None or not changed.any() else changed[:, cols])
+        return out
+
+    def load(self, entries: Iterable[tuple[int, GroupSlices]]) -> None:
+        """Add key groups' state (restored, or gained by rescaling)."""
+        chosen = list(entries)
+        if not chosen:
+            return
+        starts = np.concatenate([e.starts for _, e in chosen])
+        ends = np.concatenate([e.ends for _, e in chosen])
+        distinct, first = np.unique(starts, return_index=True)
+        if any(e.values is not None for _, e in chosen):
+            kinds = [e.values.dtype for _, e in chosen if e.values is not None]
+            self._ensure_values(np.dtype(np.float64) if any(d.kind == "f" for d in kinds) else kinds[0])
+        if any(e.changed is not None for _, e in chosen):
+            self._ensure_changed()
+        if len(distinct):
+            self.columns(distinct, ends[first])
+        for group, entry in chosen:
+            self.reserve(len(entry.keys))
+            slots = np.array([self._new_slot(k, group, f) for k, f in zip(entry.keys, entry.fired.tolist())],
+                             dtype=np.int64)
+            if not len(entry.starts):
+                continue
+            block = np.ix_(slots, np.searchsorted(self.starts, entry.starts) + self.c0)
+            self.counts[block] = entry.counts
+            if entry.values is not None:
+                assert self.values is not None
+                self.values[block] = np.where(entry.counts > 0, entry.values, self._identity())
+            if entry.changed is not None:
+                self._ensure_changed()[block] = entry.changed
+                self.has_changes = True
+        self.due_at = -math.inf
+
+    def clear(self) -> None:
+        """Forget everything (before loading the key groups a subtask owns now)."""
+        self.__init__(self.grid, self.reduction)  # type: ignore[misc]
+
+    def key_store(self, key: Any) -> SliceStore | None:
+        """One key's slices as the per-key path's `SliceStore` (a live state query), or None."""
+        slot = self.slot_of.get(key)
+        if slot is None:
+            return None
+        live = slice(self.c0, self.c0 + self.ncols)
+        counts = self.counts[slot, live]
+        cols = np.flatnonzero(counts)
+        partials = counts[cols] if self.values is None else self.values[slot, live][cols]
+        starts = self.starts[cols].tolist()
+        return SliceStore(fired=float(self.fired[slot]), next_fire=math.inf if not starts else -math.inf,
+                          partials=dict(zip(starts, partials.tolist())), starts=starts,
+                          ends=self.ends[cols].tolist())

@@ -1,0 +1,237 @@
+"""Firing a `SliceTable`: every due window of every key in one pass at a watermark.
+
+The due windows are enumerated per query by arithmetic (`QueryIndex`, vectorized over queries),
+once for all keys: those ending in `(fired, watermark]` (on time) and, when late records changed
+cells, the complete windows still open for late records (`end + allowed_lateness > fired`).
+Each window covers a range of columns (slices never straddle a window boundary); its result for
+every key is Cutty's `lookup(start, end)` (dissertation §5.5.2, Algorithm 8) done as a prefix
+sum along the slice axis (count, sum: two gathers and a subtraction per window) or a reduction
+over the range (min, max). A key gets a result for a window only if it had records there (and,
+for a re-firing, a changed cell). Results come window by window, ordered by (end, start, query),
+keys in slot order within a window; each key's results are in the per-key path's order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...plan.windows import PeriodicWindow
+from .edges import first_end_indices
+from .store import Firing
+
+if TYPE_CHECKING:
+    from .table import SliceTable
+
+_CELLS = 1 << 20  # keys x windows computed at once (bounds the memory of a firing)
+
+
+@dataclass(frozen=True, slots=True)
+class FiredColumns:
+    """Window results of many keys, one entry per (window, key)."""
+
+    keys: pa.Array | list[Any]
+    query: np.ndarray  # index of the query
+    start: np.ndarray
+    end: np.ndarray
+    result: np.ndarray
+    late_update: np.ndarray  # bool: a re-firing (Firing.LATE_UPDATE), else Firing.ON_TIME
+
+    def __len__(self) -> int:
+        return len(self.query)
+
+    def firings(self) -> list[Firing]:
+        return [Firing.LATE_UPDATE if u else Firing.ON_TIME for u in self.late_update.tolist()]
+
+    def key_list(self) -> list[Any]:
+        return self.keys.to_pylist() if isinstance(self.keys, pa.Array) else list(self.keys)
+
+
+class QueryIndex:
+    """Window index arithmetic of the periodic queries, vectorized over queries, with the float
+    expressions of `plan.windows` (`start = offset + k * slide`, `end = start + size`)."""
+
+    def __init__(self, windows: tuple[PeriodicWindow, ...]) -> None:
+        self.offset = np.array([w.offset for w in windows], dtype=np.float64)
+        self.slide = np.array([w.slide for w in windows], dtype=np.float64)
+        self.size = np.array([w.size for w in windows], dtype=np.float64)
+
+    def first_end(self, t: float) -> np.ndarray:
+        """Per query, the first window ending after `t` (finite)."""
+        return first_end_indices(np.float64(t), self.offset, self.slide, self.size).astype(np.int64)
+
+    def last_start(self, t: float) -> np.ndarray:
+        """Per query, the last window starting at or before `t` (finite)."""
+        offset, slide = self.offset, self.slide
+        k = np.floor((t - offset) / slide)
+        for _ in range(4):
+            ahead = offset + (k + 1) * slide <= t
+            if not ahead.any():
+                break
+            k = np.where(ahead, k + 1, k)
+        for _ in range(4):
+            back = offset + k * slide > t
+            if not back.any():
+                break
+            k = np.where(back, k - 1, k)
+        return k.astype(np.int64)
+
+    def first_end_after(self, t: float) -> float:
+        """The earliest end, over queries, of a window ending after `t`."""
+        if not math.isfinite(t):
+            return t
+        k = self.first_end(t).astype(np.float64)
+        return float(((self.offset + k * self.slide) + self.size).min())
+
+    def windows(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(query, start, end) of windows `lo[q] <= k < hi[q]` of every query `q`."""
+        count = np.maximum(hi - lo, 0)
+        total = int(count.sum())
+        query = np.repeat(np.arange(len(lo)), count)
+        k = lo[query] + (np.arange(total) - np.repeat(np.cumsum(count) - count, count))
+        start = self.offset[query] + k.astype(np.float64) * self.slide[query]
+        return query, start, start + self.size[query]
+
+
+def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
+    """Emit the windows due at `watermark` for every key, then free what no window needs."""
+    n = table.n
+    fired = table.fired[:n]
+    if not n or not table.ncols:
+        np.maximum(fired, watermark, out=fired)
+        _purge(table)
+        return None
+    changes = table.has_changes
+    if float(fired.min()) >= watermark and not changes:
+        return None
+    if watermark < table.due_at and not changes:  # no window ends yet: nothing to emit
+        np.maximum(fired, watermark, out=fired)
+        _purge(table)
+        return None
+    parts: list[tuple[np.ndarray, ...]] = []
+    due = fired <= watermark if changes else fired < watermark  # late updates fire again at once
+    previous = np.unique(fired[due])
+    for p in previous.tolist():
+        rows: Any = slice(0, n) if len(previous) == 1 and due.all() else np.flatnonzero(fired == p)
+        parts.extend(_fire_rows(table, rows, float(p), watermark))
+        fired[rows] = watermark
+    if table.changed is not None and table.has_changes:
+        live = slice(table.c0, table.c0 + table.ncols)
+        table.changed[:n, live] &= (fired > watermark)[:, None]  # fired now: their flags are spent
+        table.has_changes = bool(table.changed[:n, live].any())
+    _purge(table)
+    if not parts:
+        return None
+    slots, query, start, end, result, late = (np.concatenate(c) for c in zip(*parts))
+    return FiredColumns(_keys(table, slots), query, start, end, result, late)
+
+
+def _purge(table: SliceTable) -> None:
+    n = table.n
+    low = float(table.fired[:n].min()) if n else math.inf
+    if low > -math.inf:
+        table.purge(table.edges.first_open_start(low, table.lateness))
+    table.due_at = table.index.first_end_after(low) if n else math.inf
+
+
+def _keys(table: SliceTable, slots: np.ndarray) -> pa.Array | list[Any]:
+    """The key of each slot, as Arrow (one cached array of every key) or, if Arrow cannot hold
+    the keys, a list."""
+    cached = table.key_cache
+    if cached is None or cached[0] != table.version:
+        try:
+            array: pa.Array | None = pa.array(table.keys)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            array = None
+        cached = table.key_cache = (table.version, array)
+    if cached[1] is None:
+        keys = table.keys
+        return [keys[i] for i in slots.tolist()]
+    return cached[1].take(pa.array(slots))
+
+
+def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) -> list[tuple[np.ndarray, ...]]:
+    """The windows of the keys in `rows` (all last fired at `previous`) due at `watermark`."""
+    index, starts = table.index, table.starts
+    first, last = float(starts[0]), float(starts[-1])
+    hi = index.last_start(last) + 1  # windows starting after the last slice hold nothing
+    lo = index.first_end(max(previous, first))
+    if math.isfinite(watermark):
+        hi_on_time = np.minimum(hi, index.first_end(watermark))
+    else:
+        hi_on_time = hi
+    query, start, end = index.windows(lo, hi_on_time)
+    late = np.zeros(len(query), dtype=np.bool_)
+    changed = table.changed
+    if table.has_changes and changed is not None and math.isfinite(previous) \
+            and changed[rows, table.c0:table.c0 + table.ncols].any():
+        low = index.first_end(max(previous - table.lateness, first)) - 1
+        r_query, r_start, r_end = index.windows(low, np.minimum(hi, index.first_end(previous)))
+        open_ = (r_end + table.lateness > previous) & (r_end > first) & (r_end <= previous)
+        query, start, end = (np.concatenate([a, b[open_]]) for a, b in ((query, r_query), (start, r_start),
+                                                                         (end, r_end)))
+        late = np.concatenate([late, np.ones(int(open_.sum()), dtype=np.bool_)])
+    a = np.searchsorted(starts, start)
+    b = np.searchsorted(starts, end)
+    holding = a < b
+    if not holding.all():
+        query, start, end, late, a, b = query[holding], start[holding], end[holding], late[holding], \
+            a[holding], b[holding]
+    if not len(query):
+        return []
+    order = np.lexsort((query, start, end))
+    query, start, end, late, a, b = query[order], start[order], end[order], late[order], a[order], b[order]
+    slot_ids = np.arange(table.n)[rows]
+    step = max(1, _CELLS // max(1, len(slot_ids)))
+    out: list[tuple[np.ndarray, ...]] = []
+    for i in range(0, len(query), step):
+        chunk = slice(i, i + step)
+        present, result = _results(table, rows, a[chunk], b[chunk], late[chunk])
+        w, r = np.nonzero(present.T)
+        if len(w):
+            out.append((slot_ids[r], query[chunk][w], start[chunk][w], end[chunk][w], result.T[w, r],
+                        late[chunk][w]))
+    return out
+
+
+def _prefix(matrix: np.ndarray, dtype: Any) -> np.ndarray:
+    """Per row, sums of the first j columns, j = 0 .. columns."""
+    out = np.zeros((matrix.shape[0], matrix.shape[1] + 1), dtype=dtype)
+    np.cumsum(matrix, axis=1, out=out[:, 1:])
+    return out
+
+
+def _results(table: SliceTable, rows: Any, a: np.ndarray, b: np.ndarray,
+             late: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys x windows: whether the key has a result, the results) of windows covering columns
+    `[a[j], b[j])` of the live range."""
+    from .table import Reduction
+
+    lo, hi = int(a.min()), int(b.max())
+    cols = slice(table.c0 + lo, table.c0 + hi)
+    a, b = a - lo, b - lo
+    counts = _prefix(table.counts[rows, cols], np.int64)
+    count = counts[:, b] - counts[:, a]
+    present = count > 0
+    if late.any():
+        assert table.changed is not None
+        flags = _prefix(table.changed[rows, cols], np.int64)
+        present[:, late] &= (flags[:, b[late]] - flags[:, a[late]]) > 0
+    reduction = table.reduction
+    if reduction is Reduction.COUNT:
+        return present, count
+    values = table.values
+    assert values is not None
+    block = values[rows, cols]
+    if reduction is Reduction.SUM:
+        sums = _prefix(block, values.dtype)
+        return present, sums[:, b] - sums[:, a]
+    reduce = np.min if reduction is Reduction.MIN else np.max
+    result = np.empty((block.shape[0], len(a)), dtype=values.dtype)
+    for j, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+        result[:, j] = reduce(block[:, x:y], axis=1)
+    return present, result
