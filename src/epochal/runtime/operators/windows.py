@@ -9,6 +9,11 @@ input ended, at the end of its batch), so the output does not depend on how reco
 Records arrive one at a time (`Windowing.add`) or as whole Arrow batches (`Windowing.add_columns`,
 vectorized: no Python call per record for count, sum, min and max).
 
+Columnar mode (`window_table`): periodic queries with a count, sum, min or max whose first input
+is an Arrow batch keep every key's slices in one `SliceTable` instead (one row per key, one
+column per slice), written into keyed state per key group before each snapshot; a watermark
+fires every due window of every key in one vectorized pass, with no timer per key.
+
 Output: results as `(key, window_start, window_end, result)` (with several named queries,
 `(key, query, window_start, window_end, result)`), or on the columnar path an Arrow batch with
 those columns; records too late for a window as `LateRecord`s, which `late_records()` keeps (or,
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 import operator
+from enum import Enum
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -40,13 +46,22 @@ from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
 from .bad_records import DeadLetter, dead_letters_part, records_part, with_letters
-from .base import OperatorContext, RuntimeOperator, batch_timestamps, timed_rows
+from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
 from .timers import KeyedTimers, TimeDomain
+from .window_table import TableWindows, table_reduction
 
 _STORE = "__window__"
 _EVENT = TimeDomain.EVENT_TIME
 _COUNT = WindowFunctionKind.COUNT
+
+
+class WindowMode(Enum):
+    """Where an operator subtask keeps its windows."""
+
+    UNDECIDED = "undecided"  # no input yet: the first batch decides
+    STORES = "stores"  # one SliceStore and one event-time timer per key
+    TABLE = "table"  # one SliceTable for the subtask (window_table)
 
 
 class Window(NamedTuple):
@@ -98,14 +113,45 @@ class KeyedWindowOperator(KeyedOperator):
         self._columnar = False  # Arrow in: results go out as Arrow batches
         self._arrow_results = spec.kind is not WindowFunctionKind.PROCESS  # until one does not fit
         self._result_column = spec.kind.value if spec.kind.value in ("count", "sum", "min", "max") else "result"
+        self._reduction = table_reduction(spec)
+        self._mode = WindowMode.UNDECIDED if self._reduction is not None else WindowMode.STORES
+        self._table: TableWindows | None = None
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.timers = KeyedTimers(self.backend)
+        if self._reduction is not None:
+            self._table = TableWindows(self.windowing, self._reduction, self.backend)
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
         self.timers.restore()
+        if self._table is not None and self._table.reload():
+            self._mode = WindowMode.TABLE
+            self._columnar = True
+        elif self._mode is WindowMode.UNDECIDED and next(iter(self.backend.keys(_STORE)), None) is not None:
+            self._mode = WindowMode.STORES
+
+    def reload(self) -> None:
+        """The subtask's key groups changed (live migration): rebuild the table from keyed state."""
+        if self._table is not None and self._table.reload():
+            self._mode = WindowMode.TABLE
+            self._columnar = True
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        if self._mode is WindowMode.TABLE:
+            assert self._table is not None
+            self._table.flush()
+        return super().snapshot(checkpoint_id)
+
+    def query(self, key: Any) -> dict[str, Any]:
+        found = super().query(key)
+        if self._mode is WindowMode.TABLE:
+            assert self._table is not None
+            store = self._table.query(key)
+            if store is not None:
+                found[_STORE] = store
+        return found
 
     # -- records -----------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
@@ -118,7 +164,16 @@ class KeyedWindowOperator(KeyedOperator):
             and (isinstance(self.spec.value, str) or self.spec.value is None)
         ):
             self._columnar = True
+            if self._mode is WindowMode.UNDECIDED:
+                assert self._reduction is not None
+                values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
+                self._mode = WindowMode.TABLE if TableWindows.accepts(self._reduction, values) else WindowMode.STORES
+            if self._mode is WindowMode.TABLE:
+                return self._process_table(batch)
             return self._process_arrow(batch)
+        if self._mode is WindowMode.TABLE:
+            return self._process_table(batch)
+        self._mode = WindowMode.STORES
         if self.on_error is not OnError.FAIL:
             return self._process_records_tolerant(batch)
         return self._process_records(batch)
@@ -224,13 +279,72 @@ class KeyedWindowOperator(KeyedOperator):
                     for r, q in zip(rows, admission.late_queries)]
         return with_letters(self._out(results, late), letters)
 
+    def _process_table(self, batch: Batch) -> Batch | None:
+        """Columnar mode: an Arrow batch, or a record list turned into the same columns."""
+        table = self._table
+        assert table is not None and isinstance(self.key, str)
+        letters: list[DeadLetter] = []
+        try:
+            times = batch_timestamps(self.name, self.event_time, batch, self.position())
+        except RecordError:
+            if self.on_error is OnError.FAIL:
+                raise
+            kept, times, bad = timed_rows(self.event_time, batch)
+            for record, exc in bad:
+                self.reject(record, exc, letters)
+            batch = kept
+        arrow = isinstance(batch, pa.RecordBatch)
+        records: list[Any] = []
+        try:
+            if isinstance(batch, pa.RecordBatch):
+                values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
+                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark)
+            else:
+                records, keys, _ = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
+                value_of = self.value_of
+                admission = table.add_records(keys, times, None if value_of is None else
+                                              [value_of(r) for r in records], self.watermark)
+        except RecordError:
+            raise
+        except Exception as exc:
+            raise self.record_error(f"<batch of {len(times)} rows>", exc) from exc
+        late: list[Any] = []
+        if len(admission.late_rows):
+            if arrow:
+                assert isinstance(batch, pa.RecordBatch)
+                rows = batch.take(pa.array(admission.late_rows)).to_pylist()
+                late = [LateRecord(tuple(r.values()) if len(r) > 1 else next(iter(r.values())), q)
+                        for r, q in zip(rows, admission.late_queries)]
+            else:
+                late = [LateRecord(records[i], q) for i, q in zip(admission.late_rows.tolist(), admission.late_queries)]
+        results = self._late_updates()
+        return with_letters(self._out(results, late), letters)
+
     def _late_updates(self) -> list[Any]:
         """Windows late records changed fire again at the next watermark; once the watermark is
         at the end of time, none comes: they fire at the end of this batch."""
         results: list[Any] = []
         if self.watermark == END_OF_TIME and self.timers.next(_EVENT) is not None:
             self._fire_due(self.watermark, results)
+        if self.watermark == END_OF_TIME and self._table is not None and self._table.table.has_changes:
+            self._fire_table(self.watermark, results)
         return results
+
+    def _fire_table(self, watermark: float, results: list[Any]) -> None:
+        """Columnar mode: every key's due windows, appended to `results` as one Arrow batch (or
+        as tuples when the input was records)."""
+        assert self._table is not None
+        try:
+            fired = self._table.fire(watermark)
+        except Exception as exc:  # not one record's: fails under every policy (module docstring)
+            raise self.record_error(f"<windows at watermark {watermark}>", exc) from exc
+        if fired is None:
+            return
+        if self._columnar and self._arrow_results:
+            assert isinstance(self.key, str)
+            results.append(self._table.arrow(fired, self.key, self.spec.named, self._result_column))
+        else:
+            results.extend(self._table.tuples(fired, self.spec.named))
 
     def _retime(self, before: float, after: float) -> None:
         """Keep one event-time timer per key, at its store's next fire time."""
@@ -248,6 +362,8 @@ class KeyedWindowOperator(KeyedOperator):
         self.watermark = watermark
         results: list[Any] = []
         self._fire_due(watermark, results)
+        if self._mode is WindowMode.TABLE:
+            self._fire_table(watermark, results)
         return self._out(results, [])
 
     def _fire_due(self, watermark: float, results: list[Any]) -> None:
@@ -287,12 +403,23 @@ class KeyedWindowOperator(KeyedOperator):
             late = []
         if not results and not late:
             return None
+        if results and type(results[-1]) is pa.RecordBatch:  # columnar mode's results (always last)
+            if len(results) == 1 and not late:
+                batch: pa.RecordBatch = results[0]
+                return batch
+            results = [t for r in results for t in (self._arrow_rows(r) if type(r) is pa.RecordBatch else [r])]
+            return results + late
         if self._columnar and self._arrow_results and results and not late:
             try:
                 return self._as_arrow(results)
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # results Arrow cannot hold (e.g. tuples of
                 self._arrow_results = False  # mixed types from reduce/aggregate): tuples from now on
         return results + late
+
+    @staticmethod
+    def _arrow_rows(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
+        """A batch of results as the tuples the per-record path emits."""
+        return list(zip(*(c.to_pylist() for c in batch.columns)))
 
     def _as_arrow(self, results: list[Any]) -> pa.RecordBatch:
         assert isinstance(self.key, str)

@@ -75,7 +75,7 @@ def _take(values: Values, rows: np.ndarray) -> Values:
     return [values[i] for i in rows.tolist()]
 
 
-def _python_list(values: Values, n: int) -> list[Any]:
+def python_list(values: Values, n: int) -> list[Any]:
     if values is None:
         return [None] * n
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
@@ -102,7 +102,7 @@ def add_columns(engine: Windowing, get_store: Callable[[Any], SliceStore], keys:
     items: Values = values
     python_values: list[Any] | None = None
     if engine.keep_records or engine.cutty:
-        python_values = _python_list(values, n)
+        python_values = python_list(values, n)
     if engine.keep_records:
         assert python_values is not None
         items = list(zip(ts.tolist(), python_values))
@@ -128,7 +128,7 @@ def add_columns(engine: Windowing, get_store: Callable[[Any], SliceStore], keys:
     updated: dict[int, None] = {}
     behind_rows = np.flatnonzero(behind)
     if len(behind_rows):
-        behind_items = _python_list(_take(items, behind_rows), len(behind_rows))
+        behind_items = python_list(_take(items, behind_rows), len(behind_rows))
         for row, item in zip(behind_rows.tolist(), behind_items):
             code = int(codes[row])
             store, t = stores[code], float(ts[row])

@@ -219,10 +219,10 @@ class SliceTable:
     def live_rows(self) -> np.ndarray:
         """Whether each slot holds anything a future watermark could need."""
         n, live = self.n, slice(self.c0, self.c0 + self.ncols)
-        alive: np.ndarray = self.counts[:n, live].any(axis=1)
+        alive = np.asarray(self.counts[:n, live].any(axis=1))
         if self.changed is not None:
-            alive = alive | self.changed[:n, live].any(axis=1)
-        return np.asarray(alive)
+            alive = alive | np.asarray(self.changed[:n, live].any(axis=1))
+        return alive
 
     def _compact_rows(self, force: bool = False) -> None:
         """Drop the slots of keys that hold nothing (if that frees at least a quarter)."""

@@ -1,0 +1,160 @@
+"""The window operator's columnar mode: one `SliceTable` for the subtask, in keyed state per key group.
+
+Used when every query is periodic (`Tumbling`, `Sliding`), the function is a count, sum, min or
+max of a value column (or a count), the key is a column and the event time a field, and the
+operator's first input is an Arrow batch with a numeric value column (`table_reduction`,
+`TableWindows.accepts`). Then a batch is added in one grouping pass and a watermark fires every
+due window of every key in one pass (`runtime.windowing.table`), instead of a store and a timer
+per key. Record lists that come later are turned into the same columns, so results do not
+depend on batching.
+
+State: the table is the subtask's working state, and keyed state is its state of record. Before
+a snapshot fixes the state (ABS, Algorithm 1: the state after the records before the barrier)
+the table writes one `GroupSlices` per key group into the state `__window_table__`, keyed by
+the key group's number, and deletes the entries of key groups it no longer holds; a restore
+(after a failure, or a rescale: any superset of key groups) loads the entries of the key groups
+the subtask owns. A live state query of a key reads the table (`key_store`: the `SliceStore` the
+per-key path would hold). After the key groups of a running subtask change, `reload` rebuilds
+the table from keyed state (the snapshot right before wrote it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...plan.specs import KeyedWindowSpec, WindowFunctionKind
+from ...plan.windows import DeterministicWindow, Session
+from ...state.contract import KeyedStateBackend
+from ...state.keygroups import owned_key_group
+from ..windowing.aggregates import Values
+from ..windowing.columnar import python_list
+from ..windowing.engine import Windowing
+from ..windowing.table import GroupSlices, Reduction, SliceTable, TableAdmission, value_dtype
+from ..windowing.table_fire import FiredColumns
+
+TABLE_STATE = "__window_table__"  # one GroupSlices per key group, keyed by the key group
+
+_REDUCTIONS = {WindowFunctionKind.COUNT: Reduction.COUNT, WindowFunctionKind.SUM: Reduction.SUM,
+               WindowFunctionKind.MIN: Reduction.MIN, WindowFunctionKind.MAX: Reduction.MAX}
+
+
+def table_reduction(spec: KeyedWindowSpec) -> Reduction | None:
+    """What a slice table would compute for this operator, or None if the operator needs the
+    per-key stores (sessions, user-defined windows, other functions, keys or times by function)."""
+    reduction = _REDUCTIONS.get(spec.kind)
+    if reduction is None or not isinstance(spec.key, str) or spec.event_time.fn is not None:
+        return None
+    if any(isinstance(q, (Session, DeterministicWindow)) for _, q in spec.queries):
+        return None
+    if not (spec.value is None or isinstance(spec.value, str)):
+        return None
+    if reduction is not Reduction.COUNT and spec.value is None:
+        return None
+    return reduction
+
+
+def numeric_column(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An Arrow value column as numpy; a missing value is an error (as on the per-key path)."""
+    if values.null_count:
+        raise ValueError(f"missing value in row {values.to_pylist().index(None)}")
+    return np.asarray(values.to_numpy(zero_copy_only=False) if isinstance(values, pa.Array)
+                      else values.combine_chunks().to_numpy(zero_copy_only=False))
+
+
+class TableWindows:
+    """The slice table of one window operator subtask and its place in keyed state."""
+
+    def __init__(self, windowing: Windowing, reduction: Reduction, backend: KeyedStateBackend) -> None:
+        assert windowing.grid is not None
+        self.table = SliceTable(windowing.grid, reduction)
+        self.reduction = reduction
+        self.backend = backend
+        self.written: set[int] = set()  # key groups with an entry in keyed state
+        self.names: pa.Array = pa.array(list(windowing.grid.names), pa.string())
+
+    @staticmethod
+    def accepts(reduction: Reduction, values: pa.Array | pa.ChunkedArray | None) -> bool:
+        """Whether a first Arrow batch with this value column suits a table (numbers, not bools)."""
+        if reduction is Reduction.COUNT:
+            return True
+        if values is None:
+            return False
+        kind = values.type
+        return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+    def group_of(self, key: Any) -> int:
+        backend = self.backend
+        return owned_key_group(key, None, backend.key_groups, backend.max_parallelism)
+
+    # -- records --------------------------------------------------------------------------------
+
+    def add_arrow(self, keys: pa.Array | pa.ChunkedArray, times: np.ndarray, values: pa.Array | None,
+                  watermark: float) -> TableAdmission:
+        column = None if values is None or self.reduction is Reduction.COUNT else numeric_column(values)
+        return self.table.add(keys, times, column, watermark, self.group_of)
+
+    def add_records(self, keys: list[Any], times: np.ndarray, values: Values, watermark: float) -> TableAdmission:
+        column = None
+        if values is not None and self.reduction is not Reduction.COUNT:
+            column = np.asarray(python_list(values, len(keys)))
+            if value_dtype(column) is None or column.dtype.kind == "b":
+                bad = next((v for v in python_list(values, len(keys))
+                            if isinstance(v, bool) or not isinstance(v, (int, float))), column.dtype)
+                raise TypeError(f"{self.reduction.value} needs numbers, got {bad!r}")
+        return self.table.add(keys, times, column, watermark, self.group_of)
+
+    def fire(self, watermark: float) -> FiredColumns | None:
+        fired = self.table.fire(watermark)
+        return fired if fired is not None and len(fired) else None
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def arrow(self, fired: FiredColumns, key: str, named: bool, result: str) -> pa.RecordBatch:
+        """The results as the columnar path emits them."""
+        keys = fired.keys if isinstance(fired.keys, pa.Array) else pa.array(fired.keys)
+        columns = [keys, *([self.names.take(pa.array(fired.query))] if named else []),
+                   pa.array(fired.start), pa.array(fired.end), pa.array(fired.result)]
+        names = [key, *(["window"] if named else []), "window_start", "window_end", result]
+        return pa.RecordBatch.from_arrays(columns, names=names)
+
+    def tuples(self, fired: FiredColumns, named: bool) -> list[tuple[Any, ...]]:
+        """The results as the per-record path emits them."""
+        keys, start, end, result = fired.key_list(), fired.start.tolist(), fired.end.tolist(), fired.result.tolist()
+        if named:
+            names = self.names.to_pylist()
+            return list(zip(keys, [names[q] for q in fired.query.tolist()], start, end, result))
+        return list(zip(keys, start, end, result))
+
+    # -- keyed state ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the table into keyed state, one entry per key group (before a snapshot)."""
+        backend = self.backend
+        entries = self.table.export()
+        for group in sorted(self.written - entries.keys()):
+            backend.set_current_key(group, group)
+            backend.delete(TABLE_STATE)
+        for group, entry in entries.items():
+            backend.set_current_key(group, group)
+            backend.put(TABLE_STATE, entry)
+        self.written = set(entries)
+
+    def reload(self) -> bool:
+        """Rebuild the table from keyed state (after a restore, or a change of key groups);
+        whether keyed state held any table entry."""
+        backend = self.backend
+        entries: list[tuple[int, GroupSlices]] = []
+        for group, key in list(backend.keys(TABLE_STATE)):
+            backend.set_current_key(key, group)
+            entries.append((group, backend.get(TABLE_STATE)))
+        self.table.clear()
+        self.table.load(entries)
+        self.written = {g for g, _ in entries}
+        return bool(entries)
+
+    def query(self, key: Any) -> Any:
+        """The key's window state as its `SliceStore` would hold it (None: no windows)."""
+        return self.table.key_store(key)
