@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..runtime.control import JobControl, JobStatus
@@ -88,6 +88,28 @@ class JobHandle:
             TimeoutError: not done after `timeout` seconds (the rescale may still happen).
         """
         checkpoint_id = self._control.submit("rescale", parallelism).wait(timeout)
+        assert isinstance(checkpoint_id, int)
+        return checkpoint_id
+
+    def move_key_groups(self, moves: Mapping[int, int], timeout: float | None = None) -> int:
+        """Move key groups (`{key group: subtask}`) between the running subtasks of the job's keyed
+        operators, live: nothing restarts and nothing is replayed. Returns the checkpoint they
+        moved at.
+
+        The move happens at a checkpoint barrier: records before it are counted by the old owner,
+        records after it by the new one, which takes the moved groups' state from that checkpoint
+        and holds its input until it has them (`docs/concepts/elasticity.md`). Returns once the new
+        owners have taken over.
+
+        Raises:
+            ValueError: a key group or subtask out of range, or moves that move nothing.
+            EpochalError: the job has no checkpoint directory, has loops or unaligned checkpoints,
+                is ending, or is moving key groups already.
+            CheckpointError: the checkpoint failed; the job then restores the one before it,
+                every key group where it was.
+            TimeoutError: not done after `timeout` seconds (the move may still happen).
+        """
+        checkpoint_id = self._control.submit("move", dict(moves)).wait(timeout)
         assert isinstance(checkpoint_id, int)
         return checkpoint_id
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import JobConfig
-from .specs import OperatorSpec, Partitioning, SourceSpec
+from .specs import OperatorSpec, Partitioning, PartitionKind, SourceSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,10 @@ class JobGraph:
 
     def outputs_of(self, vertex_id: int) -> tuple[JobEdge, ...]:
         return tuple(e for e in self.edges if e.source == vertex_id)
+
+    def keyed_vertices(self) -> frozenset[int]:
+        """The vertices records reach by key group: whose keyed state a routing table places."""
+        return frozenset(e.target for e in self.edges if e.partitioning.kind is PartitionKind.KEY_GROUP)
 
     def task_ids(self) -> list[TaskId]:
         return [TaskId(v.id, i) for v in self.vertices for i in range(v.parallelism)]

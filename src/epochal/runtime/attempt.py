@@ -23,6 +23,7 @@ from .messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,
+    KeyGroupsAdopted,
     LoopRoundEnded,
     StateAnswer,
     TaskFinished,
@@ -37,6 +38,7 @@ class AttemptObserver(Protocol):
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None: ...
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None: ...
     def state_answered(self, answer: StateAnswer) -> None: ...
+    def key_groups_adopted(self, message: KeyGroupsAdopted) -> None: ...
 
 
 class Attempt:
@@ -97,6 +99,8 @@ class Attempt:
             self.loops.on_round(message)
         elif kind is StateAnswer:
             self.observer.state_answered(message)
+        elif kind is KeyGroupsAdopted:
+            self.observer.key_groups_adopted(message)
         else:
             raise RuntimeError(f"unexpected message from a task: {message!r}")
 

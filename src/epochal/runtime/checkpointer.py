@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..config import StateConfig
 from ..plan.job_graph import TaskId
-from ..state.keygroups import KeyGroupRange
+from ..state.keygroups import KeyGroups
 from ..state.manifest import TaskCheckpointStats
 from ..state.storage import CheckpointStorage
 from .messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
@@ -79,7 +79,7 @@ class SubtaskCheckpointer:
         self,
         task_id: TaskId,
         task_name: str,
-        key_groups: KeyGroupRange,
+        key_groups: KeyGroups,
         storage: CheckpointStorage | None,
         background: BackgroundRunner,
         chain: Sequence[RuntimeOperator],

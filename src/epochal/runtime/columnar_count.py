@@ -64,7 +64,7 @@ class ColumnarCounts:
         assert new_slots[0] == len(self._counts) and new_slots[-1] == len(self.index) - 1
         groups = self.index.key_groups[new_slots]
         owned = self.backend.key_groups
-        foreign = np.flatnonzero((groups < owned.start) | (groups >= owned.end))
+        foreign = np.flatnonzero(~np.isin(groups, np.fromiter(owned, dtype=np.int64)))
         if len(foreign):  # routed to the wrong subtask: a bug, never something to count
             slot = new_slots[foreign[:1]]
             key = self.index.keys_at(slot)[0].as_py()

@@ -28,6 +28,7 @@ from enum import Enum
 from ..config import CheckpointConfig
 from ..errors import CheckpointError
 from ..plan.job_graph import JobGraph, TaskId
+from ..state.keygroups import RoutingTable
 from ..state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
 from ..state.storage import CheckpointStorage
 from .clock import Clock
@@ -93,6 +94,8 @@ class PendingCheckpoint:
     based_on: int = 0
     acks: dict[TaskId, AcknowledgeCheckpoint] = field(default_factory=dict)
     split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
+    routing: RoutingTable | None = None  # the routing table from this checkpoint on
+    reroutes: bool = False  # key groups move at this checkpoint (`runtime.migration`)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
         if ack.task in self.acks:
@@ -131,6 +134,7 @@ class PendingCheckpoint:
             tasks=tuple(sorted((a.stats for a in self.acks.values()), key=lambda s: s.task)),
             is_final=self.is_final,
             split_logs=split_logs,
+            routing=self.routing,
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
@@ -203,6 +207,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self.final_checkpoint: int | None = None
         self.final_completed = False
+        self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
+        self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -211,6 +217,7 @@ class CheckpointCoordinator:
             c.is_periodic
             and not self.is_stopped
             and self.final_checkpoint is None
+            and self.migrating is None
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
             and now - self._last_completion >= c.min_pause
@@ -243,11 +250,15 @@ class CheckpointCoordinator:
         if self._periodic_due(now):
             self.trigger()
 
-    def trigger(self, is_final: bool = False, aligned: bool = False) -> int:
+    def trigger(self, is_final: bool = False, aligned: bool = False, reroute: RoutingTable | None = None) -> int:
         """Start a checkpoint at the sources (and at every task whose inputs ended).
 
         `aligned`: align its barriers whatever the mode (a savepoint, a rescale's checkpoint:
-        they restore at any parallelism, and exactly once)."""
+        they restore at any parallelism, and exactly once). `reroute`: key groups move to this
+        routing table at the checkpoint (`runtime.migration`; always aligned); no other
+        checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
+        if reroute is not None:
+            self.routing, self.migrating, aligned = reroute, self._next_id, True
         checkpoint_id = self._next_id
         self._next_id += 1
         now = self.clock.now()
@@ -256,11 +267,12 @@ class CheckpointCoordinator:
         # splits found so far go out ahead of the trigger, so this checkpoint covers them
         marks = self.enumerators.mark() if self.enumerators is not None else {}
         self.pending[checkpoint_id] = PendingCheckpoint(
-            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks
+            checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks,
+            routing=self.routing, reroutes=reroute is not None,
         )
         mode = self.config.mode
         alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
-        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment)
+        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment, reroute)
         for task in self.tasks:
             if task in self.sources or task in self.ended:
                 self.send(task, message)
@@ -277,10 +289,10 @@ class CheckpointCoordinator:
         for pending in self.pending.values():
             if message.task in pending.awaiting and message.task not in self.sources:
                 completed = self.completed[-1].checkpoint_id if self.completed else 0
-                self.send(
-                    message.task,
-                    TriggerCheckpoint(pending.checkpoint_id, pending.triggered_at, pending.is_final, False, completed),
-                )
+                self.send(message.task, TriggerCheckpoint(
+                    pending.checkpoint_id, pending.triggered_at, pending.is_final, False, completed,
+                    reroute=pending.routing if pending.reroutes else None,
+                ))
         if len(self.ended) == len(self.tasks) and self.final_checkpoint is None:
             self.trigger(is_final=True)
 
@@ -347,6 +359,13 @@ class CheckpointCoordinator:
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
         self.on_aborted(aborted)
+        if pending.reroutes:  # the tasks switched at its barrier: only a restore undoes that
+            self.stop(AbortReason.TASK_FAILED)
+            self.on_failure(CheckpointError(
+                f"checkpoint {pending.checkpoint_id}, which moved key groups, was aborted ({reason.value}: "
+                f"{detail}); the job restores the checkpoint before it, with the key groups where they were"
+            ))
+            return
         self._consecutive_failures += 1
         if self._consecutive_failures > self.config.tolerable_failures:
             error = CheckpointError(

@@ -13,6 +13,8 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
+from ..state.keygroups import RoutingTable
+
 # A batch is a list of Python records, or an Arrow record batch on the columnar path.
 Batch: TypeAlias = list[Any] | pa.RecordBatch
 
@@ -34,6 +36,8 @@ class Barrier:
     synchronous: bool = False  # write state before processing on (Naiad-style, for comparison)
     completed: int = 0  # the newest checkpoint complete when this one was triggered
     alignment: Alignment = Alignment.ALIGNED
+    # key groups move at this barrier: the routing table from here on (`runtime.migration`)
+    reroute: RoutingTable | None = None
 
     @property
     def overtakes(self) -> bool:

@@ -37,17 +37,19 @@ from ..errors import (
     RecordError,
 )
 from ..plan.job_graph import JobGraph, TaskId
+from ..state.keygroups import RoutingTable
 from ..state.manifest import Manifest
 from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
 from .control import Command, JobControl, JobState, Rescale
-from .coordinator import AbortedCheckpoint, CompletedCheckpoint
+from .coordinator import AbortedCheckpoint, CheckpointCoordinator, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
-from .messages import StateAnswer
+from .messages import AdoptKeyGroups, KeyGroupsAdopted, StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
+from .migration import Migration, current_table, plan_moves, refusal, routing_for
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 from .state_queries import LiveQueries
@@ -128,6 +130,7 @@ class JobMaster:
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
         self._live_queries = LiveQueries()  # live state queries waiting for their task's answer
+        self._migration: Migration | None = None  # key groups moving while the job runs
 
     def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
         if from_checkpoint is None:
@@ -160,6 +163,8 @@ class JobMaster:
             self._attempts_before + len(self.restored_from), self.job, self.storage, self.clock, send, first_id,
             self, self.enumerators,
         )
+        self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        self._migration = None
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts)
         log.info(
@@ -278,7 +283,10 @@ class JobMaster:
             if self.attempt is None:
                 command.finish(error=EpochalError(f"job {self.job.name!r} is not running; no live state"))
             else:
-                self._live_queries.ask(self.job, command, self.attempt.send)
+                self._live_queries.ask(self.job, command, self.attempt.send, self._routing())
+            return
+        if command.kind == "move":
+            self._start_migration(command, coordinator)
             return
         if command.kind == "rescale":
             n = command.argument
@@ -298,11 +306,56 @@ class JobMaster:
         else:
             self._commands[coordinator.trigger(aligned=True)] = command  # restorable at any parallelism
 
+    def _routing(self) -> RoutingTable | None:
+        return self.attempt.coordinator.routing if self.attempt is not None else None
+
+    def _start_migration(self, command: Command, coordinator: CheckpointCoordinator | None) -> None:
+        """Move key groups (`command.argument`: key group -> subtask) at a checkpoint barrier."""
+        why = refusal(self.job, self.storage is not None)
+        if why is None and (coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None):
+            why = f"job {self.job.name!r} is not running, or is ending"
+        if why is None and self._migration is not None:
+            why = f"key groups are moving already (checkpoint {self._migration.checkpoint_id})"
+        if why is not None:
+            command.finish(error=EpochalError(why))
+            return
+        assert coordinator is not None
+        current = current_table(self.job, coordinator.routing)
+        try:
+            table = plan_moves(current, dict(command.argument))  # type: ignore[call-overload]
+        except (TypeError, ValueError) as exc:
+            command.finish(error=ValueError(f"cannot move key groups: {exc}"))
+            return
+        checkpoint_id = coordinator.trigger(reroute=table)
+        self._migration = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command)
+        log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name, len(current.changes(table)),
+                 checkpoint_id)
+
+    def key_groups_adopted(self, message: KeyGroupsAdopted) -> None:
+        migration = self._migration
+        if migration is None or message.checkpoint_id != migration.checkpoint_id:
+            return
+        migration.awaiting.discard(message.task)
+        if migration.awaiting:
+            return
+        self._migration = None
+        if self.attempt is not None:
+            self.attempt.coordinator.migrating = None  # periodic checkpoints go on
+        log.info("job %r: key groups moved at checkpoint %d in %.0f ms", self.job.name, migration.checkpoint_id,
+                 (time.monotonic() - migration.started) * 1000)
+        if migration.command is not None:
+            migration.command.finish(result=migration.checkpoint_id)
+
     def state_answered(self, answer: StateAnswer) -> None:
         self._live_queries.answered(answer)
 
     def _stop_commands(self, why: str) -> None:
         self._live_queries.abandon(why)
+        migration, self._migration = self._migration, None
+        if migration is not None and migration.command is not None:
+            migration.command.finish(error=EpochalError(
+                f"moving key groups abandoned: {why}; the restore puts every key group where the checkpoint "
+                "it restores says"))
         for checkpoint_id, command in self._commands.items():
             command.finish(error=EpochalError(f"{command.kind} abandoned: {why} before checkpoint "
                                               f"{checkpoint_id} completed"))
@@ -313,6 +366,11 @@ class JobMaster:
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
+        migration = self._migration
+        if migration is not None and migration.checkpoint_id == checkpoint.checkpoint_id and self.attempt is not None:
+            adopt = AdoptKeyGroups(checkpoint.manifest)
+            for task in migration.awaiting:
+                self.attempt.send(task, adopt)
         command = self._commands.pop(checkpoint.checkpoint_id, None)
         if command is None:
             return

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan.job_graph import TaskId
-from ..state.manifest import SubtaskState, TaskCheckpointStats
+from ..state.keygroups import RoutingTable
+from ..state.manifest import Manifest, SubtaskState, TaskCheckpointStats
 from .elements import Alignment
 
 
@@ -26,6 +27,7 @@ class TriggerCheckpoint:
     synchronous: bool = False  # halt after the barrier until the checkpoint ends
     completed: int = 0  # the newest complete checkpoint at trigger time (see Task._checkpoint)
     alignment: Alignment = Alignment.ALIGNED  # what the sources' barriers ask of every task
+    reroute: RoutingTable | None = None  # key groups move at this checkpoint (`runtime.migration`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +141,19 @@ class StateAnswer:
     query: int
     values: dict[str, Any]
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptKeyGroups:
+    """Checkpoint `manifest` moved key groups to this task: read their state from it, and go on
+    (`runtime.migration`)."""
+
+    manifest: Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroupsAdopted:
+    """A task took over the key groups checkpoint `checkpoint_id` moved to it."""
+
+    task: TaskId
+    checkpoint_id: int

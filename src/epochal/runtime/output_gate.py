@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ..plan.specs import PartitionKind
+from ..state.keygroups import RoutingTable
 from .elements import Batch
 from .partition import Partitioner
 
@@ -41,6 +43,12 @@ class OutputGate:
     def broadcast_loop(self, element: Any) -> None:
         for ch in self.loop_channels:
             ch.send(element)
+
+    def reroute(self, table: RoutingTable) -> None:
+        """Key-group edges into vertices of the table's parallelism route by it from now on."""
+        for partitioner, channels in self.edges:
+            if partitioner.kind is PartitionKind.KEY_GROUP and len(channels) == table.parallelism:
+                partitioner.reroute(table.owners)
 
     def has_capacity(self) -> bool:
         for ch in self.channels:

@@ -2,12 +2,13 @@
 
 Forward keeps a subtask's records on the matching downstream subtask; rebalance sends whole
 batches round robin; broadcast sends every batch everywhere; key-group routing sends each record
-to the subtask that owns its key group (dissertation §4.2, key groups), vectorized on Arrow.
+to the subtask that owns its key group (dissertation §4.2, key groups), vectorized on Arrow; which
+subtask owns which key group is a routing table that a live migration changes (`runtime.migration`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ class Partitioner:
         subtask: int,
         max_parallelism: int,
         target_name: str,
+        owners: Sequence[int] | None = None,
     ) -> None:
         self.kind = partitioning.kind
         self.num_channels = num_channels
@@ -41,11 +43,16 @@ class Partitioner:
         self._next = subtask % num_channels
         self._key = partitioning.key
         self._key_fn = record_key_fn(partitioning.key) if partitioning.key is not None else None
-        # key group → channel, precomputed: the inverse of key_group_range for this parallelism
-        owner = [(kg * num_channels) // max_parallelism for kg in range(max_parallelism)]
+        self._index: KeyIndex | None = None
+        # key group → channel: contiguous ranges (the inverse of key_group_range), or a routing table
+        self.reroute(owners or [(kg * num_channels) // max_parallelism for kg in range(max_parallelism)])
+
+    def reroute(self, owners: Sequence[int]) -> None:
+        """Route key groups to `owners[key_group]` from the next batch on (a live migration
+        switches at a barrier: `runtime.migration`)."""
+        owner = list(owners)
         self._owner = np.array(owner, dtype=np.int64)
         self._owner_list = owner  # for per-record routing: list indexing beats numpy scalars
-        self._index: KeyIndex | None = None
 
     def split(self, batch: Batch) -> Iterator[tuple[int, Batch]]:
         if batch_len(batch) == 0:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Any
 
 from ..errors import CheckpointError
 from ..plan.job_graph import TaskId
 from ..state.contract import KeyedSnapshot
-from ..state.keygroups import KeyGroupRange
+from ..state.keygroups import KeyGroupRange, KeyGroups
 from ..state.manifest import FileHandle, Manifest, SubtaskState
 from ..state.savepoints import storage_for
 from ..state.sections import KeyedGroups, apply_sections
@@ -85,7 +85,7 @@ def write_task_snapshot(
     storage: CheckpointStorage | None,
     checkpoint_id: int,
     task: TaskId,
-    key_groups: KeyGroupRange,
+    key_groups: KeyGroups,
     snapshots: Sequence[tuple[str, OperatorSnapshot]],
 ) -> tuple[tuple[OperatorSubtaskState, ...], int]:
     """Write one task's operator snapshots; returns where each operator's state went and the
@@ -116,14 +116,26 @@ def write_task_snapshot(
         states.append(
             OperatorSubtaskState(
                 uid,
-                SubtaskState(task.subtask, key_groups.start, key_groups.end, keyed_handle, op_handle, keyed_base),
+                subtask_state(task.subtask, key_groups, keyed_handle, op_handle, keyed_base),
             )
         )
     return tuple(states), written
 
 
+def subtask_state(
+    subtask: int, key_groups: KeyGroups, keyed: FileHandle | None, operator: FileHandle | None,
+    keyed_base: tuple[FileHandle, ...],
+) -> SubtaskState:
+    """Where a subtask's state went, naming its key groups (a range, or a set after a migration)."""
+    if isinstance(key_groups, KeyGroupRange):
+        return SubtaskState(subtask, key_groups.start, key_groups.end, keyed, operator, keyed_base)
+    groups = tuple(key_groups)
+    return SubtaskState(subtask, min(groups, default=0), max(groups, default=-1) + 1, keyed, operator, keyed_base,
+                        groups)
+
+
 def read_keyed_chain(
-    storage: CheckpointStorage, chain: Sequence[FileHandle], wanted: range | None = None
+    storage: CheckpointStorage, chain: Sequence[FileHandle], wanted: Container[int] | None = None
 ) -> KeyedGroups:
     """The keyed state a chain of files (full, then deltas) holds, for the key groups `wanted`."""
     out: KeyedGroups = {}
@@ -150,9 +162,11 @@ def check_restored_operators(manifest: Manifest, uids: Iterable[str], allow_non_
 
 
 def read_operator_restore(
-    storage: CheckpointStorage | None, manifest: Manifest, uid: str, key_groups: KeyGroupRange, max_parallelism: int
+    storage: CheckpointStorage | None, manifest: Manifest, uid: str, key_groups: KeyGroups, max_parallelism: int,
+    operator_state: bool = True,
 ) -> tuple[KeyedGroups | None, list[Any]]:
-    """The keyed state of `key_groups` and the operator state of every old subtask of `uid`.
+    """The keyed state of `key_groups` and the operator state of every old subtask of `uid`
+    (none when `operator_state` is False: a migration adopts key groups only).
 
     An operator absent from the checkpoint starts empty (it was added to the job since). Files
     are read from where the manifest was loaded: the job's checkpoint directory, or a savepoint.
@@ -168,11 +182,14 @@ def read_operator_restore(
     reader = storage_for(manifest, storage)
     keyed: KeyedGroups = {}
     states: list[Any] = []
-    wanted = range(key_groups.start, key_groups.end)
     for st in op.subtasks:
         chain = st.keyed_chain()
-        if chain and KeyGroupRange(st.key_group_start, st.key_group_end).intersects(key_groups):
+        held = st.holds()
+        wanted = {g for g in key_groups if g in held}  # only what the chain's owner held
+        if chain and wanted:
             keyed.update(read_keyed_chain(reader, chain, wanted))
+        if not operator_state:
+            continue
         # one entry per old subtask, in subtask order: None where it had no operator state
         states.append(
             None

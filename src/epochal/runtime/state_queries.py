@@ -18,13 +18,14 @@ from typing import Any
 
 from ..errors import EpochalError, NoCheckpointError
 from ..plan.job_graph import JobGraph, TaskId
-from ..state.keygroups import key_group_of, subtask_of_key_group
+from ..state.keygroups import RoutingTable, key_group_of, subtask_of_key_group
 from .control import Command, LiveQuery
 from .messages import QueryState, StateAnswer
 
 
-def owner_of(job: JobGraph, operator: str, key: Any) -> TaskId:
-    """The subtask whose key groups hold `key` in the operator with uid `operator`.
+def owner_of(job: JobGraph, operator: str, key: Any, routing: RoutingTable | None = None) -> TaskId:
+    """The subtask whose key groups hold `key` in the operator with uid `operator` (by `routing`,
+    the table of the newest checkpoint, for vertices of its parallelism).
 
     Raises:
         NoCheckpointError: the job has no operator with that uid (as for a committed read).
@@ -32,6 +33,8 @@ def owner_of(job: JobGraph, operator: str, key: Any) -> TaskId:
     for vertex in job.vertices:
         if any(op.uid == operator for op in vertex.chain):
             group = key_group_of(key, job.max_parallelism)
+            if routing is not None and routing.parallelism == vertex.parallelism:
+                return TaskId(vertex.id, routing.owners[group])
             return TaskId(vertex.id, subtask_of_key_group(group, vertex.parallelism, job.max_parallelism))
     raise NoCheckpointError(f"job {job.name!r} has no operator uid {operator!r}; it has {job.operator_uids()}")
 
@@ -43,12 +46,13 @@ class LiveQueries:
         self._waiting: dict[int, Command] = {}
         self._next = 0
 
-    def ask(self, job: JobGraph, command: Command, send: Callable[[TaskId, object], None]) -> None:
+    def ask(self, job: JobGraph, command: Command, send: Callable[[TaskId, object], None],
+            routing: RoutingTable | None = None) -> None:
         """Send `command`'s question to the key's owner; the command finishes with its answer."""
         query = command.argument
         assert isinstance(query, LiveQuery)
         try:
-            owner = owner_of(job, query.operator, query.key)
+            owner = owner_of(job, query.operator, query.key, routing)
         except EpochalError as exc:
             command.finish(error=exc)
             return

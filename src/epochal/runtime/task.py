@@ -32,7 +32,7 @@ from typing import Any
 
 from ..config import StateConfig
 from ..plan.job_graph import JobVertex, TaskId
-from ..state.keygroups import KeyGroupRange, key_group_range
+from ..state.keygroups import KeyGroups, RoutingTable, key_group_range
 from ..state.manifest import Manifest
 from ..state.storage import CheckpointStorage
 from .aligner import AlignStep
@@ -44,9 +44,11 @@ from .in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_ui
 from .input_gate import InputChannel, InputGate
 from .loops import LoopProbes
 from .messages import (
+    AdoptKeyGroups,
     AssignSplits,
     EndLoop,
     InputsEnded,
+    KeyGroupsAdopted,
     LoopRoundEnded,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
@@ -57,6 +59,7 @@ from .messages import (
     TriggerCheckpoint,
 )
 from .metrics import TaskMetrics
+from .migration import PendingAdoption, handover
 from .operators import (
     IterationHeadOperator,
     KeyedOperator,
@@ -102,6 +105,8 @@ class TaskSetup:
     background: BackgroundRunner
     state: StateConfig = StateConfig()  # the keyed-state backend and incremental checkpoints
     unaligned: bool = False  # checkpoints overtake queued input (`CheckpointConfig(mode="unaligned")`)
+    routing: RoutingTable | None = None  # who owns which key group, if not contiguous ranges
+    keyed: bool = False  # records reach it by key group: a routing table places its keyed state
 
 
 class Task:
@@ -121,8 +126,9 @@ class Task:
         self.output = output
         self.inbox: deque[Any] = deque()
         self.state = TaskState.RUNNING
-        self.key_groups: KeyGroupRange = key_group_range(
-            setup.task_id.subtask, setup.vertex.parallelism, setup.max_parallelism
+        self.key_groups: KeyGroups = (
+            setup.routing.key_groups_of(setup.task_id.subtask) if setup.routing is not None
+            else key_group_range(setup.task_id.subtask, setup.vertex.parallelism, setup.max_parallelism)
         )
         self.chain: list[RuntimeOperator] = [create_operator(spec) for spec in setup.vertex.chain]
         first = self.chain[0]
@@ -155,6 +161,7 @@ class Task:
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
         self._halted_for: int | None = None  # a synchronous checkpoint this source waits for
+        self._adopting: PendingAdoption | None = None  # key groups moving here: no input until they are
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -200,6 +207,8 @@ class Task:
             return False
         if self.inbox or self._replay or (self.head is not None and self.head.replay):
             return True
+        if self._adopting is not None:
+            return False
         if self._overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
             return True  # an unaligned barrier is taken even behind a full output
         if self.state is TaskState.ENDED or not self.output.has_capacity():
@@ -248,6 +257,8 @@ class Task:
             self._on_message(self.inbox.popleft())
             if self.state is TaskState.FINISHED:
                 return
+        if self._adopting is not None:
+            return
         if self._overtakes and self.state is TaskState.RUNNING:
             self._take_priority_barriers()
         if self.state not in (TaskState.RUNNING, TaskState.DRAINING) or not self.output.has_capacity():
@@ -438,6 +449,8 @@ class Task:
             )
             return
         self.checkpointer.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
+        if barrier.reroute is not None:
+            self._reroute(barrier.checkpoint_id, barrier.reroute)
 
     def _fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
         """The synchronous part: fix every operator's state and forward the barrier; returns the
@@ -517,9 +530,14 @@ class Task:
                 self.close()
                 self.setup.send(TaskFinished(self.id, self.metrics()))
         elif kind is QueryState:
-            self.setup.send(self._answer(message))
+            if self._adopting is not None:  # it may ask of a key group on its way here
+                self._adopting.queries.append(message)
+            else:
+                self.setup.send(self._answer(message))
         elif kind is AssignSplits and self.source is not None:
             self.source.assign(message.splits)
+        elif kind is AdoptKeyGroups:
+            self._adopt(message.manifest)
         else:
             raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
 
@@ -539,12 +557,49 @@ class Task:
         if self.source is not None and self.state is TaskState.RUNNING:
             self.gate.reset_alignment_clock()
             self._checkpoint(Barrier(
-                message.checkpoint_id, message.timestamp, message.synchronous, message.completed, message.alignment
+                message.checkpoint_id, message.timestamp, message.synchronous, message.completed, message.alignment,
+                message.reroute,
             ))
             if message.synchronous:
                 self._halted_for = message.checkpoint_id
         elif self.state in (TaskState.ENDED, TaskState.DRAINING):
-            self._checkpoint(Barrier(message.checkpoint_id, message.timestamp, False, message.completed))
+            self._checkpoint(Barrier(
+                message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute
+            ))
+
+    # -- live migration (`runtime.migration`) ----------------------------------------------------
+    def _reroute(self, checkpoint_id: int, table: RoutingTable) -> None:
+        """The barrier went out under the old table: route by the new one, drop what moves away,
+        and wait for what moves here."""
+        self.output.reroute(table)
+        if not self.setup.keyed or self.setup.vertex.parallelism != table.parallelism:
+            return
+        move = handover(self.key_groups, table, self.id.subtask)
+        if move.loses:
+            self._set_key_groups(move.kept, {})
+        if len(move.gained):
+            self._adopting = PendingAdoption(checkpoint_id, move.owned, move.gained)
+
+    def _adopt(self, manifest: Manifest) -> None:
+        """Checkpoint `manifest` is complete: read the key groups that moved here, and go on."""
+        pending = self._adopting
+        if pending is None or pending.checkpoint_id != manifest.checkpoint_id:
+            return
+        gained = {
+            op.uid: read_operator_restore(self.setup.storage, manifest, op.uid, pending.gained,
+                                          self.setup.max_parallelism, operator_state=False)[0] or {}
+            for op in self.chain if isinstance(op, KeyedOperator)
+        }
+        self._set_key_groups(pending.owned, gained)
+        self._adopting = None
+        self.inbox.extend(pending.queries)
+        log.info("%s: took over key groups %s at checkpoint %d", self.name, pending.gained, manifest.checkpoint_id)
+        self.setup.send(KeyGroupsAdopted(self.id, manifest.checkpoint_id))
+
+    def _set_key_groups(self, owned: KeyGroups, gained: dict[str, Any]) -> None:
+        self.key_groups = self.checkpointer.key_groups = owned
+        for op in self.chain:
+            op.reassign(owned, gained.get(op.uid, {}))
 
     def _notify_complete(self, checkpoint_id: int) -> None:
         if checkpoint_id <= self.last_notified:

@@ -18,6 +18,7 @@ from ..state.storage import CheckpointStorage
 from .channel import LocalChannel
 from .clock import Clock
 from .input_gate import InputChannel
+from .migration import routing_for
 from .output_gate import OutputChannel, OutputGate
 from .partition import Partitioner
 from .task import Task, TaskSetup
@@ -74,6 +75,8 @@ def build_tasks(
 ) -> dict[TaskId, Task]:
     """The tasks `task_ids` of the job, each wired to its ends of `channels`."""
     tasks: dict[TaskId, Task] = {}
+    routing = routing_for(job, restore_from)
+    keyed = job.keyed_vertices()
     for task_id in task_ids:
         vertex = job.vertex(task_id.vertex)
         i = task_id.subtask
@@ -93,11 +96,19 @@ def build_tasks(
                 outs = [_present(channels[ChannelKey(e_idx, i, i)].output)]
             else:
                 outs = [_present(channels[ChannelKey(e_idx, i, j)].output) for j in range(target.parallelism)]
-            partitioner = Partitioner(edge.partitioning, len(outs), i, job.max_parallelism, target.chain[0].name)
+            owners = None
+            if routing is not None and edge.partitioning.kind is PartitionKind.KEY_GROUP \
+                    and target.parallelism == routing.parallelism:
+                owners = routing.owners
+            partitioner = Partitioner(
+                edge.partitioning, len(outs), i, job.max_parallelism, target.chain[0].name, owners
+            )
             gate_edges.append((partitioner, outs))
         setup = TaskSetup(
             task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
             restore_from, send, background, job.config.state, job.config.checkpoint.mode == "unaligned",
+            routing if routing is not None and vertex.parallelism == routing.parallelism else None,
+            vertex.id in keyed,
         )
         tasks[task_id] = Task(
             setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs

@@ -5,11 +5,11 @@ from __future__ import annotations
 from ..config import StateConfig
 from .contract import KeyedStateBackend
 from .heap import HeapKeyedStateBackend
-from .keygroups import KeyGroupRange
+from .keygroups import KeyGroups
 
 
 def create_backend(
-    config: StateConfig, key_groups: KeyGroupRange, max_parallelism: int, label: str
+    config: StateConfig, key_groups: KeyGroups, max_parallelism: int, label: str
 ) -> KeyedStateBackend:
     """A new, empty backend for the key groups of one subtask.
 

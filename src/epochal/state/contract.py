@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-from .keygroups import KeyGroupRange
+from .keygroups import KeyGroups
 from .manifest import FileHandle
 from .sections import KeyedGroups, Sections
 
@@ -75,7 +75,7 @@ class KeyedStateBackend(Protocol):
     """
 
     @property
-    def key_groups(self) -> KeyGroupRange:
+    def key_groups(self) -> KeyGroups:
         """The key groups this backend holds."""
         ...
 
@@ -170,6 +170,11 @@ class KeyedStateBackend(Protocol):
 
     def restore(self, groups: KeyedGroups) -> None:
         """Load key groups (any superset of ours: foreign key groups are skipped)."""
+        ...
+
+    def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
+        """Own `owned` from now on: drop the key groups no longer owned, load `gained` (a live
+        migration, right after a snapshot); the next snapshot is full."""
         ...
 
     def close(self) -> None:

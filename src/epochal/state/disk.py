@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .incremental import ChangedKeys, IncrementalTracker, add_changed
-from .keygroups import KeyGroupRange, encode_key, owned_key_group
+from .keygroups import KeyGroups, encode_key, owned_key_group
 from .manifest import FileHandle
 from .sections import KeyedGroups, Sections
 from .values import is_immutable, private
@@ -70,7 +70,7 @@ class DiskSnapshot:
 
     def __init__(
         self,
-        key_groups: KeyGroupRange,
+        key_groups: KeyGroups,
         *,
         checkpoint_id: int | None = None,
         checkpoint_dir: str | None = None,
@@ -156,7 +156,7 @@ class DiskKeyedStateBackend:
 
     def __init__(
         self,
-        key_groups: KeyGroupRange,
+        key_groups: KeyGroups,
         max_parallelism: int,
         *,
         local_dir: str | None = None,
@@ -355,6 +355,29 @@ class DiskKeyedStateBackend:
                 for key, value in entries.items():
                     batch.put(prefix + encode_key(key), pickle.dumps((key, value), _PICKLE))
         self.db.write(batch)
+
+    def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
+        """Own `owned` from now on (a migration): delete the key groups no longer owned, load
+        `gained`. Right after a snapshot, whose RocksDB snapshot or checkpoint keeps the old
+        entries; the next snapshot is full (see `HeapKeyedStateBackend.reassign`)."""
+        from rocksdict import WriteBatch
+
+        self._write_back()
+        lost = [g for g in self.key_groups if g not in owned]
+        batch = WriteBatch(raw_mode=True)
+        it = self.db.iter()
+        for kg in lost:
+            prefix = _KG.pack(kg)
+            it.seek(prefix)
+            while it.valid() and it.key().startswith(prefix):
+                batch.delete(it.key())
+                it.next()
+            self._changed.pop(kg, None)
+        del it
+        self.db.write(batch)
+        self.key_groups = owned
+        self.restore(gained)
+        self.tracker.reset()
 
     def close(self) -> None:
         self._held = None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .incremental import ChangedKeys, IncrementalTracker
-from .keygroups import KeyGroupRange, owned_key_group
+from .keygroups import KeyGroups, owned_key_group
 from .manifest import FileHandle
 from .sections import KeyedGroups, Sections
 from .values import IMMUTABLE_EXACT, is_immutable
@@ -91,7 +91,7 @@ class HeapSnapshot:
     snapshot is written as a delta over that chain.
     """
 
-    key_groups: KeyGroupRange
+    key_groups: KeyGroups
     groups: KeyedGroups
     changed: ChangedKeys | None = None
     base: tuple[FileHandle, ...] = ()
@@ -133,7 +133,10 @@ class HeapSnapshot:
 
 
 class HeapKeyedStateBackend:
-    """In-memory keyed state of one subtask: the key groups of its `KeyGroupRange`.
+    """In-memory keyed state of one subtask: the key groups it owns (`KeyGroups`).
+
+    A state's maps are a list indexed by key group, None where this subtask owns none; a
+    migration (`reassign`) adds and drops key groups while the task runs.
 
     Implements `KeyedStateBackend` and, alone of the backends, `RawKeyGroupMaps` (`contract.py`).
     The operator sets the current key before user code runs; state handles then read and write
@@ -142,7 +145,7 @@ class HeapKeyedStateBackend:
 
     def __init__(
         self,
-        key_groups: KeyGroupRange,
+        key_groups: KeyGroups,
         max_parallelism: int,
         *,
         incremental: bool = True,
@@ -151,7 +154,7 @@ class HeapKeyedStateBackend:
     ) -> None:
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
-        self._maps: dict[str, list[_StateMap]] = {}
+        self._maps: dict[str, list[_StateMap | None]] = {}
         self.current_key: Any = None
         self.current_key_group = -1
         self.epoch = 1  # bumped by every snapshot; see `_StateMap`
@@ -179,19 +182,27 @@ class HeapKeyedStateBackend:
         self.current_key = key
 
     # -- entries of the current key ------------------------------------------------------------
-    def _state_maps(self, name: str) -> list[_StateMap]:
-        """One state's maps, one per key group of the range (made on first use)."""
+    def _new_maps(self) -> list[_StateMap | None]:
+        owned, tracking = self.key_groups, self._tracking
+        return [_StateMap(tracking) if g in owned else None for g in range(self.max_parallelism)]
+
+    def _state_maps(self, name: str) -> list[_StateMap | None]:
+        """One state's maps, indexed by key group, None for groups not owned (made on first use)."""
         maps = self._maps.get(name)
         if maps is None:
-            maps = self._maps[name] = [_StateMap(self._tracking) for _ in self.key_groups]
+            maps = self._maps[name] = self._new_maps()
         return maps
 
     def _map(self, name: str, key_group: int) -> _StateMap:
         # `_state_maps`, inlined: this runs for every state access of a record
         maps = self._maps.get(name)
         if maps is None:
-            maps = self._maps[name] = [_StateMap(self._tracking) for _ in self.key_groups]
-        return maps[key_group - self.key_groups.start]
+            maps = self._maps[name] = self._new_maps()
+        m = maps[key_group]
+        if m is None:
+            owned_key_group(None, key_group, self.key_groups, self.max_parallelism)  # raises
+            raise AssertionError
+        return m
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._map(name, self.current_key_group).data.get(self.current_key, default)
@@ -250,13 +261,14 @@ class HeapKeyedStateBackend:
         place, as `get_for_read` does.
         """
         maps = self._state_maps(name)
-        start, end, epoch = self.key_groups.start, self.key_groups.end, self.epoch
+        epoch = self.epoch
         immutable, absent, append = IMMUTABLE_EXACT, _ABSENT, out.append
         shared = self.snapshot_readers()
         for record, key, key_group in zip(records, keys, key_groups, strict=False):
-            if not start <= key_group < end:
+            m = maps[key_group]
+            if m is None:
                 owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
-            m = maps[key_group - start]
+                raise AssertionError
             data = m.writable(shared) if m.frozen else m.data
             owned = m.stamps.get(key) == epoch
             acc = data.get(key, absent)
@@ -280,12 +292,13 @@ class HeapKeyedStateBackend:
         per record, and a tuple per record after it: measured 13 % slower on the word count).
         """
         maps = self._state_maps(name)
-        start, end, epoch, append = self.key_groups.start, self.key_groups.end, self.epoch, out.append
+        epoch, append = self.epoch, out.append
         shared = self.snapshot_readers()
         for key, key_group in zip(keys, key_groups, strict=False):
-            if not start <= key_group < end:
+            m = maps[key_group]
+            if m is None:
                 owned_key_group(key, key_group, self.key_groups, self.max_parallelism)  # raises
-            m = maps[key_group - start]
+                raise AssertionError
             data = m.writable(shared) if m.frozen else m.data
             count = data.get(key, 0) + 1
             data[key] = count
@@ -318,13 +331,14 @@ class HeapKeyedStateBackend:
         return set(self._map(name, key_group).changed or ())
 
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
-        for offset, m in enumerate(self._maps.get(name, ())):
-            for key in m.data:
-                yield self.key_groups.start + offset, key
+        for key_group, m in enumerate(self._maps.get(name, ())):
+            if m is not None:
+                for key in m.data:
+                    yield key_group, key
 
     def entries(self, key: Any) -> dict[str, Any]:
-        offset = owned_key_group(key, None, self.key_groups, self.max_parallelism) - self.key_groups.start
-        found = {name: maps[offset].data.get(key, _ABSENT) for name, maps in self._maps.items()}
+        group = owned_key_group(key, None, self.key_groups, self.max_parallelism)
+        found = {name: m.data.get(key, _ABSENT) for name, maps in self._maps.items() if (m := maps[group]) is not None}
         return {name: copy.deepcopy(value) for name, value in found.items() if value is not _ABSENT}
 
     def snapshot(self, checkpoint_id: int | None = None) -> HeapSnapshot:
@@ -337,8 +351,9 @@ class HeapKeyedStateBackend:
         changed: ChangedKeys = {}
         entries = 0
         for name in sorted(self._maps):  # a fixed order: snapshot bytes depend on content only
-            for offset, m in enumerate(self._maps[name]):
-                key_group = self.key_groups.start + offset
+            for key_group, m in enumerate(self._maps[name]):
+                if m is None:
+                    continue
                 entries += len(m.data)
                 if m.data:
                     groups.setdefault(key_group, {})[name] = m.freeze()
@@ -355,6 +370,8 @@ class HeapKeyedStateBackend:
             self._tracking = tracking = self.tracker.tracks_changes
             for maps in self._maps.values():
                 for m in maps:
+                    if m is None:
+                        continue
                     if not tracking:
                         m.changed = None
                     elif m.changed is None or m.changed:  # an empty set is kept
@@ -390,6 +407,25 @@ class HeapKeyedStateBackend:
                 m.writable().update(entries)
                 # stamp 0: neither owned nor changed, but `stamps` now holds `data`'s key objects
                 m.stamps.update(dict.fromkeys(entries, 0))
+
+    def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
+        """Own `owned` from now on (a migration, `runtime.migration`): drop the key groups no
+        longer owned, load `gained`'s entries for the new ones.
+
+        Called right after a snapshot fixed the old state, which keeps the dropped maps it
+        froze. The chain of earlier files still holds the dropped groups and lacks the gained
+        ones, so the next snapshot is full (`IncrementalTracker.reset`): a chain always covers
+        exactly the groups its subtask owned while it grew.
+        """
+        self.key_groups = owned
+        for maps in self._maps.values():
+            for g in range(self.max_parallelism):
+                if g not in owned:
+                    maps[g] = None
+                elif maps[g] is None:
+                    maps[g] = _StateMap(self._tracking)
+        self.restore(gained)
+        self.tracker.reset()
 
     def close(self) -> None:
         pass

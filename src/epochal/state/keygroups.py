@@ -1,18 +1,21 @@
 """Keys to key groups, and key groups to subtasks.
 
 Keyed state is cut into a fixed number of key groups (the job's *max parallelism*), the unit of
-snapshot, rescaling and, later, migration (dissertation §4.2, L3269–3303; ChronoStream's "slices").
+snapshot, rescaling and migration (dissertation §4.2; ChronoStream's "slices", §III).
 A key maps to a key group through a hash that is the same in every process and every run:
-Python's `hash()` is salted per process, so it cannot be used. Subtask `i` of `p` owns the
-contiguous range `[ceil(i*m/p), ceil((i+1)*m/p))`, so a rescale moves whole ranges.
+Python's `hash()` is salted per process, so it cannot be used. By default subtask `i` of `p` owns
+the contiguous range `[ceil(i*m/p), ceil((i+1)*m/p))`, so a rescale moves whole ranges; a
+`RoutingTable` says otherwise once key groups have moved between running subtasks (live
+migration, ChronoStream §IV): then a subtask owns a `KeyGroupSet`.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 DEFAULT_MAX_PARALLELISM = 128
 
@@ -93,6 +96,110 @@ class KeyGroupRange:
         return self.start < other.end and other.start < self.end
 
 
+class KeyGroups(Protocol):
+    """The key groups one subtask owns: a contiguous range, or any set after a migration."""
+
+    def __contains__(self, key_group: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[int]: ...
+
+    def __len__(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroupSet:
+    """Any set of key groups, ascending: what a subtask owns once groups have moved."""
+
+    groups: tuple[int, ...]
+    _members: frozenset[int] = field(default=frozenset(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(sorted(set(self.groups))))
+        object.__setattr__(self, "_members", frozenset(self.groups))
+
+    def __contains__(self, key_group: object) -> bool:
+        return key_group in self._members
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __repr__(self) -> str:
+        return f"KeyGroupSet({_ranges(self.groups)})"
+
+
+def _ranges(groups: Iterable[int]) -> str:
+    """`0-3,7,9-10`: a set of key groups, short."""
+    parts: list[str] = []
+    run: list[int] = []
+    for g in sorted(groups):
+        if run and g == run[-1] + 1:
+            run.append(g)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [g]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def key_group_set(groups: Iterable[int]) -> KeyGroups:
+    """`groups` as a `KeyGroupRange` when contiguous (the common case), else a `KeyGroupSet`."""
+    ordered = sorted(set(groups))
+    if ordered and ordered[-1] - ordered[0] + 1 == len(ordered):
+        return KeyGroupRange(ordered[0], ordered[-1] + 1)
+    if not ordered:
+        return KeyGroupRange(0, 0)
+    return KeyGroupSet(tuple(ordered))
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingTable:
+    """Which subtask owns each key group of a keyed vertex: `owners[key_group]`.
+
+    Versioned: every change is made at a checkpoint barrier (`runtime.migration`), and the
+    checkpoint's manifest records the table that holds from it on, so a restore routes records
+    exactly as the run it continues did. The default is the contiguous table.
+    """
+
+    owners: tuple[int, ...]
+    parallelism: int
+    version: int = 0
+
+    @staticmethod
+    def contiguous(parallelism: int, max_parallelism: int) -> RoutingTable:
+        owners = tuple(subtask_of_key_group(g, parallelism, max_parallelism) for g in range(max_parallelism))
+        return RoutingTable(owners, parallelism)
+
+    @property
+    def max_parallelism(self) -> int:
+        return len(self.owners)
+
+    def key_groups_of(self, subtask: int) -> KeyGroups:
+        return key_group_set(g for g, owner in enumerate(self.owners) if owner == subtask)
+
+    def moved(self, moves: Mapping[int, int]) -> RoutingTable:
+        """The next version, with `moves` (key group -> new owner) applied."""
+        owners = list(self.owners)
+        for group, subtask in moves.items():
+            if not 0 <= group < len(owners):
+                raise ValueError(f"key group {group} out of range [0, {len(owners)})")
+            if not 0 <= subtask < self.parallelism:
+                raise ValueError(f"subtask {subtask} out of range [0, {self.parallelism})")
+            owners[group] = subtask
+        return RoutingTable(tuple(owners), self.parallelism, self.version + 1)
+
+    def changes(self, newer: RoutingTable) -> dict[int, tuple[int, int]]:
+        """key group -> (old owner, new owner), for the groups `newer` moves."""
+        return {g: (a, b) for g, (a, b) in enumerate(zip(self.owners, newer.owners)) if a != b}
+
+    def describe(self) -> str:
+        return "; ".join(f"{s}: {_ranges(self.key_groups_of(s))}" for s in range(self.parallelism))
+
+
 def key_group_range(subtask: int, parallelism: int, max_parallelism: int) -> KeyGroupRange:
     """The key groups subtask `subtask` of `parallelism` owns."""
     if not 0 < parallelism <= max_parallelism:
@@ -118,7 +225,7 @@ def encode_key(key: Any) -> bytes:
     return b"".join(parts)
 
 
-def owned_key_group(key: Any, key_group: int | None, owned: KeyGroupRange, max_parallelism: int) -> int:
+def owned_key_group(key: Any, key_group: int | None, owned: KeyGroups, max_parallelism: int) -> int:
     """The key group of `key` (computed if not given), checked to be one of `owned`.
 
     A key outside a subtask's range means records were routed to the wrong subtask: a bug,

@@ -26,6 +26,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..errors import CheckpointError, CorruptCheckpointError
+from .keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_set
 
 __all__ = [
     "FORMAT_VERSION",
@@ -43,8 +44,9 @@ __all__ = [
     "from_plain",
 ]
 
-FORMAT_VERSION = 3
-READABLE_VERSIONS = frozenset({1, 2, 3})  # 1: one keyed file per subtask, no chains; 2: no split logs
+FORMAT_VERSION = 4
+# 1: one keyed file per subtask, no chains; 2: no split logs; 3: no routing tables (contiguous ranges)
+READABLE_VERSIONS = frozenset({1, 2, 3, 4})
 CHECKPOINT_PREFIX = "chk-"
 _STORED = "stored"  # field metadata key: False keeps a field out of the JSON
 
@@ -82,6 +84,14 @@ class SubtaskState:
     keyed: FileHandle | None
     operator: FileHandle | None
     keyed_base: tuple[FileHandle, ...] = ()  # earlier files of the chain, full file first
+    # the key groups it held when they are not the range above (after a live migration)
+    key_groups: tuple[int, ...] | None = None
+
+    def holds(self) -> KeyGroups:
+        """The key groups this subtask's keyed files hold (and only these may be read from them)."""
+        if self.key_groups is not None:
+            return key_group_set(self.key_groups)
+        return KeyGroupRange(self.key_group_start, self.key_group_end)
 
     def keyed_chain(self) -> tuple[FileHandle, ...]:
         """Every file of this subtask's keyed state, in the order a restore applies them."""
@@ -133,6 +143,8 @@ class Manifest:
     is_final: bool = False
     is_savepoint: bool = False
     split_logs: tuple[SplitLogState, ...] = ()  # of sources whose splits are found as they run
+    # who owns which key group from this checkpoint on, once key groups moved (`RoutingTable`)
+    routing: RoutingTable | None = None
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoCheckpointError
-from .keygroups import KeyGroupRange, key_group_of
+from .keygroups import KeyGroupRange, KeyGroups, key_group_of
 from .manifest import Manifest, OperatorState
 from .savepoints import load_savepoint, storage_for
 from .sections import apply_sections
@@ -56,20 +56,20 @@ def operator_state(manifest: Manifest, operator: str) -> OperatorState:
 
 
 def iter_state(
-    manifest: Manifest, operator: str, key_groups: KeyGroupRange | None = None
+    manifest: Manifest, operator: str, key_groups: KeyGroups | None = None
 ) -> Iterator[StateRow]:
     """Every keyed-state entry of `operator` in `key_groups` (all when None), key group order."""
     op = operator_state(manifest, operator)
     storage = storage_for(manifest, None)
-    wanted = KeyGroupRange(0, op.max_parallelism) if key_groups is None else key_groups
+    wanted: KeyGroups = KeyGroupRange(0, op.max_parallelism) if key_groups is None else key_groups
     for st in op.subtasks:
-        if not KeyGroupRange(st.key_group_start, st.key_group_end).intersects(wanted):
+        held = st.holds()
+        these = {g for g in wanted if g in held}
+        if not these:
             continue
         groups: dict[int, dict[str, dict[Any, Any]]] = {}
         for handle in st.keyed_chain():
-            is_delta, sections = decode_keyed_file(
-                storage.read_file(handle), range(wanted.start, wanted.end), source=handle.path
-            )
+            is_delta, sections = decode_keyed_file(storage.read_file(handle), these, source=handle.path)
             apply_sections(groups, is_delta, sections)
         for key_group in sorted(groups):
             for name in sorted(groups[key_group]):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from typing import Any
 
 from ..errors import CorruptCheckpointError
@@ -63,7 +63,7 @@ def encode_keyed_delta(groups: dict[int, dict[str, tuple[dict[Any, Any], list[An
 
 
 def decode_keyed_state(
-    data: bytes, wanted: range | None = None, *, source: str = "<bytes>"
+    data: bytes, wanted: Container[int] | None = None, *, source: str = "<bytes>"
 ) -> dict[int, dict[str, dict[Any, Any]]]:
     """Read the key groups in `wanted` (all when None) back from `encode_keyed_state` bytes."""
     is_delta, groups = decode_keyed_file(data, wanted, source=source)
@@ -73,7 +73,7 @@ def decode_keyed_state(
 
 
 def decode_keyed_file(
-    data: bytes, wanted: range | None = None, *, source: str = "<bytes>"
+    data: bytes, wanted: Container[int] | None = None, *, source: str = "<bytes>"
 ) -> tuple[bool, dict[int, Any]]:
     """`(is_delta, key group → section)` for the key groups in `wanted` (all when None)."""
     try:

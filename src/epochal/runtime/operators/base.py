@@ -23,7 +23,7 @@ from ...errors import OperatorError, RecordError
 from ...plan.specs import OnError, OperatorSpec
 from ...plan.time import EventTime, TimestampError
 from ...state.contract import KeyedSnapshot
-from ...state.keygroups import KeyGroupRange
+from ...state.keygroups import KeyGroups
 from ...state.manifest import SubtaskState
 from ..batches import batch_len, to_records
 from ..clock import Clock
@@ -40,7 +40,7 @@ class OperatorContext:
     subtask: int
     parallelism: int
     max_parallelism: int
-    key_groups: KeyGroupRange
+    key_groups: KeyGroups
     clock: Clock
     state: StateConfig = StateConfig()
     name: str = ""  # the task's name, for the disk backend's working directory
@@ -109,6 +109,10 @@ class RuntimeOperator:
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         """Load state; `states` holds the operator state of *every* old subtask (union list)."""
+
+    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]]) -> None:
+        """Key groups moved (`runtime.migration`): keyed operators own `owned` from now on, with
+        `gained`'s state; others have nothing to do."""
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ from ...errors import OperatorError
 from ...plan.specs import KeyedCountSpec, KeyedReduceSpec
 from ...state.backends import create_backend
 from ...state.contract import KeyedStateBackend, RawKeyGroupMaps
+from ...state.keygroups import KeyGroups
 from ...state.manifest import SubtaskState
 from ..batches import to_records
 from ..columnar_count import ColumnarCounts
@@ -46,6 +47,13 @@ class KeyedOperator(RuntimeOperator):
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         if keyed:
             self.backend.restore(keyed)
+
+    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]]) -> None:
+        """Drop the key groups no longer owned, load the gained ones, then rebuild what the
+        operator keeps beside its state (timer heaps, a columnar table) as a restore does: its
+        `restore` with no more state."""
+        self.backend.reassign(owned, gained)
+        self.restore({}, [])
 
     def query(self, key: Any) -> dict[str, Any]:
         """The live state of `key`, by state name (a state query between two batches)."""

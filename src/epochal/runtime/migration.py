@@ -1,0 +1,165 @@
+"""Live key-group migration: key groups change owner at a checkpoint barrier, nothing stops.
+
+ChronoStream §III-C moves a slice while both old and new owner run it ("dual mode") and
+filters duplicates downstream by sequence number. Epochal moves it at an epoch boundary instead
+(dissertation §3.4, epochs; the handover Megaphone batches), which needs no sequence numbers and
+keeps every committed epoch with exactly one owner per key group:
+
+1. The job master picks the moves, makes routing table version v+1 and triggers an aligned
+   checkpoint n whose barriers carry it (`Barrier.reroute`).
+2. Every task forwards barrier n, then switches its key-group partitioners to v+1: FIFO
+   channels put every record before the barrier on the old owner, every one after it on the
+   new one.
+3. An old owner snapshots at n with the moving groups (its snapshot still holds them), then
+   drops them from its live state.
+4. A new owner snapshots at n without them, then takes no input until it has them: the moving
+   groups' records after barrier n wait in its channels, in order, as do watermarks.
+5. Checkpoint n completes; its manifest records table v+1. The job master sends it to the new
+   owners (`AdoptKeyGroups`), which read the moving groups from the old owners' files of n (the
+   restore path, for the groups only), and go on.
+
+Failure anywhere before n completes restores n-1 with v: the old owners, their state, their
+input. After it, n with v+1. A checkpoint n that is aborted fails the attempt (its tasks have
+already switched), which is the same restore of n-1. While a migration is under way no other
+checkpoint starts, so none can complete with the new owner's state missing.
+
+After a move, each side's next snapshot is full (`KeyedStateBackend.reassign`): an incremental
+chain always covers exactly the key groups its subtask owned while it grew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan.job_graph import JobGraph, TaskId
+from ..state.keygroups import KeyGroups, RoutingTable, key_group_set
+from ..state.manifest import Manifest
+from .control import Command
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAdoption:
+    """A new owner waiting for checkpoint `checkpoint_id` to complete: then it reads `gained`,
+    and answers the live state queries that came meanwhile."""
+
+    checkpoint_id: int
+    owned: KeyGroups  # what it owns once it has them
+    gained: KeyGroups
+    queries: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """What one subtask does at a rerouting barrier: keep `kept` at once, adopt `gained` later."""
+
+    kept: KeyGroups
+    gained: KeyGroups
+    owned: KeyGroups
+
+    @property
+    def loses(self) -> bool:
+        return len(self.kept) != len(self.owned) - len(self.gained)
+
+
+def handover(current: KeyGroups, table: RoutingTable, subtask: int) -> Handover:
+    """How subtask `subtask`, owning `current`, moves to `table`."""
+    owned = table.key_groups_of(subtask)
+    return Handover(
+        key_group_set(g for g in current if g in owned),
+        key_group_set(g for g in owned if g not in current),
+        owned,
+    )
+
+
+def keyed_parallelism(job: JobGraph) -> int | None:
+    """The parallelism of the job's keyed vertices, if they share one (a routing table applies to
+    them all); None if the job has no keyed vertex or they differ (key groups cannot move)."""
+    keyed = {job.vertex(v).parallelism for v in job.keyed_vertices()}
+    return keyed.pop() if len(keyed) == 1 else None
+
+
+def routing_for(job: JobGraph, restore_from: Manifest | None) -> RoutingTable | None:
+    """The routing table an attempt starts with: the checkpoint's, if it was made for this
+    parallelism, else None (every vertex routes by contiguous ranges)."""
+    if restore_from is None or restore_from.routing is None:
+        return None
+    table = restore_from.routing
+    if table.parallelism != keyed_parallelism(job) or table.max_parallelism != job.max_parallelism:
+        return None  # a rescale by restore: ranges over the new parallelism
+    return table
+
+
+def plan_moves(table: RoutingTable, moves: Mapping[int, int]) -> RoutingTable:
+    """The next table, refusing a move that moves nothing."""
+    newer = table.moved(moves)
+    if not table.changes(newer):
+        raise ValueError("the moves leave every key group where it is")
+    return newer
+
+
+def balanced_moves(table: RoutingTable, active: int) -> dict[int, int]:
+    """Moves that spread the key groups evenly over subtasks `0..active-1`, moving as few as it
+    can: groups of subtasks past `active` and of overfull subtasks go to the emptiest ones."""
+    if not 1 <= active <= table.parallelism:
+        raise ValueError(f"active subtasks must be in [1, {table.parallelism}], got {active}")
+    m = table.max_parallelism
+    quota = [m // active + (1 if s < m % active else 0) for s in range(active)]
+    owned: list[list[int]] = [[] for _ in range(table.parallelism)]
+    for group, owner in enumerate(table.owners):
+        owned[owner].append(group)
+    loose: list[int] = []
+    for subtask, groups in enumerate(owned):
+        keep = quota[subtask] if subtask < active else 0
+        loose.extend(groups[keep:])
+        del groups[keep:]
+    moves: dict[int, int] = {}
+    for group in sorted(loose):
+        target = min(range(active), key=lambda s: (len(owned[s]) - quota[s], s))
+        owned[target].append(group)
+        moves[group] = target
+    return moves
+
+
+def moves_of(groups: Sequence[int], target: int) -> dict[int, int]:
+    return dict.fromkeys(groups, target)
+
+
+@dataclass(slots=True)
+class Migration:
+    """A migration under way, on the job master: its checkpoint, the table it moves to, and the
+    tasks that still have to take their new key groups over."""
+
+    checkpoint_id: int
+    table: RoutingTable
+    awaiting: set[TaskId]
+    started: float
+    command: Command | None = None
+
+    @staticmethod
+    def start(job: JobGraph, checkpoint_id: int, current: RoutingTable, table: RoutingTable, started: float,
+              command: Command | None) -> Migration:
+        gaining = {new for _, new in current.changes(table).values()}
+        tasks = {TaskId(v, s) for v in job.keyed_vertices() if job.vertex(v).parallelism == table.parallelism
+                 for s in gaining}
+        return Migration(checkpoint_id, table, tasks, started, command)
+
+
+def refusal(job: JobGraph, has_storage: bool) -> str | None:
+    """Why key groups of `job` cannot move while it runs, or None."""
+    if not has_storage:
+        return "moving key groups needs CheckpointConfig(directory=...): the new owner reads them from a checkpoint"
+    if keyed_parallelism(job) is None:
+        return "the job has no keyed operators, or they run at different parallelisms"
+    if any(e.is_back_edge for e in job.edges):
+        return "key groups of a job with loops cannot move while it runs (rescale it instead)"
+    if job.config.checkpoint.mode == "unaligned":
+        return "key groups cannot move under unaligned checkpoints yet (rescale instead)"
+    return None
+
+
+def current_table(job: JobGraph, routing: RoutingTable | None) -> RoutingTable:
+    parallelism = keyed_parallelism(job)
+    assert parallelism is not None
+    return routing if routing is not None else RoutingTable.contiguous(parallelism, job.max_parallelism)
