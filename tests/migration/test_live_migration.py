@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.api.test_rescale_and_savepoint import SlowSequence, _expected
 
 from epochal import CheckpointConfig, EpochalError, JobState, StreamEnvironment
 from epochal.state.keygroups import RoutingTable, key_group_of
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink
-from tests.api.test_rescale_and_savepoint import N, SlowSequence, _expected
 
 KEYS = 7
 
@@ -74,3 +74,27 @@ def test_moving_needs_a_checkpoint_directory() -> None:
     with pytest.raises(EpochalError, match="needs CheckpointConfig"):
         handle.move_key_groups({0: 1}, timeout=30)
     handle.result(timeout=60)
+
+
+def test_in_every_checkpoint_each_key_group_has_exactly_one_owner(tmp_path: Path) -> None:
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "c"), retain=1_000))
+    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(sink)
+    handle = env.execute_async("owners")
+    _wait_running(handle)
+    contiguous = RoutingTable.contiguous(2, 128)
+    groups = _groups_of_keys()
+    # one way: subtask 0 only loses, subtask 1 only gains
+    handle.move_key_groups({g: 1 for g in groups if contiguous.owners[g] == 0}, timeout=30)
+    time.sleep(0.3)  # checkpoints after the move: the old owner's must not hold the groups any more
+    handle.result(timeout=60)
+    assert Counter(sink.committed()) == _expected()
+    storage = CheckpointStorage(str(tmp_path / "c"))
+    ids = storage.complete_checkpoints()
+    assert len(ids) > 3
+    for cid in ids:
+        op = storage.resolve(cid).operator("count")
+        assert op is not None
+        held = sorted(g for st in op.subtasks for g in st.holds())
+        assert held == list(range(128)), f"checkpoint {cid}"

@@ -132,8 +132,8 @@ def test_a_version_2_manifest_loads_and_is_written_byte_for_byte_the_same() -> N
     assert (old.pop("format_version"), new.pop("format_version")) == (2, 4)
     assert new.pop("split_logs") == [] and new.pop("routing") is None
     for op in new["operators"]:
-        for st in op["subtasks"]:
-            assert st.pop("key_groups") is None
+        for sub in op["subtasks"]:
+            assert sub.pop("key_groups") is None
     assert new == old
 
 

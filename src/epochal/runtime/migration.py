@@ -57,10 +57,7 @@ class Handover:
     kept: KeyGroups
     gained: KeyGroups
     owned: KeyGroups
-
-    @property
-    def loses(self) -> bool:
-        return len(self.kept) != len(self.owned) - len(self.gained)
+    lost: KeyGroups
 
 
 def handover(current: KeyGroups, table: RoutingTable, subtask: int) -> Handover:
@@ -70,6 +67,7 @@ def handover(current: KeyGroups, table: RoutingTable, subtask: int) -> Handover:
         key_group_set(g for g in current if g in owned),
         key_group_set(g for g in owned if g not in current),
         owned,
+        key_group_set(g for g in current if g not in owned),
     )
 
 

@@ -40,6 +40,7 @@ from .batches import batch_len
 from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
 from .clock import Clock
 from .elements import END_OF_INPUT, Barrier, Batch, Element, EndOfInput, LoopProbe, Watermark, is_batch
+from .fault_points import fault_point
 from .in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_uid, read_in_flight
 from .input_gate import InputChannel, InputGate
 from .loops import LoopProbes
@@ -575,8 +576,10 @@ class Task:
         if not self.setup.keyed or self.setup.vertex.parallelism != table.parallelism:
             return
         move = handover(self.key_groups, table, self.id.subtask)
-        if move.loses:
+        if len(move.lost):
+            fault_point("migration.barrier")  # tests: die with the barrier sent, the groups still here
             self._set_key_groups(move.kept, {})
+            fault_point("migration.dropped")  # tests: die with the groups dropped, the snapshot unwritten
         if len(move.gained):
             self._adopting = PendingAdoption(checkpoint_id, move.owned, move.gained)
 
@@ -590,6 +593,7 @@ class Task:
                                           self.setup.max_parallelism, operator_state=False)[0] or {}
             for op in self.chain if isinstance(op, KeyedOperator)
         }
+        fault_point("migration.adopting")  # tests: die with the moved groups read, not yet taken over
         self._set_key_groups(pending.owned, gained)
         self._adopting = None
         self.inbox.extend(pending.queries)
