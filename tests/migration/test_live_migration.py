@@ -7,19 +7,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from tests.api.test_rescale_and_savepoint import SlowSequence, _expected
+from tests.api.test_rescale_and_savepoint import N, SlowSequence, _expected
 
-from epochal import CheckpointConfig, EpochalError, JobState, StreamEnvironment
+from epochal import CheckpointConfig, EpochalError, JobState, StateConfig, StreamEnvironment, WatermarkStrategy
 from epochal.state.keygroups import RoutingTable, key_group_of
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink
+from epochal.windows import Tumbling
 
 KEYS = 7
 
 
-def _env(tmp_path: Path, sink: CollectSink, parallelism: int = 2, **state: Any) -> StreamEnvironment:
-    env = StreamEnvironment(parallelism=parallelism, executor="inprocess",
+def _env(tmp_path: Path, sink: CollectSink, parallelism: int = 2, backend: str = "memory") -> StreamEnvironment:
+    env = StreamEnvironment(parallelism=parallelism, executor="inprocess", state=StateConfig(backend=backend),
                             checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
     env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(sink)
     return env
@@ -36,9 +38,10 @@ def _groups_of_keys() -> list[int]:
     return sorted({key_group_of(k) for k in range(KEYS)})
 
 
-def test_moving_every_used_key_group_back_and_forth_commits_every_update_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_moving_every_used_key_group_back_and_forth_commits_every_update_once(tmp_path: Path, backend: str) -> None:
     sink = CollectSink()
-    handle = _env(tmp_path, sink).execute_async("moved")
+    handle = _env(tmp_path, sink, backend=backend).execute_async("moved")
     _wait_running(handle)
     groups = _groups_of_keys()
     contiguous = RoutingTable.contiguous(2, 128)
@@ -98,3 +101,58 @@ def test_in_every_checkpoint_each_key_group_has_exactly_one_owner(tmp_path: Path
         assert op is not None
         held = sorted(g for st in op.subtasks for g in st.holds())
         assert held == list(range(128)), f"checkpoint {cid}"
+
+
+class _Events(SlowSequence):
+    """`SlowSequence`'s numbers as events: key i % KEYS, event time i / 100 s, as dicts or as
+    Arrow batches."""
+
+    def __init__(self, arrow: bool) -> None:
+        super().__init__()
+        self.arrow = arrow
+
+    def open_split(self, split: Any, position: Any | None) -> Any:
+        reader, arrow = super().open_split(split, position), self.arrow
+
+        class Reader(type(reader)):  # type: ignore[misc]
+            def read(self, max_records: int) -> Any:
+                numbers = super().read(max_records)
+                if numbers is None:
+                    return None
+                rows = [{"k": x % KEYS, "ts": x / 100, "v": x} for x in numbers]
+                return pa.RecordBatch.from_pylist(rows) if arrow else rows
+
+        reader.__class__ = Reader
+        return reader
+
+
+def _windowed_counts(tmp_path: Path, arrow: bool, move: bool) -> Counter[Any]:
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.1, directory=str(tmp_path / f"c{move}")))
+    events = env.from_source(_Events(arrow), watermarks=WatermarkStrategy.bounded_out_of_orderness(0.5, timestamp="ts"))
+    events.key_by("k").window(Tumbling(2.0)).count().uid("windows").sink_to(sink)
+    handle = env.execute_async(f"windows-{arrow}-{move}")
+    _wait_running(handle)
+    if move:  # once windows have fired: others are open, with their timers, when their groups move
+        deadline = time.monotonic() + 30
+        while not sink.committed():
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+        contiguous = RoutingTable.contiguous(2, 128)
+        groups = _groups_of_keys()
+        handle.move_key_groups({g: 1 - contiguous.owners[g] for g in groups}, timeout=30)  # a swap
+        handle.move_key_groups(dict.fromkeys(groups, 0), timeout=30)  # then all on subtask 0
+    assert handle.result(timeout=60).restarts == 0  # moved live: nothing failed and restored
+    rows: list[Any] = []
+    for item in sink.committed():
+        rows.extend(tuple(r.values()) for r in item.to_pylist()) if isinstance(item, pa.RecordBatch) \
+            else rows.append(tuple(item))
+    return Counter(rows)
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+def test_event_time_windows_and_their_timers_move_with_their_key_groups(tmp_path: Path, arrow: bool) -> None:
+    expected = _windowed_counts(tmp_path, arrow, move=False)
+    assert sum(n for (_, _, _, n), times in expected.items()) == N  # every event in one window, once
+    assert _windowed_counts(tmp_path, arrow, move=True) == expected
