@@ -187,14 +187,16 @@ def any_window(unit: float) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, *, many_periodic: bool = False, max_records: int = 40) -> Scenario:
+def scenarios(draw: st.DrawFn, *, many_periodic: bool = False, max_records: int = 40,
+              periodic_only: bool = False, aggregates: tuple[str, ...] = ()) -> Scenario:
     unit = draw(st.sampled_from([0.5, 0.1]))
     if many_periodic:
         windows = draw(st.lists(periodic_windows(unit), min_size=13, max_size=20))
     else:
-        windows = draw(st.lists(any_window(unit), min_size=1, max_size=3))
+        windows = draw(st.lists(periodic_windows(unit) if periodic_only else any_window(unit), min_size=1,
+                                max_size=3))
     queries = {f"q{i}": w for i, w in enumerate(windows)}
-    aggregate = draw(st.sampled_from(sorted(AGGREGATES)))
+    aggregate = draw(st.sampled_from(sorted(aggregates or AGGREGATES)))
     lateness = draw(st.sampled_from([0.0, 1.0, 2.5, 7 * unit]))
     bound = draw(st.sampled_from([0.0, unit, 2.0]))  # watermark = largest time so far - bound
     rows = draw(st.lists(st.tuples(
@@ -346,9 +348,10 @@ def _table_emissions(fired: FiredColumns | None, names: list[str]) -> list[Emiss
 def run_table(scenario: Scenario, *, restore_at: int | None = None, parallelism: int = 1,
               rescale_to: int | None = None) -> Outcome:
     """The scenario on slice tables, one per subtask (keys spread over `parallelism` subtasks by
-    key group). After watermark event `restore_at`, every table is exported per key group,
-    pickled and loaded into fresh tables, `rescale_to` subtasks of them if given (a checkpoint
-    and a restore, or a rescale by restore); batches are cut at the scenario's `cuts`."""
+    key group). After the `restore_at`-th batch or watermark event, every table is exported per
+    key group, pickled and loaded into fresh tables, `rescale_to` subtasks of them if given (a
+    checkpoint and a restore, or a rescale by restore; between a batch and the next watermark,
+    late updates are still pending); batches are cut at the scenario's `cuts`."""
     groups = 16
     names = list(scenario.queries)
     subtasks = parallelism
@@ -364,6 +367,17 @@ def run_table(scenario: Scenario, *, restore_at: int | None = None, parallelism:
 
     def owner(key: Any) -> int:
         return group_of(key) * subtasks // groups
+
+    def restore() -> None:
+        nonlocal tables, subtasks, points
+        if points == restore_at:
+            entries = [e for table in tables for e in table.export().items()]
+            entries = pickle.loads(pickle.dumps(entries))
+            subtasks = rescale_to or subtasks
+            tables = [table_of(scenario) for _ in range(subtasks)]
+            for s, table in enumerate(tables):
+                table.load((g, e) for g, e in entries if g * subtasks // groups == s)
+        points += 1
 
     def flush() -> None:
         nonlocal seq
@@ -381,9 +395,10 @@ def run_table(scenario: Scenario, *, restore_at: int | None = None, parallelism:
                 late.update((seq + rows[row], q) for q in queries)
         seq += len(batch)
         batch.clear()
+        restore()
 
     cuts = iter(scenario.cuts)
-    marks = 0
+    points = 0
     for event in scenario.events:
         if isinstance(event, Mark):
             flush()
@@ -392,14 +407,7 @@ def run_table(scenario: Scenario, *, restore_at: int | None = None, parallelism:
             for table in tables:
                 out.extend(_table_emissions(table.fire(watermark), names))
             emitted.append(out)
-            if marks == restore_at:
-                entries = [e for table in tables for e in table.export().items()]
-                entries = pickle.loads(pickle.dumps(entries))
-                subtasks = rescale_to or subtasks
-                tables = [table_of(scenario) for _ in range(subtasks)]
-                for s, table in enumerate(tables):
-                    table.load((g, e) for g, e in entries if g * subtasks // groups == s)
-            marks += 1
+            restore()
             continue
         batch.append(event)
         if next(cuts):

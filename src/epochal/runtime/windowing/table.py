@@ -357,8 +357,9 @@ class SliceTable:
         if not len(ts):
             return
         index, slice_starts, slice_ends = self.edges.slices_of(ts)
-        used, local = np.unique(index, return_inverse=True)
-        local = local.reshape(-1)
+        present = np.bincount(index, minlength=len(slice_starts)) > 0  # no sort: slice indices are small
+        used = np.flatnonzero(present)
+        local = (np.cumsum(present) - 1)[index]
         cols = self.columns(slice_starts[used], slice_ends[used])
         nk, nc = len(slots), len(used)
         counts, reduction = self.counts, self.reduction

@@ -1,0 +1,130 @@
+"""The columnar slice table (`runtime.windowing.table`) against the brute-force reference.
+
+Random periodic specs (sizes not multiples of slides, offsets, sampling gaps, edges that are not
+binary fractions, up to twenty queries), count/sum/min/max, bounded delays with a share of
+records far past the watermark (late, or late updates within the allowed lateness), random batch
+boundaries, keys spread over 1-4 tables by key group (parallelism), and a checkpoint and restore
+(export per key group, pickle, load) at a random watermark, into as many tables or into another
+number of them (a rescale by restore).
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scenarios import (
+    TABLE_AGGREGATES,
+    Mark,
+    Rec,
+    Scenario,
+    canonical,
+    describe,
+    run_reference,
+    run_table,
+    scenarios,
+    table_of,
+)
+
+from epochal.plan.windows import Sliding, Tumbling
+from epochal.runtime.windowing import Count
+from epochal.runtime.windowing.grid import Grid
+from epochal.runtime.windowing.table import Reduction, SliceTable
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+table_scenarios = scenarios(periodic_only=True, aggregates=TABLE_AGGREGATES)
+
+
+@SETTINGS
+@given(table_scenarios)
+def test_the_slice_table_equals_the_reference(scenario: Scenario) -> None:
+    assert canonical(run_table(scenario)) == canonical(run_reference(scenario)), describe(scenario)
+
+
+@SETTINGS
+@given(table_scenarios, st.integers(0, 12), st.integers(1, 4), st.integers(1, 4))
+def test_parallelism_and_a_restore_or_rescale_change_nothing(scenario: Scenario, restore_at: int,
+                                                             parallelism: int, rescale_to: int) -> None:
+    expected = canonical(run_reference(scenario))
+    assert canonical(run_table(scenario, parallelism=parallelism)) == expected, describe(scenario)
+    assert canonical(run_table(scenario, restore_at=restore_at, parallelism=parallelism)) == expected
+    assert canonical(run_table(scenario, restore_at=restore_at, parallelism=parallelism,
+                               rescale_to=rescale_to)) == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(many_periodic=True, max_records=30, aggregates=TABLE_AGGREGATES), st.integers(0, 8))
+def test_many_periodic_queries_equal_the_reference(scenario: Scenario, restore_at: int) -> None:
+    """More than a dozen queries, with a restore into two tables."""
+    expected = canonical(run_reference(scenario))
+    assert canonical(run_table(scenario)) == expected, describe(scenario)
+    assert canonical(run_table(scenario, restore_at=restore_at, rescale_to=2)) == expected
+
+
+def _table(queries: dict[str, object], reduction: Reduction = Reduction.COUNT, lateness: float = 0.0) -> SliceTable:
+    periodic = list(queries.values())
+    return SliceTable(Grid(list(queries), periodic, Count(), lateness), reduction)  # type: ignore[arg-type]
+
+
+def _add(table: SliceTable, rows: list[tuple[str, float]], watermark: float, groups: dict[str, int]) -> None:
+    table.add(pa.array([k for k, _ in rows]), np.array([t for _, t in rows]), None, watermark, groups.__getitem__)
+
+
+def test_export_places_each_key_in_its_key_group_and_load_takes_only_those_given() -> None:
+    groups = {"a": 3, "b": 7, "c": 3}
+    table = _table({"t": Tumbling(2.0)})
+    _add(table, [("a", 0.5), ("b", 1.0), ("c", 2.5), ("a", 3.0)], -math.inf, groups)
+    entries = table.export()
+    assert sorted(entries) == [3, 7]
+    assert entries[3].keys == ("a", "c") and entries[7].keys == ("b",)
+    assert entries[7].starts.tolist() == [0.0] and entries[7].counts.tolist() == [[1]]
+    restored = _table({"t": Tumbling(2.0)})
+    restored.load((g, e) for g, e in pickle.loads(pickle.dumps(entries)).items() if g == 3)
+    fired = restored.fire(math.inf)
+    assert fired is not None
+    assert sorted(zip(fired.key_list(), fired.start.tolist(), fired.result.tolist())) == [
+        ("a", 0.0, 1), ("a", 2.0, 1), ("c", 2.0, 1)]
+
+
+def test_a_key_with_records_in_no_window_gets_no_result_and_its_state_is_freed() -> None:
+    table = _table({"s": Sliding(1.0, 2.0)})  # a sampling gap: [1, 2) is in no window
+    _add(table, [("a", 0.5), ("b", 1.5)], -math.inf, {"a": 0, "b": 1})
+    fired = table.fire(10.0)
+    assert fired is not None and fired.key_list() == ["a"]
+    assert table.export() == {}  # nothing is left that a later watermark could need
+
+
+def test_windows_of_a_key_come_in_end_start_query_order() -> None:
+    table = _table({"big": Sliding(4.0, 1.0), "small": Tumbling(1.0)})
+    _add(table, [("a", t / 4) for t in range(40)], -math.inf, {"a": 0})
+    fired = table.fire(math.inf)
+    assert fired is not None
+    order = list(zip(fired.end.tolist(), fired.start.tolist(), fired.query.tolist()))
+    assert order == sorted(order) and len(order) == 13 + 10
+
+
+@pytest.mark.parametrize("reduction,expected", [(Reduction.SUM, 4.5), (Reduction.MIN, -1.0), (Reduction.MAX, 4.0)])
+def test_float_values_after_integers_turn_the_table_to_floats(reduction: Reduction, expected: float) -> None:
+    table = _table({"t": Tumbling(10.0)}, reduction)
+    keys = {"a": 0}.__getitem__
+    table.add(pa.array(["a", "a"]), np.array([1.0, 2.0]), np.array([4, -1]), -math.inf, keys)
+    table.add(pa.array(["a"]), np.array([3.0]), np.array([1.5]), -math.inf, keys)
+    fired = table.fire(math.inf)
+    assert fired is not None and fired.result.tolist() == [expected]
+
+
+def test_the_runner_would_notice_a_lost_late_update() -> None:
+    """The drivers compare emissions per watermark, firing kind included: a re-firing that is
+    lost or comes as an on-time firing is a difference."""
+    scenario = Scenario({"t": Tumbling(1.0)}, "count", 2.0,
+                        [Rec("a", 0.5, 1), Mark(1.5), Rec("a", 0.2, 1), Mark(2.0), Mark(math.inf)],
+                        [False, False])
+    emitted, _ = run_table(scenario)
+    assert emitted[1] == [("a", "t", 0.0, 1.0, 2, "late_update")]
+    assert canonical((emitted, set())) == canonical(run_reference(scenario))
+    assert table_of(scenario).fire(1.0) is None
