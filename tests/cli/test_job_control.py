@@ -13,6 +13,7 @@ import pytest
 
 from epochal.cli.main import main
 from epochal.cluster.endpoint import call
+from epochal.state.storage import CheckpointStorage
 
 JOB = '''
 import time
@@ -113,3 +114,30 @@ def test_rescale_and_savepoint_a_job_started_with_epochal_run(tmp_path: Path, ca
         process.kill()
     out, _ = capsys.readouterr()  # type: ignore[attr-defined]
     assert "rescaled to 2 from checkpoint" in out and "savepoint of the running job written to" in out
+
+
+def test_move_key_groups_of_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) -> None:
+    job = tmp_path / "keyed.py"
+    checkpoints = f"CheckpointConfig(interval=0.1, directory={str(tmp_path / 'c')!r})"
+    job.write_text(JOB.replace('parallelism=1, executor="inprocess")',
+                               f'parallelism=2, executor="inprocess", checkpoint={checkpoints})')
+                   .replace(".sink_to(CollectSink())", ".key_by(lambda x: x % 10).count().sink_to(CollectSink())")
+                   .replace("from epochal import", "from epochal import CheckpointConfig,"))
+    process = subprocess.Popen([sys.executable, "-m", "epochal.cli.main", "run", str(job)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url, token = _address(process)
+        assert main(["move", url, "0-31", "1", "--batch", "8", "--token", token]) == 0
+        assert main(["move", url, "0-31", "7", "--token", token]) == 1  # no subtask 7: refused, runs on
+        assert call(url, "/status")[1]["state"] == "running"
+        assert main(["cancel", url, "--token", token]) == 0
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    out, err = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "key groups 0-31 moved to subtask 1 (last at checkpoint" in out
+    assert "out of range" in err
+    manifest = CheckpointStorage(str(tmp_path / "c")).resolve("latest")
+    assert manifest.routing is not None and manifest.routing.version == 4  # four steps of 8
+    assert manifest.routing.owners[:32] == (1,) * 32

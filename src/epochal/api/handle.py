@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..runtime.control import JobControl, JobStatus
+from ..runtime.control import JobControl, JobStatus, MoveRequest
 from ..runtime.metrics import JobMetrics
 from ..runtime.result import JobResult
 
@@ -91,15 +91,17 @@ class JobHandle:
         assert isinstance(checkpoint_id, int)
         return checkpoint_id
 
-    def move_key_groups(self, moves: Mapping[int, int], timeout: float | None = None) -> int:
+    def move_key_groups(self, moves: Mapping[int, int], *, batch: int | None = None,
+                        timeout: float | None = None) -> int:
         """Move key groups (`{key group: subtask}`) between the running subtasks of the job's keyed
-        operators, live: nothing restarts and nothing is replayed. Returns the checkpoint they
-        moved at.
+        operators, live: nothing restarts and nothing is replayed. Returns the checkpoint the last
+        of them moved at.
 
-        The move happens at a checkpoint barrier: records before it are counted by the old owner,
+        A move happens at a checkpoint barrier: records before it are counted by the old owner,
         records after it by the new one, which takes the moved groups' state from that checkpoint
-        and holds its input until it has them (`docs/concepts/elasticity.md`). Returns once the new
-        owners have taken over.
+        and holds its input until it has them (`docs/concepts/elasticity.md`). With `batch`, at
+        most that many groups move per checkpoint, one step after another: each step holds back
+        less input. Returns once the new owners have taken over.
 
         Raises:
             ValueError: a key group or subtask out of range, or moves that move nothing.
@@ -109,7 +111,8 @@ class JobHandle:
                 every key group where it was.
             TimeoutError: not done after `timeout` seconds (the move may still happen).
         """
-        checkpoint_id = self._control.submit("move", dict(moves)).wait(timeout)
+        request = MoveRequest(tuple(sorted(dict(moves).items())), batch)
+        checkpoint_id = self._control.submit("move", request).wait(timeout)
         assert isinstance(checkpoint_id, int)
         return checkpoint_id
 

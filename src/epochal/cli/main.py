@@ -7,6 +7,7 @@
     epochal status URL
     epochal cancel URL [--token TOKEN]
     epochal rescale URL N [--token TOKEN]
+    epochal move URL GROUPS SUBTASK [--batch N] [--token TOKEN]
     epochal query URL UID KEY [--live]
     epochal checkpoints list D
     epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
@@ -143,6 +144,15 @@ def _rescale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _move(args: argparse.Namespace) -> int:
+    query = {"groups": args.groups, "to": str(args.subtask)}
+    if args.batch:
+        query["batch"] = str(args.batch)
+    body = _act(args, args.url, "/move?" + urllib.parse.urlencode(query))
+    print(f"key groups {args.groups} moved to subtask {args.subtask} (last at checkpoint {body['move']})")
+    return 0
+
+
 def _query(args: argparse.Namespace) -> int:
     path = f"/state/{urllib.parse.quote(args.uid, safe='')}/{urllib.parse.quote(args.key, safe='')}"
     code, body = call(args.url, path + ("?live=1" if args.live else ""))
@@ -192,7 +202,8 @@ def _savepoint(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: `run`, `status`, `cancel`, `rescale`, `checkpoints list` and `savepoint`."""
+    """The whole command line: `run`, `status`, `cancel`, `rescale`, `move`, `query`, `checkpoints list`
+    and `savepoint`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -257,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     rescale.add_argument("parallelism", type=_positive_int, help="the new parallelism")
     rescale.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     rescale.set_defaults(func=_rescale)
+
+    move = sub.add_parser("move", help="move key groups to another running subtask, live (no restart)")
+    move.add_argument("url", help="the job's control endpoint")
+    move.add_argument("groups", help="key groups, e.g. 0-31 or 0-3,7")
+    move.add_argument("subtask", type=int, help="the subtask (0-based) that takes them")
+    move.add_argument("--batch", type=_positive_int, help="move at most this many per checkpoint")
+    move.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
+    move.set_defaults(func=_move)
 
     query = sub.add_parser("query", help="look up a key's state in a running job")
     query.add_argument("url", help="the job's control endpoint")

@@ -41,8 +41,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import EpochalError, NoCheckpointError
-from ..runtime.control import JobControl, JobState
+from ..runtime.control import JobControl, JobState, MoveRequest
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
+from ..state.keygroups import parse_key_groups
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             url = urllib.parse.urlsplit(self.path)
             action = url.path.rstrip("/")
-            if action not in ("/cancel", "/rescale", "/savepoint"):
+            if action not in ("/cancel", "/rescale", "/savepoint", "/move"):
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
             elif not endpoint.authorized(self.headers.get("Authorization")):
                 refused = "actions need the job's token (Authorization: Bearer ...)"
@@ -151,13 +152,22 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             self._send(HTTPStatus.OK, "application/json", json.dumps(body, default=repr).encode())
 
         def _command(self, kind: str, query: dict[str, list[str]]) -> None:
-            """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`: answered when done."""
-            name = "parallelism" if kind == "rescale" else "target"
+            """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`,
+            `POST /move?groups=0-3,7&to=SUBTASK[&batch=N]`: answered when done."""
+            name = {"rescale": "parallelism", "savepoint": "target", "move": "groups"}[kind]
             given = query.get(name, [""])[0]
             if not given:
                 self._reply(HTTPStatus.BAD_REQUEST, {"error": f"{kind} needs ?{name}=..."})
                 return
             argument: object = given
+            if kind == "move":
+                try:
+                    to, batch = int(query.get("to", [""])[0]), query.get("batch", [""])[0]
+                    groups = parse_key_groups(given)
+                    argument = MoveRequest(tuple((g, to) for g in groups), int(batch) if batch else None)
+                except ValueError as exc:
+                    self._reply(HTTPStatus.BAD_REQUEST, {"error": f"move needs ?groups=0-3,7&to=SUBTASK: {exc}"})
+                    return
             if kind == "rescale":
                 try:
                     argument = int(given)

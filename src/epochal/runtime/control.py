@@ -64,6 +64,20 @@ class LiveQuery:
     key: Any
 
 
+@dataclass(frozen=True, slots=True)
+class MoveRequest:
+    """What a `"move"` command asks: key groups to new subtasks (`runtime.migration`), in steps of
+    at most `batch` groups (Megaphone's batched migration: each step holds back less input), all
+    at once when None."""
+
+    moves: tuple[tuple[int, int], ...]
+    batch: int | None = None
+
+    def steps(self) -> list[dict[int, int]]:
+        size = self.batch or len(self.moves) or 1
+        return [dict(self.moves[i:i + size]) for i in range(0, len(self.moves), size)]
+
+
 class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an error
     """Raised out of a host once a rescale's checkpoint is complete: relaunch from it."""
 

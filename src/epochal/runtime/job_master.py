@@ -43,7 +43,7 @@ from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
-from .control import Command, JobControl, JobState, Rescale
+from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CheckpointCoordinator, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
@@ -320,14 +320,30 @@ class JobMaster:
             command.finish(error=EpochalError(why))
             return
         assert coordinator is not None
+        request = command.argument
         current = current_table(self.job, coordinator.routing)
         try:
-            table = plan_moves(current, dict(command.argument))  # type: ignore[call-overload]
+            if not isinstance(request, MoveRequest):
+                raise TypeError(f"expected a MoveRequest, got {request!r}")
+            plan_moves(current, dict(request.moves))  # refuses bad or empty moves before any step
         except (TypeError, ValueError) as exc:
             command.finish(error=ValueError(f"cannot move key groups: {exc}"))
             return
+        self._next_step(coordinator, request.steps(), command)
+
+    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command) -> None:
+        """Trigger the checkpoint that makes the first of `steps` that moves anything."""
+        current = current_table(self.job, coordinator.routing)
+        while steps:
+            moves = steps.pop(0)
+            table = current.moved(moves)
+            if current.changes(table):
+                break
+        else:
+            command.finish(result=coordinator.completed[-1].checkpoint_id if coordinator.completed else None)
+            return
         checkpoint_id = coordinator.trigger(reroute=table)
-        self._migration = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command)
+        self._migration = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command, steps)
         log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name, len(current.changes(table)),
                  checkpoint_id)
 
@@ -339,11 +355,15 @@ class JobMaster:
         if migration.awaiting:
             return
         self._migration = None
-        if self.attempt is not None:
-            self.attempt.coordinator.migrating = None  # periodic checkpoints go on
         log.info("job %r: key groups moved at checkpoint %d in %.0f ms", self.job.name, migration.checkpoint_id,
                  (time.monotonic() - migration.started) * 1000)
-        if migration.command is not None:
+        if self.attempt is None:
+            return
+        coordinator = self.attempt.coordinator
+        coordinator.migrating = None  # periodic checkpoints go on
+        if migration.steps and migration.command is not None:
+            self._next_step(coordinator, migration.steps, migration.command)
+        elif migration.command is not None:
             migration.command.finish(result=migration.checkpoint_id)
 
     def state_answered(self, answer: StateAnswer) -> None:

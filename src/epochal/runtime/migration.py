@@ -29,7 +29,7 @@ chain always covers exactly the key groups its subtask owned while it grew.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,9 +120,6 @@ def balanced_moves(table: RoutingTable, active: int) -> dict[int, int]:
     return moves
 
 
-def moves_of(groups: Sequence[int], target: int) -> dict[int, int]:
-    return dict.fromkeys(groups, target)
-
 
 @dataclass(slots=True)
 class Migration:
@@ -134,14 +131,15 @@ class Migration:
     awaiting: set[TaskId]
     started: float
     command: Command | None = None
+    steps: list[dict[int, int]] = field(default_factory=list)  # batches still to move after this one
 
     @staticmethod
     def start(job: JobGraph, checkpoint_id: int, current: RoutingTable, table: RoutingTable, started: float,
-              command: Command | None) -> Migration:
+              command: Command | None, steps: list[dict[int, int]] | None = None) -> Migration:
         gaining = {new for _, new in current.changes(table).values()}
         tasks = {TaskId(v, s) for v in job.keyed_vertices() if job.vertex(v).parallelism == table.parallelism
                  for s in gaining}
-        return Migration(checkpoint_id, table, tasks, started, command)
+        return Migration(checkpoint_id, table, tasks, started, command, steps or [])
 
 
 def refusal(job: JobGraph, has_storage: bool) -> str | None:

@@ -146,6 +146,17 @@ def _ranges(groups: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def parse_key_groups(text: str) -> list[int]:
+    """`0-3,7,9-10` (as `_ranges` writes a set, and as the command line takes one) as a list."""
+    groups: list[int] = []
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.strip().isdigit() or (dash and not hi.strip().isdigit()):
+            raise ValueError(f"{text!r} is not a list of key groups like 0-3,7")
+        groups.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    return groups
+
+
 def key_group_set(groups: Iterable[int]) -> KeyGroups:
     """`groups` as a `KeyGroupRange` when contiguous (the common case), else a `KeyGroupSet`."""
     ordered = sorted(set(groups))
