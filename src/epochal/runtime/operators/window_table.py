@@ -14,8 +14,9 @@ the table writes one `GroupSlices` per key group into the state `__window_table_
 the key group's number, and deletes the entries of key groups it no longer holds; a restore
 (after a failure, or a rescale: any superset of key groups) loads the entries of the key groups
 the subtask owns. A live state query of a key reads the table (`key_store`: the `SliceStore` the
-per-key path would hold). After the key groups of a running subtask change, `reload` rebuilds
-the table from keyed state (the snapshot right before wrote it).
+per-key path would hold). When key groups move between running subtasks (live migration), the
+operator flushes the table, the backend drops and gains key groups, and `reload` rebuilds the
+table from keyed state.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ import pyarrow as pa
 from ...errors import RecordError
 from ...plan.specs import KeyedWindowSpec, OnError, OutputPart, SplitLateSpec, WindowFunctionKind
 from ...plan.time import TimestampError
-from ...state.keygroups import key_group_of
+from ...state.keygroups import KeyGroups, key_group_of
 from ..batches import to_records
 from ..elements import Batch
 from ..keys import batch_keys
@@ -132,11 +132,13 @@ class KeyedWindowOperator(KeyedOperator):
         elif self._mode is WindowMode.UNDECIDED and next(iter(self.backend.keys(_STORE)), None) is not None:
             self._mode = WindowMode.STORES
 
-    def reload(self) -> None:
-        """The subtask's key groups changed (live migration): rebuild the table from keyed state."""
-        if self._table is not None and self._table.reload():
-            self._mode = WindowMode.TABLE
-            self._columnar = True
+    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]]) -> None:
+        """Key groups moved (live migration): the table goes into keyed state first, so the
+        key groups that leave take their windows along, and `restore` rebuilds it from there."""
+        if self._mode is WindowMode.TABLE:
+            assert self._table is not None
+            self._table.flush()
+        super().reassign(owned, gained)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         if self._mode is WindowMode.TABLE:
