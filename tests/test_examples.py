@@ -156,3 +156,12 @@ def test_watched_sales_to_delta_upserts_each_closed_minute_s_totals(
     rows = DeltaTable("sales-per-minute").to_pyarrow_table().to_pylist()
     assert {(r["store"], r["minute"]): r["cents"] for r in rows} == closed
     assert len(rows) == len(closed) == 9
+
+
+def test_live_migration_commits_every_update_once_without_a_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    summary = _run("live_migration", capsys, monkeypatch)
+    assert "moved to subtask 1 by checkpoint" in summary and summary.endswith("0 restart(s)")
+    assert _committed("out-live-migration") == _running_counts([f"user-{c % 500}" for c in range(40_000)])
