@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epochal import CheckpointConfig, JobFailedError, RestartStrategy, StateConfig, StreamEnvironment, WatermarkStrategy
+from epochal import (
+    CheckpointConfig,
+    JobFailedError,
+    JobState,
+    RestartStrategy,
+    Source,
+    SplitReader,
+    StateConfig,
+    StreamEnvironment,
+    WatermarkStrategy,
+)
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.runtime.operators.windows import KeyedWindowOperator, WindowMode
+from epochal.state.keygroups import RoutingTable, key_group_of
 from epochal.testing import CollectSink, Crash, ListSource
 from epochal.windows import Sliding, Tumbling
 
@@ -211,3 +223,60 @@ def test_a_live_query_of_a_key_reads_its_slices_from_the_table() -> None:
         assert handle.query_state("sums", "nobody", live=True) == {}
     finally:
         handle.cancel()
+
+
+class _SlowSplit:
+    split_id = "slow"
+
+
+class _SlowReader(SplitReader):
+    """`n` rows (k, ts, v) in event-time order, ten a read, a millisecond apart, as Arrow."""
+
+    def __init__(self, n: int, position: int | None) -> None:
+        self.n, self.next = n, position or 0
+
+    def read(self, max_records: int) -> pa.RecordBatch | None:
+        if self.next >= self.n:
+            return None
+        time.sleep(0.001)
+        rows = range(self.next, min(self.n, self.next + 10))
+        self.next = rows[-1] + 1
+        return pa.RecordBatch.from_pylist([{"k": f"u{i % 7}", "ts": i * 0.25, "v": i % 11} for i in rows])
+
+    def position(self) -> int:
+        return self.next
+
+
+class _Slow(Source):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def splits(self) -> list[Any]:
+        return [_SlowSplit()]
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        return _SlowReader(self.n, position)
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_live_migration_moves_the_table_with_its_key_groups(tmp_path: Path, backend: str) -> None:
+    """Every used key group moves to the other running subtask and back (no restart): every
+    window committed once."""
+    n = 8000
+    env = StreamEnvironment(parallelism=2, executor="inprocess", state=StateConfig(backend=backend),  # type: ignore[arg-type]
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "c")))
+    sink = CollectSink()
+    events = env.from_source(_Slow(n), watermarks=WatermarkStrategy.bounded_out_of_orderness(0.0, timestamp="ts"))
+    _windowed(events, _QUERIES, "sum", 0.0).sink_to(sink)
+    handle = env.execute_async("moved")
+    wait_until(lambda: handle.status().state is JobState.RUNNING and bool(sink.committed()), "windows committed", 30)
+    owners = RoutingTable.contiguous(2, 128).owners
+    groups = sorted({key_group_of(f"u{i}") for i in range(7)})
+    handle.move_key_groups({g: 1 - owners[g] for g in groups}, timeout=30)
+    handle.move_key_groups({g: owners[g] for g in groups}, timeout=30)
+    moved_at = len(sink.committed())
+    result = handle.result(timeout=120)
+    assert moved_at < len(sink.committed()), "the job ended before the key groups moved back"
+    records = [{"id": i, "k": f"u{i % 7}", "ts": i * 0.25, "v": i % 11} for i in range(n)]
+    assert Counter(sink.committed()) == _final(records, _QUERIES, "sum")
+    assert result.restarts == 0 and result.restored_from == (None,)
