@@ -86,7 +86,7 @@ def test_a_rescale_beyond_the_clusters_slots_is_refused_and_the_job_runs_on(spar
         handle.result(timeout=120)
 
 
-def test_a_rescale_into_standby_slots_happens_in_the_running_stage_and_commits_each_record_once(
+def test_a_rescale_into_standby_slots_is_live_in_the_running_stage_and_commits_each_record_once(
     spark: Any, tmp_path: Path
 ) -> None:
     env = StreamEnvironment(parallelism=1, max_workers=2, executor="spark", spark=spark,
@@ -102,8 +102,9 @@ def test_a_rescale_into_standby_slots_happens_in_the_running_stage_and_commits_e
         wait_until(lambda p=parallelism, r=rescaled_from: handle.status().state is JobState.RUNNING
                    and handle.status().parallelism == p and (handle.status().last_checkpoint or 0) >= r + 2,
                    f"running at {parallelism}", timeout=120)
-        # the same Spark job: the standby worker took its subtasks, no stage was launched
+        # the same Spark job: the standby worker took key groups, no stage was launched
         assert set(spark.sparkContext.statusTracker().getActiveJobsIds()) == stage
+        assert handle.status().attempt == 1  # live: no task restarted
     for key in range(5):
         assert handle.query_state("counts", key, live=True, timeout=30)["count"] > 0
     handle.cancel()

@@ -156,3 +156,24 @@ def test_event_time_windows_and_their_timers_move_with_their_key_groups(tmp_path
     expected = _windowed_counts(tmp_path, arrow, move=False)
     assert sum(n for (_, _, _, n), times in expected.items()) == N  # every event in one window, once
     assert _windowed_counts(tmp_path, arrow, move=True) == expected
+
+
+def test_a_rescale_into_standby_subtasks_is_a_live_move_no_restart(tmp_path: Path) -> None:
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=1, max_workers=3, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.1, directory=str(tmp_path / "c")))
+    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(sink)
+    handle = env.execute_async("standby")
+    _wait_running(handle)
+    assert handle.status().parallelism == 1
+    handle.rescale(3, timeout=30)
+    assert handle.status().parallelism == 3
+    table = CheckpointStorage(str(tmp_path / "c")).resolve("latest").routing
+    assert table is not None and sorted(set(table.owners)) == [0, 1, 2]  # every subtask owns groups
+    handle.rescale(2, timeout=30)
+    assert handle.status().parallelism == 2
+    result = handle.result(timeout=60)
+    assert Counter(sink.committed()) == _expected()
+    assert result.restarts == 0 and result.restored_from == (None,)  # one attempt: nothing restarted
+    final = CheckpointStorage(str(tmp_path / "c")).resolve("latest").routing
+    assert final is not None and final.active == 2 and final.parallelism == 3

@@ -345,7 +345,7 @@ class StreamEnvironment:
             from_checkpoint = _decide_auto_start(job)
         if from_checkpoint is not None:
             _check_restored_state(job, from_checkpoint, allow_non_restored_state)
-        control = JobControl(job.name, max(v.parallelism for v in job.vertices))
+        control = JobControl(job.name, job.parallelism)
         start = from_checkpoint
 
         def run() -> JobResult:

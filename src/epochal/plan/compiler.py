@@ -135,9 +135,14 @@ def compile_job(
     back_edges = _check_loops(graph)
     _check_unique(nodes)
 
+    # With standby slots, operators at the default parallelism run `max_workers` subtasks, of which
+    # the first `default_parallelism` start with work: a live rescale moves work onto the others.
+    physical = max(default_parallelism, config.max_workers or 0)
+    active: dict[int, int | None] = {}
     parallelism: dict[int, int] = {}
     for node in nodes:  # nodes are created after their inputs: already in topological order
-        p = node.parallelism or default_parallelism
+        p = node.parallelism or physical
+        active[node.id] = default_parallelism if node.parallelism is None and physical > default_parallelism else None
         if not 1 <= p <= max_parallelism:
             raise GraphError(
                 f"operator {node.spec.name!r}: parallelism {p} must be in [1, {max_parallelism}]"
@@ -189,7 +194,7 @@ def compile_job(
         for m in members:
             vertex_of[m] = vid
         chain: tuple[OperatorSpec, ...] = tuple(nodes[m].spec for m in members)
-        vertices.append(JobVertex(vid, chain, parallelism[head]))
+        vertices.append(JobVertex(vid, chain, parallelism[head], active[head]))
 
     raw = [
         (vertex_of[src], vertex_of[node_id], part, back)

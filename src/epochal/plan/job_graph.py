@@ -20,6 +20,13 @@ class JobVertex:
     id: int
     chain: tuple[OperatorSpec, ...]
     parallelism: int
+    # subtasks that start with work (splits, key groups); the rest stand by for a live rescale
+    # (`StreamEnvironment(max_workers=...)`); None: all of them
+    active: int | None = None
+
+    @property
+    def active_parallelism(self) -> int:
+        return self.parallelism if self.active is None else self.active
 
     @property
     def name(self) -> str:
@@ -70,6 +77,11 @@ class JobGraph:
 
     def outputs_of(self, vertex_id: int) -> tuple[JobEdge, ...]:
         return tuple(e for e in self.edges if e.source == vertex_id)
+
+    @property
+    def parallelism(self) -> int:
+        """The job's parallelism, as a user set it: its widest vertex's active subtasks."""
+        return max(v.active_parallelism for v in self.vertices)
 
     def keyed_vertices(self) -> frozenset[int]:
         """The vertices records reach by key group: whose keyed state a routing table places."""

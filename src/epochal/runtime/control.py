@@ -89,7 +89,7 @@ class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an err
 
     def done(self, control: JobControl, job: JobGraph) -> None:
         """`job`, at the new parallelism, restored the rescale's checkpoint: say so to its caller."""
-        control.publish(parallelism=max(v.parallelism for v in job.vertices))
+        control.publish(parallelism=job.parallelism)
         self.command.finish(result=self.checkpoint_id)
 
 

@@ -123,7 +123,7 @@ class SplitEnumerators:
 
     def __init__(self, job: JobGraph, restore_from: Manifest | None, storage: CheckpointStorage | None) -> None:
         self.logs = [SplitLog(spec.uid, v, spec.source, interval) for v, spec, interval in discovering_sources(job)]
-        self._parallelism = {v.id: v.parallelism for v in job.vertices}
+        self._parallelism = {v.id: v.active_parallelism for v in job.vertices}
         self._send: Send | None = None
         if restore_from is not None:  # a job started from a checkpoint: its logs come first
             for split_log in self.logs:
@@ -137,7 +137,7 @@ class SplitEnumerators:
         """A new attempt: its subtasks are sent the whole log (first thing, before any trigger),
         with the attempt's parallelism; persisted segments build on the checkpoint restored."""
         self._send = send
-        self._parallelism = {v.id: v.parallelism for v in job.vertices}
+        self._parallelism = {v.id: v.active_parallelism for v in job.vertices}
         for split_log in self.logs:
             split_log.sent = 0
             split_log.persisted = restore_from.split_log(split_log.uid) if restore_from is not None else None

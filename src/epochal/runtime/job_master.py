@@ -22,6 +22,7 @@ savepoints and rescales are acted on (`poll_control`) between the host's steps.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -49,7 +50,15 @@ from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
 from .messages import AdoptKeyGroups, KeyGroupsAdopted, StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
-from .migration import Migration, current_table, plan_moves, refusal, routing_for
+from .migration import (
+    Migration,
+    balanced_moves,
+    current_table,
+    keyed_parallelism,
+    plan_moves,
+    refusal,
+    routing_for,
+)
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 from .state_queries import LiveQueries
@@ -97,8 +106,7 @@ class JobMaster:
         # attempt numbers go on rising, so messages of an older attempt are never taken for new
         self._attempts_before = attempts_before
         self.progress = progress
-        workers = max(v.parallelism for v in job.vertices)
-        self.control = control if control is not None else JobControl(job.name, workers)
+        self.control = control if control is not None else JobControl(job.name, job.parallelism)
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
@@ -139,6 +147,12 @@ class JobMaster:
             raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
         manifest = self.storage.resolve(from_checkpoint)
         check_in_flight(manifest, self.job)
+        table = manifest.routing
+        if table is not None and self._standby() and table.active != self.job.parallelism:
+            # the job was rescaled live since; it starts at the parallelism it is given now
+            log.info("job %r: checkpoint %d ran at parallelism %d; starting at %d", self.job.name,
+                     manifest.checkpoint_id, table.active, self.job.parallelism)
+            manifest = dataclasses.replace(manifest, routing=None)
         if manifest.is_savepoint:  # tasks restore by id from the job's own storage
             manifest = self.storage.adopt(manifest)
             self._oldest_ancestor = manifest.checkpoint_id
@@ -163,10 +177,11 @@ class JobMaster:
             self._attempts_before + len(self.restored_from), self.job, self.storage, self.clock, send, first_id,
             self, self.enumerators,
         )
-        self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
         self._migration = None
         self.metrics.attempt_started()
-        self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts)
+        self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts,
+                             parallelism=self._parallelism(routing))
         log.info(
             "job %r: attempt %d starts %s", self.job.name, self.attempt.number,
             "fresh" if restored is None else f"from checkpoint {restored}",
@@ -299,12 +314,27 @@ class JobMaster:
                 command.finish(error=EpochalError(
                     f"a rescale to {n} needs {n} task slots; the cluster has {slots}"))
                 return
+            if self._rescales_live(n) and coordinator is not None and not coordinator.is_stopped \
+                    and coordinator.final_checkpoint is None:
+                current = current_table(self.job, coordinator.routing)
+                moves = balanced_moves(current, n)
+                log.info("job %r: rescaling to %d live, moving %d key group(s)", self.job.name, n, len(moves))
+                self._next_step(coordinator, [moves], command, parallelism=n)
+                return
         if self.storage is None:
             command.finish(error=EpochalError(f"a {command.kind} needs CheckpointConfig(directory=...)"))
         elif coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None:
             command.finish(error=EpochalError(f"job {self.job.name!r} is ending; no {command.kind} now"))
         else:
             self._commands[coordinator.trigger(aligned=True)] = command  # restorable at any parallelism
+
+    def _parallelism(self, routing: RoutingTable | None) -> int:
+        """The parallelism the job runs at: its keyed operators' active subtasks, once they stand by."""
+        return routing.active if routing is not None and self._standby() else self.job.parallelism
+
+    def _standby(self) -> bool:
+        """Whether the keyed operators run standby subtasks (`max_workers`): a rescale up to them is live."""
+        return any(self.job.vertex(v).active is not None for v in self.job.keyed_vertices())
 
     def _routing(self) -> RoutingTable | None:
         return self.attempt.coordinator.routing if self.attempt is not None else None
@@ -331,8 +361,17 @@ class JobMaster:
             return
         self._next_step(coordinator, request.steps(), command)
 
-    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command) -> None:
-        """Trigger the checkpoint that makes the first of `steps` that moves anything."""
+    def _rescales_live(self, parallelism: int) -> bool:
+        """Whether a rescale to `parallelism` is a move of key groups onto standby subtasks: the
+        keyed operators run that many subtasks already, and their key groups can move."""
+        keyed = keyed_parallelism(self.job)
+        return (self._standby() and keyed is not None and parallelism <= keyed and self._migration is None
+                and refusal(self.job, self.storage is not None) is None)
+
+    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command,
+                   parallelism: int | None = None) -> None:
+        """Trigger the checkpoint that makes the first of `steps` that moves anything; a live
+        rescale (`parallelism`) publishes its new parallelism once the last step is done."""
         current = current_table(self.job, coordinator.routing)
         while steps:
             moves = steps.pop(0)
@@ -340,10 +379,13 @@ class JobMaster:
             if current.changes(table):
                 break
         else:
+            if parallelism is not None:
+                self.control.publish(parallelism=parallelism)
             command.finish(result=coordinator.completed[-1].checkpoint_id if coordinator.completed else None)
             return
         checkpoint_id = coordinator.trigger(reroute=table)
-        self._migration = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command, steps)
+        self._migration = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command, steps,
+                                          parallelism)
         log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name, len(current.changes(table)),
                  checkpoint_id)
 
@@ -362,8 +404,11 @@ class JobMaster:
         coordinator = self.attempt.coordinator
         coordinator.migrating = None  # periodic checkpoints go on
         if migration.steps and migration.command is not None:
-            self._next_step(coordinator, migration.steps, migration.command)
-        elif migration.command is not None:
+            self._next_step(coordinator, migration.steps, migration.command, migration.parallelism)
+            return
+        if migration.parallelism is not None:
+            self.control.publish(parallelism=migration.parallelism)
+        if migration.command is not None:
             migration.command.finish(result=migration.checkpoint_id)
 
     def state_answered(self, answer: StateAnswer) -> None:

@@ -79,14 +79,19 @@ def keyed_parallelism(job: JobGraph) -> int | None:
 
 
 def routing_for(job: JobGraph, restore_from: Manifest | None) -> RoutingTable | None:
-    """The routing table an attempt starts with: the checkpoint's, if it was made for this
-    parallelism, else None (every vertex routes by contiguous ranges)."""
-    if restore_from is None or restore_from.routing is None:
+    """The routing table an attempt starts with: the checkpoint's, if it was made for these
+    keyed vertices; else ranges over their active subtasks when some stand by; else None (every
+    vertex routes by contiguous ranges over all its subtasks)."""
+    parallelism = keyed_parallelism(job)
+    if parallelism is None:
         return None
-    table = restore_from.routing
-    if table.parallelism != keyed_parallelism(job) or table.max_parallelism != job.max_parallelism:
-        return None  # a rescale by restore: ranges over the new parallelism
-    return table
+    table = restore_from.routing if restore_from is not None else None
+    if table is not None and table.parallelism == parallelism and table.max_parallelism == job.max_parallelism:
+        return table
+    active = {job.vertex(v).active_parallelism for v in job.keyed_vertices()}.pop()
+    if active < parallelism:
+        return RoutingTable.contiguous(active, job.max_parallelism, parallelism)
+    return None  # a rescale by restore: ranges over the new parallelism
 
 
 def plan_moves(table: RoutingTable, moves: Mapping[int, int]) -> RoutingTable:
@@ -132,14 +137,16 @@ class Migration:
     started: float
     command: Command | None = None
     steps: list[dict[int, int]] = field(default_factory=list)  # batches still to move after this one
+    parallelism: int | None = None  # a live rescale's new parallelism, published once all moved
 
     @staticmethod
     def start(job: JobGraph, checkpoint_id: int, current: RoutingTable, table: RoutingTable, started: float,
-              command: Command | None, steps: list[dict[int, int]] | None = None) -> Migration:
+              command: Command | None, steps: list[dict[int, int]] | None = None,
+              parallelism: int | None = None) -> Migration:
         gaining = {new for _, new in current.changes(table).values()}
         tasks = {TaskId(v, s) for v in job.keyed_vertices() if job.vertex(v).parallelism == table.parallelism
                  for s in gaining}
-        return Migration(checkpoint_id, table, tasks, started, command, steps or [])
+        return Migration(checkpoint_id, table, tasks, started, command, steps or [], parallelism)
 
 
 def refusal(job: JobGraph, has_storage: bool) -> str | None:

@@ -170,7 +170,7 @@ class Task:
         self._opened_at = self._ran_until = time.perf_counter()
         ctx = OperatorContext(
             self.id.subtask, self.setup.vertex.parallelism, self.setup.max_parallelism,
-            self.key_groups, self.setup.clock, self.setup.state, self.name,
+            self.key_groups, self.setup.clock, self.setup.state, self.name, active=self.setup.vertex.active,
         )
         manifest, storage = self.setup.restore_from, self.setup.storage
         for op in self.chain:

@@ -181,9 +181,16 @@ class RoutingTable:
     version: int = 0
 
     @staticmethod
-    def contiguous(parallelism: int, max_parallelism: int) -> RoutingTable:
+    def contiguous(parallelism: int, max_parallelism: int, subtasks: int | None = None) -> RoutingTable:
+        """Ranges over the first `parallelism` of `subtasks` (default: as many); the others own
+        nothing (standby subtasks, for a live rescale)."""
         owners = tuple(subtask_of_key_group(g, parallelism, max_parallelism) for g in range(max_parallelism))
-        return RoutingTable(owners, parallelism)
+        return RoutingTable(owners, subtasks or parallelism)
+
+    @property
+    def active(self) -> int:
+        """Subtasks up to the last that owns a key group: the parallelism the job runs at."""
+        return max(self.owners) + 1
 
     @property
     def max_parallelism(self) -> int:

@@ -45,6 +45,7 @@ class OperatorContext:
     state: StateConfig = StateConfig()
     name: str = ""  # the task's name, for the disk backend's working directory
     origin: SourceOrigin = field(default_factory=SourceOrigin)  # the source batch being processed
+    active: int | None = None  # subtasks of the vertex that read splits (`JobVertex.active`)
 
 
 @dataclass(frozen=True, slots=True)

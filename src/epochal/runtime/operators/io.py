@@ -73,7 +73,8 @@ class SourceOperator(RuntimeOperator):
             return  # the enumerator assigns them
         with guard(self.name, "<listing the source's splits>"):
             splits = list(self.source.splits())
-        self._splits = [s for i, s in enumerate(splits) if i % ctx.parallelism == ctx.subtask]
+        readers = ctx.parallelism if ctx.active is None else ctx.active  # standby subtasks read nothing
+        self._splits = [s for i, s in enumerate(splits) if i % readers == ctx.subtask]
 
     def assign(self, splits: tuple[Any, ...]) -> None:
         """Splits the enumerator found for this subtask (a restore sends them all again)."""
