@@ -129,11 +129,13 @@ class StreamEnvironment:
             job master publishes a snapshot twice as often); `None` gathers no live metrics
             (the dashboard, `/metrics` and progress stay empty until the end; the `JobResult`
             is the same).
-        max_workers: on Spark, the workers (task slots) the job's stage holds; `None` (the
-            default) holds as many as the parallelism. Workers beyond the parallelism stand by:
-            a rescale up to `max_workers` (and back down) restarts the tasks in the running
-            stage, from a checkpoint taken at once, instead of launching a new stage. Ignored
-            in-process.
+        max_workers: the subtasks operators at the default parallelism run (on Spark, the
+            workers the job's stage holds); `None` (the default): as many as the parallelism.
+            Those beyond the parallelism stand by, owning no key groups and reading no splits:
+            a rescale up to `max_workers` (and back down) moves key groups onto them or off them
+            live, at a checkpoint barrier, with no restart and no replay
+            (`docs/concepts/elasticity.md`); a job whose key groups cannot move (loops,
+            unaligned checkpoints) restarts its tasks in the running stage instead.
     """
 
     def __init__(
