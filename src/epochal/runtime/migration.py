@@ -29,14 +29,18 @@ chain always covers exactly the key groups its subtask owned while it grew.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..state.keygroups import KeyGroups, RoutingTable, key_group_set
 from ..state.manifest import Manifest
+from ..state.storage import CheckpointStorage
 from .control import Command
+from .fault_points import fault_point
+from .operators import KeyedOperator, RuntimeOperator
+from .snapshots import read_operator_restore
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,61 @@ def handover(current: KeyGroups, table: RoutingTable, subtask: int) -> Handover:
         owned,
         key_group_set(g for g in current if g not in owned),
     )
+
+
+class KeyGroupOwner:
+    """A task's key groups and those on their way to it: the task's side of a migration.
+
+    Args:
+        key_groups: what the task owns at start.
+        chain: the task's operators; keyed ones change what they hold (`reassign`).
+        subtask: the task's subtask index.
+        keyed_parallelism: the vertex's parallelism if records reach it by key group, else None
+            (its key groups never move).
+    """
+
+    def __init__(self, key_groups: KeyGroups, chain: Sequence[RuntimeOperator], subtask: int,
+                 keyed_parallelism: int | None) -> None:
+        self.key_groups = key_groups
+        self.chain = chain
+        self.subtask = subtask
+        self.keyed_parallelism = keyed_parallelism
+        self.pending: PendingAdoption | None = None  # groups moving here: the task takes no input
+
+    def reroute(self, checkpoint_id: int, table: RoutingTable) -> None:
+        """The rerouting barrier went out, its snapshot fixed: drop what moves away, and wait for
+        what moves here (steps 3 and 4 of the module docstring)."""
+        if self.keyed_parallelism != table.parallelism:
+            return
+        move = handover(self.key_groups, table, self.subtask)
+        if len(move.lost):
+            fault_point("migration.barrier")  # tests: die with the barrier sent, the groups still here
+            self._own(move.kept, {})
+            fault_point("migration.dropped")  # tests: die with the groups dropped, the snapshot unwritten
+        if len(move.gained):
+            self.pending = PendingAdoption(checkpoint_id, move.owned, move.gained)
+
+    def adopt(self, manifest: Manifest, storage: CheckpointStorage | None,
+              max_parallelism: int) -> PendingAdoption | None:
+        """Checkpoint `manifest` completed: read the groups that moved here from it and own them
+        (step 5); the adoption done, or None if none waited for this checkpoint."""
+        pending = self.pending
+        if pending is None or pending.checkpoint_id != manifest.checkpoint_id:
+            return None
+        gained = {
+            op.uid: read_operator_restore(storage, manifest, op.uid, pending.gained, max_parallelism,
+                                          operator_state=False)[0] or {}
+            for op in self.chain if isinstance(op, KeyedOperator)
+        }
+        fault_point("migration.adopting")  # tests: die with the moved groups read, not yet taken over
+        self._own(pending.owned, gained)
+        self.pending = None
+        return pending
+
+    def _own(self, owned: KeyGroups, gained: dict[str, Any]) -> None:
+        self.key_groups = owned
+        for op in self.chain:
+            op.reassign(owned, gained.get(op.uid, {}))
 
 
 def keyed_parallelism(job: JobGraph) -> int | None:

@@ -9,13 +9,14 @@ The task is the scheduler and dispatcher; the work lives in its parts: the `Inpu
 inputs, joins batches and aligns barriers (ABS §4.2, Algorithm 1); the `SubtaskCheckpointer`
 fixes, writes and acknowledges its state; `LoopProbes` holds its part in loop termination, and
 `PendingSnapshots` the snapshots that log in-flight data (a loop head's, ABS §4.3, Algorithm 2,
-and unaligned ones, in `in_flight`); `InputWatermarks` its event time; the operators
-in `runtime.operators` do the processing. What is left here, about 570 lines (over the 450 we
-aim for), is the dispatch of every in-band element and control message: one short branch each
-(splits assigned by the enumerator, live state queries and unaligned barriers, which jump the
-input queue, are the newest), kept together so that their order within a step reads in one
-place; and the task's own counters and clock (`step`, `task_metrics`), which the live metrics
-read (`runtime.metrics`). Moving a branch out would split that order across modules that call
+and unaligned ones, in `in_flight`); `InputWatermarks` its event time; `KeyGroupOwner` its key
+groups and those moving to it (`migration`); the operators in `runtime.operators` do the
+processing. What is left here, about 600 lines (over the 450 we aim for), is the dispatch of
+every in-band element and control message: one short branch each (splits assigned by the
+enumerator, live state queries, unaligned barriers, which jump the input queue, and rerouting
+barriers are the newest), kept together so that their order within a step reads in one place;
+and the task's own counters and clock (`step`, `task_metrics`), which the live metrics read
+(`runtime.metrics`). Moving a branch out would split that order across modules that call
 back into the task.
 """
 
@@ -40,7 +41,6 @@ from .batches import batch_len
 from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
 from .clock import Clock
 from .elements import END_OF_INPUT, Barrier, Batch, Element, EndOfInput, LoopProbe, Watermark, is_batch
-from .fault_points import fault_point
 from .in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_uid, read_in_flight
 from .input_gate import InputChannel, InputGate
 from .loops import LoopProbes
@@ -60,7 +60,7 @@ from .messages import (
     TriggerCheckpoint,
 )
 from .metrics import TaskMetrics
-from .migration import PendingAdoption, handover
+from .migration import KeyGroupOwner
 from .operators import (
     IterationHeadOperator,
     KeyedOperator,
@@ -127,11 +127,12 @@ class Task:
         self.output = output
         self.inbox: deque[Any] = deque()
         self.state = TaskState.RUNNING
-        self.key_groups: KeyGroups = (
-            setup.routing.key_groups_of(setup.task_id.subtask) if setup.routing is not None
-            else key_group_range(setup.task_id.subtask, setup.vertex.parallelism, setup.max_parallelism)
-        )
         self.chain: list[RuntimeOperator] = [create_operator(spec) for spec in setup.vertex.chain]
+        self.owner = KeyGroupOwner(  # its key groups, and those on their way here (`migration`)
+            setup.routing.key_groups_of(setup.task_id.subtask) if setup.routing is not None
+            else key_group_range(setup.task_id.subtask, setup.vertex.parallelism, setup.max_parallelism),
+            self.chain, setup.task_id.subtask, setup.vertex.parallelism if setup.keyed else None,
+        )
         first = self.chain[0]
         self.source: SourceOperator | None = first if isinstance(first, SourceOperator) else None
         self.head: IterationHeadOperator | None = first if isinstance(first, IterationHeadOperator) else None
@@ -162,7 +163,6 @@ class Task:
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
         self._halted_for: int | None = None  # a synchronous checkpoint this source waits for
-        self._adopting: PendingAdoption | None = None  # key groups moving here: no input until they are
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -208,7 +208,7 @@ class Task:
             return False
         if self.inbox or self._replay or (self.head is not None and self.head.replay):
             return True
-        if self._adopting is not None:
+        if self.owner.pending is not None:  # key groups on their way here: no input until they are
             return False
         if self._overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
             return True  # an unaligned barrier is taken even behind a full output
@@ -258,7 +258,7 @@ class Task:
             self._on_message(self.inbox.popleft())
             if self.state is TaskState.FINISHED:
                 return
-        if self._adopting is not None:
+        if self.owner.pending is not None:
             return
         if self._overtakes and self.state is TaskState.RUNNING:
             self._take_priority_barriers()
@@ -451,7 +451,9 @@ class Task:
             return
         self.checkpointer.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
         if barrier.reroute is not None:
-            self._reroute(barrier.checkpoint_id, barrier.reroute)
+            self.output.reroute(barrier.reroute)  # the barrier went out under the old table
+            self.owner.reroute(barrier.checkpoint_id, barrier.reroute)
+            self.checkpointer.key_groups = self.owner.key_groups
 
     def _fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
         """The synchronous part: fix every operator's state and forward the barrier; returns the
@@ -531,8 +533,8 @@ class Task:
                 self.close()
                 self.setup.send(TaskFinished(self.id, self.metrics()))
         elif kind is QueryState:
-            if self._adopting is not None:  # it may ask of a key group on its way here
-                self._adopting.queries.append(message)
+            if self.owner.pending is not None:  # it may ask of a key group on its way here
+                self.owner.pending.queries.append(message)
             else:
                 self.setup.send(self._answer(message))
         elif kind is AssignSplits and self.source is not None:
@@ -569,41 +571,19 @@ class Task:
             ))
 
     # -- live migration (`runtime.migration`) ----------------------------------------------------
-    def _reroute(self, checkpoint_id: int, table: RoutingTable) -> None:
-        """The barrier went out under the old table: route by the new one, drop what moves away,
-        and wait for what moves here."""
-        self.output.reroute(table)
-        if not self.setup.keyed or self.setup.vertex.parallelism != table.parallelism:
-            return
-        move = handover(self.key_groups, table, self.id.subtask)
-        if len(move.lost):
-            fault_point("migration.barrier")  # tests: die with the barrier sent, the groups still here
-            self._set_key_groups(move.kept, {})
-            fault_point("migration.dropped")  # tests: die with the groups dropped, the snapshot unwritten
-        if len(move.gained):
-            self._adopting = PendingAdoption(checkpoint_id, move.owned, move.gained)
-
     def _adopt(self, manifest: Manifest) -> None:
-        """Checkpoint `manifest` is complete: read the key groups that moved here, and go on."""
-        pending = self._adopting
-        if pending is None or pending.checkpoint_id != manifest.checkpoint_id:
+        """Checkpoint `manifest` is complete: take over the key groups that moved here, and go on."""
+        adopted = self.owner.adopt(manifest, self.setup.storage, self.setup.max_parallelism)
+        if adopted is None:
             return
-        gained = {
-            op.uid: read_operator_restore(self.setup.storage, manifest, op.uid, pending.gained,
-                                          self.setup.max_parallelism, operator_state=False)[0] or {}
-            for op in self.chain if isinstance(op, KeyedOperator)
-        }
-        fault_point("migration.adopting")  # tests: die with the moved groups read, not yet taken over
-        self._set_key_groups(pending.owned, gained)
-        self._adopting = None
-        self.inbox.extend(pending.queries)
-        log.info("%s: took over key groups %s at checkpoint %d", self.name, pending.gained, manifest.checkpoint_id)
+        self.checkpointer.key_groups = self.owner.key_groups
+        self.inbox.extend(adopted.queries)
+        log.info("%s: took over key groups %s at checkpoint %d", self.name, adopted.gained, manifest.checkpoint_id)
         self.setup.send(KeyGroupsAdopted(self.id, manifest.checkpoint_id))
 
-    def _set_key_groups(self, owned: KeyGroups, gained: dict[str, Any]) -> None:
-        self.key_groups = self.checkpointer.key_groups = owned
-        for op in self.chain:
-            op.reassign(owned, gained.get(op.uid, {}))
+    @property
+    def key_groups(self) -> KeyGroups:
+        return self.owner.key_groups
 
     def _notify_complete(self, checkpoint_id: int) -> None:
         if checkpoint_id <= self.last_notified:
