@@ -128,6 +128,12 @@ class SliceTable:
         self.version = 0  # bumped when keys are added or slots move (caches of `keys` go stale)
         self.key_cache: tuple[int, pa.Array | None] | None = None  # (version, every key as Arrow)
         self.index = QueryIndex(grid.windows)
+        # Prefix sums of `counts` (and of integer `values`) along the columns, kept across
+        # firings: column j holds the sum of the columns before j, valid for c0 <= j <= prefix_to.
+        # Columns a firing reads ended by its watermark, so only late rows change them.
+        self.prefix: np.ndarray | None = None
+        self.prefix_values: np.ndarray | None = None
+        self.prefix_to = -1
 
     # -- shape ----------------------------------------------------------------------------------
 
@@ -159,6 +165,8 @@ class SliceTable:
                 changed[:n, col_at] = self.changed[:n, live]
         self.counts, self.values, self.changed = counts, values, changed
         self.c0 = 0
+        self.prefix = self.prefix_values = None
+        self.prefix_to = -1
 
     def _ensure_values(self, dtype: np.dtype[Any]) -> None:
         """Hold value partials of `dtype` (an int table becomes float when a float arrives)."""
@@ -244,6 +252,7 @@ class SliceTable:
                 matrix[m:n] = 0 if matrix is not self.values else self._identity()
         self.n = m
         self.version += 1
+        self.prefix_to = -1
 
     # -- columns --------------------------------------------------------------------------------
 
@@ -292,6 +301,7 @@ class SliceTable:
         self.starts, self.ends = self.starts[drop:], self.ends[drop:]
         if not len(self.starts):
             self.c0 = 0
+            self.prefix_to = -1
 
     # -- adding ---------------------------------------------------------------------------------
 
@@ -386,6 +396,7 @@ class SliceTable:
                 assert self.values is not None
                 ufunc = {Reduction.SUM: np.add, Reduction.MIN: np.minimum, Reduction.MAX: np.maximum}[reduction]
                 ufunc.at(self.values, (rows, at), values)
+        self.prefix_to = min(self.prefix_to, int(cols.min()))
         if len(updated):
             self._ensure_changed()[slots[codes[updated]], cols[local[updated]]] = True
             self.has_changes = True
@@ -394,6 +405,39 @@ class SliceTable:
         """Every key's windows due at `watermark` (`table_fire.fire`); call it whenever the
         watermark moves, before adding rows at the new watermark."""
         return fire(self, watermark)
+
+    def prefix_sums(self, upto: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Prefix sums of every slot's counts (and integer sums) along the columns, as
+        `prefix[column, slot]` (a column's sums are contiguous: firings gather whole columns),
+        valid from column `c0` to `upto` (absolute): only the columns added since the last call
+        are summed."""
+        rows, cols = self.counts.shape
+        integer = self.values is not None and self.reduction is Reduction.SUM and self.values.dtype.kind == "i"
+        if self.prefix is None or (integer and self.prefix_values is None):
+            self.prefix = np.zeros((cols + 1, rows), dtype=np.int64)
+            self.prefix_values = np.zeros((cols + 1, rows), dtype=np.int64) if integer else None
+            self.prefix_to = -1
+        n, c0 = self.n, self.c0
+        matrices = [(self.prefix, self.counts)]
+        if integer:
+            assert self.prefix_values is not None and self.values is not None
+            matrices.append((self.prefix_values, self.values))
+        if self.prefix_to < c0:
+            for prefix, _ in matrices:
+                prefix[c0, :n] = 0
+            self.prefix_to = c0
+        start = self.prefix_to
+        if upto > start:
+            for prefix, matrix in matrices:
+                if upto - start <= 8:  # the usual few new columns: one pass over the keys each
+                    for j in range(start, upto):
+                        np.add(prefix[j, :n], matrix[:n, j], out=prefix[j + 1, :n])
+                else:
+                    out = prefix[start + 1:upto + 1, :n]
+                    np.cumsum(matrix[:n, start:upto].T, axis=0, out=out)
+                    out += prefix[start, :n]
+            self.prefix_to = upto
+        return self.prefix, self.prefix_values if integer else None
 
     # -- keyed state ----------------------------------------------------------------------------
 
@@ -449,6 +493,7 @@ class SliceTable:
                 self._ensure_changed()[block] = entry.changed
                 self.has_changes = True
         self.due_at = -math.inf
+        self.prefix_to = -1
 
     def clear(self) -> None:
         """Forget everything (before loading the key groups a subtask owns now)."""

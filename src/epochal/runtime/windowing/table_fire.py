@@ -27,6 +27,7 @@ from .store import Firing
 if TYPE_CHECKING:
     from .table import SliceTable
 
+_SCALAR_LIMIT = 12  # up to this many queries, index arithmetic runs per query in Python
 _CELLS = 1 << 20  # keys x windows computed at once (bounds the memory of a firing)
 
 
@@ -56,16 +57,22 @@ class QueryIndex:
     expressions of `plan.windows` (`start = offset + k * slide`, `end = start + size`)."""
 
     def __init__(self, windows: tuple[PeriodicWindow, ...]) -> None:
+        self.queries = windows
+        self.scalar = len(windows) <= _SCALAR_LIMIT  # a Python loop beats numpy's overhead
         self.offset = np.array([w.offset for w in windows], dtype=np.float64)
         self.slide = np.array([w.slide for w in windows], dtype=np.float64)
         self.size = np.array([w.size for w in windows], dtype=np.float64)
 
     def first_end(self, t: float) -> np.ndarray:
         """Per query, the first window ending after `t` (finite)."""
+        if self.scalar:
+            return np.array([w.first_end_index(t) for w in self.queries], dtype=np.int64)
         return first_end_indices(np.float64(t), self.offset, self.slide, self.size).astype(np.int64)
 
     def last_start(self, t: float) -> np.ndarray:
         """Per query, the last window starting at or before `t` (finite)."""
+        if self.scalar:
+            return np.array([w.last_start_index(t) for w in self.queries], dtype=np.int64)
         offset, slide = self.offset, self.slide
         k = np.floor((t - offset) / slide)
         for _ in range(4):
@@ -84,11 +91,21 @@ class QueryIndex:
         """The earliest end, over queries, of a window ending after `t`."""
         if not math.isfinite(t):
             return t
+        if self.scalar:
+            return min(w.end_of(w.first_end_index(t)) for w in self.queries)
         k = self.first_end(t).astype(np.float64)
         return float(((self.offset + k * self.slide) + self.size).min())
 
     def windows(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(query, start, end) of windows `lo[q] <= k < hi[q]` of every query `q`."""
+        if self.scalar:  # a few windows of a few queries: Python floats, the same expressions
+            spans = [(q, w, k0, k1) for q, (w, k0, k1) in enumerate(zip(self.queries, lo.tolist(), hi.tolist()))
+                     if k1 > k0]
+            starts = [w.start_of(k) for _, w, k0, k1 in spans for k in range(k0, k1)]
+            queries = [q for q, _, k0, k1 in spans for _ in range(k0, k1)]
+            sizes = [w.size for _, w, k0, k1 in spans for _ in range(k0, k1)]
+            start = np.array(starts, dtype=np.float64)
+            return np.array(queries, dtype=np.int64), start, start + np.array(sizes, dtype=np.float64)
         count = np.maximum(hi - lo, 0)
         total = int(count.sum())
         query = np.repeat(np.arange(len(lo)), count)
@@ -114,9 +131,10 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
         return None
     parts: list[tuple[np.ndarray, ...]] = []
     due = fired <= watermark if changes else fired < watermark  # late updates fire again at once
-    previous = np.unique(fired[due])
+    uniform = float(fired.min()) == float(fired.max()) and bool(due[0])  # usual: every key fired together
+    previous = fired[:1] if uniform else np.unique(fired[due])
     for p in previous.tolist():
-        rows: Any = slice(0, n) if len(previous) == 1 and due.all() else np.flatnonzero(fired == p)
+        rows: Any = slice(0, n) if uniform else np.flatnonzero(fired == p)
         parts.extend(_fire_rows(table, rows, float(p), watermark))
         fired[rows] = watermark
     if table.changed is not None and table.has_changes:
@@ -126,11 +144,16 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
     _purge(table)
     if not parts:
         return None
-    slots, query, start, end, result, late = (np.concatenate(c) for c in zip(*parts))
+    if len(parts) == 1:
+        slots, query, start, end, result, late = parts[0]
+    else:
+        slots, query, start, end, result, late = (np.concatenate(c) for c in zip(*parts))
     return FiredColumns(_keys(table, slots), query, start, end, result, late)
 
 
 def _purge(table: SliceTable) -> None:
+    """Drop the slices no window open at the lowest `fired` can need; note when a window is
+    next due."""
     n = table.n
     low = float(table.fired[:n].min()) if n else math.inf
     if low > -math.inf:
@@ -148,10 +171,15 @@ def _keys(table: SliceTable, slots: np.ndarray) -> pa.Array | list[Any]:
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             array = None
         cached = table.key_cache = (table.version, array)
-    if cached[1] is None:
+    array = cached[1]
+    if array is None:
         keys = table.keys
         return [keys[i] for i in slots.tolist()]
-    return cached[1].take(pa.array(slots))
+    n = len(array)
+    if n and len(slots) % n == 0 and slots[0] == 0 and slots[-1] == n - 1 \
+            and np.array_equal(slots, np.tile(np.arange(n), len(slots) // n)):
+        return pa.concat_arrays([array] * (len(slots) // n))  # every key in every window
+    return array.take(pa.array(slots))
 
 
 def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) -> list[tuple[np.ndarray, ...]]:
@@ -183,17 +211,23 @@ def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) 
             a[holding], b[holding]
     if not len(query):
         return []
-    order = np.lexsort((query, start, end))
-    query, start, end, late, a, b = query[order], start[order], end[order], late[order], a[order], b[order]
+    if len(query) > 1 and (len(index.queries) > 1 or late.any()):  # one query: already by end
+        order = np.lexsort((query, start, end))
+        query, start, end, late, a, b = query[order], start[order], end[order], late[order], a[order], b[order]
     slot_ids = np.arange(table.n)[rows]
     step = max(1, _CELLS // max(1, len(slot_ids)))
     out: list[tuple[np.ndarray, ...]] = []
     for i in range(0, len(query), step):
         chunk = slice(i, i + step)
         present, result = _results(table, rows, a[chunk], b[chunk], late[chunk])
-        w, r = np.nonzero(present.T)
+        if present.all():  # the usual case: every key had records in every due window
+            windows, keys = present.shape
+            out.append((np.tile(slot_ids, windows), np.repeat(query[chunk], keys), np.repeat(start[chunk], keys),
+                        np.repeat(end[chunk], keys), result.reshape(-1), np.repeat(late[chunk], keys)))
+            continue
+        w, r = np.nonzero(present)
         if len(w):
-            out.append((slot_ids[r], query[chunk][w], start[chunk][w], end[chunk][w], result.T[w, r],
+            out.append((slot_ids[r], query[chunk][w], start[chunk][w], end[chunk][w], result[w, r],
                         late[chunk][w]))
     return out
 
@@ -205,33 +239,41 @@ def _prefix(matrix: np.ndarray, dtype: Any) -> np.ndarray:
     return out
 
 
+def _columns(prefix: np.ndarray, rows: Any, cols: np.ndarray) -> np.ndarray:
+    """`prefix[cols, rows]` (windows x keys) for a slice of rows or an array of them."""
+    return prefix[cols, rows] if isinstance(rows, slice) else prefix[np.ix_(cols, rows)]
+
+
 def _results(table: SliceTable, rows: Any, a: np.ndarray, b: np.ndarray,
              late: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(keys x windows: whether the key has a result, the results) of windows covering columns
+    """(windows x keys: whether the key has a result, the results) of windows covering columns
     `[a[j], b[j])` of the live range."""
     from .table import Reduction
 
-    lo, hi = int(a.min()), int(b.max())
-    cols = slice(table.c0 + lo, table.c0 + hi)
-    a, b = a - lo, b - lo
-    counts = _prefix(table.counts[rows, cols], np.int64)
-    count = counts[:, b] - counts[:, a]
+    c0 = table.c0
+    prefix, prefix_values = table.prefix_sums(c0 + int(b.max()))
+    count = _columns(prefix, rows, c0 + b) - _columns(prefix, rows, c0 + a)
     present = count > 0
     if late.any():
         assert table.changed is not None
-        flags = _prefix(table.changed[rows, cols], np.int64)
-        present[:, late] &= (flags[:, b[late]] - flags[:, a[late]]) > 0
+        lo, hi = int(a[late].min()), int(b[late].max())
+        flags = _prefix(table.changed[rows, c0 + lo:c0 + hi], np.int64)
+        present[late] &= ((flags[:, b[late] - lo] - flags[:, a[late] - lo]) > 0).T
     reduction = table.reduction
     if reduction is Reduction.COUNT:
         return present, count
+    if prefix_values is not None:  # integer sums: exact from the kept prefix sums
+        return present, _columns(prefix_values, rows, c0 + b) - _columns(prefix_values, rows, c0 + a)
     values = table.values
     assert values is not None
-    block = values[rows, cols]
+    lo, hi = int(a.min()), int(b.max())
+    block = values[rows, c0 + lo:c0 + hi]
+    a, b = a - lo, b - lo
     if reduction is Reduction.SUM:
         sums = _prefix(block, values.dtype)
-        return present, sums[:, b] - sums[:, a]
+        return present, (sums[:, b] - sums[:, a]).T
     reduce = np.min if reduction is Reduction.MIN else np.max
-    result = np.empty((block.shape[0], len(a)), dtype=values.dtype)
+    result = np.empty((len(a), block.shape[0]), dtype=values.dtype)
     for j, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
-        result[:, j] = reduce(block[:, x:y], axis=1)
+        result[j] = reduce(block[:, x:y], axis=1)
     return present, result
