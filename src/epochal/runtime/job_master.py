@@ -44,21 +44,14 @@ from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
-from .control import Command, JobControl, JobState, MoveRequest, Rescale
-from .coordinator import AbortedCheckpoint, CheckpointCoordinator, CompletedCheckpoint
+from .control import Command, JobControl, JobState, Rescale
+from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
-from .messages import AdoptKeyGroups, KeyGroupsAdopted, StateAnswer
+from .messages import KeyGroupsAdopted, StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
-from .migration import (
-    Migration,
-    balanced_moves,
-    current_table,
-    keyed_parallelism,
-    plan_moves,
-    refusal,
-    routing_for,
-)
+from .migration import routing_for
+from .migrations import Migrations
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 from .state_queries import LiveQueries
@@ -115,6 +108,7 @@ class JobMaster:
         self.control.checkpoint_directory = directory
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
+        self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)
         check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
         if self.storage is not None:
@@ -138,7 +132,6 @@ class JobMaster:
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
         self._live_queries = LiveQueries()  # live state queries waiting for their task's answer
-        self._migration: Migration | None = None  # key groups moving while the job runs
 
     def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
         if from_checkpoint is None:
@@ -148,7 +141,7 @@ class JobMaster:
         manifest = self.storage.resolve(from_checkpoint)
         check_in_flight(manifest, self.job)
         table = manifest.routing
-        if table is not None and self._standby() and table.active != self.job.parallelism:
+        if table is not None and self.migrations.standby and table.active != self.job.parallelism:
             # the job was rescaled live since; it starts at the parallelism it is given now
             log.info("job %r: checkpoint %d ran at parallelism %d; starting at %d", self.job.name,
                      manifest.checkpoint_id, table.active, self.job.parallelism)
@@ -178,10 +171,9 @@ class JobMaster:
             self, self.enumerators,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
-        self._migration = None
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts,
-                             parallelism=self._parallelism(routing))
+                             parallelism=self.migrations.parallelism(routing))
         log.info(
             "job %r: attempt %d starts %s", self.job.name, self.attempt.number,
             "fresh" if restored is None else f"from checkpoint {restored}",
@@ -301,7 +293,7 @@ class JobMaster:
                 self._live_queries.ask(self.job, command, self.attempt.send, self._routing())
             return
         if command.kind == "move":
-            self._start_migration(command, coordinator)
+            self.migrations.move(command, coordinator)
             return
         if command.kind == "rescale":
             n = command.argument
@@ -314,12 +306,7 @@ class JobMaster:
                 command.finish(error=EpochalError(
                     f"a rescale to {n} needs {n} task slots; the cluster has {slots}"))
                 return
-            if self._rescales_live(n) and coordinator is not None and not coordinator.is_stopped \
-                    and coordinator.final_checkpoint is None:
-                current = current_table(self.job, coordinator.routing)
-                moves = balanced_moves(current, n)
-                log.info("job %r: rescaling to %d live, moving %d key group(s)", self.job.name, n, len(moves))
-                self._next_step(coordinator, [moves], command, parallelism=n)
+            if self.migrations.rescale(command, coordinator, n):  # onto standby subtasks, no restart
                 return
         if self.storage is None:
             command.finish(error=EpochalError(f"a {command.kind} needs CheckpointConfig(directory=...)"))
@@ -328,99 +315,18 @@ class JobMaster:
         else:
             self._commands[coordinator.trigger(aligned=True)] = command  # restorable at any parallelism
 
-    def _parallelism(self, routing: RoutingTable | None) -> int:
-        """The parallelism the job runs at: its keyed operators' active subtasks, once they stand by."""
-        return routing.active if routing is not None and self._standby() else self.job.parallelism
-
-    def _standby(self) -> bool:
-        """Whether the keyed operators run standby subtasks (`max_workers`): a rescale up to them is live."""
-        return any(self.job.vertex(v).active is not None for v in self.job.keyed_vertices())
-
     def _routing(self) -> RoutingTable | None:
         return self.attempt.coordinator.routing if self.attempt is not None else None
 
-    def _start_migration(self, command: Command, coordinator: CheckpointCoordinator | None) -> None:
-        """Move key groups (`command.argument`: key group -> subtask) at a checkpoint barrier."""
-        why = refusal(self.job, self.storage is not None)
-        if why is None and (coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None):
-            why = f"job {self.job.name!r} is not running, or is ending"
-        if why is None and self._migration is not None:
-            why = f"key groups are moving already (checkpoint {self._migration.checkpoint_id})"
-        if why is not None:
-            command.finish(error=EpochalError(why))
-            return
-        assert coordinator is not None
-        request = command.argument
-        current = current_table(self.job, coordinator.routing)
-        try:
-            if not isinstance(request, MoveRequest):
-                raise TypeError(f"expected a MoveRequest, got {request!r}")
-            plan_moves(current, dict(request.moves))  # refuses bad or empty moves before any step
-        except (TypeError, ValueError) as exc:
-            command.finish(error=ValueError(f"cannot move key groups: {exc}"))
-            return
-        self._next_step(coordinator, request.steps(), command)
-
-    def _rescales_live(self, parallelism: int) -> bool:
-        """Whether a rescale to `parallelism` is a move of key groups onto standby subtasks: the
-        keyed operators run that many subtasks already, and their key groups can move."""
-        keyed = keyed_parallelism(self.job)
-        return (self._standby() and keyed is not None and parallelism <= keyed and self._migration is None
-                and refusal(self.job, self.storage is not None) is None)
-
-    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command,
-                   parallelism: int | None = None) -> None:
-        """Trigger the checkpoint that makes the first of `steps` that moves anything; a live
-        rescale (`parallelism`) publishes its new parallelism once the last step is done."""
-        current = current_table(self.job, coordinator.routing)
-        while steps:
-            moves = steps.pop(0)
-            table = current.moved(moves)
-            if current.changes(table):
-                break
-        else:
-            if parallelism is not None:
-                self.control.publish(parallelism=parallelism)
-            command.finish(result=coordinator.completed[-1].checkpoint_id if coordinator.completed else None)
-            return
-        checkpoint_id = coordinator.trigger(reroute=table)
-        self._migration = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command, steps,
-                                          parallelism)
-        log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name, len(current.changes(table)),
-                 checkpoint_id)
-
     def key_groups_adopted(self, message: KeyGroupsAdopted) -> None:
-        migration = self._migration
-        if migration is None or message.checkpoint_id != migration.checkpoint_id:
-            return
-        migration.awaiting.discard(message.task)
-        if migration.awaiting:
-            return
-        self._migration = None
-        log.info("job %r: key groups moved at checkpoint %d in %.0f ms", self.job.name, migration.checkpoint_id,
-                 (time.monotonic() - migration.started) * 1000)
-        if self.attempt is None:
-            return
-        coordinator = self.attempt.coordinator
-        coordinator.migrating = None  # periodic checkpoints go on
-        if migration.steps and migration.command is not None:
-            self._next_step(coordinator, migration.steps, migration.command, migration.parallelism)
-            return
-        if migration.parallelism is not None:
-            self.control.publish(parallelism=migration.parallelism)
-        if migration.command is not None:
-            migration.command.finish(result=migration.checkpoint_id)
+        self.migrations.adopted(message, self.attempt.coordinator if self.attempt is not None else None)
 
     def state_answered(self, answer: StateAnswer) -> None:
         self._live_queries.answered(answer)
 
     def _stop_commands(self, why: str) -> None:
         self._live_queries.abandon(why)
-        migration, self._migration = self._migration, None
-        if migration is not None and migration.command is not None:
-            migration.command.finish(error=EpochalError(
-                f"moving key groups abandoned: {why}; the restore puts every key group where the checkpoint "
-                "it restores says"))
+        self.migrations.abandon(why)
         for checkpoint_id, command in self._commands.items():
             command.finish(error=EpochalError(f"{command.kind} abandoned: {why} before checkpoint "
                                               f"{checkpoint_id} completed"))
@@ -431,11 +337,8 @@ class JobMaster:
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
-        migration = self._migration
-        if migration is not None and migration.checkpoint_id == checkpoint.checkpoint_id and self.attempt is not None:
-            adopt = AdoptKeyGroups(checkpoint.manifest)
-            for task in migration.awaiting:
-                self.attempt.send(task, adopt)
+        if self.attempt is not None:
+            self.migrations.completed(checkpoint, self.attempt.send)
         command = self._commands.pop(checkpoint.checkpoint_id, None)
         if command is None:
             return

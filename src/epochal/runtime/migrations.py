@@ -1,0 +1,136 @@
+"""The job master's side of live migration: moves and live rescales, one step at a time.
+
+`runtime.migration` describes the protocol and holds the task's side; here the job master turns a
+`MoveRequest` or a live rescale into steps (Megaphone's batches), triggers each step's rerouting
+checkpoint, hands the completed checkpoint to the new owners, and starts the next step once they
+all took over. Only one migration runs at a time, and none survives its attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from ..errors import EpochalError
+from ..plan.job_graph import JobGraph, TaskId
+from ..state.keygroups import RoutingTable
+from .control import Command, JobControl, MoveRequest
+from .coordinator import CheckpointCoordinator, CompletedCheckpoint
+from .messages import AdoptKeyGroups, KeyGroupsAdopted
+from .migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
+
+log = logging.getLogger(__name__)
+
+
+class Migrations:
+    """Moves of key groups while the job runs, on the job master."""
+
+    def __init__(self, job: JobGraph, control: JobControl, has_storage: bool) -> None:
+        self.job = job
+        self.control = control
+        self.has_storage = has_storage
+        self.current: Migration | None = None
+
+    @property
+    def standby(self) -> bool:
+        """Whether the keyed operators run standby subtasks (`max_workers`): a rescale up to them is live."""
+        return any(self.job.vertex(v).active is not None for v in self.job.keyed_vertices())
+
+    def parallelism(self, routing: RoutingTable | None) -> int:
+        """The parallelism the job runs at: its keyed operators' active subtasks, once they stand by."""
+        return routing.active if routing is not None and self.standby else self.job.parallelism
+
+    def move(self, command: Command, coordinator: CheckpointCoordinator | None) -> None:
+        """Move key groups (`command.argument`, a `MoveRequest`) at checkpoint barriers."""
+        why = refusal(self.job, self.has_storage)
+        if why is None and (coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None):
+            why = f"job {self.job.name!r} is not running, or is ending"
+        if why is None and self.current is not None:
+            why = f"key groups are moving already (checkpoint {self.current.checkpoint_id})"
+        if why is not None:
+            command.finish(error=EpochalError(why))
+            return
+        assert coordinator is not None
+        request = command.argument
+        try:
+            if not isinstance(request, MoveRequest):
+                raise TypeError(f"expected a MoveRequest, got {request!r}")
+            plan_moves(current_table(self.job, coordinator.routing), dict(request.moves))  # refused before any step
+        except (TypeError, ValueError) as exc:
+            command.finish(error=ValueError(f"cannot move key groups: {exc}"))
+            return
+        self._next_step(coordinator, request.steps(), command)
+
+    def rescale(self, command: Command, coordinator: CheckpointCoordinator | None, parallelism: int) -> bool:
+        """Rescale live if the key groups can move onto (or off) standby subtasks; False if not
+        (the job master then rescales by restore)."""
+        keyed = keyed_parallelism(self.job)
+        if not (self.standby and keyed is not None and parallelism <= keyed and self.current is None
+                and refusal(self.job, self.has_storage) is None and coordinator is not None
+                and not coordinator.is_stopped and coordinator.final_checkpoint is None):
+            return False
+        assert coordinator is not None
+        moves = balanced_moves(current_table(self.job, coordinator.routing), parallelism)
+        log.info("job %r: rescaling to %d live, moving %d key group(s)", self.job.name, parallelism, len(moves))
+        self._next_step(coordinator, [moves], command, parallelism)
+        return True
+
+    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command,
+                   parallelism: int | None = None) -> None:
+        """Trigger the checkpoint that makes the first of `steps` that moves anything; a live
+        rescale (`parallelism`) publishes its new parallelism once the last step is done."""
+        current = current_table(self.job, coordinator.routing)
+        while steps:
+            table = current.moved(steps.pop(0))
+            if current.changes(table):
+                break
+        else:
+            if parallelism is not None:
+                self.control.publish(parallelism=parallelism)
+            command.finish(result=coordinator.completed[-1].checkpoint_id if coordinator.completed else None)
+            return
+        checkpoint_id = coordinator.trigger(reroute=table)
+        self.current = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command, steps,
+                                       parallelism)
+        log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name, len(current.changes(table)),
+                 checkpoint_id)
+
+    def completed(self, checkpoint: CompletedCheckpoint, send: Callable[[TaskId, object], None]) -> None:
+        """A checkpoint completed: if it is the step's, its new owners read their groups from it."""
+        migration = self.current
+        if migration is not None and migration.checkpoint_id == checkpoint.checkpoint_id:
+            adopt = AdoptKeyGroups(checkpoint.manifest)
+            for task in migration.awaiting:
+                send(task, adopt)
+
+    def adopted(self, message: KeyGroupsAdopted, coordinator: CheckpointCoordinator | None) -> None:
+        """A new owner took over; once all did, checkpoints go on and the next step starts."""
+        migration = self.current
+        if migration is None or message.checkpoint_id != migration.checkpoint_id:
+            return
+        migration.awaiting.discard(message.task)
+        if migration.awaiting:
+            return
+        self.current = None
+        log.info("job %r: key groups moved at checkpoint %d in %.0f ms", self.job.name, migration.checkpoint_id,
+                 (time.monotonic() - migration.started) * 1000)
+        if coordinator is None:
+            return
+        coordinator.migrating = None  # periodic checkpoints go on
+        if migration.steps and migration.command is not None:
+            self._next_step(coordinator, migration.steps, migration.command, migration.parallelism)
+            return
+        if migration.parallelism is not None:
+            self.control.publish(parallelism=migration.parallelism)
+        if migration.command is not None:
+            migration.command.finish(result=migration.checkpoint_id)
+
+    def abandon(self, why: str) -> None:
+        """The attempt ended: the migration under way ends with it (the restore decides where
+        every key group is)."""
+        migration, self.current = self.current, None
+        if migration is not None and migration.command is not None:
+            migration.command.finish(error=EpochalError(
+                f"moving key groups abandoned: {why}; the restore puts every key group where the checkpoint "
+                "it restores says"))
