@@ -116,7 +116,10 @@ class TableWindows:
     def arrow(self, fired: FiredColumns, key: str, named: bool, result: str) -> pa.RecordBatch:
         """The results as the columnar path emits them."""
         keys = fired.keys if isinstance(fired.keys, pa.Array) else pa.array(fired.keys)
-        columns = [keys, *([self.names.take(pa.array(fired.query))] if named else []),
+        if named:
+            window = (pa.repeat(self.names[0], len(fired)) if len(self.names) == 1
+                      else self.names.take(pa.array(fired.query)))
+        columns = [keys, *([window] if named else []),
                    pa.array(fired.start), pa.array(fired.end), pa.array(fired.result)]
         names = [key, *(["window"] if named else []), "window_start", "window_end", result]
         return pa.RecordBatch.from_arrays(columns, names=names)

@@ -147,6 +147,8 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
     if len(parts) == 1:
         slots, query, start, end, result, late = parts[0]
     else:
+        every = np.arange(n)
+        parts = [(np.tile(every, p[0]) if isinstance(p[0], int) else p[0], *p[1:]) for p in parts]
         slots, query, start, end, result, late = (np.concatenate(c) for c in zip(*parts))
     return FiredColumns(_keys(table, slots), query, start, end, result, late)
 
@@ -161,9 +163,9 @@ def _purge(table: SliceTable) -> None:
     table.due_at = table.index.first_end_after(low) if n else math.inf
 
 
-def _keys(table: SliceTable, slots: np.ndarray) -> pa.Array | list[Any]:
+def _keys(table: SliceTable, slots: np.ndarray | int) -> pa.Array | list[Any]:
     """The key of each slot, as Arrow (one cached array of every key) or, if Arrow cannot hold
-    the keys, a list."""
+    the keys, a list; `slots` an int `w`: every slot in order, `w` times over."""
     cached = table.key_cache
     if cached is None or cached[0] != table.version:
         try:
@@ -172,13 +174,13 @@ def _keys(table: SliceTable, slots: np.ndarray) -> pa.Array | list[Any]:
             array = None
         cached = table.key_cache = (table.version, array)
     array = cached[1]
+    if isinstance(slots, int):
+        if array is not None:
+            return pa.concat_arrays([array] * slots)
+        slots = np.tile(np.arange(table.n), slots)
     if array is None:
         keys = table.keys
         return [keys[i] for i in slots.tolist()]
-    n = len(array)
-    if n and len(slots) % n == 0 and slots[0] == 0 and slots[-1] == n - 1 \
-            and np.array_equal(slots, np.tile(np.arange(n), len(slots) // n)):
-        return pa.concat_arrays([array] * (len(slots) // n))  # every key in every window
     return array.take(pa.array(slots))
 
 
@@ -222,7 +224,8 @@ def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) 
         present, result = _results(table, rows, a[chunk], b[chunk], late[chunk])
         if present.all():  # the usual case: every key had records in every due window
             windows, keys = present.shape
-            out.append((np.tile(slot_ids, windows), np.repeat(query[chunk], keys), np.repeat(start[chunk], keys),
+            every: Any = windows if isinstance(rows, slice) else np.tile(slot_ids, windows)  # see _keys
+            out.append((every, np.repeat(query[chunk], keys), np.repeat(start[chunk], keys),
                         np.repeat(end[chunk], keys), result.reshape(-1), np.repeat(late[chunk], keys)))
             continue
         w, r = np.nonzero(present)
