@@ -2,7 +2,7 @@
 
 A keyed running count on Spark (`local[2]`, parallelism 2), fed open-loop by `elasticity`'s paced
 sequence at `RATE` records/s over 1,024 hot keys; beside them, cold keys loaded once at the start
-(one record each, `BLOB` bytes) make the keyed state 10 MB or 100 MB. Latency is sink time − the
+(one record each, `BLOB` bytes) make the keyed state 10 MB, 100 MB or 1 GB. Latency is sink time − the
 record's due time, per record, gathered into 250 ms buckets by `elasticity`'s measuring sink (the
 cold records are filtered out before it). In each run a quarter of the key groups (32 of 128)
 move from subtask 0 to subtask 1 at `MOVES[0]` seconds, all at once, and back at `MOVES[1]`
@@ -29,7 +29,7 @@ from .runner import benchmark, pyplot, save_figure
 
 RATE = 200_000.0  # records/s, well under the job's maximum at parallelism 2
 BLOB = 1024  # bytes per cold key
-SIZES_MB = (10, 100)
+SIZES_MB = (10, 100, 1000)
 MOVES = ((8.0, None), (16.0, 8))  # (seconds after the start, batch): a quarter there, then back
 RUN_S = 24.0
 MOVED = tuple(range(0, 64, 2))  # 32 of subtask 0's 64 key groups
