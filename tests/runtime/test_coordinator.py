@@ -30,6 +30,7 @@ from epochal.runtime.messages import (
     NotifyCheckpointComplete,
     TriggerCheckpoint,
 )
+from epochal.state.keygroups import RoutingTable
 from epochal.state.manifest import Manifest, TaskCheckpointStats
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, ListSource
@@ -617,3 +618,29 @@ def test_retention_spares_the_base_of_a_checkpoint_still_in_flight(tmp_path):
     assert storage.complete_checkpoints() == [1, 2]  # 1 stays while the final one is in flight
     h.ack_all(final)
     assert storage.complete_checkpoints() == [final]
+
+
+# -- checkpoints that move key groups (`runtime.migration`) -----------------------------------------
+def test_a_rerouting_checkpoint_holds_periodic_and_final_checkpoints_until_the_groups_moved() -> None:
+    h = Harness(CheckpointConfig(interval=1.0, directory="unused", timeout=100.0))
+    table = RoutingTable.contiguous(2, 128).moved({0: 1})
+    moving = h.coordinator.trigger(reroute=table)
+    sent = h.take_sent()
+    assert sent and all(m.reroute == table for _, m in sent)  # the sources' barriers carry the table
+    h.ack_all(moving)
+    h.at(5.0)  # periodic checkpoints wait for the new owners
+    assert not h.coordinator.pending
+    for task in h.tasks:
+        h.coordinator.on_inputs_ended(InputsEnded(task))
+    assert h.coordinator.final_checkpoint is None  # a new owner would snapshot without its groups
+    h.coordinator.migrated()
+    final = h.coordinator.final_checkpoint
+    assert final is not None and h.coordinator.pending[final].routing == table
+
+
+def test_an_aborted_rerouting_checkpoint_fails_the_attempt() -> None:
+    h = Harness(CheckpointConfig(interval=1.0, directory="unused", timeout=2.0, tolerable_failures=10))
+    moving = h.coordinator.trigger(reroute=RoutingTable.contiguous(2, 128).moved({0: 1}))
+    h.coordinator.on_decline(DeclineCheckpoint(h.tasks[0], moving, "no room"))
+    assert h.coordinator.is_stopped and len(h.failures) == 1  # its tasks switched: only a restore undoes it
+    assert "moved key groups" in str(h.failures[0])

@@ -293,7 +293,18 @@ class CheckpointCoordinator:
                     pending.checkpoint_id, pending.triggered_at, pending.is_final, False, completed,
                     reroute=pending.routing if pending.reroutes else None,
                 ))
-        if len(self.ended) == len(self.tasks) and self.final_checkpoint is None:
+        self._trigger_final()
+
+    def migrated(self) -> None:
+        """The moved key groups were taken over: checkpoints go on (`trigger`'s `reroute`)."""
+        self.migrating = None
+        if not self.is_stopped:
+            self._trigger_final()
+
+    def _trigger_final(self) -> None:
+        """Every task ended: the last checkpoint, once no key groups are on their way (a new owner
+        must hold them when it snapshots)."""
+        if len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None:
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:

@@ -308,7 +308,9 @@ class JobMaster:
                 return
             if self.migrations.rescale(command, coordinator, n):  # onto standby subtasks, no restart
                 return
-        if self.storage is None:
+        if self.migrations.current is not None:  # its checkpoint would miss the groups on their way
+            command.finish(error=EpochalError(f"key groups are moving; no {command.kind} until they moved"))
+        elif self.storage is None:
             command.finish(error=EpochalError(f"a {command.kind} needs CheckpointConfig(directory=...)"))
         elif coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None:
             command.finish(error=EpochalError(f"job {self.job.name!r} is ending; no {command.kind} now"))

@@ -117,7 +117,7 @@ class Migrations:
                  (time.monotonic() - migration.started) * 1000)
         if coordinator is None:
             return
-        coordinator.migrating = None  # periodic checkpoints go on
+        coordinator.migrated()  # periodic checkpoints go on
         if migration.steps and migration.command is not None:
             self._next_step(coordinator, migration.steps, migration.command, migration.parallelism)
             return
