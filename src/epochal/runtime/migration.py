@@ -21,7 +21,8 @@ keeps every committed epoch with exactly one owner per key group:
 Failure anywhere before n completes restores n-1 with v: the old owners, their state, their
 input. After it, n with v+1. A checkpoint n that is aborted fails the attempt (its tasks have
 already switched), which is the same restore of n-1. While a migration is under way no other
-checkpoint starts, so none can complete with the new owner's state missing.
+checkpoint starts (periodic, final, a savepoint's or a rescale's), so none can complete with a
+new owner's state missing.
 
 After a move, each side's next snapshot is full (`KeyedStateBackend.reassign`): an incremental
 chain always covers exactly the key groups its subtask owned while it grew.
