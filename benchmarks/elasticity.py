@@ -6,7 +6,8 @@ not as a slower input). Latency is sink time − due time, per record, gathered 
 into 250 ms buckets (count, max, sum). Each run rescales 1 → 2 at 8 s and 2 → 1 at 16 s, at 50 %
 and 80 % of the job's maximum throughput at parallelism 1 (probed first, unpaced), in two set-ups:
 
-- **standby slot** (`max_workers=2`): both rescales restart the tasks in the running stage;
+- **standby slot** (`max_workers=2`): both rescales are live: key groups move onto the standby
+  subtask and back at a checkpoint barrier (`runtime.migration`), no task restarts;
 - **no standby slot**: each rescale launches a new Spark stage of the new parallelism's size
   (what every rescale did before standby slots: 1 → 2 needs a second slot, 2 → 1 frees it);
 - **live move**: the job runs at parallelism 2 from the start; at the same moments a quarter of
@@ -238,7 +239,7 @@ def run(quick: bool) -> dict[str, Any]:
 def _setup(run: dict[str, Any]) -> str:
     if run["max_workers"] == LIVE:
         return "live move of 25 % of key groups (parallelism 2)"
-    return "rescale, standby slot" if run["max_workers"] else "rescale, no standby slot"
+    return "live rescale, standby slot" if run["max_workers"] else "rescale by restore, new stage"
 
 
 def _summary(result: dict[str, Any]) -> str:
