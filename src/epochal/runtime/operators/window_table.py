@@ -33,8 +33,9 @@ from ...state.keygroups import owned_key_group
 from ..windowing.aggregates import Values
 from ..windowing.columnar import python_list
 from ..windowing.engine import Windowing
-from ..windowing.table import GroupSlices, Reduction, SliceTable, TableAdmission, value_dtype
+from ..windowing.table import Reduction, SliceTable, TableAdmission, value_dtype
 from ..windowing.table_fire import FiredColumns
+from ..windowing.table_state import GroupSlices
 
 TABLE_STATE = "__window_table__"  # one GroupSlices per key group, keyed by the key group
 

@@ -25,6 +25,9 @@ one by one; so is a window a process window function fails on. On the Arrow path
 times are checked row by row: an error while a batch's columns are added, or while windows fire
 (an aggregate's merge or get_result), fails the attempt under every policy, since the key's
 windows may be half updated and cannot be taken back.
+
+About 460 lines, past the usual 400: both modes share the operator's record, watermark, error
+and output handling; the columnar mode's state lives in `window_table`.
 """
 
 from __future__ import annotations

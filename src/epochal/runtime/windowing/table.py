@@ -17,9 +17,12 @@ a key fires again with the updated result. Each key keeps the watermark it was l
 (`fired`), so tables restored from subtasks at different watermarks fire each key exactly as its
 own store would have.
 
-The table is working state. Keyed state holds it per key group (`GroupSlices`, one entry per
-key group, `export`/`load`), so it is checkpointed, restored and rescaled with its key groups.
-Firing lives in `table_fire`, the arithmetic of window indices in `table_windows`.
+The table is working state. Keyed state holds it per key group (`table_state.GroupSlices`, one
+entry per key group, `export`/`load`), so it is checkpointed, restored and rescaled with its key
+groups. Firing and the arithmetic of window indices live in `table_fire`.
+
+About 440 lines, past the usual 400: the matrices' shape (slots, columns, the prefix sums kept
+across firings) and the fold of a batch into them change together and read best side by side.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .columnar import key_codes
 from .grid import Grid
 from .store import SliceStore
 from .table_fire import FiredColumns, QueryIndex, fire
+from .table_state import GroupSlices, export, key_store, load
 
 _DENSE_CELLS = 4096  # a batch's (key, slice) cells are reduced densely up to 4 per row + this
 
@@ -48,25 +52,6 @@ class Reduction(Enum):
     SUM = "sum"
     MIN = "min"
     MAX = "max"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSlices:
-    """One key group's window state, as keyed state holds it (one entry per key group).
-
-    Row `i` is `keys[i]`, last fired at watermark `fired[i]`; column `j` is the slice
-    `[starts[j], ends[j])`. `values` holds sum/min/max partials (None for a count), meaningful
-    where `counts` is not 0; `changed` marks cells late records updated since the last firing.
-    Never changed after it is written: the next checkpoint writes a new one.
-    """
-
-    keys: tuple[Any, ...]
-    fired: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    counts: np.ndarray
-    values: np.ndarray | None
-    changed: np.ndarray | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,13 +126,13 @@ class SliceTable:
     def ncols(self) -> int:
         return len(self.starts)
 
-    def _identity(self) -> Any:
+    def empty_partial(self) -> Any:
         assert self.values is not None
         return identity(self.reduction, self.values.dtype)
 
     def _allocate(self, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         counts = np.zeros((rows, cols), dtype=np.int64)
-        values = None if self.values is None else np.full((rows, cols), self._identity(), dtype=self.values.dtype)
+        values = None if self.values is None else np.full((rows, cols), self.empty_partial(), dtype=self.values.dtype)
         changed = None if self.changed is None else np.zeros((rows, cols), dtype=np.bool_)
         return counts, values, changed
 
@@ -168,7 +153,7 @@ class SliceTable:
         self.prefix = self.prefix_values = None
         self.prefix_to = -1
 
-    def _ensure_values(self, dtype: np.dtype[Any]) -> None:
+    def ensure_values(self, dtype: np.dtype[Any]) -> None:
         """Hold value partials of `dtype` (an int table becomes float when a float arrives)."""
         if self.values is not None and (self.values.dtype == dtype or self.values.dtype.kind == "f"):
             return
@@ -180,7 +165,7 @@ class SliceTable:
         upcast[self.counts == 0] = identity(self.reduction, dtype)
         self.values = upcast
 
-    def _ensure_changed(self) -> np.ndarray:
+    def ensure_changed(self) -> np.ndarray:
         if self.changed is None:
             self.changed = np.zeros(self.counts.shape, dtype=np.bool_)
         return self.changed
@@ -198,7 +183,7 @@ class SliceTable:
             out = [slot_of.get(k, -1) for k in keys]
             for i, k in enumerate(keys):
                 if out[i] == -1:
-                    out[i] = self._new_slot(k, group_of(k), fired)
+                    out[i] = self.new_slot(k, group_of(k), fired)
             self.due_at = min(self.due_at, self.index.first_end_after(fired))
         return np.array(out, dtype=np.int64)
 
@@ -206,14 +191,14 @@ class SliceTable:
         """Room for `new_keys` more slots: drop empty ones, or grow (slots may move)."""
         if self.n + new_keys <= len(self.fired):
             return
-        self._compact_rows()
+        self.compact_rows()
         if self.n + new_keys > len(self.fired):
             cap = max(16, 2 * (self.n + new_keys))
             self.groups = np.resize(self.groups, cap)
             self.fired = np.resize(self.fired, cap)
             self._reshape(cap, self.counts.shape[1], np.arange(self.ncols))
 
-    def _new_slot(self, key: Any, group: int, fired: float) -> int:
+    def new_slot(self, key: Any, group: int, fired: float) -> int:
         """A slot for a new key (after `reserve`)."""
         slot = self.n
         self.keys.append(key)
@@ -232,7 +217,7 @@ class SliceTable:
             alive = alive | np.asarray(self.changed[:n, live].any(axis=1))
         return alive
 
-    def _compact_rows(self, force: bool = False) -> None:
+    def compact_rows(self, force: bool = False) -> None:
         """Drop the slots of keys that hold nothing (if that frees at least a quarter)."""
         n = self.n
         if not n:
@@ -249,7 +234,7 @@ class SliceTable:
         for matrix in (self.counts, self.values, self.changed):
             if matrix is not None:
                 matrix[:m] = matrix[kept]
-                matrix[m:n] = 0 if matrix is not self.values else self._identity()
+                matrix[m:n] = 0 if matrix is not self.values else self.empty_partial()
         self.n = m
         self.version += 1
         self.prefix_to = -1
@@ -294,7 +279,7 @@ class SliceTable:
         n = self.n
         self.counts[:n, dropped] = 0
         if self.values is not None:
-            self.values[:n, dropped] = self._identity()
+            self.values[:n, dropped] = self.empty_partial()
         if self.changed is not None:
             self.changed[:n, dropped] = False
         self.c0 += drop
@@ -317,7 +302,7 @@ class SliceTable:
             dtype = value_dtype(values)
             if dtype is None:
                 raise TypeError(f"{self.reduction.value} on the columnar path needs numbers, got {values.dtype}")
-            self._ensure_values(dtype)
+            self.ensure_values(dtype)
         slots = self.slots(distinct, group_of, watermark)
         behind = np.flatnonzero(ts < watermark)
         late_rows: list[int] = []
@@ -398,7 +383,7 @@ class SliceTable:
                 ufunc.at(self.values, (rows, at), values)
         self.prefix_to = min(self.prefix_to, int(cols.min()))
         if len(updated):
-            self._ensure_changed()[slots[codes[updated]], cols[local[updated]]] = True
+            self.ensure_changed()[slots[codes[updated]], cols[local[updated]]] = True
             self.has_changes = True
 
     def fire(self, watermark: float) -> FiredColumns | None:
@@ -443,57 +428,11 @@ class SliceTable:
 
     def export(self) -> dict[int, GroupSlices]:
         """Every key group's state (key groups holding nothing are left out)."""
-        self._compact_rows(force=True)
-        n = self.n
-        out: dict[int, GroupSlices] = {}
-        if not n:
-            return out
-        order = np.argsort(self.groups[:n], kind="stable")
-        groups = self.groups[order]
-        bounds = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-        live = slice(self.c0, self.c0 + self.ncols)
-        for g, rows in zip(groups[bounds].tolist(), np.split(order, bounds[1:])):
-            counts = self.counts[rows, live]
-            changed = None if self.changed is None else self.changed[rows, live]
-            holding = counts.any(axis=0) if changed is None else counts.any(axis=0) | changed.any(axis=0)
-            cols = np.flatnonzero(holding)
-            out[g] = GroupSlices(
-                tuple(self.keys[i] for i in rows.tolist()), self.fired[rows], self.starts[cols], self.ends[cols],
-                counts[:, cols], None if self.values is None else self.values[rows, live][:, cols],
-                None if changed is None or not changed.any() else changed[:, cols])
-        return out
+        return export(self)
 
     def load(self, entries: Iterable[tuple[int, GroupSlices]]) -> None:
         """Add key groups' state (restored, or gained by rescaling)."""
-        chosen = list(entries)
-        if not chosen:
-            return
-        starts = np.concatenate([e.starts for _, e in chosen])
-        ends = np.concatenate([e.ends for _, e in chosen])
-        distinct, first = np.unique(starts, return_index=True)
-        if any(e.values is not None for _, e in chosen):
-            kinds = [e.values.dtype for _, e in chosen if e.values is not None]
-            self._ensure_values(np.dtype(np.float64) if any(d.kind == "f" for d in kinds) else kinds[0])
-        if any(e.changed is not None for _, e in chosen):
-            self._ensure_changed()
-        if len(distinct):
-            self.columns(distinct, ends[first])
-        for group, entry in chosen:
-            self.reserve(len(entry.keys))
-            slots = np.array([self._new_slot(k, group, f) for k, f in zip(entry.keys, entry.fired.tolist())],
-                             dtype=np.int64)
-            if not len(entry.starts):
-                continue
-            block = np.ix_(slots, np.searchsorted(self.starts, entry.starts) + self.c0)
-            self.counts[block] = entry.counts
-            if entry.values is not None:
-                assert self.values is not None
-                self.values[block] = np.where(entry.counts > 0, entry.values, self._identity())
-            if entry.changed is not None:
-                self._ensure_changed()[block] = entry.changed
-                self.has_changes = True
-        self.due_at = -math.inf
-        self.prefix_to = -1
+        load(self, entries)
 
     def clear(self) -> None:
         """Forget everything (before loading the key groups a subtask owns now)."""
@@ -501,14 +440,4 @@ class SliceTable:
 
     def key_store(self, key: Any) -> SliceStore | None:
         """One key's slices as the per-key path's `SliceStore` (a live state query), or None."""
-        slot = self.slot_of.get(key)
-        if slot is None:
-            return None
-        live = slice(self.c0, self.c0 + self.ncols)
-        counts = self.counts[slot, live]
-        cols = np.flatnonzero(counts)
-        partials = counts[cols] if self.values is None else self.values[slot, live][cols]
-        starts = self.starts[cols].tolist()
-        return SliceStore(fired=float(self.fired[slot]), next_fire=math.inf if not starts else -math.inf,
-                          partials=dict(zip(starts, partials.tolist())), starts=starts,
-                          ends=self.ends[cols].tolist())
+        return key_store(self, key)
