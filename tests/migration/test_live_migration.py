@@ -11,8 +11,17 @@ import pyarrow as pa
 import pytest
 from tests.api.test_rescale_and_savepoint import N, SlowSequence, _expected
 
-from epochal import CheckpointConfig, EpochalError, JobState, StateConfig, StreamEnvironment, WatermarkStrategy
+from epochal import (
+    CheckpointConfig,
+    EpochalError,
+    JobState,
+    RestartStrategy,
+    StateConfig,
+    StreamEnvironment,
+    WatermarkStrategy,
+)
 from epochal.state.keygroups import RoutingTable, key_group_of
+from epochal.state.reader import read_state
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink
 from epochal.windows import Tumbling
@@ -177,3 +186,67 @@ def test_a_rescale_into_standby_subtasks_is_a_live_move_no_restart(tmp_path: Pat
     assert result.restarts == 0 and result.restored_from == (None,)  # one attempt: nothing restarted
     final = CheckpointStorage(str(tmp_path / "c")).resolve("latest").routing
     assert final is not None and final.active == 2 and final.parallelism == 3
+
+
+class _CrashOnce:
+    """Fails once on record `at`: a restore after the moves, from an incremental checkpoint."""
+
+    def __init__(self, at: int, marker: Path) -> None:
+        self.at, self.marker = at, str(marker)
+
+    def __call__(self, x: int) -> int:
+        if x == self.at and not Path(self.marker).exists():
+            Path(self.marker).touch()
+            raise RuntimeError(f"failing once at {x}")
+        return x
+
+
+class _Slower(SlowSequence):
+    """`SlowSequence`, three times slower: the moves happen half-way."""
+
+    def open_split(self, split: Any, position: Any | None) -> Any:
+        reader = super().open_split(split, position)
+
+        class Reader(type(reader)):  # type: ignore[misc]
+            def read(self, max_records: int) -> Any:
+                time.sleep(0.002)
+                return super().read(max_records)
+
+        reader.__class__ = Reader
+        return reader
+
+
+def _cold_then_hot(x: int) -> int:
+    """Keys 0-2999 get one record each, in the first half; then 50 hot keys."""
+    return x if x < N // 2 else N // 2 + x % 50
+
+
+@pytest.mark.parametrize("backend", ["memory", "disk"])
+def test_checkpoints_stay_incremental_through_moves_and_restore_exactly(tmp_path: Path, backend: str) -> None:
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess", state=StateConfig(backend=backend),
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "c"), retain=1_000),
+                            restart=RestartStrategy(max_restarts=1))
+    (env.from_source(_Slower()).map(_CrashOnce(N - 200, tmp_path / "crashed"))
+        .key_by(_cold_then_hot).count().uid("count").sink_to(sink))
+    handle = env.execute_async("incremental")
+    deadline = time.monotonic() + 30
+    while len(sink.committed()) < N // 2:  # the cold keys are in, and stay as they are
+        assert time.monotonic() < deadline and not handle.done()
+        time.sleep(0.005)
+    contiguous = RoutingTable.contiguous(2, 128)
+    groups = range(0, 128, 3)
+    first = handle.move_key_groups({g: 1 - contiguous.owners[g] for g in groups}, timeout=30)  # a swap
+    handle.move_key_groups(dict.fromkeys(groups, 0), timeout=30)  # one way: some go back, some stay
+    result = handle.result(timeout=60)
+    assert result.restarts == 1 and result.restored_from[-1] is not None and result.restored_from[-1] > first
+    keys = [_cold_then_hot(x) for x in range(N)]
+    expected = Counter((k, n) for k, c in Counter(keys).items() for n in range(1, c + 1))
+    # restored from deltas written after the moves: the cold keys that moved are in them
+    assert Counter(sink.committed()) == expected
+    final = {row.key: row.value for row in read_state(str(tmp_path / "c"), "count")}
+    assert final == Counter(keys)  # every key's count, read through the chains the moves left
+    storage = CheckpointStorage(str(tmp_path / "c"))
+    deltas = [cid for cid in storage.complete_checkpoints() if cid > first
+              and any(st.keyed_base for op in storage.resolve(cid).operators for st in op.subtasks)]
+    assert deltas, "no incremental checkpoint after the moves: the chains were cut"

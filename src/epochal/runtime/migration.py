@@ -24,8 +24,9 @@ already switched), which is the same restore of n-1. While a migration is under 
 checkpoint starts (periodic, final, a savepoint's or a rescale's), so none can complete with a
 new owner's state missing.
 
-After a move, each side's next snapshot is full (`KeyedStateBackend.reassign`): an incremental
-chain always covers exactly the key groups its subtask owned while it grew.
+Checkpoints stay incremental through a move (`KeyedStateBackend.reassign`): an old owner's next
+delta deletes every key of the groups it lost, a new owner's writes every key it gained, and a
+restore reads from a subtask's chain only the groups the subtask held at that checkpoint.
 """
 
 from __future__ import annotations

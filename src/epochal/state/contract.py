@@ -174,7 +174,8 @@ class KeyedStateBackend(Protocol):
 
     def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
         """Own `owned` from now on: drop the key groups no longer owned, load `gained` (a live
-        migration, right after a snapshot); the next snapshot is full."""
+        migration, right after a snapshot); the next snapshot deletes the dropped groups' keys
+        and writes the gained ones, so it may stay a delta."""
         ...
 
     def close(self) -> None:

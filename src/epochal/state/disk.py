@@ -359,7 +359,8 @@ class DiskKeyedStateBackend:
     def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
         """Own `owned` from now on (a migration): delete the key groups no longer owned, load
         `gained`. Right after a snapshot, whose RocksDB snapshot or checkpoint keeps the old
-        entries; the next snapshot is full (see `HeapKeyedStateBackend.reassign`)."""
+        entries; the next snapshot deletes the dropped keys and writes the gained ones (see
+        `HeapKeyedStateBackend.reassign`)."""
         from rocksdict import WriteBatch
 
         self._write_back()
@@ -369,15 +370,18 @@ class DiskKeyedStateBackend:
         for kg in lost:
             prefix = _KG.pack(kg)
             it.seek(prefix)
-            while it.valid() and it.key().startswith(prefix):
-                batch.delete(it.key())
+            while it.valid() and (db_key := it.key()).startswith(prefix):
+                add_changed(self._changed, kg, _split(db_key)[1], pickle.loads(it.value())[0])
+                batch.delete(db_key)
                 it.next()
-            self._changed.pop(kg, None)
         del it
         self.db.write(batch)
         self.key_groups = owned
         self.restore(gained)
-        self.tracker.reset()
+        for kg, states in gained.items():
+            for name, entries in states.items():
+                for key in entries:
+                    add_changed(self._changed, kg, name, key)
 
     def close(self) -> None:
         self._held = None

@@ -161,6 +161,7 @@ class HeapKeyedStateBackend:
         self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
         self._tracking = self.tracker.tracks_changes  # whether this epoch records changed keys
         self._readers: list[weakref.ref[HeapSnapshot]] = []  # snapshots that may read maps
+        self._dropped: ChangedKeys = {}  # keys of key groups moved away: deletions in the next delta
 
     def snapshot_readers(self) -> bool:
         """Whether a snapshot taken here may still read frozen maps (neither released nor gone).
@@ -361,6 +362,11 @@ class HeapKeyedStateBackend:
                     m.freeze()
                 if checkpoint_id is not None and m.changed:
                     changed.setdefault(key_group, {})[name] = m.changed
+        if checkpoint_id is not None and self._dropped:
+            for key_group, states in self._dropped.items():
+                for name, keys in states.items():
+                    changed.setdefault(key_group, {}).setdefault(name, set()).update(keys)
+            self._dropped = {}
         self.epoch += 1  # nothing is owned any more: every value may be shared with `groups`
         if checkpoint_id is None:
             snap = HeapSnapshot(self.key_groups, groups, entries=entries)
@@ -413,19 +419,26 @@ class HeapKeyedStateBackend:
         longer owned, load `gained`'s entries for the new ones.
 
         Called right after a snapshot fixed the old state, which keeps the dropped maps it
-        froze. The chain of earlier files still holds the dropped groups and lacks the gained
-        ones, so the next snapshot is full (`IncrementalTracker.reset`): a chain always covers
-        exactly the groups its subtask owned while it grew.
+        froze. The next snapshot stays incremental: it deletes every key of the dropped groups
+        and writes every key of the gained ones, so the chain reads right for any group it ever
+        held (a reader takes from it only the groups its subtask holds at the end).
         """
         self.key_groups = owned
-        for maps in self._maps.values():
+        for name, maps in self._maps.items():
             for g in range(self.max_parallelism):
+                m = maps[g]
                 if g not in owned:
+                    if m is not None and self._tracking and (m.data or m.changed):
+                        self._dropped.setdefault(g, {}).setdefault(name, set()).update(m.data, m.changed or ())
                     maps[g] = None
-                elif maps[g] is None:
+                elif m is None:
                     maps[g] = _StateMap(self._tracking)
         self.restore(gained)
-        self.tracker.reset()
+        for g, states in gained.items():
+            for name, entries in states.items():
+                changed = self._map(name, g).changed
+                if changed is not None:
+                    changed.update(entries)
 
     def close(self) -> None:
         pass
