@@ -179,16 +179,31 @@ def run_once(spark: Any, directory: str, rate: float, max_workers: int | str | N
         handle.result(timeout=120)
     except Exception:  # noqa: BLE001 - cancelled, as asked
         pass
+    return {"rate": rate, "max_workers": max_workers, "rescales": done, "buckets": read_buckets(lat)}
+
+
+def read_buckets(directory: str) -> list[tuple[float, int, float, float | None]]:
+    """The measuring sink's buckets, merged over its writers: (seconds, records, worst latency,
+    mean latency), in time order."""
     buckets: dict[int, list[float]] = {}
-    for path in glob.glob(os.path.join(lat, "lat-*.json")):
+    for path in glob.glob(os.path.join(directory, "lat-*.json")):
         with open(path) as f:
             for b, (n, worst, total) in json.load(f).items():
                 acc = buckets.setdefault(int(b), [0, 0.0, 0.0])
                 acc[0] += n
                 acc[1] = max(acc[1], worst)
                 acc[2] += total
-    return {"rate": rate, "max_workers": max_workers, "rescales": done, "buckets": sorted(
-        (b * BUCKET, n, worst, total / n if n else None) for b, (n, worst, total) in buckets.items())}
+    return sorted((b * BUCKET, int(n), worst, total / n if n else None) for b, (n, worst, total) in buckets.items())
+
+
+def after_change(rows: list[Any], at: float) -> dict[str, Any]:
+    """The worst latency and the longest stretch without output in the 4 s after a change asked
+    for at `at` seconds."""
+    window = [r for r in rows if at <= r[0] < at + 4.0]
+    have = sorted(r[0] for r in window if r[1])
+    gaps = [b - a - BUCKET for a, b in zip([at, *have], [*have, at + 4.0], strict=True)]
+    return {"worst_latency_s": max((r[2] for r in window), default=None),
+            "longest_gap_s": max(0.0, max(gaps, default=0.0))}
 
 
 def _figures(run: dict[str, Any]) -> dict[str, Any]:
@@ -196,14 +211,8 @@ def _figures(run: dict[str, Any]) -> dict[str, Any]:
     in the 4 s after each rescale."""
     rows = [r for r in run["buckets"] if 0 <= r[0] < RUN_S]
     steady = [r[2] for r in rows if 2.0 <= r[0] < RESCALES[0][0]]
-    after = []
-    for rescale in run["rescales"]:
-        at = rescale["at"]
-        window = [r for r in rows if at <= r[0] < at + 4.0]
-        have = sorted(r[0] for r in window if r[1])
-        gaps = [b - a - BUCKET for a, b in zip([at, *have], [*have, at + 4.0], strict=True)]
-        after.append({"to": rescale["parallelism"], "worst_latency_s": max((r[2] for r in window), default=None),
-                      "longest_gap_s": max(0.0, max(gaps, default=0.0)), "answered_s": rescale["answered_s"]})
+    after = [{"to": rescale["parallelism"], **after_change(rows, rescale["at"]), "answered_s": rescale["answered_s"]}
+             for rescale in run["rescales"]]
     return {"steady_max_s": max(steady, default=None),
             "steady_median_s": statistics.median(steady) if steady else None, "after": after}
 

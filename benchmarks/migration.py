@@ -13,8 +13,6 @@ how long each move took (asked to done).
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import shutil
 import sys
@@ -111,29 +109,15 @@ def run_once(spark: Any, directory: str, size_mb: int) -> dict[str, Any]:
         handle.result(timeout=120)
     except Exception:  # noqa: BLE001 - cancelled, as asked
         pass
-    buckets: dict[int, list[float]] = {}
-    for path in glob.glob(os.path.join(lat, "lat-*.json")):
-        with open(path) as f:
-            for b, (n, worst, total) in json.load(f).items():
-                acc = buckets.setdefault(int(b), [0, 0.0, 0.0])
-                acc[0] += n
-                acc[1] = max(acc[1], worst)
-                acc[2] += total
-    rows = sorted((b * elasticity.BUCKET, n, worst) for b, (n, worst, _) in buckets.items())
+    rows = [r[:3] for r in elasticity.read_buckets(lat)]
     return {"size_mb": size_mb, "moves": moves, "buckets": rows, "figures": _figures(rows, moves)}
 
 
 def _figures(rows: list[tuple[float, int, float]], moves: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [r for r in rows if 0 <= r[0] < RUN_S]
     steady = [r[2] for r in rows if 2.0 <= r[0] < MOVES[0][0]]
-    after = []
-    for move in moves:
-        at = move["at"]
-        window = [r for r in rows if at <= r[0] < at + 4.0]
-        have = sorted(r[0] for r in window if r[1])
-        gaps = [b - a - elasticity.BUCKET for a, b in zip([at, *have], [*have, at + 4.0], strict=True)]
-        after.append({"batch": move["batch"], "worst_latency_s": max((r[2] for r in window), default=None),
-                      "longest_gap_s": max(0.0, max(gaps, default=0.0)), "took_s": move["took_s"]})
+    after = [{"batch": move["batch"], **elasticity.after_change(rows, move["at"]), "took_s": move["took_s"]}
+             for move in moves]
     return {"steady_max_s": max(steady, default=None), "after": after}
 
 
