@@ -128,3 +128,38 @@ def test_the_runner_would_notice_a_lost_late_update() -> None:
     assert emitted[1] == [("a", "t", 0.0, 1.0, 2, "late_update")]
     assert canonical((emitted, set())) == canonical(run_reference(scenario))
     assert table_of(scenario).fire(1.0) is None
+
+
+@pytest.mark.parametrize("aggregate", ["count", "sum", "max"])
+def test_a_long_stream_reuses_purged_columns_in_place(aggregate: str) -> None:
+    """Hundreds of slices through a table whose purged columns on the left make room for new
+    ones on the right (shifted in place, prefix sums and all), with late updates on the way."""
+    events: list[Rec | Mark] = []
+    for i in range(600):
+        ts = i * 0.1 - (0.35 if i % 7 == 3 else 0.0)  # every 7th record late by 0.35 s
+        events.append(Rec("ab"[i % 2], round(ts, 1), i % 5))
+        if i % 3 == 2:
+            events.append(Mark(round(i * 0.1 - 0.2, 1)))
+    events.append(Mark(math.inf))
+    scenario = Scenario({"s": Sliding(0.5, 0.1), "t": Tumbling(0.3)}, aggregate, 0.2, events,
+                        [i % 5 == 4 for i in range(600)])
+    expected = canonical(run_reference(scenario))
+    table = table_of(scenario)
+    shifts = 0
+    shift = table._shift_left
+
+    def counted() -> None:
+        nonlocal shifts
+        shifts += 1
+        shift()
+
+    assert canonical(run_table(scenario)) == expected
+    assert canonical(run_table(scenario, restore_at=101, parallelism=2, rescale_to=3)) == expected
+    table._shift_left = counted  # type: ignore[method-assign]
+    for event in events:  # the same trace on one table: it must have shifted
+        if isinstance(event, Rec):
+            table.add(pa.array([event.key]), np.array([event.ts]), None if aggregate == "count"
+                      else np.array([event.value]), -math.inf, lambda k: 0)
+        elif math.isfinite(event.watermark):
+            table.fire(event.watermark)
+    assert shifts > 0

@@ -153,6 +153,25 @@ class SliceTable:
         self.prefix = self.prefix_values = None
         self.prefix_to = -1
 
+    def _shift_left(self) -> None:
+        """Move the live columns to column 0 in place (purged columns freed room on the left);
+        the kept prefix sums move along."""
+        c0, width, n = self.c0, self.ncols, self.n
+        if not c0:
+            return
+        for matrix in (self.counts, self.values, self.changed):
+            if matrix is not None:
+                matrix[:n, :width] = matrix[:n, c0:c0 + width]
+                matrix[:n, width:c0 + width] = 0 if matrix is not self.values else self.empty_partial()
+        if self.prefix is not None and self.prefix_to >= c0:
+            for prefix in (self.prefix, self.prefix_values):
+                if prefix is not None:
+                    prefix[:self.prefix_to - c0 + 1, :n] = prefix[c0:self.prefix_to + 1, :n]
+            self.prefix_to -= c0
+        else:
+            self.prefix_to = -1
+        self.c0 = 0
+
     def ensure_values(self, dtype: np.dtype[Any]) -> None:
         """Hold value partials of `dtype` (an int table becomes float when a float arrives)."""
         if self.values is not None and (self.values.dtype == dtype or self.values.dtype.kind == "f"):
@@ -257,7 +276,10 @@ class SliceTable:
         if not len(live) or starts_new[0] > live[-1]:  # in order: append on the right
             if self.c0 + len(live) + len(starts_new) > cap:
                 total = len(live) + len(starts_new)
-                self._reshape(self.counts.shape[0], max(16, 2 * total), np.arange(len(live)))
+                if 2 * total <= cap:
+                    self._shift_left()
+                else:
+                    self._reshape(self.counts.shape[0], max(16, 2 * total), np.arange(len(live)))
             self.starts = np.concatenate([live, starts_new])
             self.ends = np.concatenate([self.ends, ends_new])
         else:  # out of order: rebuild around the new columns

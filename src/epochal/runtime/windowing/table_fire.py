@@ -58,16 +58,25 @@ class QueryIndex:
 
     def __init__(self, windows: tuple[PeriodicWindow, ...]) -> None:
         self.queries = windows
+        self._first_end: dict[float, np.ndarray] = {}  # the last few answers: a firing's watermark
         self.scalar = len(windows) <= _SCALAR_LIMIT  # a Python loop beats numpy's overhead
         self.offset = np.array([w.offset for w in windows], dtype=np.float64)
         self.slide = np.array([w.slide for w in windows], dtype=np.float64)
         self.size = np.array([w.size for w in windows], dtype=np.float64)
 
     def first_end(self, t: float) -> np.ndarray:
-        """Per query, the first window ending after `t` (finite)."""
-        if self.scalar:
-            return np.array([w.first_end_index(t) for w in self.queries], dtype=np.int64)
-        return first_end_indices(np.float64(t), self.offset, self.slide, self.size).astype(np.int64)
+        """Per query, the first window ending after `t` (finite); remembered for the next firing,
+        which starts where this one ended."""
+        found = self._first_end.get(t)
+        if found is None:
+            if len(self._first_end) > 4:
+                self._first_end.clear()
+            if self.scalar:
+                found = np.array([w.first_end_index(t) for w in self.queries], dtype=np.int64)
+            else:
+                found = first_end_indices(np.float64(t), self.offset, self.slide, self.size).astype(np.int64)
+            self._first_end[t] = found
+        return found
 
     def last_start(self, t: float) -> np.ndarray:
         """Per query, the last window starting at or before `t` (finite)."""
@@ -92,7 +101,7 @@ class QueryIndex:
         if not math.isfinite(t):
             return t
         if self.scalar:
-            return min(w.end_of(w.first_end_index(t)) for w in self.queries)
+            return min(w.end_of(k) for w, k in zip(self.queries, self.first_end(t).tolist()))
         k = self.first_end(t).astype(np.float64)
         return float(((self.offset + k * self.slide) + self.size).min())
 
