@@ -382,7 +382,9 @@ class SliceTable:
         counts, reduction = self.counts, self.reduction
         if nk * nc <= 4 * len(ts) + _DENSE_CELLS:  # one small dense block of the batch's cells
             cell = codes * nc + local
-            block = np.ix_(slots, cols)
+            block: Any = np.ix_(slots, cols)
+            if int(cols[-1]) - int(cols[0]) + 1 == nc:  # adjacent columns: a slice, not a gather
+                block = (slots, slice(int(cols[0]), int(cols[-1]) + 1))
             counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nk, nc)
             if values is not None:
                 assert self.values is not None
