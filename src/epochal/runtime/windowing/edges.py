@@ -137,8 +137,14 @@ class SliceEdges:
         """
         if not len(ts):
             return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0)
-        edges = self._edges_between(float(ts.min()), float(ts.max()), limit=max(8 * len(ts), 1 << 16))
+        t_min, t_max = float(ts.min()), float(ts.max())
+        edges = self._edges_between(t_min, t_max, limit=max(8 * len(ts), 1 << 16))
         if edges is not None:
+            # each progression brings edges a period or two beyond the batch: keep the ones
+            # around it, so the search per row runs over few (long periods, many queries)
+            first = int(np.searchsorted(edges, t_min, side="right")) - 1
+            last = int(np.searchsorted(edges, t_max, side="right"))
+            edges = edges[first:last + 1]
             index = np.searchsorted(edges, ts, side="right") - 1
             return index, edges[:-1], edges[1:]
         distinct, inverse = np.unique(ts, return_inverse=True)
