@@ -24,6 +24,7 @@ from .messages import (
     DeclineCheckpoint,
     InputsEnded,
     KeyGroupsAdopted,
+    KeyGroupsPrepared,
     LoopRoundEnded,
     StateAnswer,
     TaskFinished,
@@ -39,6 +40,7 @@ class AttemptObserver(Protocol):
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None: ...
     def state_answered(self, answer: StateAnswer) -> None: ...
     def key_groups_adopted(self, message: KeyGroupsAdopted) -> None: ...
+    def key_groups_prepared(self, message: KeyGroupsPrepared) -> None: ...
 
 
 class Attempt:
@@ -101,6 +103,8 @@ class Attempt:
             self.observer.state_answered(message)
         elif kind is KeyGroupsAdopted:
             self.observer.key_groups_adopted(message)
+        elif kind is KeyGroupsPrepared:
+            self.observer.key_groups_prepared(message)
         else:
             raise RuntimeError(f"unexpected message from a task: {message!r}")
 

@@ -48,7 +48,7 @@ from .control import Command, JobControl, JobState, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
-from .messages import KeyGroupsAdopted, StateAnswer
+from .messages import KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
 from .migration import routing_for
 from .migrations import Migrations
@@ -171,6 +171,7 @@ class JobMaster:
             self, self.enumerators,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        self.migrations.send = self.attempt.send
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts,
                              parallelism=self.migrations.parallelism(routing))
@@ -322,6 +323,9 @@ class JobMaster:
 
     def key_groups_adopted(self, message: KeyGroupsAdopted) -> None:
         self.migrations.adopted(message, self.attempt.coordinator if self.attempt is not None else None)
+
+    def key_groups_prepared(self, message: KeyGroupsPrepared) -> None:
+        self.migrations.prepared(message, self.attempt.coordinator if self.attempt is not None else None)
 
     def state_answered(self, answer: StateAnswer) -> None:
         self._live_queries.answered(answer)

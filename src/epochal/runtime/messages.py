@@ -152,6 +152,23 @@ class AdoptKeyGroups:
 
 
 @dataclass(frozen=True, slots=True)
+class PrepareKeyGroups:
+    """Key groups will move to this task by `table`: read them ahead from checkpoint `manifest`
+    (pre-copy), off the processing path, and say when done (`runtime.migration`)."""
+
+    manifest: Manifest
+    table: RoutingTable
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroupsPrepared:
+    """A task read ahead the key groups it will take over, from checkpoint `checkpoint_id`."""
+
+    task: TaskId
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class KeyGroupsAdopted:
     """A task took over the key groups checkpoint `checkpoint_id` moved to it."""
 

@@ -31,7 +31,8 @@ restore reads from a subtask's chain only the groups the subtask held at that ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,9 @@ from ..state.storage import CheckpointStorage
 from .control import Command
 from .fault_points import fault_point
 from .operators import KeyedOperator, RuntimeOperator
-from .snapshots import read_operator_restore
+from .snapshots import PreparedGroups, prepare_groups, read_groups
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,23 @@ class KeyGroupOwner:
         self.subtask = subtask
         self.keyed_parallelism = keyed_parallelism
         self.pending: PendingAdoption | None = None  # groups moving here: the task takes no input
+        self.prepared: PreparedGroups | None = None  # groups read ahead of their move (pre-copy)
+
+    def preparation(self, manifest: Manifest, table: RoutingTable,
+                    storage: CheckpointStorage | None) -> Callable[[], PreparedGroups | None]:
+        """The read-ahead of the groups `table` moves here, from `manifest`, to run off the
+        processing path; it gives None if it fails (the adoption then reads everything)."""
+        gained = handover(self.key_groups, table, self.subtask).gained
+        uids = [op.uid for op in self.chain if isinstance(op, KeyedOperator)]
+
+        def work() -> PreparedGroups | None:
+            try:
+                return prepare_groups(storage, manifest, uids, gained)
+            except Exception:  # noqa: BLE001 - a cache: a file dropped by retention meanwhile, say
+                log.info("reading key groups %s ahead failed; they are read when they move", gained, exc_info=True)
+                return None
+
+        return work
 
     def reroute(self, checkpoint_id: int, table: RoutingTable) -> None:
         """The rerouting barrier went out, its snapshot fixed: drop what moves away, and wait for
@@ -116,11 +136,9 @@ class KeyGroupOwner:
         pending = self.pending
         if pending is None or pending.checkpoint_id != manifest.checkpoint_id:
             return None
-        gained = {
-            op.uid: read_operator_restore(storage, manifest, op.uid, pending.gained, max_parallelism,
-                                          operator_state=False)[0] or {}
-            for op in self.chain if isinstance(op, KeyedOperator)
-        }
+        prepared, self.prepared = self.prepared, None
+        gained = {op.uid: read_groups(storage, manifest, op.uid, pending.gained, prepared)
+                  for op in self.chain if isinstance(op, KeyedOperator)}
         fault_point("migration.adopting")  # tests: die with the moved groups read, not yet taken over
         self._own(pending.owned, gained)
         self.pending = None
@@ -189,25 +207,27 @@ def balanced_moves(table: RoutingTable, active: int) -> dict[int, int]:
 
 @dataclass(slots=True)
 class Migration:
-    """A migration under way, on the job master: its checkpoint, the table it moves to, and the
-    tasks that still have to take their new key groups over."""
+    """A migration step under way, on the job master: the table it moves to, its new owners, and
+    the tasks it waits for: to read their groups ahead (`prepared_from`, before the rerouting
+    checkpoint is triggered), then to take them over (once `checkpoint_id` completed)."""
 
-    checkpoint_id: int
     table: RoutingTable
+    new_owners: frozenset[TaskId]
     awaiting: set[TaskId]
     started: float
     command: Command | None = None
     steps: list[dict[int, int]] = field(default_factory=list)  # batches still to move after this one
     parallelism: int | None = None  # a live rescale's new parallelism, published once all moved
+    checkpoint_id: int | None = None  # the rerouting checkpoint, once triggered
+    prepared_from: int | None = None  # the checkpoint the new owners read ahead from
 
     @staticmethod
-    def start(job: JobGraph, checkpoint_id: int, current: RoutingTable, table: RoutingTable, started: float,
-              command: Command | None, steps: list[dict[int, int]] | None = None,
-              parallelism: int | None = None) -> Migration:
+    def plan(job: JobGraph, current: RoutingTable, table: RoutingTable, started: float, command: Command | None,
+             steps: list[dict[int, int]] | None = None, parallelism: int | None = None) -> Migration:
         gaining = {new for _, new in current.changes(table).values()}
-        tasks = {TaskId(v, s) for v in job.keyed_vertices() if job.vertex(v).parallelism == table.parallelism
-                 for s in gaining}
-        return Migration(checkpoint_id, table, tasks, started, command, steps or [], parallelism)
+        tasks = frozenset(TaskId(v, s) for v in job.keyed_vertices()
+                          if job.vertex(v).parallelism == table.parallelism for s in gaining)
+        return Migration(table, tasks, set(tasks), started, command, steps or [], parallelism)
 
 
 def refusal(job: JobGraph, has_storage: bool) -> str | None:

@@ -1,9 +1,12 @@
 """The job master's side of live migration: moves and live rescales, one step at a time.
 
 `runtime.migration` describes the protocol and holds the task's side; here the job master turns a
-`MoveRequest` or a live rescale into steps (Megaphone's batches), triggers each step's rerouting
-checkpoint, hands the completed checkpoint to the new owners, and starts the next step once they
-all took over. Only one migration runs at a time, and none survives its attempt.
+`MoveRequest` or a live rescale into steps (Megaphone's batches). For each step it first has the
+new owners read their groups ahead from the latest complete checkpoint, off their processing path
+(pre-copy: ChronoStream §III-C rebuilds a slice from its backup before rerouting), then triggers
+the rerouting checkpoint, hands it to the new owners once complete (they read only what was
+written since the read-ahead), and starts the next step once they all took over. Only one
+migration runs at a time, and none survives its attempt.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..state.keygroups import RoutingTable
 from .control import Command, JobControl, MoveRequest
 from .coordinator import CheckpointCoordinator, CompletedCheckpoint
-from .messages import AdoptKeyGroups, KeyGroupsAdopted
+from .messages import AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from .migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,7 @@ class Migrations:
         self.control = control
         self.has_storage = has_storage
         self.current: Migration | None = None
+        self.send: Callable[[TaskId, object], None] | None = None  # to the attempt's tasks
 
     @property
     def standby(self) -> bool:
@@ -47,7 +51,7 @@ class Migrations:
         if why is None and (coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None):
             why = f"job {self.job.name!r} is not running, or is ending"
         if why is None and self.current is not None:
-            why = f"key groups are moving already (checkpoint {self.current.checkpoint_id})"
+            why = "key groups are moving already"
         if why is not None:
             command.finish(error=EpochalError(why))
             return
@@ -90,11 +94,33 @@ class Migrations:
                 self.control.publish(parallelism=parallelism)
             command.finish(result=coordinator.completed[-1].checkpoint_id if coordinator.completed else None)
             return
-        checkpoint_id = coordinator.trigger(reroute=table)
-        self.current = Migration.start(self.job, checkpoint_id, current, table, time.monotonic(), command, steps,
-                                       parallelism)
-        log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name, len(current.changes(table)),
-                 checkpoint_id)
+        migration = self.current = Migration.plan(self.job, current, table, time.monotonic(), command, steps,
+                                                  parallelism)
+        if coordinator.completed and self.send is not None:  # read ahead from the newest checkpoint
+            latest = coordinator.completed[-1]
+            migration.prepared_from = latest.checkpoint_id
+            prepare = PrepareKeyGroups(latest.manifest, table)
+            for task in migration.new_owners:
+                self.send(task, prepare)
+        else:
+            self._trigger(coordinator, migration)
+
+    def prepared(self, message: KeyGroupsPrepared, coordinator: CheckpointCoordinator | None) -> None:
+        """A new owner read its groups ahead; once all did, the rerouting checkpoint starts."""
+        migration = self.current
+        if (migration is None or migration.checkpoint_id is not None or coordinator is None
+                or message.checkpoint_id != migration.prepared_from):
+            return
+        migration.awaiting.discard(message.task)
+        if not migration.awaiting:
+            self._trigger(coordinator, migration)
+
+    def _trigger(self, coordinator: CheckpointCoordinator, migration: Migration) -> None:
+        current = current_table(self.job, coordinator.routing)
+        migration.checkpoint_id = coordinator.trigger(reroute=migration.table)
+        migration.awaiting = set(migration.new_owners)
+        log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name,
+                 len(current.changes(migration.table)), migration.checkpoint_id)
 
     def completed(self, checkpoint: CompletedCheckpoint, send: Callable[[TaskId, object], None]) -> None:
         """A checkpoint completed: if it is the step's, its new owners read their groups from it."""
@@ -107,7 +133,7 @@ class Migrations:
     def adopted(self, message: KeyGroupsAdopted, coordinator: CheckpointCoordinator | None) -> None:
         """A new owner took over; once all did, checkpoints go on and the next step starts."""
         migration = self.current
-        if migration is None or message.checkpoint_id != migration.checkpoint_id:
+        if migration is None or migration.checkpoint_id is None or message.checkpoint_id != migration.checkpoint_id:
             return
         migration.awaiting.discard(message.task)
         if migration.awaiting:

@@ -14,6 +14,7 @@ import hashlib
 import itertools
 import re
 from collections.abc import Container, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CheckpointError
@@ -198,3 +199,63 @@ def read_operator_restore(
         )
         fault_point("restore.read")  # tests: die mid-restore, this old subtask's files read
     return keyed, states
+
+
+@dataclass(slots=True)
+class PreparedGroups:
+    """Key groups read ahead of a migration (pre-copy) from an earlier complete checkpoint: per
+    operator uid and old subtask, the groups read, the chain they were read from, and their state."""
+
+    checkpoint_id: int
+    read: dict[tuple[str, int], tuple[frozenset[int], tuple[str, ...]]]
+    state: dict[str, KeyedGroups]
+
+
+def prepare_groups(storage: CheckpointStorage | None, manifest: Manifest, uids: Iterable[str],
+                   key_groups: KeyGroups) -> PreparedGroups:
+    """Read `key_groups` of the operators `uids` from `manifest` (off the processing path: the
+    state a new owner will take, before the barrier that moves it)."""
+    reader = storage_for(manifest, storage)
+    prepared = PreparedGroups(manifest.checkpoint_id, {}, {})
+    for uid in uids:
+        op = manifest.operator(uid)
+        if op is None:
+            continue
+        state = prepared.state.setdefault(uid, {})
+        for st in op.subtasks:
+            held = st.holds()
+            wanted = frozenset(g for g in key_groups if g in held)
+            chain = st.keyed_chain()
+            if chain and wanted:
+                state.update(read_keyed_chain(reader, chain, wanted))
+                prepared.read[(uid, st.subtask)] = (wanted, tuple(h.path for h in chain))
+    return prepared
+
+
+def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str, key_groups: KeyGroups,
+                prepared: PreparedGroups | None) -> KeyedGroups:
+    """The state of `key_groups` of operator `uid` in `manifest`, reading only the files newer than
+    what `prepared` read where its chain goes on from there (else the whole chain)."""
+    op = manifest.operator(uid)
+    if op is None:
+        return {}
+    reader = storage_for(manifest, storage)
+    out: KeyedGroups = {}
+    for st in op.subtasks:
+        held = st.holds()
+        wanted = {g for g in key_groups if g in held}
+        chain = st.keyed_chain()
+        if not chain or not wanted:
+            continue
+        paths = tuple(h.path for h in chain)
+        before = prepared.read.get((uid, st.subtask)) if prepared is not None else None
+        if prepared is not None and before is not None and wanted <= before[0] \
+                and paths[:len(before[1])] == before[1]:
+            part = {g: prepared.state[uid][g] for g in wanted if g in prepared.state.get(uid, {})}
+            for handle in chain[len(before[1]):]:  # only what was written since
+                is_delta, groups = decode_keyed_file(reader.read_file(handle), wanted, source=handle.path)
+                apply_sections(part, is_delta, groups)
+        else:
+            part = read_keyed_chain(reader, chain, wanted)
+        out.update(part)
+    return out

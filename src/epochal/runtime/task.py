@@ -50,10 +50,12 @@ from .messages import (
     EndLoop,
     InputsEnded,
     KeyGroupsAdopted,
+    KeyGroupsPrepared,
     LoopRoundEnded,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorMetrics,
+    PrepareKeyGroups,
     QueryState,
     StateAnswer,
     TaskFinished,
@@ -541,6 +543,8 @@ class Task:
             self.source.assign(message.splits)
         elif kind is AdoptKeyGroups:
             self._adopt(message.manifest)
+        elif kind is PrepareKeyGroups:
+            self._prepare(message)
         else:
             raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
 
@@ -571,6 +575,16 @@ class Task:
             ))
 
     # -- live migration (`runtime.migration`) ----------------------------------------------------
+    def _prepare(self, message: PrepareKeyGroups) -> None:
+        """Read ahead, off the processing path, the key groups about to move here (pre-copy)."""
+        checkpoint_id = message.manifest.checkpoint_id
+
+        def done(prepared: Any) -> None:
+            self.owner.prepared = prepared
+            self.setup.send(KeyGroupsPrepared(self.id, checkpoint_id))
+
+        self.setup.background.submit(self.owner.preparation(message.manifest, message.table, self.setup.storage), done)
+
     def _adopt(self, manifest: Manifest) -> None:
         """Checkpoint `manifest` is complete: take over the key groups that moved here, and go on."""
         adopted = self.owner.adopt(manifest, self.setup.storage, self.setup.max_parallelism)
