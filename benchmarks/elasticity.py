@@ -217,7 +217,7 @@ def _figures(run: dict[str, Any]) -> dict[str, Any]:
             "steady_median_s": statistics.median(steady) if steady else None, "after": after}
 
 
-@benchmark("elasticity", "Elasticity: latency through a rescale, in place against a new stage")
+@benchmark("elasticity", "Elasticity: latency through a rescale, live against by restore")
 def run(quick: bool) -> dict[str, Any]:
     from pyspark import cloudpickle
 
@@ -273,8 +273,11 @@ def _summary(result: dict[str, Any]) -> str:
             f"{ms(up.get('longest_gap_s'))} | {ms(down.get('worst_latency_s'))} | {ms(down.get('longest_gap_s'))} |"
         )
     lines += ["", "Gap: the longest stretch of sink time without output in the 4 s after the change was asked "
-              "for. Not measured yet: state of 10 MB to 1 GB (the state here is a few keys), a live rescale into "
-              "a standby slot, recovery from peer backups (issue 18).", "",
+              "for. The load is a share of the maximum at parallelism 1 without standby subtasks; a steady worst "
+              "latency of hundreds of milliseconds or more says the set-up runs past its own maximum at that rate "
+              "(standby subtasks double every vertex's tasks; at parallelism 2 the keyed exchange crosses TCP "
+              "between the two workers). Moves at 10 MB to 1 GB of state: `migration`. Not measured yet: recovery "
+              "from peer backups (issue 18).", "",
               "![latency through rescales](img/elasticity.png)"]
     return "\n".join(lines)
 

@@ -104,3 +104,17 @@ def test_checkpoint_modes_measures_each_mode_under_backpressure():
         assert run["records_per_s"] > 0 and run["checkpoints"], mode
     row = checkpoint_modes._row(run)
     assert row["mode"] == "at_least_once" and row["duration_ms_median"] is not None
+
+
+def test_migration_figures_and_summary():
+    from benchmarks import migration
+
+    rows = [(3.0, 10, 0.02), (8.0, 10, 0.05), (8.25, 0, 0.0), (8.5, 10, 0.3), (16.0, 10, 0.04)]
+    moves = [{"at": 8.0, "batch": None, "took_s": 0.2}, {"at": 16.0, "batch": 8, "took_s": 0.5}]
+    figures = migration._figures(rows, moves)
+    assert figures["steady_max_s"] == 0.02
+    once, batched = figures["after"]
+    assert once["worst_latency_s"] == 0.3 and once["longest_gap_s"] == 3.25  # nothing after 8.5 s
+    assert batched["batch"] == 8 and batched["took_s"] == 0.5
+    result = {"rate": 1.0, "blob": 1024, "moved_groups": 32, "runs": [{"size_mb": 10, "figures": figures}]}
+    assert "| 10 MB | 20 | 300 | 3,250 | 200 |" in migration._summary(result)
