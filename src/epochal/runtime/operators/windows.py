@@ -242,18 +242,11 @@ class KeyedWindowOperator(KeyedOperator):
         backend, windowing = self.backend, self.windowing
         max_p = self.ctx.max_parallelism
         letters: list[DeadLetter] = []
-        try:
-            times = batch_timestamps(self.name, self.event_time, batch, self.position())
-        except RecordError:
-            if self.on_error is OnError.FAIL:
-                raise
-            kept, times, bad = timed_rows(self.event_time, batch)
-            for record, exc in bad:
-                self.reject(record, exc, letters)
-            assert isinstance(kept, pa.RecordBatch)
-            if not kept.num_rows:
-                return with_letters(self._out(self._late_updates(), []), letters)
-            batch = kept
+        kept, times = self._timed(batch, letters)
+        assert isinstance(kept, pa.RecordBatch)
+        if not kept.num_rows:
+            return with_letters(self._out(self._late_updates(), []), letters)
+        batch = kept
         values: Any = None  # a count reads nothing
         if isinstance(self.spec.value, str):
             values = batch.column(self.spec.value)
@@ -289,15 +282,7 @@ class KeyedWindowOperator(KeyedOperator):
         table = self._table
         assert table is not None and isinstance(self.key, str)
         letters: list[DeadLetter] = []
-        try:
-            times = batch_timestamps(self.name, self.event_time, batch, self.position())
-        except RecordError:
-            if self.on_error is OnError.FAIL:
-                raise
-            kept, times, bad = timed_rows(self.event_time, batch)
-            for record, exc in bad:
-                self.reject(record, exc, letters)
-            batch = kept
+        batch, times = self._timed(batch, letters)
         arrow = isinstance(batch, pa.RecordBatch)
         records: list[Any] = []
         try:
@@ -324,6 +309,19 @@ class KeyedWindowOperator(KeyedOperator):
                 late = [LateRecord(records[i], q) for i, q in zip(admission.late_rows.tolist(), admission.late_queries)]
         results = self._late_updates()
         return with_letters(self._out(results, late), letters)
+
+    def _timed(self, batch: Batch, letters: list[DeadLetter]) -> tuple[Batch, Any]:
+        """The batch and its event times; under a tolerant `on_error`, rows whose time cannot be
+        read are rejected (skipped, or dead-lettered into `letters`) and left out of both."""
+        try:
+            return batch, batch_timestamps(self.name, self.event_time, batch, self.position())
+        except RecordError:
+            if self.on_error is OnError.FAIL:
+                raise
+            kept, times, bad = timed_rows(self.event_time, batch)
+            for record, exc in bad:
+                self.reject(record, exc, letters)
+            return kept, times
 
     def _late_updates(self) -> list[Any]:
         """Windows late records changed fire again at the next watermark; once the watermark is
