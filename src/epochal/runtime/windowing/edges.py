@@ -154,8 +154,8 @@ class SliceEdges:
             edge, following = _edges_around(distinct, np.float64(b), np.float64(p), np.float64(s))
             np.maximum(lo, edge, out=lo)
             np.minimum(hi, following, out=hi)
-        starts, first, index = np.unique(lo, return_index=True, return_inverse=True)
-        return index.reshape(-1), starts, hi[first]
+        starts, first_of, index = np.unique(lo, return_index=True, return_inverse=True)
+        return index.reshape(-1), starts, hi[first_of]
 
     def first_windows(self, t: float) -> tuple[list[int], list[float]]:
         """Per query, the first window ending after `t`: (index, end)."""
