@@ -250,3 +250,21 @@ def test_checkpoints_stay_incremental_through_moves_and_restore_exactly(tmp_path
     deltas = [cid for cid in storage.complete_checkpoints() if cid > first
               and any(st.keyed_base for op in storage.resolve(cid).operators for st in op.subtasks)]
     assert deltas, "no incremental checkpoint after the moves: the chains were cut"
+
+
+def test_a_read_committed_query_finds_a_keys_windows_in_a_slice_table(tmp_path: Path) -> None:
+    env = StreamEnvironment(parallelism=2, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "c")))
+    events = env.from_source(_Events(arrow=True),
+                             watermarks=WatermarkStrategy.bounded_out_of_orderness(0.5, timestamp="ts"))
+    events.key_by("k").window(Tumbling(20.0)).count().uid("windows").sink_to(CollectSink())
+    handle = env.execute_async("committed-windows")
+    deadline = time.monotonic() + 30
+    while (handle.status().last_checkpoint or 0) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    found = handle.query_state("windows", 3)  # read-committed: from the last complete checkpoint
+    handle.result(timeout=60)
+    assert "__window_table__" not in found  # the key group's table is not the key's state
+    store = found["__window__"]
+    assert store.starts and sum(store.partials.values()) > 0  # the key's open window, counted so far

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from ..config import check_callable, check_has_methods
+from ..config import check_callable, check_has_methods, check_name
 from ..errors import GraphError
 from ..plan.event_time import event_time_of
 from ..plan.logical import LogicalEdge
@@ -144,6 +144,13 @@ class WindowResults(DataStream):
     def __init__(self, env: Any, node_id: int, window_node: int) -> None:
         super().__init__(env, node_id)
         self._window_node = window_node
+
+    def uid(self, uid: str) -> DataStream:
+        """Give the window operator a stable id: it names the windows' state in checkpoints (and
+        in state queries); its results keep `<uid>-results`."""
+        super().uid(f"{check_name('uid', uid)}-results")
+        self._env._graph.rename(self._window_node, uid=uid)
+        return self
 
     def late_records(self, *, name: str | None = None) -> DataStream:
         """The records that came after their windows closed (end + allowed lateness), as they

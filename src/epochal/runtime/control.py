@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import EpochalError, NoCheckpointError
 from ..state.reader import lookup, open_checkpoint
 from .metrics import JobMetrics
+from .windowing.table_state import committed_windows
 
 if TYPE_CHECKING:
     from ..plan.job_graph import JobGraph
@@ -206,7 +207,8 @@ class JobControl:
             if checkpoint is None:
                 return None, {}
             try:
-                return checkpoint, lookup(open_checkpoint(self.checkpoint_directory, checkpoint), operator, key)
+                manifest = open_checkpoint(self.checkpoint_directory, checkpoint)
+                return checkpoint, committed_windows(manifest, operator, key, lookup(manifest, operator, key))
             except NoCheckpointError:
                 if self.status().last_checkpoint == checkpoint:  # not dropped by retention: the error is real
                     raise

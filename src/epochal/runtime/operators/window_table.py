@@ -35,9 +35,7 @@ from ..windowing.columnar import python_list
 from ..windowing.engine import Windowing
 from ..windowing.table import Reduction, SliceTable, TableAdmission, value_dtype
 from ..windowing.table_fire import FiredColumns
-from ..windowing.table_state import GroupSlices
-
-TABLE_STATE = "__window_table__"  # one GroupSlices per key group, keyed by the key group
+from ..windowing.table_state import TABLE_STATE, GroupSlices
 
 _REDUCTIONS = {WindowFunctionKind.COUNT: Reduction.COUNT, WindowFunctionKind.SUM: Reduction.SUM,
                WindowFunctionKind.MIN: Reduction.MIN, WindowFunctionKind.MAX: Reduction.MAX}

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...state.keygroups import KeyGroupRange, key_group_of
+from ...state.manifest import Manifest
+from ...state.reader import iter_state
 from .store import SliceStore
+
+TABLE_STATE = "__window_table__"  # one GroupSlices per key group, keyed by the key group
+STORE_STATE = "__window__"  # a key's windows on the per-key path: its SliceStore
 
 if TYPE_CHECKING:
     from .table import SliceTable
@@ -104,10 +110,40 @@ def key_store(table: SliceTable, key: Any) -> SliceStore | None:
     if slot is None:
         return None
     live = slice(table.c0, table.c0 + table.ncols)
-    counts = table.counts[slot, live]
+    return _store(float(table.fired[slot]), table.counts[slot, live],
+                  None if table.values is None else table.values[slot, live], table.starts, table.ends)
+
+
+def group_key_store(group: GroupSlices, key: Any) -> SliceStore | None:
+    """One key's slices in a key group's stored state (a read-committed state query), or None."""
+    if key not in group.keys:
+        return None
+    row = group.keys.index(key)
+    return _store(float(group.fired[row]), group.counts[row], None if group.values is None else group.values[row],
+                  group.starts, group.ends)
+
+
+def committed_windows(manifest: Manifest, operator: str, key: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """A read-committed state query's answer (`values`, the key's entries) with the key's window
+    state when the operator keeps it as a slice table per key group: the key's row of its group's
+    entry, as the per-key path's `SliceStore` under the same name."""
+    values = {name: value for name, value in values.items() if name != TABLE_STATE}  # a group's, not the key's
+    op = manifest.operator(operator)
+    if op is None:
+        return values
+    group = key_group_of(key, op.max_parallelism)
+    for row in iter_state(manifest, operator, KeyGroupRange(group, group + 1)):
+        if row.state == TABLE_STATE and row.key == group and isinstance(row.value, GroupSlices):
+            store = group_key_store(row.value, key)
+            if store is not None:
+                values[STORE_STATE] = store
+    return values
+
+
+def _store(fired: float, counts: np.ndarray, values: np.ndarray | None, starts: np.ndarray,
+           ends: np.ndarray) -> SliceStore:
     cols = np.flatnonzero(counts)
-    partials = counts[cols] if table.values is None else table.values[slot, live][cols]
-    starts = table.starts[cols].tolist()
-    return SliceStore(fired=float(table.fired[slot]), next_fire=math.inf if not starts else -math.inf,
-                      partials=dict(zip(starts, partials.tolist())), starts=starts,
-                      ends=table.ends[cols].tolist())
+    partials = counts[cols] if values is None else values[cols]
+    held = starts[cols].tolist()
+    return SliceStore(fired=fired, next_fire=math.inf if not held else -math.inf,
+                      partials=dict(zip(held, partials.tolist())), starts=held, ends=ends[cols].tolist())
