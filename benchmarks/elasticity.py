@@ -173,13 +173,18 @@ def run_once(spark: Any, directory: str, rate: float, max_workers: int | str | N
     thread = threading.Thread(target=rescale)
     thread.start()
     thread.join()
-    time.sleep(max(0.0, start + RUN_S - time.time()))
+    stop_at(handle, start + RUN_S)
+    return {"rate": rate, "max_workers": max_workers, "rescales": done, "buckets": read_buckets(lat)}
+
+
+def stop_at(handle: Any, until: float) -> None:
+    """Cancel the job at wall-clock time `until` and wait for it to end."""
+    time.sleep(max(0.0, until - time.time()))
     handle.cancel()
     try:
         handle.result(timeout=120)
     except Exception:  # noqa: BLE001 - cancelled, as asked
         pass
-    return {"rate": rate, "max_workers": max_workers, "rescales": done, "buckets": read_buckets(lat)}
 
 
 def read_buckets(directory: str) -> list[tuple[float, int, float, float | None]]:

@@ -103,12 +103,7 @@ def run_once(spark: Any, directory: str, size_mb: int) -> dict[str, Any]:
         asked = time.time()
         handle.move_key_groups({g: 1 if there else 0 for g in MOVED}, batch=batch, timeout=300)
         moves.append({"at": asked - start, "batch": batch, "took_s": time.time() - asked})
-    time.sleep(max(0.0, start + RUN_S - time.time()))
-    handle.cancel()
-    try:
-        handle.result(timeout=120)
-    except Exception:  # noqa: BLE001 - cancelled, as asked
-        pass
+    elasticity.stop_at(handle, start + RUN_S)
     rows = [r[:3] for r in elasticity.read_buckets(lat)]
     return {"size_mb": size_mb, "moves": moves, "buckets": rows, "figures": _figures(rows, moves)}
 

@@ -129,13 +129,11 @@ class StreamEnvironment:
             job master publishes a snapshot twice as often); `None` gathers no live metrics
             (the dashboard, `/metrics` and progress stay empty until the end; the `JobResult`
             is the same).
-        max_workers: the subtasks operators at the default parallelism run (on Spark, the
-            workers the job's stage holds); `None` (the default): as many as the parallelism.
-            Those beyond the parallelism stand by, owning no key groups and reading no splits:
-            a rescale up to `max_workers` (and back down) moves key groups onto them or off them
-            live, at a checkpoint barrier, with no restart and no replay
-            (`docs/concepts/elasticity.md`); a job whose key groups cannot move (loops,
-            unaligned checkpoints) restarts its tasks in the running stage instead.
+        max_workers: subtasks of operators at the default parallelism (on Spark, the stage's
+            workers); `None`: the parallelism. Those beyond it stand by with no key groups and no
+            splits: a rescale up to `max_workers` and back moves key groups live, no restart,
+            no replay (`docs/concepts/elasticity.md`; jobs with loops or unaligned checkpoints
+            restart in the running stage instead).
     """
 
     def __init__(

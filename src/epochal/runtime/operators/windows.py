@@ -26,7 +26,7 @@ times are checked row by row: an error while a batch's columns are added, or whi
 (an aggregate's merge or get_result), fails the attempt under every policy, since the key's
 windows may be half updated and cannot be taken back.
 
-About 460 lines, past the usual 400: both modes share the operator's record, watermark, error
+About 465 lines, past the usual 450: both modes share the operator's record, watermark, error
 and output handling; the columnar mode's state lives in `window_table`.
 """
 

@@ -21,7 +21,7 @@ The table is working state. Keyed state holds it per key group (`table_state.Gro
 entry per key group, `export`/`load`), so it is checkpointed, restored and rescaled with its key
 groups. Firing and the arithmetic of window indices live in `table_fire`.
 
-About 440 lines, past the usual 400: the matrices' shape (slots, columns, the prefix sums kept
+About 470 lines, past the usual 450: the matrices' shape (slots, columns, the prefix sums kept
 across firings) and the fold of a batch into them change together and read best side by side.
 """
 
