@@ -8,14 +8,15 @@ nothing duplicated, nothing unexpected. Each trial injects one fault, drawn at r
 
 - `kill_worker`: SIGKILL of a random worker at a random moment, start-up included;
 - `kill_after_checkpoint`: the same once a checkpoint completed (a restore from state);
-- `kill_twice`: a SIGKILL, and another one as soon as the job runs again (during recovery);
+- `kill_twice`: a SIGKILL, and another one as soon as the replacement process said hello
+  (during recovery);
 - `stall_worker`: SIGSTOP of a worker past the checkpoint timeout, so the checkpoint expires,
   the attempt fails and the stage is relaunched around the frozen process.
 - `kill_in_async_write`: a worker dies inside a checkpoint's asynchronous write (fault point
   `checkpoint.write`, armed at a random moment after a checkpoint completed);
 - `kill_in_commit`: a worker dies inside the sink's commit, a file of the epoch published and
   the notice not recorded (fault point `sink.commit`, armed likewise);
-- `kill_in_restore`: a SIGKILL after a checkpoint, and the relaunched worker that restores
+- `kill_in_restore`: a SIGKILL after a checkpoint, and the replacement worker that restores
   first dies inside the restore (fault point `restore.read`);
 - `kill_driver`: the job runs in a child Python process (a driver with its own local Spark),
   which is SIGKILLed, with its process group, once a checkpoint completed; then the same job
@@ -146,10 +147,10 @@ def _inject(fault: str, executor: SparkExecutor, control: JobControl, ckpt: str,
         os.kill(victim(), signal.SIGKILL)
     elif fault == "kill_twice":
         time.sleep(rng.uniform(0.2, 1.5))
-        first = set(executor.worker_pids.values())
-        os.kill(victim(), signal.SIGKILL)
+        first = victim()
+        os.kill(first, signal.SIGKILL)
         wait_until(lambda: control.status().restarts >= 1, "the first kill was noticed")
-        wait_until(lambda: not first & set(executor.worker_pids.values()), "the relaunched workers said hello")
+        wait_until(lambda: first not in executor.worker_pids.values(), "the replacement said hello")
         time.sleep(rng.uniform(0.0, 0.5))  # during recovery, or just after it
         os.kill(victim(), signal.SIGKILL)
     elif fault == "stall_worker":

@@ -221,13 +221,14 @@ def batch_types(directory: str) -> dict[str, list[tuple[str, int]]]:
 
 def run_and_kill(
     spark: Any, env: StreamEnvironment, name: str, ckpt: str, rng: random.Random, *,
-    after_checkpoint: bool = True, delay: tuple[float, float] = (0.0, 1.0),
+    after_checkpoint: bool = True, delay: tuple[float, float] = (0.0, 1.0), whole_task: bool = False,
 ) -> tuple[JobResult, SparkExecutor]:
     """Run `env` on Spark in a thread and SIGKILL one of its workers at a random moment.
 
     With `after_checkpoint` the moment is drawn after a checkpoint completed (there is state to
     restore), else after both workers said hello. The waits are conditions with deadlines; the
-    random delay only picks the moment of the kill.
+    random delay only picks the moment of the kill. `whole_task`: kill the worker's Spark task
+    (its supervisor, the worker with it) instead of the worker's process.
     """
     executor = SparkExecutor(spark)
     outcome: dict[str, Any] = {}
@@ -245,13 +246,19 @@ def run_and_kill(
         wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
     time.sleep(rng.uniform(*delay))  # the moment of the kill, not a wait for anything
     assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
-    os.kill(rng.choice(sorted(executor.worker_pids.values())), signal.SIGKILL)
+    victims = executor.supervisor_pids if whole_task else executor.worker_pids
+    os.kill(rng.choice(sorted(victims.values())), signal.SIGKILL)
     thread.join(timeout=300)
     assert not thread.is_alive(), "the job did not finish after the kill"
     if "error" in outcome:
         raise outcome["error"]
     result: JobResult = outcome["result"]
     return result, executor
+
+
+def launches(executor: SparkExecutor) -> int:
+    """How many barrier stages the job submitted."""
+    return [event for event, _ in executor.timeline].count("submitted")
 
 
 class _EndlessSplit:

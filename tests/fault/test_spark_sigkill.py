@@ -28,6 +28,7 @@ from spark_jobs import (
     JOB_FILE,
     epochal_cli,
     expected_updates,
+    launches,
     run_and_kill,
     wait_until,
     wordcount_env,
@@ -60,11 +61,28 @@ def test_sigkill_of_a_worker_at_a_random_moment_loses_and_duplicates_nothing(any
         out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
         result, executor = _run_and_kill(any_spark, corpus, out, ckpt, rng, after_checkpoint=trial % 2 == 1)
         assert sorted(map(tuple, read_committed(out))) == expected, f"trial {trial}"
-        assert result.restarts == 1, f"trial {trial}: the kill must have caused exactly one relaunch"
+        assert result.restarts == 1, f"trial {trial}: the kill must have caused exactly one restart"
+        assert launches(executor) == 1, f"trial {trial}: the stage was relaunched, not the worker replaced"
         assert executor.recovery_seconds, f"trial {trial}: recovery was not measured"
         restored_from_checkpoint += result.restored_from[-1] is not None
     # Half the kills land after a checkpoint completed: restores from state are exercised.
     assert restored_from_checkpoint >= trials // 2
+
+
+def test_sigkill_of_a_whole_spark_task_relaunches_the_stage_and_loses_nothing(spark: Any, tmp_path: Path) -> None:
+    """The supervisor killed (as when the executor is lost): the worker dies with it, the stage
+    fails, and the job master relaunches it; the output is still exact."""
+    corpus = str(tmp_path / "corpus")
+    write_corpus(corpus)
+    for trial in range(2):
+        out, ckpt = str(tmp_path / f"out{trial}"), str(tmp_path / f"ckpt{trial}")
+        env = wordcount_env(corpus, out, ckpt, spark=spark)
+        result, executor = run_and_kill(
+            spark, env, "wordcount", ckpt, random.Random(trial), after_checkpoint=trial == 1, delay=(0.0, 2.0),
+            whole_task=True,
+        )
+        assert sorted(map(tuple, read_committed(out))) == expected_updates(corpus), f"trial {trial}"
+        assert result.restarts == 1 and launches(executor) == 2, f"trial {trial}: {executor.timeline}"
 
 
 @pytest.mark.parametrize("sink_format", ["csv", "parquet"])

@@ -14,11 +14,14 @@ from ..plan.job_graph import TaskId
 
 @dataclass(frozen=True, slots=True)
 class Hello:
-    """First message of a worker: its index in the barrier stage and its launch."""
+    """First message of a worker's process: its index in the barrier stage, its launch, and its
+    incarnation there (0, then one more for each process its task's supervisor replaced)."""
 
     worker: int
     launch: int
     pid: int
+    incarnation: int = 0
+    supervisor: int = 0  # the Spark task's process, which outlives the worker's
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +29,14 @@ class Start:
     """Build the tasks of `attempt`, restoring from checkpoint `checkpoint_id` if not None.
 
     `job`: a new job graph (cloudpickled: it holds user functions) for a rescale in place; the
-    worker hosts its subtasks from now on. None: the same job as before.
+    worker hosts its subtasks from now on. None: the same job as before. `incarnations`: each
+    worker's process the attempt runs on (`cluster.peers`); empty: the ones linked now.
     """
 
     attempt: int
     checkpoint_id: int | None
     job: bytes | None = None
+    incarnations: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
+from .supervisor import supervise
 from .worker import UNREACHABLE, Worker, snapshot_friendly_gil, worker_of
 
 log = logging.getLogger(__name__)
@@ -82,10 +83,17 @@ def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str
         port = listener.getsockname()[1]
         addresses = ctx.allGather(f"{host}:{port}")
         peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
-        with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
-            worker = Worker(job, index, workers, launch, driver, listener, peers)
-            worker.connect()
-            worker.run()
+
+        def incarnation(number: int) -> None:
+            with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
+                worker = Worker(job, index, workers, launch, driver, listener, peers, number)
+                worker.connect()
+                worker.run()
+
+        try:
+            supervise(incarnation, max_replacements=job.config.restart.max_restarts + 1)
+        finally:
+            listener.close()
         yield pa.RecordBatch.from_pydict({"worker": [index]}, schema=pa.schema([("worker", pa.int32())]))
 
     return run
@@ -134,7 +142,8 @@ class SparkExecutor:
         self.bind_host = bind_host
         self.progress = progress
         self.recovery_seconds: list[float] = []  # failure noticed → every worker running again
-        self.worker_pids: dict[int, int] = {}
+        self.worker_pids: dict[int, int] = {}  # worker index → its process (the newest incarnation)
+        self.supervisor_pids: dict[int, int] = {}  # worker index → its Spark task's process
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
 
     def execute(
@@ -181,6 +190,7 @@ class _StageHost:
         self.address = (host, self.server.getsockname()[1])
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}
+        self.incarnations = [0] * workers  # of each worker's process in this launch
         self.launches = 0
         self.running: set[int] = set()
         self.attempt: Attempt | None = None
@@ -237,6 +247,7 @@ class _StageHost:
         for link in self.links.values():
             self._drop(link)
         self.links = {}
+        self.incarnations = [0] * self.workers
         self.server.settimeout(0.2)
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links) < self.workers:
@@ -251,23 +262,77 @@ class _StageHost:
                 raise WorkerLost(f"the Spark stage ended before every worker connected: {_describe(launch.error)}")
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
-            try:
-                sock, _ = self.server.accept()
-            except TimeoutError:
-                continue
-            try:
-                _, hello = read_object_blocking(sock, timeout=30)
-            except (OSError, ConnectionError):
-                sock.close()
-                continue
-            if not isinstance(hello, Hello) or hello.launch != launch.number:
-                sock.close()
-                continue
-            link = Link(sock, f"worker {hello.worker}")
-            self.links[hello.worker] = link
-            self.executor.worker_pids[hello.worker] = hello.pid
-            self.selector.register(link, selectors.EVENT_READ, hello.worker)
+            hello = self._next_hello(launch)
+            if hello is not None:
+                self._add_worker(*hello)
         self._event("connected")
+
+    def _next_hello(self, launch: _Launch) -> tuple[Hello, socket.socket] | None:
+        """A worker process's `Hello` of `launch` on the control port, if one comes soon."""
+        try:
+            sock, _ = self.server.accept()
+        except TimeoutError:
+            return None
+        try:
+            _, hello = read_object_blocking(sock, timeout=30)
+        except (OSError, ConnectionError):
+            sock.close()
+            return None
+        if not isinstance(hello, Hello) or hello.launch != launch.number:
+            sock.close()
+            return None
+        return hello, sock
+
+    def _add_worker(self, hello: Hello, sock: socket.socket) -> None:
+        old = self.links.pop(hello.worker, None)
+        if old is not None:
+            self._drop(old)
+        link = Link(sock, f"worker {hello.worker}")
+        self.links[hello.worker] = link
+        self.incarnations[hello.worker] = hello.incarnation
+        self.executor.worker_pids[hello.worker] = hello.pid
+        self.executor.supervisor_pids[hello.worker] = hello.supervisor
+        self.selector.register(link, selectors.EVENT_READ, hello.worker)
+
+    def _replace_workers(self, launch: _Launch, lost: set[int], cause: BaseException) -> None:
+        """Worker processes died while their Spark tasks live on: wait for the processes their
+        supervisors start in their place (`cluster.supervisor`), then restart the attempt in
+        place, on them and on the other workers' running processes, with no new stage."""
+        if self.failed_at is None:
+            self.failed_at = time.monotonic()
+        self._event("worker lost")
+        deadline = time.monotonic() + _HELLO_TIMEOUT
+        self.server.settimeout(0.05)
+        while True:
+            lost |= self._closed_links()
+            for worker in lost:
+                if worker in self.links and self.links[worker].closed:
+                    self._drop(self.links.pop(worker))
+            if all(w in self.links for w in lost):
+                break
+            if launch.is_done:
+                raise WorkerLost(f"the Spark stage ended: {_describe(launch.error)}")
+            if time.monotonic() > deadline:
+                raise WorkerLost(f"workers {sorted(lost)} died and were not replaced in time")
+            hello = self._next_hello(launch)
+            if hello is not None and hello[0].incarnation > self.incarnations[hello[0].worker]:
+                self._add_worker(*hello)
+            elif hello is not None:
+                hello[1].close()
+        self._event("replaced")
+        workers = ", ".join(str(w) for w in sorted(lost))
+        self._restart_in_place(WorkerLost(f"{cause}; worker {workers} replaced by a new process, restarted in place"))
+
+    def _closed_links(self) -> set[int]:
+        """The workers whose control link closed (what they sent meanwhile is stale: dropped)."""
+        closed = {w for w, link in self.links.items() if link.closed}
+        for key, _ in self.selector.select(0):
+            try:
+                for _ in key.fileobj.receive():  # type: ignore[union-attr]
+                    pass
+            except LinkClosed:
+                closed.add(key.data)
+        return closed
 
     def _drop(self, link: Link) -> None:
         try:
@@ -299,7 +364,8 @@ class _StageHost:
         self.live = {}
         self.attempt = self.master.start_attempt(self._send)
         restore = self.master.restore_from
-        start = Start(self.attempt.number, restore.checkpoint_id if restore is not None else None, job)
+        checkpoint = restore.checkpoint_id if restore is not None else None
+        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations))
         for link in self.links.values():
             link.send_object(start)
 
@@ -333,7 +399,8 @@ class _StageHost:
 
     def _fail(self, cause: BaseException) -> None:
         """The attempt failed: the job master decides (raises JobFailedError when spent)."""
-        self.failed_at = time.monotonic()
+        if self.failed_at is None:  # else: failed again while recovering; count from the first
+            self.failed_at = time.monotonic()
         self._event("failed")
         self.master.on_failure(cause)
 
@@ -377,11 +444,12 @@ class _StageHost:
                 continue
             self.master.poll_control()
             attempt.coordinator.tick()
-            for link in self.links.values():
+            for worker, link in list(self.links.items()):
                 try:
                     link.flush()
                 except LinkClosed as exc:
-                    raise WorkerLost(str(exc)) from exc
+                    self._replace_workers(launch, {worker}, WorkerLost(f"worker {worker} is gone ({exc})"))
+                    break
             if launch.is_done:
                 raise WorkerLost(f"the Spark stage ended: {_describe(launch.error)}")
             for key, _ in self.selector.select(0.01):
@@ -389,7 +457,8 @@ class _StageHost:
                 try:
                     frames = list(ready.receive())
                 except LinkClosed as exc:
-                    raise WorkerLost(f"worker {key.data} is gone ({exc})") from exc
+                    self._replace_workers(launch, {key.data}, WorkerLost(f"worker {key.data} is gone ({exc})"))
+                    break
                 for kind, _, _, payload in frames:
                     if kind == CONTROL:
                         self._on_message(pickle.loads(payload))

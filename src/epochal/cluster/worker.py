@@ -49,12 +49,12 @@ from ..runtime.network import (
     RemoteInputChannel,
     RemoteOutputChannel,
     parse_credit,
-    read_object_blocking,
     write_object_blocking,
 )
 from ..runtime.task import Task, TaskState
 from ..runtime.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..state.storage import CheckpointStorage
+from .peers import LISTENER, PeerLinks
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 
 log = logging.getLogger(__name__)
@@ -149,14 +149,14 @@ class Worker:
         driver: tuple[str, int],
         listener: socket.socket,
         peers: list[tuple[str, int]],
+        incarnation: int = 0,
     ) -> None:
         self.job = job
         self.index = index
         self.num_workers = num_workers
         self.launch = launch
+        self.incarnation = incarnation
         self.driver_address = driver
-        self.listener = listener
-        self.peers = peers
         self.config = job.config
         every = job.config.metrics_interval  # live metrics to the job master; None: none
         self._report_every = math.inf if every is None else every
@@ -166,8 +166,10 @@ class Worker:
         self.background = _ThreadRunner()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
-        self.links: dict[int, Link] = {}  # peer worker → link
+        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector)
+        self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
+        self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
         self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
         self.inputs: dict[int, RemoteInputChannel] = {}
@@ -180,30 +182,31 @@ class Worker:
 
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
-        """Connect to the driver and to every peer (lower index accepts, higher connects)."""
+        """Connect to the driver and, at launch, to every peer (lower index accepts, higher
+        connects); a later incarnation makes its peer links when its first `Start` names them."""
         sock = connect_to_job_master(self.driver_address, self.index)
         sock.settimeout(60)
-        write_object_blocking(sock, Hello(self.index, self.launch, os.getpid()), kind=HELLO)
+        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid())
+        write_object_blocking(sock, hello, kind=HELLO)
         self.driver = Link(sock, "driver")
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
-        for peer in range(self.index + 1, self.num_workers):
-            s = socket.create_connection(self.peers[peer], timeout=60)
-            write_object_blocking(s, Hello(self.index, self.launch, os.getpid()), kind=HELLO)
-            self._add_link(peer, s)
-        self.listener.settimeout(60)
-        while len(self.links) < self.num_workers - 1:
-            s, _ = self.listener.accept()
-            _, hello = read_object_blocking(s, timeout=60)
-            if hello.launch != self.launch:
-                s.close()
-                continue
-            self._add_link(hello.worker, s)
-        self.listener.close()
+        if self.incarnation == 0:
+            self.peers.connect_all()
+        else:
+            self.peers.listen()
 
-    def _add_link(self, peer: int, sock: socket.socket) -> None:
-        link = Link(sock, f"worker {peer}")
-        self.links[peer] = link
-        self.selector.register(link, selectors.EVENT_READ, peer)
+    def _on_start(self, start: Start) -> None:
+        """Stop the attempt running now; build `start`'s once every peer link joins the
+        incarnations it names (at once, unless a peer was replaced)."""
+        self._close_tasks()
+        self.peers.repair(start.incarnations)
+        self.pending = start
+        self._start_when_linked()
+
+    def _start_when_linked(self) -> None:
+        if self.pending is not None and self.peers.ready(self.pending.incarnations):
+            start, self.pending = self.pending, None
+            self._start(start)
 
     def _start(self, start: Start) -> None:
         """(Re)build this worker's tasks for an attempt, restoring from a checkpoint; a new job
@@ -301,8 +304,7 @@ class Worker:
         finally:
             self._close_tasks()
             self.background.pool.shutdown(wait=False, cancel_futures=True)
-            for link in self.links.values():
-                link.close()
+            self.peers.close()
             if self.driver is not None:
                 self.driver.flush_blocking(2.0)
                 self.driver.close()
@@ -365,6 +367,10 @@ class Worker:
 
     def _poll_io(self, timeout: float) -> None:
         for key, mask in self.selector.select(timeout):
+            if key.data == LISTENER:
+                self.peers.accept()
+                self._start_when_linked()
+                continue
             link: Link = key.fileobj  # type: ignore[assignment]
             if mask & selectors.EVENT_WRITE:
                 try:
@@ -383,6 +389,7 @@ class Worker:
                     if key.data == "driver":
                         log.warning("worker %d: lost the driver; leaving", self.index)
                         self.stopped = True
+                    # a peer: its process died; the job master restarts the attempt with its next
 
     def _on_control(self, frame: tuple[int, int, int, bytes]) -> None:
         kind, _, _, payload = frame
@@ -394,7 +401,7 @@ class Worker:
             if task is not None and not self.failed:
                 task.inbox.append(message.message)
         elif type(message) is Start:
-            self._start(message)
+            self._on_start(message)
         elif type(message) is Stop:
             self.stopped = True
 
