@@ -89,21 +89,34 @@ class SliceEdges:
         self._size = np.array([w.size for w in self.windows], dtype=np.float64)
         self.gapless = all(w.slide <= w.size for w in self.windows)  # every time is in some window
         self._span = _CACHED_EDGES / float((1.0 / period).sum())  # time holding that many edges
-        self._cache: list[float] = []
+        self._cache = np.empty(0, dtype=np.float64)
+        self._cache_list: list[float] | None = None  # the same, for `bisect` (made when asked)
         self._cache_lo = math.inf  # the cache answers for timestamps in [lo, hi)
         self._cache_hi = -math.inf
 
-    def slice_of(self, ts: float) -> tuple[float, float]:
-        """The slice `[start, end)` holding `ts`."""
-        if not self._cache_lo <= ts < self._cache_hi:
-            low, high = ts - self._span / 4, ts + self._span * 3 / 4
+    def _cached(self, t_min: float, t_max: float) -> np.ndarray | None:
+        """Consecutive edges, complete around every time in `[t_min, t_max]`: the cache, moved
+        there if needed (None if the span is too long for it, or the times too large)."""
+        if not (self._cache_lo <= t_min and t_max < self._cache_hi):
+            span = self._span
+            if t_max - t_min >= span / 2:
+                return None
+            low, high = t_min - span / 4, t_min + span * 3 / 4
             edges = self._edges_between(low, high, limit=4 * _CACHED_EDGES)
             if edges is None:  # a timestamp too large for the float steps of the cache
-                return self._slice_by_arithmetic(ts)
-            self._cache = edges.tolist()
+                return None
             # complete between low and high only: each progression starts and stops elsewhere
+            self._cache, self._cache_list = edges, None
             self._cache_lo, self._cache_hi = low, high
-        cache = self._cache
+        return self._cache
+
+    def slice_of(self, ts: float) -> tuple[float, float]:
+        """The slice `[start, end)` holding `ts`."""
+        cache = self._cache_list
+        if cache is None or not self._cache_lo <= ts < self._cache_hi:
+            if self._cached(ts, ts) is None:
+                return self._slice_by_arithmetic(ts)
+            cache = self._cache_list = self._cache.tolist()
         i = bisect_right(cache, ts) - 1
         return cache[i], cache[i + 1]
 
@@ -138,7 +151,9 @@ class SliceEdges:
         if not len(ts):
             return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0)
         t_min, t_max = float(ts.min()), float(ts.max())
-        edges = self._edges_between(t_min, t_max, limit=max(8 * len(ts), 1 << 16))
+        edges = self._cached(t_min, t_max)
+        if edges is None:
+            edges = self._edges_between(t_min, t_max, limit=max(8 * len(ts), 1 << 16))
         if edges is not None:
             # each progression brings edges a period or two beyond the batch: keep the ones
             # around it, so the search per row runs over few (long periods, many queries)
@@ -155,7 +170,7 @@ class SliceEdges:
             np.maximum(lo, edge, out=lo)
             np.minimum(hi, following, out=hi)
         starts, first_of, index = np.unique(lo, return_index=True, return_inverse=True)
-        return index.reshape(-1), starts, hi[first_of]
+        return index.reshape(-1)[inverse.reshape(-1)], starts, hi[first_of]  # per distinct time, then per row
 
     def first_windows(self, t: float) -> tuple[list[int], list[float]]:
         """Per query, the first window ending after `t`: (index, end)."""

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .calendar import WindowCalendar
 from .columnar import key_codes
 from .grid import Grid
 from .store import SliceStore
@@ -113,6 +114,7 @@ class SliceTable:
         self.version = 0  # bumped when keys are added or slots move (caches of `keys` go stale)
         self.key_cache: tuple[int, pa.Array | None] | None = None  # (version, every key as Arrow)
         self.index = QueryIndex(grid.windows)
+        self.calendar = WindowCalendar(grid.windows, grid.lateness, self.edges)  # what fires when
         # Prefix sums of `counts` (and of integer `values`) along the columns, kept across
         # firings: column j holds the sum of the columns before j, valid for c0 <= j <= prefix_to.
         # Columns a firing reads ended by its watermark, so only late rows change them.
@@ -203,7 +205,7 @@ class SliceTable:
             for i, k in enumerate(keys):
                 if out[i] == -1:
                     out[i] = self.new_slot(k, group_of(k), fired)
-            self.due_at = min(self.due_at, self.index.first_end_after(fired))
+            self.due_at = min(self.due_at, self.calendar.first_end_after(fired))
         return np.array(out, dtype=np.int64)
 
     def reserve(self, new_keys: int) -> None:

@@ -168,8 +168,8 @@ def _purge(table: SliceTable) -> None:
     n = table.n
     low = float(table.fired[:n].min()) if n else math.inf
     if low > -math.inf:
-        table.purge(table.edges.first_open_start(low, table.lateness))
-    table.due_at = table.index.first_end_after(low) if n else math.inf
+        table.purge(table.calendar.first_open_start(low))
+    table.due_at = table.calendar.first_end_after(low) if n else math.inf
 
 
 def _keys(table: SliceTable, slots: np.ndarray | int) -> pa.Array | list[Any]:
@@ -195,19 +195,15 @@ def _keys(table: SliceTable, slots: np.ndarray | int) -> pa.Array | list[Any]:
 
 def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) -> list[tuple[np.ndarray, ...]]:
     """The windows of the keys in `rows` (all last fired at `previous`) due at `watermark`."""
-    index, starts = table.index, table.starts
+    index, starts, calendar = table.index, table.starts, table.calendar
     first, last = float(starts[0]), float(starts[-1])
-    hi = index.last_start(last) + 1  # windows starting after the last slice hold nothing
-    lo = index.first_end(max(previous, first))
-    if math.isfinite(watermark):
-        hi_on_time = np.minimum(hi, index.first_end(watermark))
-    else:
-        hi_on_time = hi
-    query, start, end = index.windows(lo, hi_on_time)
+    # windows ending by the watermark that hold a slice: none starts after the last slice
+    query, start, end = calendar.ending_between(max(previous, first), min(watermark, last + calendar.max_size))
     late = np.zeros(len(query), dtype=np.bool_)
     changed = table.changed
     if table.has_changes and changed is not None and math.isfinite(previous) \
             and changed[rows, table.c0:table.c0 + table.ncols].any():
+        hi = index.last_start(last) + 1
         low = index.first_end(max(previous - table.lateness, first)) - 1
         r_query, r_start, r_end = index.windows(low, np.minimum(hi, index.first_end(previous)))
         open_ = (r_end + table.lateness > previous) & (r_end > first) & (r_end <= previous)
@@ -222,7 +218,7 @@ def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) 
             a[holding], b[holding]
     if not len(query):
         return []
-    if len(query) > 1 and (len(index.queries) > 1 or late.any()):  # one query: already by end
+    if len(query) > 1 and late.any():  # the calendar's windows come in order; re-fired ones join them
         order = np.lexsort((query, start, end))
         query, start, end, late, a, b = query[order], start[order], end[order], late[order], a[order], b[order]
     slot_ids = np.arange(table.n)[rows]
