@@ -115,6 +115,11 @@ class StateConfig:
             the state in place. A larger one is serialised asynchronously while the records
             after the barrier copy what they write (copy-on-write), so the task never stops
             for long. 0 serialises every snapshot asynchronously.
+        backup_replicas: on Spark, every worker also sends each checkpoint file it writes to
+            the next `backup_replicas` workers (ChronoStream's chained backup), which hold the
+            copies in memory, and keeps its own; a worker whose process dies then has its key
+            groups restored by those peers from their copies, and a restore reads local copies
+            before storage (`docs/concepts/elasticity.md`). 0: no copies.
     """
 
     backend: Literal["memory", "disk"] = "memory"
@@ -123,9 +128,11 @@ class StateConfig:
     compact_ratio: float = 1.0
     local_dir: str | None = None
     inline_snapshot_entries: int = 20_000
+    backup_replicas: int = 0
 
     def __post_init__(self) -> None:
         check_choice("StateConfig.backend", self.backend, ("memory", "disk"))
+        check_int("StateConfig.backup_replicas", self.backup_replicas, minimum=0)
         check_bool("StateConfig.incremental", self.incremental)
         check_int("StateConfig.compact_every", self.compact_every)
         check_number("StateConfig.compact_ratio", self.compact_ratio)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan.job_graph import TaskId
+from ..state.keygroups import RoutingTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class Start:
     checkpoint_id: int | None
     job: bytes | None = None
     incarnations: tuple[int, ...] = ()
+    routing: RoutingTable | None = None  # in place of the checkpoint's: a parallel recovery's
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +48,12 @@ class Stop:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """The worker's tasks of `attempt` are open and restored: records flow again."""
+    """The worker's tasks of `attempt` are open and restored: records flow again.
+    `local_bytes`: what the restore read from chained backups' copies instead of storage."""
 
     worker: int
     attempt: int
+    local_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,8 @@ from ..runtime.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import JobProgress, JobResult
+from ..state.backups import holders
+from ..state.keygroups import RoutingTable
 from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
@@ -144,6 +146,8 @@ class SparkExecutor:
         self.recovery_seconds: list[float] = []  # failure noticed → every worker running again
         self.worker_pids: dict[int, int] = {}  # worker index → its process (the newest incarnation)
         self.supervisor_pids: dict[int, int] = {}  # worker index → its Spark task's process
+        self.local_restore_bytes: list[int] = []  # per attempt: restored from backups' copies
+        self.recovery_tables: list[RoutingTable] = []  # parallel recoveries' restore tables
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
 
     def execute(
@@ -193,6 +197,7 @@ class _StageHost:
         self.incarnations = [0] * workers  # of each worker's process in this launch
         self.launches = 0
         self.running: set[int] = set()
+        self.local_bytes = 0  # this attempt's restore read from chained backups' copies
         self.attempt: Attempt | None = None
         self.failed_at: float | None = None
         self.executor = executor
@@ -321,7 +326,14 @@ class _StageHost:
                 hello[1].close()
         self._event("replaced")
         workers = ", ".join(str(w) for w in sorted(lost))
-        self._restart_in_place(WorkerLost(f"{cause}; worker {workers} replaced by a new process, restarted in place"))
+        self._fail(WorkerLost(f"{cause}; worker {workers} replaced by a new process, restarted in place"))
+        replicas = self.job.config.state.backup_replicas
+        routing = None
+        if replicas:  # the lost groups restore on the peers holding their copies (parallel recovery)
+            routing = self.master.recover_on_holders(lost, lambda w: holders(w, self.workers, replicas))
+            if routing is not None:
+                self.executor.recovery_tables.append(routing)
+        self._start_attempt(routing=routing)
 
     def _closed_links(self) -> set[int]:
         """The workers whose control link closed (what they sent meanwhile is stale: dropped)."""
@@ -359,13 +371,14 @@ class _StageHost:
             log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
 
     # -- attempts --------------------------------------------------------------------------------
-    def _start_attempt(self, job: bytes | None = None) -> None:
+    def _start_attempt(self, job: bytes | None = None, routing: RoutingTable | None = None) -> None:
         self.running = set()
+        self.local_bytes = 0
         self.live = {}
         self.attempt = self.master.start_attempt(self._send)
         restore = self.master.restore_from
         checkpoint = restore.checkpoint_id if restore is not None else None
-        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations))
+        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations), routing)
         for link in self.links.values():
             link.send_object(start)
 
@@ -476,8 +489,11 @@ class _StageHost:
             self.master.report_progress(self._live_metrics)
         elif kind is Running:
             self.running.add(message.worker)
+            self.local_bytes += message.local_bytes
             if len(self.running) == self.workers:
                 self._event("running")
+                self.executor.local_restore_bytes.append(self.local_bytes)
+                self.master.recovered()
                 if self.failed_at is not None:
                     self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
                     self.failed_at = None

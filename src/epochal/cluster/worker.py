@@ -20,6 +20,7 @@ master runs where the SparkSession does, possibly a Connect client the executors
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -37,7 +38,9 @@ from typing import Any, TypeVar
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.channel import LocalChannel
 from ..runtime.clock import WallClock
+from ..runtime.messages import AcknowledgeCheckpoint
 from ..runtime.network import (
+    BACKUP,
     CONTROL,
     CREDIT,
     DATA_ARROW,
@@ -54,6 +57,7 @@ from ..runtime.network import (
 from ..runtime.task import Task, TaskState
 from ..runtime.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..state.storage import CheckpointStorage
+from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 
@@ -162,6 +166,11 @@ class Worker:
         self._report_every = math.inf if every is None else every
         config = job.config.checkpoint
         self.storage = CheckpointStorage(config.directory, filesystem=config.filesystem) if config.directory else None
+        replicas = job.config.state.backup_replicas
+        self.backups = (
+            WorkerBackups(index, num_workers, replicas, config.retain, self.storage)
+            if replicas and self.storage is not None and num_workers > 1 else None
+        )
         self.clock = WallClock()
         self.background = _ThreadRunner()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -224,6 +233,9 @@ class Worker:
             # Each file read below is checked against its checksum: a corrupt one fails the attempt,
             # and the job master then refuses that checkpoint.
             manifest = self.storage.load_manifest(start.checkpoint_id)
+            if start.routing is not None:  # a parallel recovery's table (`runtime.recovery`)
+                manifest = dataclasses.replace(manifest, routing=start.routing)
+        read_before = self.backups.store.bytes_read if self.backups is not None else 0
         ends: dict[ChannelKey, ChannelEnds] = {}
         self.inputs, self.outputs = {}, {}
         capacity, attempt_no = self.config.channel_capacity, self.attempt
@@ -253,7 +265,8 @@ class Worker:
         except Exception as exc:
             self._fail(exc)
             return
-        self._to_driver(Running(self.index, attempt_no))
+        local = self.backups.store.bytes_read - read_before if self.backups is not None else 0
+        self._to_driver(Running(self.index, attempt_no, local))
         pending, self.future_frames = self.future_frames, []
         for frame in pending:
             self._on_frame(*frame)
@@ -344,11 +357,15 @@ class Worker:
         return busy
 
     def _drain_outbox(self) -> None:
+        if self.backups is not None:
+            self.backups.ship(self.links)
         while True:
             try:
                 message = self.outbox.get_nowait()
             except queue.Empty:
                 return
+            if self.backups is not None and type(message.message) is AcknowledgeCheckpoint:
+                self.backups.snapshotted(message.message, self.links)
             self._to_driver(message)
 
     def _flush_links(self) -> None:
@@ -406,6 +423,10 @@ class Worker:
             self.stopped = True
 
     def _on_frame(self, kind: int, attempt: int, wire_id: int, payload: bytes) -> None:
+        if kind == BACKUP:
+            if self.backups is not None:
+                self.backups.receive(payload)
+            return
         if attempt < self.attempt:
             return  # from before a restart
         if attempt > self.attempt:

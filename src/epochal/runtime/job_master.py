@@ -44,7 +44,7 @@ from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
 from .attempt import Attempt
 from .clock import Clock
-from .control import Command, JobControl, JobState, Rescale
+from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
@@ -52,6 +52,7 @@ from .messages import KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
 from .migration import routing_for
 from .migrations import Migrations
+from .recovery import recovery_plan
 from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 from .state_queries import LiveQueries
@@ -132,6 +133,7 @@ class JobMaster:
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
         self._live_queries = LiveQueries()  # live state queries waiting for their task's answer
+        self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
 
     def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
         if from_checkpoint is None:
@@ -207,6 +209,32 @@ class JobMaster:
         self.control.publish(state=JobState.RESTARTING, restarts=self.restarts, failures=tuple(self.failures))
         self.clock.sleep(self.job.config.restart.delay)
         self.restore_from = self._latest_restorable()
+
+    def recover_on_holders(self, lost: set[int], holders_of: Callable[[int], list[int]]) -> RoutingTable | None:
+        """After `on_failure`: restore the key groups of the `lost` subtasks on the peers holding
+        their backups (`runtime.recovery`); the table the next attempt starts with, or None."""
+        plan = recovery_plan(self.job, self.restore_from, lost, holders_of)
+        if plan is None or self.restore_from is None:
+            return None
+        self.restore_from = dataclasses.replace(self.restore_from, routing=plan.table)
+        self._give_back = plan.give_back
+        log.info("job %r: %d key group(s) of subtask(s) %s restore on their backups' holders", self.job.name,
+                 len(plan.give_back), sorted(lost))
+        return plan.table
+
+    def recovered(self) -> None:
+        """Every task of the attempt runs: key groups a parallel recovery lent go back, live."""
+        moves, self._give_back = self._give_back, {}
+        if not moves or self.attempt is None:
+            return
+        command = Command("move", MoveRequest(tuple(sorted(moves.items()))))
+        self.migrations.move(command, self.attempt.coordinator)
+        try:
+            command.wait(0)
+        except TimeoutError:
+            pass  # under way
+        except Exception as exc:  # noqa: BLE001 - refused: the groups stay where they were restored
+            log.warning("job %r: key groups not given back after recovery: %s", self.job.name, exc)
 
     def _recurs(self, cause: BaseException) -> bool:
         """Whether this attempt failed on the same record, in the same operator, with the same

@@ -37,6 +37,7 @@ EVENT = 3
 CREDIT = 4
 CONTROL = 5
 HELLO = 6
+BACKUP = 7  # a chained backup's copy or notice between workers (`state.backups`)
 
 _PICKLE = 5
 

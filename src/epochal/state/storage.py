@@ -22,7 +22,7 @@ import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,6 +39,7 @@ from .manifest import (
 )
 
 if TYPE_CHECKING:
+    from .backups import BackupStore
     from .retention import Retention
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,10 @@ class CheckpointStorage:
         self._filesystem = filesystem  # given (CheckpointConfig.filesystem): `uri` is a path in it
         self.fs, self.root = (filesystem, uri.rstrip("/")) if filesystem is not None else resolve_uri(uri)
         self._retention: Retention | None = None  # built on the first `retain`, on the driver
+        # chained backups (`state.backups`), on a worker that keeps them: copies read before
+        # storage, and a hook that is handed each data file written, with its bytes
+        self.backups: BackupStore | None = None
+        self.on_write: Callable[[int, FileHandle, list[bytes]], None] | None = None
         if not create:
             if self.fs.get_file_info(self.root).type != pafs.FileType.Directory:
                 raise NoCheckpointError(f"no checkpoint directory {uri!r}")
@@ -96,7 +101,13 @@ class CheckpointStorage:
 
         `data` may be an iterable of chunks, so a large file is never one `bytes` in memory.
         """
-        return self.write(posixpath.join(checkpoint_dir_name(checkpoint_id), name), data)
+        relative = posixpath.join(checkpoint_dir_name(checkpoint_id), name)
+        if self.on_write is None:
+            return self.write(relative, data)
+        chunks = list(_chunks(data))  # the copy needs them too
+        handle = self.write(relative, chunks)
+        self.on_write(checkpoint_id, handle, chunks)
+        return handle
 
     def write(self, relative: str, data: bytes | Iterable[bytes]) -> FileHandle:
         """Write a file under the root atomically: a temporary name, then a rename into place."""
@@ -162,6 +173,8 @@ class CheckpointStorage:
             CorruptCheckpointError: the file is missing, or its size or SHA-256 differs; the
                 message names the checkpoint whose directory holds it, and the file.
         """
+        if self.backups is not None and (copy := self.backups.get(handle)) is not None:
+            return copy  # a chained backup's copy, checked against the same handle
         try:
             with self.fs.open_input_stream(self._abs(handle.path)) as f:
                 data: bytes = f.read()
