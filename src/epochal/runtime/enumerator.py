@@ -5,7 +5,12 @@ master, every interval, and not by its subtasks: one listing of an object store 
 not one per subtask (Flink's split enumerator, FLIP-27). The splits it has not seen before are
 appended to the source's *split log* in the order they were listed, and split `i` of the log is
 read by subtask `i % parallelism`. The log only grows, so its owner rule holds across restarts
-and, with the new parallelism, across rescales.
+and, with the new parallelism, across rescales. When a live rescale may hand the source's splits
+over (`runtime.split_handover`), every subtask is sent every split with its index in the log,
+and keeps those `i % readers` is its own: the readers change at the rerouting barrier, which
+reaches each subtask after the splits sent before its trigger and before those sent after, so
+from checkpoint *n* on the new active count is the owner rule, and a restore re-sends the log to
+subtasks that read by the table of the checkpoint restored.
 
 Exactly once (dissertation §4.1.3; ChronoStream §III-B on progress as part of the snapshot): the
 assignments travel to a source subtask on the same FIFO path as the coordinator's checkpoint
@@ -15,6 +20,9 @@ the splits of the log's first *L* entries, no more and no fewer, and the checkpo
 and the log's entries with it. A restore re-sends the whole log to the new attempt's subtasks:
 the restored positions say where each split resumes; a split found after the checkpoint was
 triggered has none and is read from its start, since nothing it produced was committed.
+
+The enumerator also tells the sources that wait for `NoMoreSplits` (`runtime.split_handovers`)
+but whose splits cannot move in this job that none will come, first thing in an attempt.
 
 The log is checkpointed incrementally: each complete checkpoint adds one segment file with the
 entries found since the checkpoint before it, and lists the segments of that one too (shared
@@ -36,19 +44,15 @@ from ..state.manifest import FileHandle, Manifest, SplitLogState
 from ..state.savepoints import storage_for
 from ..state.snapshot_files import decode_operator_state, encode_operator_state
 from ..state.storage import CheckpointStorage
-from .messages import AssignSplits
+from .messages import AssignSplits, NoMoreSplits
+from .migration import handover_sources, routing_for
+from .split_handover import discovery_interval, may_gain_splits
 
 __all__ = ["SplitLog", "SplitEnumerators", "discovering_sources", "discovery_interval"]
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[TaskId, object], None]
-
-
-def discovery_interval(source: Any) -> float | None:
-    """The source's `discovery_interval()`; None for a source without one (duck-typed)."""
-    method = getattr(source, "discovery_interval", None)
-    return None if method is None else method()
 
 
 def discovering_sources(job: JobGraph) -> list[tuple[int, SourceSpec, float]]:
@@ -125,19 +129,29 @@ class SplitEnumerators:
         self.logs = [SplitLog(spec.uid, v, spec.source, interval) for v, spec, interval in discovering_sources(job)]
         self._parallelism = {v.id: v.active_parallelism for v in job.vertices}
         self._send: Send | None = None
+        self._handover = handover_sources(job, storage is not None)
+        self._subtasks = {v.id: v.parallelism for v in job.vertices}  # sent every split, with indices
+        # sources that may wait for NoMoreSplits (`split_handover.may_gain_splits`): told in `flush`
+        self._waiting = [v for v in job.vertices if v.is_source and v.active is not None]
+        self._no_more: list[tuple[TaskId, NoMoreSplits]] = []
         if restore_from is not None:  # a job started from a checkpoint: its logs come first
             for split_log in self.logs:
                 if (state := restore_from.split_log(split_log.uid)) is not None:
                     split_log.load(state, storage_for(restore_from, storage))
 
     def __bool__(self) -> bool:
-        return bool(self.logs)
+        return bool(self.logs) or bool(self._waiting)
 
     def start_attempt(self, job: JobGraph, send: Send, restore_from: Manifest | None) -> None:
         """A new attempt: its subtasks are sent the whole log (first thing, before any trigger),
         with the attempt's parallelism; persisted segments build on the checkpoint restored."""
         self._send = send
         self._parallelism = {v.id: v.active_parallelism for v in job.vertices}
+        routing = routing_for(job, restore_from)
+        self._no_more = [(TaskId(v.id, s), NoMoreSplits(v.chain[0].uid)) for v in self._waiting
+                         if may_gain_splits(v, routing) and v.id not in self._handover
+                         and discovery_interval(getattr(v.chain[0], "source", None)) is None
+                         for s in range(v.parallelism)]
         for split_log in self.logs:
             split_log.sent = 0
             split_log.persisted = restore_from.split_log(split_log.uid) if restore_from is not None else None
@@ -156,10 +170,19 @@ class SplitEnumerators:
         """Send every split not yet sent in this attempt to the subtask that reads it."""
         if self._send is None:
             return
+        for task, no_more in self._no_more:
+            self._send(task, no_more)
+        self._no_more = []
         for split_log in self.logs:
             parallelism = self._parallelism[split_log.vertex]
             new = split_log.splits[split_log.sent :]
             if not new:
+                continue
+            if split_log.vertex in self._handover:  # every subtask keeps its own (`split_handover`)
+                every = AssignSplits(split_log.uid, tuple(new), tuple(range(split_log.sent, len(split_log.splits))))
+                for subtask in range(self._subtasks[split_log.vertex]):
+                    self._send(TaskId(split_log.vertex, subtask), every)
+                split_log.sent = len(split_log.splits)
                 continue
             by_subtask: dict[int, list[Any]] = {}
             for i, split in enumerate(new, start=split_log.sent):

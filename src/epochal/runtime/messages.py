@@ -65,6 +65,9 @@ class AssignSplits:
 
     uid: str
     splits: tuple[Any, ...]
+    # each split's index in the log, when every subtask is sent every split and keeps its own
+    # (`runtime.split_handover`: the owner rule follows the readers a live rescale changes)
+    indices: tuple[int, ...] = ()
 
 
 # task → job master ---------------------------------------------------------------------------
@@ -174,3 +177,19 @@ class KeyGroupsAdopted:
 
     task: TaskId
     checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptSplits:
+    """Checkpoint `manifest` handed source splits to this task in a live rescale: take their
+    positions from it, and read them (`runtime.split_handover`)."""
+
+    manifest: Manifest
+
+
+@dataclass(frozen=True, slots=True)
+class NoMoreSplits:
+    """No split will be handed to this source task any more: it ends once its own are read
+    (`runtime.split_handovers`; Flink's NoMoreSplitsEvent)."""
+
+    uid: str

@@ -34,16 +34,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plan.job_graph import JobGraph, TaskId
+from ..plan.specs import SourceSpec
 from ..state.keygroups import KeyGroups, RoutingTable, key_group_set
 from ..state.manifest import Manifest
 from ..state.storage import CheckpointStorage
-from .control import Command
 from .fault_points import fault_point
 from .operators import KeyedOperator, RuntimeOperator
 from .snapshots import PreparedGroups, prepare_groups, read_groups
+from .split_handover import discovery_interval
+
+if TYPE_CHECKING:  # the job master's command; control imports the coordinator, which imports this
+    from .control import Command
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +224,7 @@ class Migration:
     parallelism: int | None = None  # a live rescale's new parallelism, published once all moved
     checkpoint_id: int | None = None  # the rerouting checkpoint, once triggered
     prepared_from: int | None = None  # the checkpoint the new owners read ahead from
+    split_owners: frozenset[TaskId] = frozenset()  # source subtasks that may gain splits (`split_handover`)
 
     @staticmethod
     def plan(job: JobGraph, current: RoutingTable, table: RoutingTable, started: float, command: Command | None,
@@ -241,6 +246,21 @@ def refusal(job: JobGraph, has_storage: bool) -> str | None:
     if job.config.checkpoint.mode == "unaligned":
         return "key groups cannot move under unaligned checkpoints yet (rescale instead)"
     return None
+
+
+def handover_sources(job: JobGraph, has_storage: bool) -> frozenset[int]:
+    """The source vertices whose splits move in a live rescale (`runtime.split_handover`): they
+    run standby subtasks at the parallelism of the keyed vertices, whose groups can move live. A
+    source that does not find splits as it runs also needs periodic checkpoints: its subtasks end
+    once one shows every split read (`runtime.split_handovers`)."""
+    parallelism = keyed_parallelism(job)
+    if (parallelism is None or refusal(job, has_storage) is not None
+            or all(job.vertex(v).active is None for v in job.keyed_vertices())):
+        return frozenset()
+    periodic = job.config.checkpoint.is_periodic
+    return frozenset(v.id for v in job.vertices
+                     if isinstance(head := v.chain[0], SourceSpec) and v.active is not None
+                     and v.parallelism == parallelism and (periodic or discovery_interval(head.source) is not None))
 
 
 def current_table(job: JobGraph, routing: RoutingTable | None) -> RoutingTable:

@@ -6,7 +6,8 @@ new owners read their groups ahead from the latest complete checkpoint, off thei
 (pre-copy: ChronoStream §III-C rebuilds a slice from its backup before rerouting), then triggers
 the rerouting checkpoint, hands it to the new owners once complete (they read only what was
 written since the read-ahead), and starts the next step once they all took over. Only one
-migration runs at a time, and none survives its attempt.
+migration runs at a time, and none survives its attempt. A step that changes the active subtasks
+also hands source splits over (`runtime.split_handovers`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .control import Command, JobControl, MoveRequest
 from .coordinator import CheckpointCoordinator, CompletedCheckpoint
 from .messages import AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from .migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
+from .split_handovers import SplitHandovers
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ class Migrations:
         self.has_storage = has_storage
         self.current: Migration | None = None
         self.send: Callable[[TaskId, object], None] | None = None  # to the attempt's tasks
+        self.splits = SplitHandovers(job, has_storage)  # source splits, and when sources end
 
     @property
     def standby(self) -> bool:
@@ -96,6 +99,7 @@ class Migrations:
             return
         migration = self.current = Migration.plan(self.job, current, table, time.monotonic(), command, steps,
                                                   parallelism)
+        migration.split_owners = self.splits.gainers(current, table)
         if coordinator.completed and self.send is not None:  # read ahead from the newest checkpoint
             latest = coordinator.completed[-1]
             migration.prepared_from = latest.checkpoint_id
@@ -129,6 +133,8 @@ class Migrations:
             adopt = AdoptKeyGroups(checkpoint.manifest)
             for task in migration.awaiting:
                 send(task, adopt)
+            self.splits.adopt(migration.split_owners, checkpoint.manifest, send)
+        self.splits.completed(checkpoint.manifest, send)
 
     def adopted(self, message: KeyGroupsAdopted, coordinator: CheckpointCoordinator | None) -> None:
         """A new owner took over; once all did, checkpoints go on and the next step starts."""
@@ -156,6 +162,7 @@ class Migrations:
         """The attempt ended: the migration under way ends with it (the restore decides where
         every key group is)."""
         migration, self.current = self.current, None
+        self.splits.abandon()
         if migration is not None and migration.command is not None:
             migration.command.finish(error=EpochalError(
                 f"moving key groups abandoned: {why}; the restore puts every key group where the checkpoint "

@@ -10,10 +10,11 @@ inputs, joins batches and aligns barriers (ABS §4.2, Algorithm 1); the `Subtask
 fixes, writes and acknowledges its state; `LoopProbes` holds its part in loop termination, and
 `PendingSnapshots` the snapshots that log in-flight data (a loop head's, ABS §4.3, Algorithm 2,
 and unaligned ones, in `in_flight`); `InputWatermarks` its event time; `KeyGroupOwner` its key
-groups and those moving to it (`migration`); the operators in `runtime.operators` do the
-processing. What is left here, about 620 lines (over the 450 we aim for), is the dispatch of
-every in-band element and control message: one short branch each (splits assigned by the
-enumerator, live state queries, unaligned barriers, which jump the input queue, and rerouting
+groups and those moving to it (`migration`); a source its splits, and those handed to it in a
+live rescale (`split_handover`); the operators in `runtime.operators` do the processing. What
+is left here, about 645 lines (over the 450 we aim for), is the dispatch of every in-band
+element and control message: one short branch each (splits assigned by the enumerator or
+handed over, live state queries, unaligned barriers, which jump the input queue, and rerouting
 barriers are the newest), kept together so that their order within a step reads in one place;
 and the task's own counters and clock (`step`, `task_metrics`), which the live metrics read
 (`runtime.metrics`). Moving a branch out would split that order across modules that call
@@ -33,7 +34,7 @@ from typing import Any
 
 from ..config import StateConfig
 from ..plan.job_graph import JobVertex, TaskId
-from ..state.keygroups import KeyGroups, RoutingTable, key_group_range
+from ..state.keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_range
 from ..state.manifest import Manifest
 from ..state.storage import CheckpointStorage
 from .aligner import AlignStep
@@ -46,12 +47,14 @@ from .input_gate import InputChannel, InputGate
 from .loops import LoopProbes
 from .messages import (
     AdoptKeyGroups,
+    AdoptSplits,
     AssignSplits,
     EndLoop,
     InputsEnded,
     KeyGroupsAdopted,
     KeyGroupsPrepared,
     LoopRoundEnded,
+    NoMoreSplits,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorMetrics,
@@ -75,6 +78,7 @@ from .operators import (
 )
 from .output_gate import OutputGate
 from .snapshots import read_operator_restore
+from .split_handover import may_gain_splits, readers
 from .watermarks import END_OF_TIME, NO_WATERMARK, InputWatermarks, WatermarkAdvance
 
 log = logging.getLogger(__name__)
@@ -137,6 +141,8 @@ class Task:
         )
         first = self.chain[0]
         self.source: SourceOperator | None = first if isinstance(first, SourceOperator) else None
+        if self.source is not None:  # a live rescale may hand it splits (`split_handover`)
+            self.source.hands_over = may_gain_splits(setup.vertex, setup.routing)
         self.head: IterationHeadOperator | None = first if isinstance(first, IterationHeadOperator) else None
         self.gate = InputGate(
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
@@ -172,7 +178,8 @@ class Task:
         self._opened_at = self._ran_until = time.perf_counter()
         ctx = OperatorContext(
             self.id.subtask, self.setup.vertex.parallelism, self.setup.max_parallelism,
-            self.key_groups, self.setup.clock, self.setup.state, self.name, active=self.setup.vertex.active,
+            self.key_groups, self.setup.clock, self.setup.state, self.name,
+            active=None if self.setup.vertex.active is None else readers(self.setup.vertex, self.setup.routing),
         )
         manifest, storage = self.setup.restore_from, self.setup.storage
         for op in self.chain:
@@ -456,6 +463,10 @@ class Task:
             self.output.reroute(barrier.reroute)  # the barrier went out under the old table
             self.owner.reroute(barrier.checkpoint_id, barrier.reroute)
             self.checkpointer.key_groups = self.owner.key_groups
+            if self.source is not None and barrier.reroute.parallelism == self.setup.vertex.parallelism:
+                advance = self.source.hand_over(barrier.checkpoint_id, barrier.reroute.active)
+                if advance is not None:
+                    self._advance_watermark(advance, 1)
 
     def _fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
         """The synchronous part: fix every operator's state and forward the barrier; returns the
@@ -540,7 +551,11 @@ class Task:
             else:
                 self.setup.send(self._answer(message))
         elif kind is AssignSplits and self.source is not None:
-            self.source.assign(message.splits)
+            self.source.assign(message.splits, message.indices)
+        elif kind is AdoptSplits and self.source is not None:
+            self._adopt_splits(message.manifest)
+        elif kind is NoMoreSplits and self.source is not None:
+            self.source.no_more_splits = True
         elif kind is AdoptKeyGroups:
             self._adopt(message.manifest)
         elif kind is PrepareKeyGroups:
@@ -594,6 +609,16 @@ class Task:
         self.inbox.extend(adopted.queries)
         log.info("%s: took over key groups %s at checkpoint %d", self.name, adopted.gained, manifest.checkpoint_id)
         self.setup.send(KeyGroupsAdopted(self.id, manifest.checkpoint_id))
+
+    def _adopt_splits(self, manifest: Manifest) -> None:
+        """Checkpoint `manifest` handed splits to this source: their positions are in it (`split_handover`)."""
+        assert self.source is not None
+        if self.source.awaits(manifest.checkpoint_id):
+            _, states = read_operator_restore(self.setup.storage, manifest, self.source.uid, KeyGroupRange(0, 0),
+                                              self.setup.max_parallelism)
+            gained = self.source.adopt(states)
+            log.info("%s: took over splits %s at checkpoint %d", self.name, [s.split_id for s in gained],
+                     manifest.checkpoint_id)
 
     @property
     def key_groups(self) -> KeyGroups:

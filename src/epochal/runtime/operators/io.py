@@ -15,8 +15,9 @@ from ...errors import OperatorError
 from ...plan.specs import OnError, SinkSpec, SourceSpec
 from ..batches import batch_len
 from ..elements import Batch
-from ..enumerator import discovery_interval
-from ..watermarks import SplitWatermarks, WatermarkAdvance
+from ..fault_points import fault_point
+from ..split_handover import PendingSplits, discovery_interval, split_move
+from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
 from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
 
@@ -33,6 +34,9 @@ class SourcePositions:
     positions: dict[str, Any] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
     max_timestamp: dict[str, float] = field(default_factory=dict)
+    # nothing left to read and nothing on its way: once every subtask says so in one
+    # checkpoint, the job master ends them (`runtime.split_handovers`); absent before
+    exhausted: bool = False
 
 
 class SourceOperator(RuntimeOperator):
@@ -50,6 +54,10 @@ class SourceOperator(RuntimeOperator):
     partitions it is assigned: each split's watermark trails its own timestamps, and the
     subtask's is their minimum (`runtime.watermarks`), so no split runs ahead and turns another's
     records late.
+
+    With standby subtasks, a live rescale hands splits over at its rerouting barrier
+    (`runtime.split_handover`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
+    end when it has nothing to read, but once told `no_more_splits`.
     """
 
     def __init__(self, spec: SourceSpec) -> None:
@@ -62,6 +70,14 @@ class SourceOperator(RuntimeOperator):
         self._waiting: dict[str, float] = {}  # split id -> when its reader, which had nothing, is due again
         self._turn = 0
         self.discovers = discovery_interval(spec.source) is not None
+        self.readers = 1  # subtasks that read: split i is subtask i % readers's
+        self._index: dict[str, int] = {}  # split id -> its index in the split list (or log)
+        self._known: list[Any] = []  # every split known, own or not, for a handover
+        self.hands_over = False  # a live rescale may hand it splits (set by the task)
+        self.no_more_splits = False  # the job master said none will come: end when read
+        self._pending: PendingSplits | None = None  # handed over, read once their checkpoint completed
+        self._mark = NO_WATERMARK  # the last watermark taken, and whether it said idle
+        self._said_idle = False
         self.on_error = spec.on_error
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
@@ -73,12 +89,21 @@ class SourceOperator(RuntimeOperator):
             return  # the enumerator assigns them
         with guard(self.name, "<listing the source's splits>"):
             splits = list(self.source.splits())
-        readers = ctx.parallelism if ctx.active is None else ctx.active  # standby subtasks read nothing
+        self.readers = readers = ctx.parallelism if ctx.active is None else ctx.active  # standby: none
+        self._known, self._index = splits, {s.split_id: i for i, s in enumerate(splits)}
         self._splits = [s for i, s in enumerate(splits) if i % readers == ctx.subtask]
 
-    def assign(self, splits: tuple[Any, ...]) -> None:
-        """Splits the enumerator found for this subtask (a restore sends them all again)."""
+    def assign(self, splits: tuple[Any, ...], indices: tuple[int, ...] = ()) -> None:
+        """Splits the enumerator found (a restore sends them all again): this subtask's, or,
+        with their `indices` in the split log, every subtask's, of which it keeps its own."""
+        if indices:
+            for split, i in zip(splits, indices):
+                if self._index.setdefault(split.split_id, i) == i:
+                    self._known.append(split)
+            splits = tuple(s for s, i in zip(splits, indices) if i % self.readers == self.ctx.subtask)
         known = {s.split_id for s in self._splits}
+        if self._pending is not None:
+            known.update(s.split_id for s in self._pending.splits)
         self._splits.extend(s for s in splits if s.split_id not in known)
         if self.watermarks is not None:
             stamps = self._state.max_timestamp
@@ -97,7 +122,60 @@ class SourceOperator(RuntimeOperator):
 
     @property
     def is_exhausted(self) -> bool:
-        return not self.discovers and not self._readers and not self._unopened()
+        return not self._may_get_more() and not self._readers and not self._unopened()
+
+    def _may_get_more(self) -> bool:
+        """Whether splits may still come: found by the enumerator, or handed over."""
+        return self.discovers or self._pending is not None or (self.hands_over and not self.no_more_splits)
+
+    # -- live rescale (`runtime.split_handover`) ---------------------------------------------------
+    def hand_over(self, checkpoint_id: int, readers: int) -> WatermarkAdvance | None:
+        """The rerouting barrier `checkpoint_id` went out, this subtask's snapshot fixed: from
+        now on `readers` subtasks read. Give up the splits that are no longer this subtask's,
+        and wait for those that are new; the watermark to send now, if any."""
+        if not self.hands_over or self.no_more_splits or readers == self.readers:
+            return None  # ended sources keep what they read: it is all finished
+        move = split_move(self._known, self._index, self.ctx.subtask, self.readers, readers)
+        self.readers = readers
+        lost = {s.split_id for s in move.lost}
+        for split_id in lost:
+            if (reader := self._readers.pop(split_id, None)) is not None:
+                reader.close()
+            self._waiting.pop(split_id, None)
+            self._state.positions.pop(split_id, None)
+            self._state.max_timestamp.pop(split_id, None)
+            if self.watermarks is not None:  # what it no longer reads holds nothing back here
+                self.watermarks.max_timestamp.pop(split_id, None)
+        self._state.finished -= lost
+        self._splits = [s for s in self._splits if s.split_id not in lost]
+        if lost:
+            fault_point("split_handover.given_up")  # tests: die with splits given up, checkpoint n not complete
+        if move.gained:
+            self._pending = PendingSplits(checkpoint_id, move.gained)
+        return self.take_watermark()
+
+    def awaits(self, checkpoint_id: int) -> bool:
+        """Whether splits handed over at checkpoint `checkpoint_id` wait for it to complete."""
+        return self._pending is not None and self._pending.checkpoint_id == checkpoint_id
+
+    def adopt(self, states: list[Any]) -> tuple[Any, ...]:
+        """Their checkpoint completed: take the waiting splits' positions, finished marks and
+        watermark stamps from the old owners' `states` (every old subtask's), and read them."""
+        assert self._pending is not None
+        fault_point("split_handover.adopting")  # tests: die with checkpoint n complete, its splits not taken
+        gained, self._pending = self._pending.splits, None
+        ids = {s.split_id for s in gained}
+        state = self._state
+        for old in states:
+            if old is None:
+                continue
+            state.positions.update((k, v) for k, v in old.positions.items() if k in ids)
+            state.finished |= old.finished & ids
+            state.max_timestamp.update((k, v) for k, v in getattr(old, "max_timestamp", {}).items() if k in ids)
+        self._splits = sorted([*self._splits, *gained], key=lambda s: self._index[s.split_id])
+        if self.watermarks is not None:
+            self.watermarks.restore({k: v for k, v in state.max_timestamp.items() if k in ids})
+        return gained
 
     def _unopened(self) -> list[Any]:
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
@@ -114,8 +192,9 @@ class SourceOperator(RuntimeOperator):
     def ready(self, now: float) -> bool:
         """Whether `poll` may have something now: not every open split is waiting for data."""
         waiting = self._waiting
-        if self.discovers and not self._readers and not self._unopened():
-            return False  # until the enumerator assigns a split
+        if self._may_get_more() and not self._readers and not self._unopened():
+            # until a split comes; once to say idle, so it holds no one back meanwhile
+            return self.watermarks is not None and self._pending is None and not self._said_idle
         return not waiting or any(waiting.get(split_id, -math.inf) <= now for split_id in self._readers)
 
     def next_timer(self) -> float | None:
@@ -128,7 +207,7 @@ class SourceOperator(RuntimeOperator):
         while True:
             self._open_readers()
             if not self._readers:
-                return [] if self.discovers else None
+                return [] if self._may_get_more() else None
             ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now]
             if not ids:
                 return []  # every split waits for data
@@ -196,10 +275,17 @@ class SourceOperator(RuntimeOperator):
         """The subtask's watermark over its unfinished splits, if it moved since last asked."""
         if self.watermarks is None:
             return None
+        if self._pending is not None:  # splits on their way: event time waits for them, here
+            return self._took(WatermarkAdvance(self._mark)) if self._said_idle else None
         unfinished = [s.split_id for s in self._splits if s.split_id not in self._state.finished]
-        if not unfinished and self.discovers:  # waits for splits: holds no one back meanwhile
-            return self.watermarks.idle()
-        return self.watermarks.advance(unfinished, self.ctx.clock.now())
+        if not unfinished and self._may_get_more():  # waits for splits: holds no one back meanwhile
+            return self._took(self.watermarks.idle())
+        return self._took(self.watermarks.advance(unfinished, self.ctx.clock.now()))
+
+    def _took(self, advance: WatermarkAdvance | None) -> WatermarkAdvance | None:
+        if advance is not None:
+            self._mark, self._said_idle = advance.timestamp, advance.idle
+        return advance
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         """The progress of this subtask's own splits only. A restore hands every subtask the
@@ -212,6 +298,7 @@ class SourceOperator(RuntimeOperator):
                 {k: v for k, v in state.positions.items() if k in mine},
                 state.finished & mine,
                 {k: v for k, v in state.max_timestamp.items() if k in mine},
+                not self.discovers and self._pending is None and mine <= state.finished,
             )
         )
 
