@@ -266,13 +266,13 @@ class SliceTable:
         """The matrix column of each slice `[starts[i], ends[i])` (sorted, distinct starts),
         adding the columns not there yet."""
         live = self.starts
-        pos = np.searchsorted(live, starts)
-        if len(live):
+        if len(live) and starts[0] <= live[-1]:  # some may be columns already
+            pos = live.searchsorted(starts)
             found = (pos < len(live)) & (live[np.minimum(pos, len(live) - 1)] == starts)
             if found.all():
                 return pos + self.c0
             starts_new, ends_new = starts[~found], ends[~found]
-        else:
+        else:  # none is (in order: all after the last column)
             starts_new, ends_new = starts, ends
         cap = self.counts.shape[1]
         if not len(live) or starts_new[0] > live[-1]:  # in order: append on the right
@@ -384,9 +384,10 @@ class SliceTable:
         counts, reduction = self.counts, self.reduction
         if nk * nc <= 4 * len(ts) + _DENSE_CELLS:  # one small dense block of the batch's cells
             cell = codes * nc + local
-            block: Any = np.ix_(slots, cols)
-            if int(cols[-1]) - int(cols[0]) + 1 == nc:  # adjacent columns: a slice, not a gather
-                block = (slots, slice(int(cols[0]), int(cols[-1]) + 1))
+            first_col, last_col = int(cols[0]), int(cols[-1])
+            block: Any = (slots, slice(first_col, last_col + 1))  # adjacent columns: a slice, not a gather
+            if last_col - first_col + 1 != nc:
+                block = np.ix_(slots, cols)
             counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nk, nc)
             if values is not None:
                 assert self.values is not None

@@ -129,28 +129,32 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
     fired = table.fired[:n]
     if not n or not table.ncols:
         np.maximum(fired, watermark, out=fired)
-        _purge(table)
+        _purge(table, float(fired.min()) if n else math.inf)
         return None
     changes = table.has_changes
-    if float(fired.min()) >= watermark and not changes:
+    low = float(fired.min())
+    if low >= watermark and not changes:
         return None
     if watermark < table.due_at and not changes:  # no window ends yet: nothing to emit
         np.maximum(fired, watermark, out=fired)
-        _purge(table)
+        _purge(table, watermark)  # every key was behind it
         return None
-    parts: list[tuple[np.ndarray, ...]] = []
-    due = fired <= watermark if changes else fired < watermark  # late updates fire again at once
-    uniform = float(fired.min()) == float(fired.max()) and bool(due[0])  # usual: every key fired together
-    previous = fired[:1] if uniform else np.unique(fired[due])
-    for p in previous.tolist():
-        rows: Any = slice(0, n) if uniform else np.flatnonzero(fired == p)
-        parts.extend(_fire_rows(table, rows, float(p), watermark))
-        fired[rows] = watermark
+    parts: list[tuple[Any, ...]]
+    if low == float(fired.max()) and low <= watermark:  # usual: every key fired together, and is due
+        parts = _fire_rows(table, slice(0, n), low, watermark)
+        fired[:] = watermark
+    else:
+        parts = []
+        due = fired <= watermark if changes else fired < watermark  # late updates fire again at once
+        for p in np.unique(fired[due]).tolist():
+            rows = np.flatnonzero(fired == p)
+            parts.extend(_fire_rows(table, rows, float(p), watermark))
+            fired[rows] = watermark
     if table.changed is not None and table.has_changes:
         live = slice(table.c0, table.c0 + table.ncols)
         table.changed[:n, live] &= (fired > watermark)[:, None]  # fired now: their flags are spent
         table.has_changes = bool(table.changed[:n, live].any())
-    _purge(table)
+    _purge(table, float(fired.min()))
     if not parts:
         return None
     if len(parts) == 1:
@@ -162,14 +166,12 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
     return FiredColumns(_keys(table, slots), query, start, end, result, late)
 
 
-def _purge(table: SliceTable) -> None:
-    """Drop the slices no window open at the lowest `fired` can need; note when a window is
-    next due."""
-    n = table.n
-    low = float(table.fired[:n].min()) if n else math.inf
+def _purge(table: SliceTable, low: float) -> None:
+    """Drop the slices no window open at `low`, the lowest `fired`, can need; note when a window
+    is next due."""
     if low > -math.inf:
         table.purge(table.calendar.first_open_start(low))
-    table.due_at = table.calendar.first_end_after(low) if n else math.inf
+    table.due_at = table.calendar.first_end_after(low) if table.n else math.inf
 
 
 def _keys(table: SliceTable, slots: np.ndarray | int) -> pa.Array | list[Any]:
@@ -193,13 +195,16 @@ def _keys(table: SliceTable, slots: np.ndarray | int) -> pa.Array | list[Any]:
     return array.take(pa.array(slots))
 
 
-def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) -> list[tuple[np.ndarray, ...]]:
-    """The windows of the keys in `rows` (all last fired at `previous`) due at `watermark`."""
+def _fire_rows(table: SliceTable, rows: slice | np.ndarray, previous: float,
+               watermark: float) -> list[tuple[Any, ...]]:
+    """The windows of the keys in `rows` (every slot, or an array of slots; all last fired at
+    `previous`) due at `watermark`, as `(slots, query, start, end, result, late)` columns with
+    `slots` an int `w` for every slot in order, `w` times over."""
     index, starts, calendar = table.index, table.starts, table.calendar
     first, last = float(starts[0]), float(starts[-1])
     # windows ending by the watermark that hold a slice: none starts after the last slice
     query, start, end = calendar.ending_between(max(previous, first), min(watermark, last + calendar.max_size))
-    late = np.zeros(len(query), dtype=np.bool_)
+    late: np.ndarray | None = None  # None: no window fires again
     changed = table.changed
     if table.has_changes and changed is not None and math.isfinite(previous) \
             and changed[rows, table.c0:table.c0 + table.ncols].any():
@@ -209,34 +214,39 @@ def _fire_rows(table: SliceTable, rows: Any, previous: float, watermark: float) 
         open_ = (r_end + table.lateness > previous) & (r_end > first) & (r_end <= previous)
         query, start, end = (np.concatenate([a, b[open_]]) for a, b in ((query, r_query), (start, r_start),
                                                                          (end, r_end)))
-        late = np.concatenate([late, np.ones(int(open_.sum()), dtype=np.bool_)])
-    a = np.searchsorted(starts, start)
-    b = np.searchsorted(starts, end)
+        late = np.concatenate([np.zeros(len(query) - int(open_.sum()), dtype=np.bool_),
+                               np.ones(int(open_.sum()), dtype=np.bool_)])
+    a = starts.searchsorted(start)
+    b = starts.searchsorted(end)
     holding = a < b
     if not holding.all():
-        query, start, end, late, a, b = query[holding], start[holding], end[holding], late[holding], \
-            a[holding], b[holding]
+        query, start, end, a, b = query[holding], start[holding], end[holding], a[holding], b[holding]
+        late = None if late is None else late[holding]
     if not len(query):
         return []
-    if len(query) > 1 and late.any():  # the calendar's windows come in order; re-fired ones join them
+    if late is not None and len(query) > 1 and late.any():  # the calendar's come in order; re-fired join them
         order = np.lexsort((query, start, end))
         query, start, end, late, a, b = query[order], start[order], end[order], late[order], a[order], b[order]
-    slot_ids = np.arange(table.n)[rows]
-    step = max(1, _CELLS // max(1, len(slot_ids)))
-    out: list[tuple[np.ndarray, ...]] = []
+    some = None if isinstance(rows, slice) else rows  # None: every slot
+    keys = table.n if some is None else len(some)
+    step = max(1, _CELLS // max(1, keys))
+    out: list[tuple[Any, ...]] = []
     for i in range(0, len(query), step):
         chunk = slice(i, i + step)
-        present, result = _results(table, rows, a[chunk], b[chunk], late[chunk])
-        if present.all():  # the usual case: every key had records in every due window
-            windows, keys = present.shape
-            every: Any = windows if isinstance(rows, slice) else np.tile(slot_ids, windows)  # see _keys
-            out.append((every, np.repeat(query[chunk], keys), np.repeat(start[chunk], keys),
-                        np.repeat(end[chunk], keys), result.reshape(-1), np.repeat(late[chunk], keys)))
+        c_late = None if late is None else late[chunk]
+        present, result = _results(table, rows, a[chunk], b[chunk], c_late)
+        windows = len(result)
+        if present is None:  # the usual case: every key had records in every due window
+            slots: Any = windows if some is None else np.tile(some, windows)  # see _keys
+            out.append((slots, query[chunk].repeat(keys), start[chunk].repeat(keys), end[chunk].repeat(keys),
+                        result.reshape(-1),
+                        np.zeros(windows * keys, dtype=np.bool_) if c_late is None else c_late.repeat(keys)))
             continue
         w, r = np.nonzero(present)
         if len(w):
+            slot_ids = np.arange(table.n)[rows]
             out.append((slot_ids[r], query[chunk][w], start[chunk][w], end[chunk][w], result[w, r],
-                        late[chunk][w]))
+                        np.zeros(len(w), dtype=np.bool_) if c_late is None else c_late[w]))
     return out
 
 
@@ -253,20 +263,25 @@ def _columns(prefix: np.ndarray, rows: Any, cols: np.ndarray) -> np.ndarray:
 
 
 def _results(table: SliceTable, rows: Any, a: np.ndarray, b: np.ndarray,
-             late: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(windows x keys: whether the key has a result, the results) of windows covering columns
-    `[a[j], b[j])` of the live range."""
+             late: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+    """(windows x keys: whether the key has a result, None if every one has; the results) of
+    windows covering columns `[a[j], b[j])` of the live range, ordered by end (`b` ascending)."""
     from .table import Reduction
 
     c0 = table.c0
-    prefix, prefix_values = table.prefix_sums(c0 + int(b.max()))
+    prefix, prefix_values = table.prefix_sums(c0 + int(b[-1]))
     count = _columns(prefix, rows, c0 + b) - _columns(prefix, rows, c0 + a)
-    present = count > 0
-    if late.any():
+    present: np.ndarray | None = None
+    if late is not None and late.any():
         assert table.changed is not None
+        present = count > 0
         lo, hi = int(a[late].min()), int(b[late].max())
         flags = _prefix(table.changed[rows, c0 + lo:c0 + hi], np.int64)
         present[late] &= ((flags[:, b[late] - lo] - flags[:, a[late] - lo]) > 0).T
+        if present.all():
+            present = None
+    elif count.size and not int(count.min()):
+        present = count > 0
     reduction = table.reduction
     if reduction is Reduction.COUNT:
         return present, count
