@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from epochal import CheckpointConfig, EpochalError, JobState, Source, SplitReader, StreamEnvironment
+from epochal.api.handle import headroom
 from epochal.testing import CollectSink
 
 N = 6000
@@ -78,14 +79,26 @@ def test_rescale_up_and_down_while_running_commits_every_update_once(tmp_path: P
     sink = CollectSink()
     handle = _env(tmp_path, 1, sink).execute_async("rescaled")
     _wait_running(handle, 1)
-    first = handle.rescale(3, timeout=30)
+    first = handle.rescale(3, timeout=30)  # beyond the slots: a restart, with headroom (5 workers)
     _wait_running(handle, 3)
-    second = handle.rescale(2, timeout=30)
-    assert second > first
+    second = handle.rescale(5, timeout=30)  # into the headroom: live
+    _wait_running(handle, 5)
+    third = handle.rescale(2, timeout=30)  # off it: live
+    assert first < second < third
     result = handle.result(timeout=60)
     assert Counter(sink.committed()) == _expected()  # nothing lost, nothing twice
     assert handle.status().parallelism == 2 and handle.status().state is JobState.FINISHED
-    assert result.restarts == 0 and result.restored_from == (second,)
+    assert result.restarts == 0 and result.restored_from == (first,), "the later rescales restarted the job"
+
+
+@pytest.mark.parametrize(
+    ("current", "parallelism", "max_workers", "slots", "workers"),
+    [(1, 3, None, 100, 5), (2, 4, None, 5, 5), (2, 4, None, None, 4), (4, 2, 6, 8, 6), (2, 3, 8, 16, 8)],
+)
+def test_a_rescale_beyond_the_slots_launches_room_for_one_more_step(
+    current: int, parallelism: int, max_workers: int | None, slots: int | None, workers: int
+) -> None:
+    assert headroom(current, parallelism, max_workers, slots) == workers
 
 
 def test_a_bad_parallelism_is_refused_and_the_job_runs_on(tmp_path: Path) -> None:

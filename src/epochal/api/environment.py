@@ -36,7 +36,7 @@ from ..runtime.result import JobProgress, JobResult
 from ..runtime.start_checks import AUTO, auto_start, describe_auto_start
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
-from .handle import JobHandle
+from .handle import JobHandle, headroom
 from .stream import DataStream, OnErrorChoice, on_error_policy
 from .tables import resolve_table
 from .time import WatermarkStrategy
@@ -257,11 +257,11 @@ class StreamEnvironment:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
         return self._compile(name, self.parallelism)
 
-    def _compile(self, name: str, parallelism: int) -> JobGraph:
+    def _compile(self, name: str, parallelism: int, max_workers: int | None = None) -> JobGraph:
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval, self.max_workers,
+            self.metrics_interval, max_workers or self.max_workers,
         )
         return compile_job(self._graph, name, parallelism, self.max_parallelism, config, self.dead_letter)
 
@@ -349,16 +349,19 @@ class StreamEnvironment:
         start = from_checkpoint
 
         def run() -> JobResult:
-            current, restore = job, start
+            current, restore, slots = job, start, self.max_workers
             try:
                 while True:
                     try:
                         result: JobResult = self._host(progress).execute(
-                            current, restore, control, recompile=lambda n: self._compile(name, n)
+                            current, restore, control, recompile=lambda n, w=slots: self._compile(name, n, w)
                         )
                         return result
-                    except Rescale as rescale:  # its checkpoint is complete: relaunch from it
-                        current = self._compile(name, rescale.parallelism)
+                    except Rescale as rescale:  # beyond the stage's slots: relaunch from its checkpoint,
+                        # with standby slots for one more step as large (`concepts/elasticity.md`)
+                        slots = headroom(control.status().parallelism, rescale.parallelism, slots,
+                                         control.max_workers)
+                        current = self._compile(name, rescale.parallelism, slots)
                         restore = rescale.checkpoint_id
                         rescale.done(control, current)
             except BaseException:

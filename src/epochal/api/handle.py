@@ -152,3 +152,13 @@ class JobHandle:
     def __repr__(self) -> str:
         status = self.status()
         return f"JobHandle({status.job!r}, {status.state.value}, parallelism={status.parallelism})"
+
+
+def headroom(current: int, parallelism: int, max_workers: int | None, slots: int | None) -> int | None:
+    """The workers (`max_workers`) a rescale to `parallelism` beyond the running stage's launches
+    with: room for one more step as large as this one (2 -> 4 launches 6), so the next rescale is
+    live, within the cluster's task slots (unknown: no more than asked for)."""
+    wanted = parallelism + max(0, parallelism - current)
+    if slots is None:
+        wanted = parallelism
+    return max(min(wanted, slots or wanted), parallelism, max_workers or 0)

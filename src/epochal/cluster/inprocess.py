@@ -82,6 +82,7 @@ class InProcessExecutor:
         with tuned_gc(job.config.gc_threshold):
             clock: Clock = VirtualClock() if self.virtual_time else WallClock()
             master = JobMaster(job, clock, from_checkpoint, self.progress, control)
+            master.control.max_workers = job.max_parallelism  # one process: no task slots to run out of
             rng = random.Random(self.seed)
             while True:
                 try:

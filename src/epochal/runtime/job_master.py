@@ -217,15 +217,18 @@ class JobMaster:
         if plan is None or self.restore_from is None:
             return None
         self.restore_from = dataclasses.replace(self.restore_from, routing=plan.table)
-        self._give_back = plan.give_back
-        log.info("job %r: %d key group(s) of subtask(s) %s restore on their backups' holders", self.job.name,
-                 len(plan.give_back), sorted(lost))
+        self._give_back.update(plan.give_back)
+        log.info("job %r: the key groups of %s restore on their holders", self.job.name, sorted(lost))
         return plan.table
 
     def recovered(self) -> None:
-        """Every task of the attempt runs: key groups a parallel recovery lent go back, live."""
-        moves, self._give_back = self._give_back, {}
-        if not moves or self.attempt is None:
+        """Every task of the attempt runs: key groups a parallel recovery lent go back, live (the
+        ones not back yet: a failure during the move back leaves them lent, and this retries)."""
+        if not self._give_back or self.attempt is None:
+            return
+        routing = self.attempt.coordinator.routing
+        self._give_back = moves = {g: s for g, s in self._give_back.items() if not routing or routing.owners[g] != s}
+        if not moves:
             return
         command = Command("move", MoveRequest(tuple(sorted(moves.items()))))
         self.migrations.move(command, self.attempt.coordinator)
