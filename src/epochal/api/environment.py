@@ -1,4 +1,5 @@
-"""StreamEnvironment: where a stream program is built, and from where it is executed."""
+"""StreamEnvironment: where a stream program is built, and from where it is executed (about 450
+lines, most of them the documentation of its arguments, which users read in their editors)."""
 
 from __future__ import annotations
 
@@ -357,8 +358,7 @@ class StreamEnvironment:
                             current, restore, control, recompile=lambda n, w=slots: self._compile(name, n, w)
                         )
                         return result
-                    except Rescale as rescale:  # beyond the stage's slots: relaunch from its checkpoint,
-                        # with standby slots for one more step as large (`concepts/elasticity.md`)
+                    except Rescale as rescale:  # beyond the stage's slots: relaunch, with headroom
                         slots = headroom(control.status().parallelism, rescale.parallelism, slots,
                                          control.max_workers)
                         current = self._compile(name, rescale.parallelism, slots)
