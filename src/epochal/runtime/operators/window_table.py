@@ -37,6 +37,7 @@ from ..windowing.table import Reduction, SliceTable, TableAdmission, value_dtype
 from ..windowing.table_fire import FiredColumns
 from ..windowing.table_state import TABLE_STATE, GroupSlices
 
+_NAME_ROWS = 1 << 18  # window names kept repeated for runs of up to this many rows (all queries together)
 _REDUCTIONS = {WindowFunctionKind.COUNT: Reduction.COUNT, WindowFunctionKind.SUM: Reduction.SUM,
                WindowFunctionKind.MIN: Reduction.MIN, WindowFunctionKind.MAX: Reduction.MAX}
 
@@ -74,6 +75,7 @@ class TableWindows:
         self.backend = backend
         self.written: set[int] = set()  # key groups with an entry in keyed state
         self.names: pa.Array = pa.array(list(windowing.grid.names), pa.string())
+        self.repeated: dict[int, pa.Array] = {}  # a query's name, repeated: a run of results slices it
 
     @staticmethod
     def accepts(reduction: Reduction, values: pa.Array | pa.ChunkedArray | None) -> bool:
@@ -116,12 +118,32 @@ class TableWindows:
         """The results as the columnar path emits them."""
         keys = fired.keys if isinstance(fired.keys, pa.Array) else pa.array(fired.keys)
         if named:
-            window = (pa.repeat(self.names[0], len(fired)) if len(self.names) == 1
-                      else self.names.take(pa.array(fired.query)))
+            window = self._window_names(fired)
         columns = [keys, *([window] if named else []),
                    pa.array(fired.start), pa.array(fired.end), pa.array(fired.result)]
         names = [key, *(["window"] if named else []), "window_start", "window_end", result]
         return pa.RecordBatch.from_arrays(columns, names=names)
+
+    def _window_names(self, fired: FiredColumns) -> pa.Array:
+        """The `window` column: slices of each query's name repeated (kept for the next firing)
+        when every window holds every key, else a gather from the names."""
+        rows, names = len(fired), len(self.names)
+        if names == 1:
+            return self._repeated(0, rows)
+        runs = fired.windows
+        if runs is None or not len(runs) or names * (rows // len(runs)) > _NAME_ROWS:
+            return self.names.take(pa.array(fired.query))
+        per = rows // len(runs)
+        parts = [self._repeated(q, per) for q in runs.tolist()]
+        return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+    def _repeated(self, query: int, rows: int) -> pa.Array:
+        if rows > _NAME_ROWS:
+            return pa.repeat(self.names[query], rows)
+        found = self.repeated.get(query)
+        if found is None or len(found) < rows:
+            found = self.repeated[query] = pa.repeat(self.names[query], min(_NAME_ROWS, 2 * rows))
+        return found.slice(0, rows)
 
     def tuples(self, fired: FiredColumns, named: bool) -> list[tuple[Any, ...]]:
         """The results as the per-record path emits them."""

@@ -41,6 +41,7 @@ class FiredColumns:
     end: np.ndarray
     result: np.ndarray
     late_update: np.ndarray  # bool: a re-firing (Firing.LATE_UPDATE), else Firing.ON_TIME
+    windows: np.ndarray | None = None  # the query of each window, when each holds every key in slot order
 
     def __len__(self) -> int:
         return len(self.query)
@@ -159,6 +160,8 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
         return None
     if len(parts) == 1:
         slots, query, start, end, result, late = parts[0]
+        if isinstance(slots, int):  # every key in every window: the window of each run of rows
+            return FiredColumns(_keys(table, slots), query, start, end, result, late, query[::n])
     else:
         every = np.arange(n)
         parts = [(np.tile(every, p[0]) if isinstance(p[0], int) else p[0], *p[1:]) for p in parts]
