@@ -7,9 +7,11 @@ keyed state and moves the timer forward on every event, so exactly one timer per
 Processing time is the wall clock, so the events must be *spread out in time* for sessions to
 end: `ClickScript` is a small replayable source that releases each event at its offset in a
 script (measured from when its reader opens) and, after the last event, keeps its input open for
-`LINGER` seconds. That last part matters: timers still pending when the input ends do not fire
-(there is no end-of-input flush of timers, and event time is not built yet), so without the
-linger the last session of every user would never be emitted.
+`LINGER` seconds. That last part matters: processing-time timers still pending when the input
+ends do not fire (there is no end-of-input flush of them), so without the linger the last session
+of every user would never be emitted. Sessions on *event time* need none of this: the end of
+input moves the watermark to the end of time and every session fires
+(`examples/sessions_event_time.py`, with `Session(gap)` windows).
 
 Writes `(user, count)` per session to `out-sessions/`, checkpointing into `ckpt-sessions/`.
 The run takes about 7 seconds (plus Spark start-up).

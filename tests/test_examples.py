@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import collections
 import importlib
+import json
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,6 +88,63 @@ def test_sessions_with_timers_emits_every_session_once(
     assert summary.startswith("sessions: 6 sessions committed")
     expected = [("alice", 3), ("bob", 1), ("carol", 2), ("alice", 2), ("bob", 3), ("carol", 1)]
     assert _committed("out-sessions") == collections.Counter(expected)
+
+
+def _sessions(clicks: list[tuple[str, float]], gap: float) -> list[tuple[str, float, float, int]]:
+    """Sessions by their definition: per user, clicks sorted by time, cut where two are `gap` or
+    more apart; a session spans its first click to its last plus the gap."""
+    out: list[tuple[str, float, float, int]] = []
+    for user in sorted({u for u, _ in clicks}):
+        times = sorted(t for u, t in clicks if u == user)
+        first = 0
+        for i in range(1, len(times) + 1):
+            if i == len(times) or times[i] - times[i - 1] >= gap:
+                out.append((user, times[first], times[i - 1] + gap, i - first))
+                first = i
+    return out
+
+
+def _final_sessions(results: list[list[Any]]) -> list[tuple[str, float, float, int]]:
+    """Session results read as a changelog: a session that fired again (a late click within the
+    lateness, or a merge) replaces the results its window covers."""
+    final: list[tuple[str, float, float, int]] = []
+    for user, start, end, count in results:  # one user's results are in emission order (one subtask)
+        final = [s for s in final if not (s[0] == user and start <= s[1] and s[2] <= end)]
+        final.append((user, start, end, count))
+    return sorted(final)
+
+
+def test_sessions_on_event_time_counts_every_click_once_in_a_session_or_as_late(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime as dt
+
+    monkeypatch.chdir(tmp_path)
+    summary = _run("sessions_event_time", capsys, monkeypatch)
+    assert re.fullmatch(r"sessions: [\d,]+ session results committed to out-sessions/, \d+ late click\(s\) to "
+                        r"late-clicks/, 0 restart\(s\)", summary), summary
+
+    def seconds(iso: str) -> float:
+        return dt.datetime.fromisoformat(iso).replace(tzinfo=dt.UTC).timestamp()
+
+    clicks: list[tuple[str, float]] = []
+    behind: set[tuple[str, float]] = set()  # clicks an hour or more behind their file's order
+    for name in sorted(os.listdir("clicks")):
+        newest = -math.inf
+        with open(os.path.join("clicks", name)) as f:
+            for line in f:
+                click = json.loads(line)
+                at = seconds(click["ts"])
+                clicks.append((click["user"], at))
+                if at < newest - 3_600:
+                    behind.add((click["user"], at))
+                newest = max(newest, at)
+    late = [(user, seconds(ts)) for user, ts, _ in read_committed("late-clicks")]
+    assert late and set(late) <= behind, "only the clicks uploaded hours late may be late"
+    on_time = collections.Counter(clicks) - collections.Counter(late)
+    assert sum(on_time.values()) == len(clicks) - len(late), "a late click that was never read"
+    expected = _sessions(list(on_time.elements()), gap=30 * 60.0)
+    assert _final_sessions(read_committed("out-sessions")) == expected  # every on-time click once
 
 
 def _digit_updates() -> collections.Counter[tuple[Any, ...]]:

@@ -6,6 +6,8 @@ copies the staged object and stays idempotent when repeated after a failure."""
 from __future__ import annotations
 
 import collections
+import datetime as dt
+import decimal
 import json
 import math
 import os
@@ -15,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
@@ -179,8 +182,25 @@ def test_other_arrow_types_are_encoded_value_by_value_as_before(tmp_path: Path) 
     })
     vectorized, per_record = _jsonl_both_ways(batch)
     assert vectorized == per_record == '[["a","b"],{"x":1,"y":2.5},"p",null]\n[null,{"x":null,"y":0.0},"q",null]\n'
-    with pytest.raises(TypeError, match="not JSON serializable"):  # as json.dumps always failed on it
-        _write(FileSink(tmp_path / "t"), pa.record_batch({"at": pa.array([1], pa.timestamp("s"))}))
+
+
+def test_values_json_has_no_type_for_are_written_as_spark_writes_them(tmp_path: Path) -> None:
+    """Times as ISO 8601, decimals as their exact text, bytes as base64, numpy scalars as values:
+    a record read from Arrow (a timestamp column: late records, windows) can always be written."""
+    at = dt.datetime(2026, 11, 28, 9, 0, 5)
+    batch = pa.record_batch({
+        "at": pa.array([at], pa.timestamp("s")), "utc": pa.array([at], pa.timestamp("ms", tz="UTC")),
+        "day": pa.array([at.date()]), "price": pa.array([decimal.Decimal("1.10")]), "raw": pa.array([b"\x00\xff"]),
+    })
+    records = [(at, at.date(), at.time(), decimal.Decimal("1.10"), b"\x00\xff", np.int64(7), np.float32(0.5),
+                dt.timedelta(minutes=2))]
+    _write(FileSink(tmp_path / "t"), batch, records)
+    assert read_committed(tmp_path / "t") == [
+        ["2026-11-28T09:00:05", "2026-11-28T09:00:05+00:00", "2026-11-28", "1.10", "AP8="],
+        ["2026-11-28T09:00:05", "2026-11-28", "09:00:05", "1.10", "AP8=", 7, 0.5, 120.0],
+    ]
+    with pytest.raises(TypeError, match="not JSON serializable"):  # anything else still fails, naming its type
+        _write(FileSink(tmp_path / "u"), [(object(),)])
 
 
 # -- names, options and modes ---------------------------------------------------------------------------------

@@ -4,10 +4,18 @@ pyarrow has no JSON writer, so each column becomes JSON text with `pyarrow.compu
 columns are joined into a line per row, as `json.dumps` writes the row's tuple: strings,
 integers, booleans and nulls byte for byte, floats as the same values (possibly in another
 notation). Columns of other types go through `json.dumps` value by value.
+
+Values JSON has no type for are written as Spark's JSON writer writes them, so a record read
+from Arrow (a timestamp column, a decimal) can always be written: dates and times as ISO 8601
+strings, decimals as their exact text, bytes as base64, numpy scalars as their Python values,
+durations as seconds.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import decimal
 import json
 from typing import Any
 
@@ -22,7 +30,22 @@ __all__ = ["encode_record", "json_lines"]
 
 def encode_record(record: Any) -> str:
     """A record's JSON line (without its newline), compact, as `read_committed` reads it back."""
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_json_value)
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON writes for a value it has no type for (json.dumps' `default`)."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 # -- JSON text of Arrow columns --------------------------------------------------------------------
