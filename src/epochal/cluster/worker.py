@@ -402,7 +402,10 @@ class Worker:
                         else:
                             self._on_frame(*frame)
                 except LinkClosed:
-                    self.selector.unregister(link)
+                    try:
+                        self.selector.unregister(link)
+                    except (KeyError, ValueError):
+                        pass  # dropped already by an earlier event of this select (a peer's new incarnation)
                     if key.data == "driver":
                         log.warning("worker %d: lost the driver; leaving", self.index)
                         self.stopped = True
