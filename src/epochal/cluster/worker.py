@@ -179,6 +179,7 @@ class Worker:
         self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
+        self.held: list[ToTask] = []  # what came for the pending Start's tasks, not built yet
         self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
         self.inputs: dict[int, RemoteInputChannel] = {}
@@ -209,13 +210,16 @@ class Worker:
         incarnations it names (at once, unless a peer was replaced)."""
         self._close_tasks()
         self.peers.repair(start.incarnations)
-        self.pending = start
+        self.pending, self.held = start, []
         self._start_when_linked()
 
     def _start_when_linked(self) -> None:
         if self.pending is not None and self.peers.ready(self.pending.incarnations):
             start, self.pending = self.pending, None
             self._start(start)
+            held, self.held = self.held, []
+            for message in held:  # a checkpoint's trigger, say, sent right after the Start
+                self._to_task(message)
 
     def _start(self, start: Start) -> None:
         """(Re)build this worker's tasks for an attempt, restoring from a checkpoint; a new job
@@ -417,13 +421,19 @@ class Worker:
             return
         message = pickle.loads(payload)
         if type(message) is ToTask:
-            task = self.tasks.get(message.task)
-            if task is not None and not self.failed:
-                task.inbox.append(message.message)
+            if self.pending is not None:
+                self.held.append(message)
+            else:
+                self._to_task(message)
         elif type(message) is Start:
             self._on_start(message)
         elif type(message) is Stop:
             self.stopped = True
+
+    def _to_task(self, message: ToTask) -> None:
+        task = self.tasks.get(message.task)
+        if task is not None and not self.failed:
+            task.inbox.append(message.message)
 
     def _on_frame(self, kind: int, attempt: int, wire_id: int, payload: bytes) -> None:
         if kind == BACKUP:
