@@ -88,8 +88,9 @@ class SliceTable:
 
     Rows are slots `[0, n)` (`keys[slot]`, its key group, its `fired` watermark); the live
     columns are `[c0, c0 + ncols)` of matrices of `col_cap` columns, ordered by slice start
-    (`starts`, `ends`); cells outside them hold the identity. Columns are sparse: a slice is a
-    column once some key has a record in it.
+    (`starts`, `ends`); cells right of them, and rows from `n` on, hold the identity; columns
+    left of them were purged and hold what they held (see `purge`). Columns are sparse: a slice
+    is a column once some key has a record in it.
     """
 
     def __init__(self, grid: Grid, reduction: Reduction) -> None:
@@ -112,7 +113,8 @@ class SliceTable:
         self.has_changes = False  # some `changed` cell is set: fire at the next watermark
         self.due_at = -math.inf  # no window ends before this (a lower bound): firing is skipped
         self.version = 0  # bumped when keys are added or slots move (caches of `keys` go stale)
-        self.key_cache: tuple[int, pa.Array | None] | None = None  # (version, every key as Arrow)
+        # (version, every key as Arrow, {w: every key w times over}): see table_fire._keys
+        self.key_cache: tuple[int, pa.Array | None, dict[int, pa.Array]] | None = None
         self.index = QueryIndex(grid.windows)
         self.calendar = WindowCalendar(grid.windows, grid.lateness, self.edges)  # what fires when
         # Prefix sums of `counts` (and of integer `values`) along the columns, kept across
@@ -295,20 +297,20 @@ class SliceTable:
         return np.searchsorted(self.starts, starts) + self.c0
 
     def purge(self, first_needed: float) -> None:
-        """Drop the columns of slices before `first_needed` (no window can need them)."""
-        drop = int(np.searchsorted(self.starts, first_needed))
+        """Drop the columns of slices before `first_needed` (no window can need them). Their
+        cells keep what they held until the columns are used again (`_shift_left` overwrites or
+        clears every column left of the live ones; here, when none is left): a purge runs at
+        most firings, and clearing a column of a row-major matrix touches every row's memory."""
+        drop = int(self.starts.searchsorted(first_needed))
         if not drop:
             return
-        dropped = slice(self.c0, self.c0 + drop)
-        n = self.n
-        self.counts[:n, dropped] = 0
-        if self.values is not None:
-            self.values[:n, dropped] = self.empty_partial()
-        if self.changed is not None:
-            self.changed[:n, dropped] = False
         self.c0 += drop
         self.starts, self.ends = self.starts[drop:], self.ends[drop:]
         if not len(self.starts):
+            dead, n = slice(0, self.c0), self.n
+            for matrix in (self.counts, self.values, self.changed):
+                if matrix is not None:
+                    matrix[:n, dead] = 0 if matrix is not self.values else self.empty_partial()
             self.c0 = 0
             self.prefix_to = -1
 

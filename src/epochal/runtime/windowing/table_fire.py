@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 _SCALAR_LIMIT = 12  # up to this many queries, index arithmetic runs per query in Python
 _CELLS = 1 << 20  # keys x windows computed at once (bounds the memory of a firing)
+_KEY_RUNS = 8  # every key w times over, kept for this many w (Arrow arrays: shared, never changed)
+_FEW_WINDOWS = 8  # up to this many windows, results are row differences, not a gather
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,13 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
         _purge(table, watermark)  # every key was behind it
         return None
     parts: list[tuple[Any, ...]]
-    if low == float(fired.max()) and low <= watermark:  # usual: every key fired together, and is due
+    uniform = low == float(fired.max())
+    if uniform and low <= watermark and not changes:  # the usual firing: see _fire_every_key
+        found = _fire_every_key(table, low, watermark)
+        fired[:] = watermark
+        _purge(table, watermark)
+        return found
+    if uniform and low <= watermark:  # every key fired together, and is due
         parts = _fire_rows(table, slice(0, n), low, watermark)
         fired[:] = watermark
     else:
@@ -156,6 +164,12 @@ def fire(table: SliceTable, watermark: float) -> FiredColumns | None:
         table.changed[:n, live] &= (fired > watermark)[:, None]  # fired now: their flags are spent
         table.has_changes = bool(table.changed[:n, live].any())
     _purge(table, float(fired.min()))
+    return _assemble(table, parts)
+
+
+def _assemble(table: SliceTable, parts: list[tuple[Any, ...]]) -> FiredColumns | None:
+    """One `FiredColumns` of `_fire_rows`' parts."""
+    n = table.n
     if not parts:
         return None
     if len(parts) == 1:
@@ -186,16 +200,50 @@ def _keys(table: SliceTable, slots: np.ndarray | int) -> pa.Array | list[Any]:
             array: pa.Array | None = pa.array(table.keys)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             array = None
-        cached = table.key_cache = (table.version, array)
-    array = cached[1]
+        cached = table.key_cache = (table.version, array, {})
+    array, runs = cached[1], cached[2]
     if isinstance(slots, int):
-        if array is not None:
-            return pa.concat_arrays([array] * slots)
+        if array is not None:  # the same few numbers of windows come again and again
+            found = runs.get(slots)
+            if found is None:
+                if len(runs) >= _KEY_RUNS:
+                    runs.clear()
+                found = runs[slots] = pa.concat_arrays([array] * slots)
+            return found
         slots = np.tile(np.arange(table.n), slots)
     if array is None:
         keys = table.keys
         return [keys[i] for i in slots.tolist()]
     return array.take(pa.array(slots))
+
+
+def _fire_every_key(table: SliceTable, previous: float, watermark: float) -> FiredColumns | None:
+    """The usual firing, with as few steps as it takes (it runs at every watermark, so its fixed
+    cost grows with how many watermarks find a window due, i.e. with the number of windows):
+    every key last fired at `previous`, no late record changed a cell. The due windows are the
+    calendar's, their results every key's in slot order, unless some key had no record in one."""
+    starts, calendar = table.starts, table.calendar
+    query, start, end = calendar.ending_between(max(previous, float(starts[0])),
+                                                min(watermark, float(starts[-1]) + calendar.max_size))
+    if not len(query):
+        return None
+    a = starts.searchsorted(start)
+    b = starts.searchsorted(end)
+    holding = a < b
+    if not holding.all():
+        query, start, end, a, b = query[holding], start[holding], end[holding], a[holding], b[holding]
+        if not len(query):
+            return None
+    n, windows = table.n, len(query)
+    if windows * n > _CELLS:  # bound a firing's memory: in chunks
+        return _assemble(table, _fire_rows(table, slice(0, n), previous, watermark))
+    present, result = _results(table, slice(0, n), a, b, None)
+    if present is None:  # every key had records in every due window
+        rows = windows * n
+        return FiredColumns(_keys(table, windows), query.repeat(n), start.repeat(n), end.repeat(n),
+                            result.reshape(rows), np.zeros(rows, dtype=np.bool_), query)
+    w, r = np.nonzero(present)
+    return FiredColumns(_keys(table, r), query[w], start[w], end[w], result[w, r], np.zeros(len(w), dtype=np.bool_))
 
 
 def _fire_rows(table: SliceTable, rows: slice | np.ndarray, previous: float,
@@ -265,15 +313,24 @@ def _columns(prefix: np.ndarray, rows: Any, cols: np.ndarray) -> np.ndarray:
     return prefix[cols, rows] if isinstance(rows, slice) else prefix[np.ix_(cols, rows)]
 
 
+def _differences(prefix: np.ndarray, rows: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`prefix[b] - prefix[a]` for the keys in `rows` (windows x keys): row by row for a few
+    windows of every key (views, no gather), else by gathers."""
+    if isinstance(rows, slice) and len(a) <= _FEW_WINDOWS:
+        out = np.empty((len(a), rows.stop - rows.start), dtype=prefix.dtype)
+        for j, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+            np.subtract(prefix[y, rows], prefix[x, rows], out=out[j])
+        return out
+    return _columns(prefix, rows, b) - _columns(prefix, rows, a)
+
+
 def _results(table: SliceTable, rows: Any, a: np.ndarray, b: np.ndarray,
              late: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
     """(windows x keys: whether the key has a result, None if every one has; the results) of
     windows covering columns `[a[j], b[j])` of the live range, ordered by end (`b` ascending)."""
-    from .table import Reduction
-
     c0 = table.c0
     prefix, prefix_values = table.prefix_sums(c0 + int(b[-1]))
-    count = _columns(prefix, rows, c0 + b) - _columns(prefix, rows, c0 + a)
+    count = _differences(prefix, rows, c0 + a, c0 + b)
     present: np.ndarray | None = None
     if late is not None and late.any():
         assert table.changed is not None
@@ -285,20 +342,20 @@ def _results(table: SliceTable, rows: Any, a: np.ndarray, b: np.ndarray,
             present = None
     elif count.size and not int(count.min()):
         present = count > 0
-    reduction = table.reduction
-    if reduction is Reduction.COUNT:
+    reduction = table.reduction.value  # an Enum of table.py, which imports this module
+    if reduction == "count":
         return present, count
     if prefix_values is not None:  # integer sums: exact from the kept prefix sums
-        return present, _columns(prefix_values, rows, c0 + b) - _columns(prefix_values, rows, c0 + a)
+        return present, _differences(prefix_values, rows, c0 + a, c0 + b)
     values = table.values
     assert values is not None
     lo, hi = int(a.min()), int(b.max())
     block = values[rows, c0 + lo:c0 + hi]
     a, b = a - lo, b - lo
-    if reduction is Reduction.SUM:
+    if reduction == "sum":
         sums = _prefix(block, values.dtype)
         return present, (sums[:, b] - sums[:, a]).T
-    reduce = np.min if reduction is Reduction.MIN else np.max
+    reduce = np.min if reduction == "min" else np.max
     result = np.empty((len(a), block.shape[0]), dtype=values.dtype)
     for j, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
         result[j] = reduce(block[:, x:y], axis=1)
