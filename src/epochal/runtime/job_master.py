@@ -428,7 +428,7 @@ class JobMaster:
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
         assert self.attempt is not None and self.attempt.is_finished
-        self._live_queries.abandon("the job finished")
+        self._stop_commands("the job finished")  # a move waiting for tasks that finished, say
         final = {task: m.metrics for task, m in self.attempt.finished.items()}
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
         self.control.publish(state=JobState.FINISHED)

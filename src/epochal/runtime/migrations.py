@@ -97,6 +97,8 @@ class Migrations:
                 self.control.publish(parallelism=parallelism)
             command.finish(result=coordinator.completed[-1].checkpoint_id if coordinator.completed else None)
             return
+        if self._ending(coordinator, command):
+            return
         migration = self.current = Migration.plan(self.job, current, table, time.monotonic(), command, steps,
                                                   parallelism)
         migration.split_owners = self.splits.gainers(current, table)
@@ -116,8 +118,20 @@ class Migrations:
                 or message.checkpoint_id != migration.prepared_from):
             return
         migration.awaiting.discard(message.task)
-        if not migration.awaiting:
+        if not migration.awaiting and not self._ending(coordinator, migration.command):
             self._trigger(coordinator, migration)
+
+    def _ending(self, coordinator: CheckpointCoordinator, command: Command | None) -> bool:
+        """Whether the job is ending (its final checkpoint triggered, as its sources ended between
+        two steps or during a read-ahead): then no step starts, since a rerouting checkpoint after
+        the final one is never taken over, and the move ends with an error."""
+        if not coordinator.is_stopped and coordinator.final_checkpoint is None:
+            return False
+        self.current = None
+        if command is not None:
+            command.finish(error=EpochalError(
+                f"job {self.job.name!r} is ending; the key groups not moved yet stay where they are"))
+        return True
 
     def _trigger(self, coordinator: CheckpointCoordinator, migration: Migration) -> None:
         current = current_table(self.job, coordinator.routing)
