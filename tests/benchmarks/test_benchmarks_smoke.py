@@ -107,14 +107,20 @@ def test_checkpoint_modes_measures_each_mode_under_backpressure():
 
 
 def test_migration_figures_and_summary():
-    from benchmarks import migration
+    from benchmarks import elasticity, measuring_sink, migration
 
-    rows = [(3.0, 10, 0.02), (8.0, 10, 0.05), (8.25, 0, 0.0), (8.5, 10, 0.3), (16.0, 10, 0.04)]
-    moves = [{"at": 8.0, "batch": None, "took_s": 0.2}, {"at": 16.0, "batch": 8, "took_s": 0.5}]
-    figures = migration._figures(rows, moves)
-    assert figures["steady_max_s"] == 0.02
-    once, batched = figures["after"]
-    assert once["worst_latency_s"] == 0.3 and once["longest_gap_s"] == 3.25  # nothing after 8.5 s
-    assert batched["batch"] == 8 and batched["took_s"] == 0.5
-    result = {"rate": 1.0, "blob": 1024, "moved_groups": 32, "runs": [{"size_mb": 10, "figures": figures}]}
-    assert "| 10 MB | 20 | 300 | 3,250 | 200 |" in migration._summary(result)
+    # key group 3 goes silent from 8.10 to 8.45 through a move asked at 8.0, done at 8.3
+    spans = {3: [measuring_sink.Span(2.0, 8.10, 0.01, 0), measuring_sink.Span(8.45, 12.0, 0.02, 1)],
+             4: [measuring_sink.Span(2.0, 12.0, 0.03, 0)]}
+    measured = measuring_sink.Measured([(3.0, 10, 0.02, 0.01), (8.25, 10, 0.3, 0.1)], spans)
+    changes = [{"label": "25 % at once", "restores": False, "asked": 8.0, "answered": 8.3, "done": 8.3}]
+    figures = elasticity.figures(measured, changes, 12.0)
+    assert figures["steady_worst_latency_s"] == 0.02 and figures["steady_worst_gap_s"] == 0.03
+    (after,) = figures["after"]
+    assert after["worst_latency_s"] == 0.3 and round(after["added_latency_s"], 3) == 0.28
+    assert round(after["worst_gap_s"], 3) == 0.35 and after["worst_gap_group"] == 3
+    assert after["groups_over_target"] == 1 and round(after["until"], 3) == 8.3 + elasticity.AFTER
+    result = {"rate": 1.0, "blob": 1024, "batch": 8, "runs": [{"size_mb": 10, "setup": "p2", "figures": figures}]}
+    summary = migration._summary(result)
+    assert "| 10 MB | p2 | 25 % at once | 20 | 300 | 280 | 30 | 350 | 1 | 300 |" in summary
+    assert "adds 280 ms to the worst latency (target ≤ 20 ms: missed)" in summary
