@@ -247,5 +247,26 @@ def wait_for_new_output(directory: str, since: float, timeout: float = 600.0) ->
     raise TimeoutError(f"no output in {directory} from a writer made after the stop, in {timeout:.0f} s")
 
 
+def recent_latency(directory: str, start: float, seconds: float = 1.0, tail: int = 1 << 18) -> float | None:
+    """The worst latency the writers measured in the last `seconds` of sink time, from the tails of
+    their files (cheap enough to ask twice a second while a job runs); None without output."""
+    since = int((time.time() - start - seconds) / BUCKET)
+    worst_seen = None
+    for path in glob.glob(os.path.join(directory, "out-*.jsonl")):
+        if os.path.getmtime(path) < time.time() - seconds - 1.0:
+            continue
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - tail))
+            lines = f.read().split(b"\n")[1:]
+        for text in lines:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            if line.get("b", -1) >= since and line["lat"][0]:
+                worst_seen = max(worst_seen or 0.0, line["lat"][1])
+    return worst_seen
+
+
 def worst(values: Iterable[float | None]) -> float | None:
     return max((v for v in values if v is not None), default=None)

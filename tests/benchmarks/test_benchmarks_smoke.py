@@ -113,14 +113,15 @@ def test_migration_figures_and_summary():
     spans = {3: [measuring_sink.Span(2.0, 8.10, 0.01, 0), measuring_sink.Span(8.45, 12.0, 0.02, 1)],
              4: [measuring_sink.Span(2.0, 12.0, 0.03, 0)]}
     measured = measuring_sink.Measured([(3.0, 10, 0.02, 0.01), (8.25, 10, 0.3, 0.1)], spans)
-    changes = [{"label": "25 % at once", "restores": False, "asked": 8.0, "answered": 8.3, "done": 8.3}]
+    changes = [{"label": "25 % at once", "restores": False, "asked": 8.0, "answered": 8.3, "done": 8.3,
+                "settled": 11.0}]
     figures = elasticity.figures(measured, changes, 12.0)
     assert figures["steady_worst_latency_s"] == 0.02 and figures["steady_worst_gap_s"] == 0.03
     (after,) = figures["after"]
     assert after["worst_latency_s"] == 0.3 and round(after["added_latency_s"], 3) == 0.28
     assert round(after["worst_gap_s"], 3) == 0.35 and after["worst_gap_group"] == 3
-    assert after["groups_over_target"] == 1 and round(after["until"], 3) == 8.3 + elasticity.AFTER
+    assert after["groups_over_target"] == 1 and after["until"] == 11.0
     result = {"rate": 1.0, "blob": 1024, "batch": 8, "runs": [{"size_mb": 10, "setup": "p2", "figures": figures}]}
     summary = migration._summary(result)
     assert "| 10 MB | p2 | 25 % at once | 20 | 300 | 280 | 30 | 350 | 1 | 300 |" in summary
-    assert "adds 280 ms to the worst latency (target ≤ 20 ms: missed)" in summary
+    assert "- 10 MB, there: adds 280 ms to the worst latency (target ≤ 20 ms: missed)" in summary

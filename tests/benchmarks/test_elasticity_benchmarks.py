@@ -77,24 +77,27 @@ def test_writer_measures_each_key_groups_gaps(tmp_path: Path) -> None:
 def test_migration_in_process_moves_and_restores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(elasticity, "FIRST_CHANGE", 1.5)
     monkeypatch.setattr(elasticity, "SETTLE", 0.7)
-    monkeypatch.setattr(elasticity, "AFTER", 0.4)
+    monkeypatch.setattr(elasticity, "CAUGHT_UP", 0.5)
     monkeypatch.setattr(elasticity, "STEADY_FROM", 0.5)
     run = migration.run_once(None, str(tmp_path), 0.5, elasticity.PARALLEL, rate=5_000, load_s=1.0)
     figures = run["figures"]
     labels = [a["label"] for a in figures["after"]]
-    assert labels == ["one group", "25 % at once", "25 % in batches of 8", "stop-and-restore", "2 → 1 by restore"]
+    assert labels == ["one group", "25 % at once", "25 % at once, back", "25 % in batches of 8",
+                      "25 % in batches of 8, back", "stop-and-restore", "2 → 1 by restore"]
     for a in figures["after"]:
-        assert a["asked"] < a["done"] < a["until"] <= run["end"]
+        assert a["asked"] < a["done"] < a["done"] + elasticity.SETTLE <= a["settled"] == a["until"] <= run["end"]
+        assert a["settled"] < a["done"] + elasticity.SETTLE + 5, a  # caught up: the driver saw recent latency
         assert len(a["group_gaps_s"]) == 128, a["label"]  # every key group has hot keys, and output
         assert a["worst_gap_s"] == pytest.approx(max(a["group_gaps_s"].values()), abs=1e-5)
         assert a["worst_latency_s"] is not None
-    assert [a["restores"] for a in figures["after"]] == [False, False, False, True, True]
+    assert [a["restores"] for a in figures["after"]] == [False] * 5 + [True, True]
     assert figures["steady_worst_gap_s"] > 0 and run["latency"] and run["gaps"]
 
     monkeypatch.setattr(runner, "IMAGES", str(tmp_path))
     result = {"rate": 5_000, "blob": migration.BLOB, "batch": migration.BATCH, "runs": [{**run, "size_mb": 10}]}
     summary = migration._summary(result)
-    assert "- 10 MB: adds" in summary and "target ≤ 20 ms" in summary and "| 10 MB | " in summary
+    assert "- 10 MB, there: adds" in summary and "- 10 MB, back: adds" in summary
+    assert "target ≤ 20 ms" in summary and "| 10 MB | " in summary
     migration._plot(result)
     elasticity._plot({"runs": [{**run, "load": 0.5, "setup": "x"}]})
     if runner.pyplot() is not None:
