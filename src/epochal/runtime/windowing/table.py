@@ -268,33 +268,46 @@ class SliceTable:
         """The matrix column of each slice `[starts[i], ends[i])` (sorted, distinct starts),
         adding the columns not there yet."""
         live = self.starts
-        if len(live) and starts[0] <= live[-1]:  # some may be columns already
-            pos = live.searchsorted(starts)
-            found = (pos < len(live)) & (live[np.minimum(pos, len(live) - 1)] == starts)
-            if found.all():
-                return pos + self.c0
-            starts_new, ends_new = starts[~found], ends[~found]
-        else:  # none is (in order: all after the last column)
-            starts_new, ends_new = starts, ends
-        cap = self.counts.shape[1]
-        if not len(live) or starts_new[0] > live[-1]:  # in order: append on the right
-            if self.c0 + len(live) + len(starts_new) > cap:
-                total = len(live) + len(starts_new)
-                if 2 * total <= cap:
-                    self._shift_left()
-                else:
-                    self._reshape(self.counts.shape[0], max(16, 2 * total), np.arange(len(live)))
-            self.starts = np.concatenate([live, starts_new])
-            self.ends = np.concatenate([self.ends, ends_new])
+        m, count = len(live), len(starts)
+        if not m or starts[0] > live[-1]:  # in order: all after the last column
+            self._append(starts, ends)
+            return np.arange(self.c0 + m, self.c0 + m + count)
+        first = int(live.searchsorted(starts[0]))
+        k = min(m - first, count)
+        if (k == count or starts[k] > live[-1]) and (live[first:first + k] == starts[:k]).all():
+            # the usual batch: some of the last columns, in a run, then new ones
+            if k < count:
+                self._append(starts[k:], ends[k:])
+            return np.arange(self.c0 + first, self.c0 + first + count)
+        pos = live.searchsorted(starts)
+        found = (pos < m) & (live[np.minimum(pos, m - 1)] == starts)
+        if found.all():
+            return pos + self.c0
+        starts_new, ends_new = starts[~found], ends[~found]
+        if starts_new[0] > live[-1]:  # the new ones after the last column
+            self._append(starts_new, ends_new)
         else:  # out of order: rebuild around the new columns
             merged = np.concatenate([live, starts_new])
             order = np.argsort(merged, kind="stable")
             merged_ends = np.concatenate([self.ends, ends_new])[order]
             col_at = np.empty(len(merged), dtype=np.int64)
             col_at[order] = np.arange(len(merged))
-            self._reshape(self.counts.shape[0], max(cap, 16, 2 * len(merged)), col_at[: len(live)])
+            self._reshape(self.counts.shape[0], max(self.counts.shape[1], 16, 2 * len(merged)), col_at[:m])
             self.starts, self.ends = merged[order], merged_ends
         return np.searchsorted(self.starts, starts) + self.c0
+
+    def _append(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Add columns after the last one (room made on the left or by growing)."""
+        live = len(self.starts)
+        cap = self.counts.shape[1]
+        if self.c0 + live + len(starts) > cap:
+            total = live + len(starts)
+            if 2 * total <= cap:
+                self._shift_left()
+            else:
+                self._reshape(self.counts.shape[0], max(16, 2 * total), np.arange(live))
+        self.starts = np.concatenate([self.starts, starts])
+        self.ends = np.concatenate([self.ends, ends])
 
     def purge(self, first_needed: float) -> None:
         """Drop the columns of slices before `first_needed` (no window can need them). Their
