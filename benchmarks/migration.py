@@ -195,7 +195,8 @@ def _summary(result: dict[str, Any]) -> str:
         "checkpoints. At parallelism 2: one key group moved, a quarter (32 of 128) moved all at once there and back, "
         f"then in batches of {result['batch']}, then a stop-and-restore at the same parallelism (today's way to change "
         "owners). At parallelism 1 with a standby slot: rescaled 1 → 2 and 2 → 1 live, all at once and in batches. "
-        "Without one: rescaled by restore, each into a new Spark stage. Checkpoints are incremental and their "
+        "Without one: rescaled by restore, each into a new Spark stage (1 → 2 at parallelism 1, 2 → 1 at 2). "
+        "Checkpoints are incremental and their "
         "chains never compacted in a run: by default every 10th checkpoint is full, and at 1 GB that one takes "
         "about 10 s and holds the job back while it runs, moves or not.",
         "",
@@ -205,6 +206,7 @@ def _summary(result: dict[str, Any]) -> str:
         "",
         *targets(result),
         "",
+        *elasticity.restarts_line(result["runs"]),
         f"| State | Set-up | Change | {elasticity.CHANGE_HEADER}",
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]

@@ -91,6 +91,7 @@ def test_migration_in_process_moves_and_restores(tmp_path: Path, monkeypatch: py
         assert a["worst_gap_s"] == pytest.approx(max(a["group_gaps_s"].values()), abs=1e-5)
         assert a["worst_latency_s"] is not None
     assert [a["restores"] for a in figures["after"]] == [False] * 5 + [True, True]
+    assert all(a["attempt"] == a["attempt_before"] for a in figures["after"][:5])  # live: no restart
     assert figures["steady_worst_gap_s"] > 0 and run["latency"] and run["gaps"]
 
     monkeypatch.setattr(runner, "IMAGES", str(tmp_path))
@@ -98,6 +99,7 @@ def test_migration_in_process_moves_and_restores(tmp_path: Path, monkeypatch: py
     summary = migration._summary(result)
     assert "- 10 MB, there: adds" in summary and "- 10 MB, back: adds" in summary
     assert "target ≤ 20 ms" in summary and "| 10 MB | " in summary
+    assert "Live changes that restarted the job (its attempt changed): 0 of 5 (target: none, met)." in summary
     migration._plot(result)
     elasticity._plot({"runs": [{**run, "load": 0.5, "setup": "x"}]})
     if runner.pyplot() is not None:
