@@ -73,6 +73,14 @@ def identity(reduction: Reduction, dtype: np.dtype[Any]) -> Any:
     return 0
 
 
+def matrix(rows: int, cols: int, dtype: Any, fill: Any) -> np.ndarray:
+    """A partials matrix, column-major: a slice's cells are contiguous, so what runs per slice
+    (a batch's block, a prefix sum's new column, moving columns) reads and writes runs of memory."""
+    if not fill:
+        return np.zeros((rows, cols), dtype=dtype, order="F")  # pages untouched until used
+    return np.full((rows, cols), fill, dtype=dtype, order="F")
+
+
 def value_dtype(values: np.ndarray) -> np.dtype[Any] | None:
     """The partials' dtype for a value column: int64 or float64; None for other types."""
     kind = values.dtype.kind
@@ -135,9 +143,9 @@ class SliceTable:
         return identity(self.reduction, self.values.dtype)
 
     def _allocate(self, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        counts = np.zeros((rows, cols), dtype=np.int64)
-        values = None if self.values is None else np.full((rows, cols), self.empty_partial(), dtype=self.values.dtype)
-        changed = None if self.changed is None else np.zeros((rows, cols), dtype=np.bool_)
+        counts = matrix(rows, cols, np.int64, 0)
+        values = None if self.values is None else matrix(rows, cols, self.values.dtype, self.empty_partial())
+        changed = None if self.changed is None else matrix(rows, cols, np.bool_, False)
         return counts, values, changed
 
     def _reshape(self, rows: int, cols: int, col_at: np.ndarray) -> None:
@@ -182,15 +190,15 @@ class SliceTable:
             return
         shape = self.counts.shape
         if self.values is None:
-            self.values = np.full(shape, identity(self.reduction, dtype), dtype=dtype)
+            self.values = matrix(*shape, dtype, identity(self.reduction, dtype))
             return
-        upcast = self.values.astype(dtype)
+        upcast = self.values.astype(dtype, order="F")
         upcast[self.counts == 0] = identity(self.reduction, dtype)
         self.values = upcast
 
     def ensure_changed(self) -> np.ndarray:
         if self.changed is None:
-            self.changed = np.zeros(self.counts.shape, dtype=np.bool_)
+            self.changed = matrix(*self.counts.shape, np.bool_, False)
         return self.changed
 
     # -- keys -----------------------------------------------------------------------------------
@@ -397,25 +405,32 @@ class SliceTable:
         cols = self.columns(slice_starts[used], slice_ends[used])
         nk, nc = len(slots), len(used)
         counts, reduction = self.counts, self.reduction
-        if nk * nc <= 4 * len(ts) + _DENSE_CELLS:  # one small dense block of the batch's cells
-            cell = codes * nc + local
-            first_col, last_col = int(cols[0]), int(cols[-1])
-            block: Any = (slots, slice(first_col, last_col + 1))  # adjacent columns: a slice, not a gather
-            if last_col - first_col + 1 != nc:
-                block = np.ix_(slots, cols)
-            counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nk, nc)
+        first_col, last_col = int(cols[0]), int(cols[-1])
+        budget = 4 * len(ts) + _DENSE_CELLS
+        rows = int(slots.max()) + 1
+        block: Any = None
+        if last_col - first_col + 1 == nc and rows * nc <= budget:
+            # the usual batch: its cells as one block of slots [0, rows) x adjacent columns, a
+            # view of the (column-major) matrices, filled column by column: no gather, no scatter
+            cell = local * rows + slots[codes]
+            nk, block = rows, (slice(0, rows), slice(first_col, last_col + 1))
+        elif nk * nc <= budget:  # a few keys, or columns apart: a gathered block
+            cell = local * nk + codes
+            block = np.ix_(slots, cols)
+        if block is not None:
+            counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nc, nk).T
             if values is not None:
                 assert self.values is not None
                 dense = np.full(nk * nc, identity(reduction, self.values.dtype), dtype=self.values.dtype)
                 if reduction is Reduction.SUM:
                     np.add.at(dense, cell, values)
-                    self.values[block] += dense.reshape(nk, nc)
+                    self.values[block] += dense.reshape(nc, nk).T
                 elif reduction is Reduction.MIN:
                     np.minimum.at(dense, cell, values)
-                    self.values[block] = np.minimum(self.values[block], dense.reshape(nk, nc))
+                    self.values[block] = np.minimum(self.values[block], dense.reshape(nc, nk).T)
                 else:
                     np.maximum.at(dense, cell, values)
-                    self.values[block] = np.maximum(self.values[block], dense.reshape(nk, nc))
+                    self.values[block] = np.maximum(self.values[block], dense.reshape(nc, nk).T)
         else:
             rows, at = slots[codes], cols[local]
             np.add.at(counts, (rows, at), 1)
