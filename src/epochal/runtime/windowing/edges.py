@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, TypeAlias
 
@@ -30,6 +31,9 @@ _EXACT_DENOMINATOR = 1 << 20
 _EXACT_MAGNITUDE = float(1 << 32)
 _SCALAR_LIMIT = 12  # up to this many queries, a Python loop beats numpy's overhead
 _CACHED_EDGES = 2048  # edges kept around the latest timestamps for `slice_of`
+_TICKS = float(1 << 20)  # a grid's unit: 2**-20 s
+_TICK_LIMIT = float(1 << 42)  # times below this many seconds have ticks within int64
+_GRID_CELLS = 16  # an edge grid holds at most this many cells per edge
 Numbers: TypeAlias = np.ndarray | np.floating[Any]
 
 
@@ -71,6 +75,45 @@ def _edges_around(ts: Numbers, base: Numbers, period: Numbers, shift: Numbers) -
     return np.asarray(edge), np.asarray(following)
 
 
+@dataclass(frozen=True, slots=True)
+class _EdgeGrid:
+    """Sorted edges that all lie on a grid of `step` ticks of 2**-20 s from `origin` (the usual
+    windows of whole seconds, minutes, halves ...): the last edge at or below a time is then
+    `last[(tick - origin) // step]`, integer arithmetic with no branch per row, where a binary
+    search over many edges mispredicts at every level for rows out of order."""
+
+    origin: int
+    step: int
+    last: np.ndarray  # per grid cell, the index of the last edge at or below its start
+
+    @staticmethod
+    def of(edges: np.ndarray) -> _EdgeGrid | None:
+        """The grid of `edges`, if they are on one of at most a few cells per edge."""
+        if len(edges) < 2 or not (abs(edges[0]) < _TICK_LIMIT and abs(edges[-1]) < _TICK_LIMIT):
+            return None
+        scaled = edges * _TICKS  # exact: a power of two
+        ticks = scaled.astype(np.int64)
+        if not np.array_equal(ticks, scaled):  # not on the 2**-20 s grid
+            return None
+        step = int(np.gcd.reduce(np.diff(ticks)))
+        cells = (int(ticks[-1]) - int(ticks[0])) // step + 1
+        if cells > _GRID_CELLS * len(edges):
+            return None
+        origin = int(ticks[0])
+        last = ticks.searchsorted(origin + step * np.arange(cells, dtype=np.int64), side="right") - 1
+        return _EdgeGrid(origin, step, last)
+
+    def last_edges(self, ts: np.ndarray) -> np.ndarray:
+        """Per time (not negative, within the edges), the index of the last edge at or below it:
+        a time's tick is its floor in 2**-20 s (exact), and an edge at or below the time is at or
+        below its tick, the edges being whole ticks."""
+        cell = (ts * _TICKS).astype(np.int64)
+        cell -= self.origin
+        cell //= self.step
+        found: np.ndarray = self.last[cell]
+        return found
+
+
 class SliceEdges:
     """Where slices start and end for a set of periodic queries (their union of boundaries).
 
@@ -93,6 +136,7 @@ class SliceEdges:
         self._cache_list: list[float] | None = None  # the same, for `bisect` (made when asked)
         self._cache_lo = math.inf  # the cache answers for timestamps in [lo, hi)
         self._cache_hi = -math.inf
+        self._grid: _EdgeGrid | None = None  # the cache's edges on a grid, if they are
 
     def _cached(self, t_min: float, t_max: float) -> np.ndarray | None:
         """Consecutive edges, complete around every time in `[t_min, t_max]`: the cache, moved
@@ -108,6 +152,7 @@ class SliceEdges:
             # complete between low and high only: each progression starts and stops elsewhere
             self._cache, self._cache_list = edges, None
             self._cache_lo, self._cache_hi = low, high
+            self._grid = _EdgeGrid.of(edges)
         return self._cache
 
     def slice_of(self, ts: float) -> tuple[float, float]:
@@ -157,10 +202,15 @@ class SliceEdges:
         if edges is not None:
             # each progression brings edges a period or two beyond the batch: keep the ones
             # around it, so the search per row runs over few (long periods, many queries)
-            first = int(np.searchsorted(edges, t_min, side="right")) - 1
-            last = int(np.searchsorted(edges, t_max, side="right"))
+            first = int(edges.searchsorted(t_min, side="right")) - 1
+            last = int(edges.searchsorted(t_max, side="right"))
+            grid = self._grid if edges is self._cache else None
+            if grid is not None and t_min >= 0.0:
+                index = grid.last_edges(ts)
+                index -= first
+            else:
+                index = edges[first:last + 1].searchsorted(ts, side="right") - 1
             edges = edges[first:last + 1]
-            index = np.searchsorted(edges, ts, side="right") - 1
             return index, edges[:-1], edges[1:]
         distinct, inverse = np.unique(ts, return_inverse=True)
         lo = np.full(len(distinct), -np.inf)
