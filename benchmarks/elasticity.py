@@ -25,6 +25,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -206,11 +207,12 @@ def drive(handle: Any, start: float, changes: Sequence[Change], lat: str) -> tup
 
 def run_changes(env: Any, name: str, start: float, lat: str, changes: Sequence[Change]) -> dict[str, Any]:
     """Run the job of `env` from now, apply `changes`, stop it; what it measured, with figures."""
-    handle = env.execute_async(name)
-    done, end = drive(handle, start, changes, lat)
-    stop_at(handle, start + end)
+    with Neighbours() as neighbours:
+        handle = env.execute_async(name)
+        done, end = drive(handle, start, changes, lat)
+        stop_at(handle, start + end)
     measured = measuring_sink.load(lat, start)
-    return {"changes": done, "end": end, **measurements(measured, done, end)}
+    return {"changes": done, "end": end, "neighbour_cores": neighbours.cores, **measurements(measured, done, end)}
 
 
 def measurements(measured: measuring_sink.Measured, changes: list[dict[str, Any]], end: float) -> dict[str, Any]:
@@ -228,7 +230,7 @@ def figures(measured: measuring_sink.Measured, changes: list[dict[str, Any]], en
     from asked to settled (`drive`): the worst latency, what it adds to the steady worst, and the
     longest stretch any key group went without output."""
     first = changes[0]["asked"] if changes else end
-    steady_gaps = measured.gaps(STEADY_FROM, first)
+    steady_gaps = measured.gaps(STEADY_FROM, first, ended=True)
     steady_latency = measured.worst_latency(STEADY_FROM, first)
     after = []
     for change in changes:
@@ -347,7 +349,8 @@ def _summary(result: dict[str, Any]) -> str:
     ]
     for r in result["runs"]:
         lines += change_rows(r, f"{r['load']:.0%} | {r['setup']} | {r['rate']:,.0f}")
-    lines += ["", GAP_NOTE, "", "Parallelism 2 is slower than 1 on these 2 cores (the keyed exchange crosses TCP "
+    lines += ["", GAP_NOTE, "", *neighbours_line(result["runs"]),
+              "Parallelism 2 is slower than 1 on these 2 cores (the keyed exchange crosses TCP "
               "between two workers that share them with Spark's JVM and the driver; standby slots cost too: every "
               "vertex runs twice the tasks), so a set-up loaded at 80 % of its maximum at parallelism 1 may run past "
               "its maximum after 1 → 2.", "",
@@ -364,6 +367,16 @@ def restarts_line(runs: Sequence[dict[str, Any]]) -> list[str]:
     restarted = [a for a in live if a["attempt"] != a["attempt_before"]]
     return [f"Live changes that restarted the job (its attempt changed): {len(restarted)} of {len(live)} "
             f"(target: none, {'met' if not restarted else 'missed'}).", ""]
+
+
+def neighbours_line(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """How busy the machine's other processes were during the runs (`Neighbours`)."""
+    busy = [r["neighbour_cores"] for r in runs if r.get("neighbour_cores") is not None]
+    if not busy:
+        return []
+    return [f"Other processes on this shared machine kept {statistics.median(busy):.2f} of its 2 cores busy "
+            f"during the median run, {max(busy):.2f} during the busiest (`Neighbours`: CPU outside the "
+            "benchmark's processes).", ""]
 
 
 def plot_runs(axes: Any, runs: Sequence[dict[str, Any]], label: Callable[[dict[str, Any]], str]) -> None:
@@ -400,3 +413,68 @@ def _plot(result: dict[str, Any]) -> None:
         axes[1, i].set_xlabel("seconds (dotted: a change asked)")
     fig.tight_layout()
     save_figure(fig, "elasticity.png")
+
+
+class Neighbours:
+    """How busy the rest of the machine was while a run ran: cores used by processes outside this
+    benchmark's process tree (its driver, Spark's JVM, the workers), from /proc. These 2-core machines
+    are shared, and a neighbour's work shows as latency in ours; the report says how much there was.
+    The tree is sampled every second, so a worker that dies (a kill, a relaunch) counts as ours to
+    its last sample."""
+
+    def __init__(self) -> None:
+        self.root = os.getpid()
+        self.cpu: dict[int, int] = {}  # pid of the tree → its CPU ticks, at the last sample
+        self.before: dict[int, int] = {}
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _busy() -> int:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        return sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+
+    def _sample(self) -> None:
+        parents: dict[int, int] = {}
+        ticks: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            ticks[int(entry)] = int(fields[11]) + int(fields[12])  # utime + stime
+        tree, grew = {self.root}, True
+        while grew:
+            more = {pid for pid, parent in parents.items() if parent in tree} - tree
+            tree |= more
+            grew = bool(more)
+        for pid in tree:
+            self.cpu[pid] = ticks.get(pid, self.cpu.get(pid, 0))
+
+    def __enter__(self) -> Neighbours:
+        self._sample()
+        self.before = dict(self.cpu)
+        self.busy, self.started = self._busy(), time.monotonic()
+
+        def sample() -> None:
+            while not self._done.wait(1.0):
+                self._sample()
+
+        self._thread = threading.Thread(target=sample, name="neighbours", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        assert self._thread is not None
+        self._thread.join()
+        self._sample()
+        hz = os.sysconf("SC_CLK_TCK")
+        ours = sum(t - self.before.get(pid, 0) for pid, t in self.cpu.items())
+        seconds = time.monotonic() - self.started
+        self.cores = max(0.0, (self._busy() - self.busy - ours) / hz / seconds) if seconds > 0 else 0.0

@@ -132,20 +132,22 @@ class Measured:
         """The worst latency of the buckets in `[since, until)`."""
         return max((worst for t, n, worst, _ in self.latency if n and since <= t < until), default=None)
 
-    def gaps(self, since: float, until: float) -> dict[int, float]:
+    def gaps(self, since: float, until: float, ended: bool = False) -> dict[int, float]:
         """Per key group, its longest stretch without output that overlaps `[since, until)`: from
         one output to its next (in any writer), or inside a bucket. A group without output in the
-        whole window has a gap as long as the window (at least)."""
+        whole window has a gap as long as the window (at least). `ended`: only stretches that ended
+        in the window (a steady window's, whose end a change or a kill may cut into)."""
         out: dict[int, float] = {}
         for group, spans in self.spans.items():
             worst, previous = 0.0, None
             for span in spans:
-                if previous is not None and span.first > previous and span.first > since and previous < until:
+                if (previous is not None and span.first > previous and span.first > since and previous < until
+                        and (not ended or span.first < until)):
                     worst = max(worst, span.first - previous)
                 if span.first < until and span.last > since:
                     worst = max(worst, span.inner_gap)
                 previous = span.last if previous is None else max(previous, span.last)
-            if previous is not None and previous < until:  # silent from its last output to the window's end
+            if not ended and previous is not None and previous < until:  # silent from its last output on
                 worst = max(worst, until - previous)
             out[group] = worst
         return out

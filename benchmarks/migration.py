@@ -212,7 +212,8 @@ def _summary(result: dict[str, Any]) -> str:
     ]
     for r in result["runs"]:
         lines += elasticity.change_rows(r, f"{r['size_mb']:g} MB | {r['setup']}")
-    lines += ["", elasticity.GAP_NOTE, "", "![latency and key groups' gaps through moves](img/migration.png)"]
+    lines += ["", elasticity.GAP_NOTE, "", *elasticity.neighbours_line(result["runs"]),
+              "![latency and key groups' gaps through moves](img/migration.png)"]
     return "\n".join(lines)
 
 

@@ -43,7 +43,7 @@ SIZE_MB = 100
 KILL_AT = 10.0
 AFTER_KILL = 8.0
 RUN_S = KILL_AT + AFTER_KILL + 2.0
-COST_S = 12.0
+COST_S = 20.0
 PAIRS = 5
 TARGET_S = 1.0  # issue 18: the lost key groups produce output again within 1 s
 COST_TARGET = 0.05
@@ -67,16 +67,17 @@ def _graph(spark: Any, directory: str, source: Any, sink: Any, replicas: int, na
     return env.job_graph(name)
 
 
-def _run(spark: Any, graph: Any, until: float, during: Any = None) -> Any:
+def _run(spark: Any, graph: Any, until: float, during: Any = None) -> tuple[Any, float]:
     """Run `graph` on Spark until wall-clock `until`, calling `during(executor)` once its
-    workers said hello."""
-    executor, control, thread, _ = soak._start(spark, graph)
-    if during is not None:
-        during(executor)
-    time.sleep(max(0.0, until - time.time()))
-    control.request_cancel()
-    thread.join(timeout=300)
-    return executor
+    workers said hello; the executor, and the cores the machine's other processes used meanwhile."""
+    with elasticity.Neighbours() as neighbours:
+        executor, control, thread, _ = soak._start(spark, graph)
+        if during is not None:
+            during(executor)
+        time.sleep(max(0.0, until - time.time()))
+        control.request_cancel()
+        thread.join(timeout=300)
+    return executor, neighbours.cores
 
 
 def kill_once(spark: Any, directory: str, scenario: Scenario) -> dict[str, Any]:
@@ -94,9 +95,10 @@ def kill_once(spark: Any, directory: str, scenario: Scenario) -> dict[str, Any]:
         os.kill(victims[1], signal.SIGKILL)
         killed["at"] = time.time() - start
 
-    executor = _run(spark, graph, start + RUN_S, kill)
+    executor, neighbours = _run(spark, graph, start + RUN_S, kill)
     measured = measuring_sink.load(lat, start)
     return {"scenario": scenario.name, "replicas": scenario.replicas, "whole_task": scenario.whole_task,
+            "neighbour_cores": neighbours,
             **kill_figures(measured, killed["at"]),
             "recovery_s": executor.recovery_seconds, "local_restore_bytes": executor.local_restore_bytes,
             "launches": [e for e, _ in executor.timeline].count("submitted")}
@@ -110,7 +112,7 @@ def kill_figures(measured: measuring_sink.Measured, at: float) -> dict[str, Any]
     known = [s for g in lost if (s := silent.get(g)) is not None]
     until = at + AFTER_KILL
     gaps = measured.gaps(at, until)
-    steady_gaps = measured.gaps(elasticity.STEADY_FROM, at)
+    steady_gaps = measured.gaps(elasticity.STEADY_FROM, at, ended=True)
     return {
         "killed_at": at, "lost_groups": len(lost), "lost_never": len(lost) - len(known),
         "lost_silent_s": {g: None if silent.get(g) is None else round(silent[g] or 0.0, 5) for g in lost},
@@ -126,7 +128,7 @@ def kill_figures(measured: measuring_sink.Measured, at: float) -> dict[str, Any]
     }
 
 
-def throughput_once(spark: Any, directory: str, replicas: int) -> float:
+def throughput_once(spark: Any, directory: str, replicas: int) -> tuple[float, float]:
     position = os.path.join(directory, "pos")
     source = elasticity.PacedSplit(10**10, None, time.time(), position)
     lat = os.path.join(directory, "lat")
@@ -141,20 +143,21 @@ def throughput_once(spark: Any, directory: str, replicas: int) -> float:
         time.sleep(COST_S)
         measured["rate"] = ((source.read_position() or 0) - first) / (time.monotonic() - t0)
 
-    _run(spark, graph, time.time(), measure)
-    return measured["rate"]
+    _, neighbours = _run(spark, graph, time.time(), measure)
+    return measured["rate"], neighbours
 
 
 def backup_cost(spark: Any, directory: str, pairs: int) -> list[dict[str, float]]:
     """`pairs` pairs of unpaced runs without and with backups, the order alternating."""
     out = []
     for i in range(pairs):
-        rates = {}
+        rates, neighbours = {}, {}
         for replicas in (0, 1) if i % 2 == 0 else (1, 0):
             where = os.path.join(directory, f"cost{i}-{replicas}")
             os.makedirs(where)
-            rates[replicas] = throughput_once(spark, where, replicas)
-        out.append({"without": rates[0], "with": rates[1], "ratio": rates[1] / rates[0]})
+            rates[replicas], neighbours[replicas] = throughput_once(spark, where, replicas)
+        out.append({"without": rates[0], "with": rates[1], "ratio": rates[1] / rates[0],
+                    "neighbour_cores": max(neighbours.values())})
     return out
 
 
@@ -179,6 +182,11 @@ def run(quick: bool) -> dict[str, Any]:
     _plot(out)
     out["summary"] = _summary(out)
     return out
+
+
+def neighbours_note(pair: dict[str, Any]) -> str:
+    busy = pair.get("neighbour_cores")
+    return "" if busy is None or busy < 0.1 else f" ({busy:.1f} cores busy elsewhere)"
 
 
 def _verdict(met: bool) -> str:
@@ -219,14 +227,15 @@ def _summary(result: dict[str, Any]) -> str:
     cost = result["cost"]
     if cost:
         ratio = statistics.median(p["ratio"] for p in cost)
-        pairs = ", ".join(f"{p['without']:,.0f} → {p['with']:,.0f}" for p in cost)
+        pairs = ", ".join(f"{p['without']:,.0f} → {p['with']:,.0f}" + neighbours_note(p) for p in cost)
         lines += [
             "",
             f"Backups' cost, the same job unpaced, {len(cost)} pairs without → with `backup_replicas=1`, order "
             f"alternating (records/s): {pairs}; median ratio {ratio:.3f}, a cost of {(1 - ratio) * 100:.1f} % "
             f"(target ≤ 5 %: {_verdict(1 - ratio <= COST_TARGET)}).",
         ]
-    lines += ["", "![latency and key groups' gaps through a worker's kill](img/recovery.png)"]
+    lines += ["", *elasticity.neighbours_line([*result["kills"], *cost]),
+              "![latency and key groups' gaps through a worker's kill](img/recovery.png)"]
     return "\n".join(lines)
 
 

@@ -45,6 +45,8 @@ def test_gaps_span_buckets_and_writers(tmp_path: Path) -> None:
     assert gaps[5] == pytest.approx(0.25)  # 1.40 (old owner) to 1.65 (new owner)
     assert gaps[7] == pytest.approx(0.21)  # silent from 1.49 to the window's end
     assert gaps[9] == pytest.approx(0.6)  # silent from 1.10
+    ended = measured.gaps(1.3, 1.6, ended=True)  # a steady window: group 5's gap ends after it
+    assert ended[5] == pytest.approx(0.01) and ended[9] == 0.0
     assert measured.gaps(1.0, 1.25)[7] == pytest.approx(0.03)  # the gap inside a bucket
     silent = measured.output_after(1.45)
     assert silent[5] == pytest.approx(0.2) and silent[7] == 0.0 and silent[9] is None
@@ -93,6 +95,7 @@ def test_migration_in_process_moves_and_restores(tmp_path: Path, monkeypatch: py
     assert [a["restores"] for a in figures["after"]] == [False] * 5 + [True, True]
     assert all(a["attempt"] == a["attempt_before"] for a in figures["after"][:5])  # live: no restart
     assert figures["steady_worst_gap_s"] > 0 and run["latency"] and run["gaps"]
+    assert 0.0 <= run["neighbour_cores"] <= os.cpu_count()
 
     monkeypatch.setattr(runner, "IMAGES", str(tmp_path))
     result = {"rate": 5_000, "blob": migration.BLOB, "batch": migration.BATCH, "runs": [{**run, "size_mb": 10}]}
@@ -117,6 +120,7 @@ def test_recovery_figures_and_summary(tmp_path: Path, monkeypatch: pytest.Monkey
     assert kill["lost_groups"] == 1 and kill["lost_never"] == 0
     assert kill["lost_worst_silent_s"] == pytest.approx(0.6)
     assert kill["worst_gap_s"] == pytest.approx(0.62)  # group 9: 1.28 to 1.90
+    assert kill["steady_worst_gap_s"] == pytest.approx(0.01)  # the kill's gap is not the steady run's
     kill.update(scenario="peer backups", replicas=1, recovery_s=[0.4], local_restore_bytes=[2**20], launches=1)
     cost = [{"without": 100.0, "with": 97.0, "ratio": 0.97}, {"without": 100.0, "with": 95.0, "ratio": 0.95}]
     summary = recovery._summary({"rate": 1.0, "size_mb": 100, "kill_at": 1.3, "after_kill_s": 8.0,
