@@ -43,6 +43,7 @@ from .store import SliceStore
 from .table_fire import FiredColumns, QueryIndex, fire
 from .table_state import GroupSlices, export, key_store, load
 
+_MOST_FIRST_COLUMNS = 4096  # at most this many columns allocated before they are needed
 _DENSE_CELLS = 4096  # a batch's (key, slice) cells are reduced densely up to 4 per row + this
 
 
@@ -79,6 +80,18 @@ def matrix(rows: int, cols: int, dtype: Any, fill: Any) -> np.ndarray:
     if not fill:
         return np.zeros((rows, cols), dtype=dtype, order="F")  # pages untouched until used
     return np.full((rows, cols), fill, dtype=dtype, order="F")
+
+
+def first_columns(grid: Grid) -> int:
+    """Columns to allocate at first: room for three times the slices the longest window and the
+    allowed lateness span at the queries' rate of edges (bounded; the live columns, which also
+    span the watermark's delay, move left once they fill half), so that fine slides or many
+    queries do not reshape the matrices again and again while the first windows fill. Counts
+    and sums are column-major and zeroed lazily: columns never used cost no memory (min and
+    max partials are filled with their identity, so they start at 16 columns)."""
+    edges_per_second = sum(1.0 / period for _, period, _ in grid.edges.progressions)
+    span = max(w.size for w in grid.windows) + grid.lateness
+    return int(min(_MOST_FIRST_COLUMNS, 3.0 * edges_per_second * span + 32.0))
 
 
 def value_dtype(values: np.ndarray) -> np.dtype[Any] | None:
@@ -124,6 +137,7 @@ class SliceTable:
         # (version, every key as Arrow, {w: every key w times over}): see table_fire._keys
         self.key_cache: tuple[int, pa.Array | None, dict[int, pa.Array]] | None = None
         self.index = QueryIndex(grid.windows)
+        self.first_columns = first_columns(grid)
         self.calendar = WindowCalendar(grid.windows, grid.lateness, self.edges)  # what fires when
         # Prefix sums of `counts` (and of integer `values`) along the columns, kept across
         # firings: column j holds the sum of the columns before j, valid for c0 <= j <= prefix_to.
@@ -305,7 +319,8 @@ class SliceTable:
         return np.searchsorted(self.starts, starts) + self.c0
 
     def _append(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        """Add columns after the last one (room made on the left or by growing)."""
+        """Add columns after the last one (room made on the left, or by doubling the matrices:
+        a reshape copies every cell and drops the kept prefix sums)."""
         live = len(self.starts)
         cap = self.counts.shape[1]
         if self.c0 + live + len(starts) > cap:
@@ -313,7 +328,8 @@ class SliceTable:
             if 2 * total <= cap:
                 self._shift_left()
             else:
-                self._reshape(self.counts.shape[0], max(16, 2 * total), np.arange(live))
+                first = self.first_columns if self.values is None or not self.empty_partial() else 16
+                self._reshape(self.counts.shape[0], max(first, 2 * cap, 2 * total), np.arange(live))
         self.starts = np.concatenate([self.starts, starts])
         self.ends = np.concatenate([self.ends, ends])
 
