@@ -44,6 +44,7 @@ from .table_fire import FiredColumns, QueryIndex, fire
 from .table_state import GroupSlices, export, key_store, load
 
 _MOST_FIRST_COLUMNS = 4096  # at most this many columns allocated before they are needed
+_FIRST_BYTES = 64 << 20  # and at most this much memory (virtual: pages are touched when used)
 _DENSE_CELLS = 4096  # a batch's (key, slice) cells are reduced densely up to 4 per row + this
 
 
@@ -328,7 +329,9 @@ class SliceTable:
             if 2 * total <= cap:
                 self._shift_left()
             else:
-                first = self.first_columns if self.values is None or not self.empty_partial() else 16
+                first = 16
+                if self.values is None or not self.empty_partial():  # zeroed lazily: see first_columns
+                    first = min(self.first_columns, _FIRST_BYTES // (8 * max(1, self.counts.shape[0])))
                 self._reshape(self.counts.shape[0], max(first, 2 * cap, 2 * total), np.arange(live))
         self.starts = np.concatenate([self.starts, starts])
         self.ends = np.concatenate([self.ends, ends])
