@@ -306,7 +306,7 @@ class JobMaster:
             rescale, self._rescale = self._rescale, None
             if self.attempt is not None:
                 self.attempt.stop()
-            self._live_queries.abandon("the job is rescaling")
+            self._stop_commands("the job is rescaling")  # a move or savepoint begun since: its attempt ends here
             log.warning("job %r: rescaling to %d from checkpoint %d", self.job.name, rescale.parallelism,
                         rescale.checkpoint_id)
             control.publish(state=JobState.RESTARTING)
@@ -323,6 +323,12 @@ class JobMaster:
                 command.finish(error=EpochalError(f"job {self.job.name!r} is not running; no live state"))
             else:
                 self._live_queries.ask(self.job, command, self.attempt.send, self._routing())
+            return
+        if command.kind in ("move", "rescale") and self._commands:
+            # a rerouting checkpoint completing first would subsume the savepoint's or rescale's
+            waiting = next(iter(self._commands.values()))
+            command.finish(error=EpochalError(f"a {waiting.kind} is under way; no {command.kind} until its "
+                                              "checkpoint completed"))
             return
         if command.kind == "move":
             self.migrations.move(command, coordinator)
@@ -376,6 +382,10 @@ class JobMaster:
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         if self.attempt is not None:
             self.migrations.completed(checkpoint, self.attempt.send)
+        for older in [cid for cid in self._commands if cid < checkpoint.checkpoint_id]:  # subsumed: never completes
+            waiting = self._commands.pop(older)
+            waiting.finish(error=CheckpointError(f"checkpoint {older} for the {waiting.kind} was subsumed by "
+                                                 f"checkpoint {checkpoint.checkpoint_id}, which completed first"))
         command = self._commands.pop(checkpoint.checkpoint_id, None)
         if command is None:
             return
