@@ -84,15 +84,16 @@ def matrix(rows: int, cols: int, dtype: Any, fill: Any) -> np.ndarray:
 
 
 def first_columns(grid: Grid) -> int:
-    """Columns to allocate at first: room for three times the slices the longest window and the
-    allowed lateness span at the queries' rate of edges (bounded; the live columns, which also
-    span the watermark's delay, move left once they fill half), so that fine slides or many
-    queries do not reshape the matrices again and again while the first windows fill. Counts
-    and sums are column-major and zeroed lazily: columns never used cost no memory (min and
-    max partials are filled with their identity, so they start at 16 columns)."""
+    """Columns to allocate at first: the slices the longest window and the allowed lateness
+    span at the queries' rate of edges, half as many again and 64 more (bounded; the live
+    columns also span the watermark's delay), so that fine slides or many queries neither
+    reshape the matrices while the first windows fill nor spread over memory they touch once:
+    purged columns are used again (`_append`). Counts and sums are column-major and zeroed
+    lazily (min and max partials are filled with their identity, so they start at 16 columns).
+    """
     edges_per_second = sum(1.0 / period for _, period, _ in grid.edges.progressions)
     span = max(w.size for w in grid.windows) + grid.lateness
-    return int(min(_MOST_FIRST_COLUMNS, 3.0 * edges_per_second * span + 32.0))
+    return int(min(_MOST_FIRST_COLUMNS, 1.5 * edges_per_second * span + 64.0))
 
 
 def value_dtype(values: np.ndarray) -> np.dtype[Any] | None:
@@ -320,13 +321,14 @@ class SliceTable:
         return np.searchsorted(self.starts, starts) + self.c0
 
     def _append(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        """Add columns after the last one (room made on the left, or by doubling the matrices:
-        a reshape copies every cell and drops the kept prefix sums)."""
+        """Add columns after the last one: room made on the left while a quarter of the
+        capacity stays free after the move (the columns, and their memory, are used again), else
+        by doubling the matrices (a reshape copies every cell and drops the kept prefix sums)."""
         live = len(self.starts)
         cap = self.counts.shape[1]
         if self.c0 + live + len(starts) > cap:
             total = live + len(starts)
-            if 2 * total <= cap:
+            if total + max(16, cap // 4) <= cap:
                 self._shift_left()
             else:
                 first = 16
