@@ -278,8 +278,10 @@ class SliceTable:
         self.slot_of = {k: i for i, k in enumerate(self.keys)}
         self.groups[:m] = self.groups[kept]
         self.fired[:m] = self.fired[kept]
-        for matrix in (self.counts, self.values, self.changed):
-            if matrix is not None:
+        if not m:  # nothing left (the end of the input, every key idle): fresh matrices, zeroed
+            self.counts, self.values, self.changed = self._allocate(*self.counts.shape)  # lazily
+        for matrix in (self.counts, self.values, self.changed) if m else ():
+            if matrix is not None:  # rows across every column: column-major, so column by column
                 matrix[:m] = matrix[kept]
                 matrix[m:n] = 0 if matrix is not self.values else self.empty_partial()
         self.n = m
