@@ -280,10 +280,11 @@ class SliceTable:
         self.fired[:m] = self.fired[kept]
         if not m:  # nothing left (the end of the input, every key idle): fresh matrices, zeroed
             self.counts, self.values, self.changed = self._allocate(*self.counts.shape)  # lazily
+        live, used = slice(self.c0, self.c0 + self.ncols), slice(0, self.c0 + self.ncols)
         for matrix in (self.counts, self.values, self.changed) if m else ():
-            if matrix is not None:  # rows across every column: column-major, so column by column
-                matrix[:m] = matrix[kept]
-                matrix[m:n] = 0 if matrix is not self.values else self.empty_partial()
+            if matrix is not None:  # the live columns move; the freed rows are cleared where
+                matrix[:m, live] = matrix[kept, live]  # cells were ever written (purged ones too)
+                matrix[m:n, used] = 0 if matrix is not self.values else self.empty_partial()
         self.n = m
         self.version += 1
         self.prefix_to = -1
