@@ -11,7 +11,11 @@ is the table's active subtask count. A live rescale changes that count at a rero
    any checkpoint, then gives up the splits it no longer owns and stops reading them.
 2. A subtask gaining splits does not read them before `n` completed: then (`AdoptSplits`) it
    takes their positions, finished marks and watermark stamps from the old owners' operator
-   state in `n`'s manifest, as a restore does, for those splits only.
+   state in `n`'s manifest, as a restore does, for those splits only. Its watermark may be
+   ahead of theirs, and the old owner no longer holds event time back for them, so ahead of
+   barrier `n` it sends `NO_WATERMARK`, which sets its channels back downstream (a task's own
+   watermark still only moves forward: it waits), and its watermark starts again from its
+   splits once it has them.
 
 A failure before `n` completes restores `n-1` with the old table, so the old readers; after,
 `n` with the new one. A restore takes the union of every old subtask's positions and keeps the

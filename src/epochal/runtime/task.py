@@ -450,6 +450,10 @@ class Task:
 
     def _checkpoint(self, barrier: Barrier) -> None:
         """Fix state, forward the barrier, and write the snapshot in the background."""
+        reroute = barrier.reroute
+        if (reroute is not None and self.source is not None and self.state is TaskState.RUNNING
+                and reroute.parallelism == self.setup.vertex.parallelism and self.source.gains(reroute.active)):
+            self.output.broadcast(Watermark(NO_WATERMARK))  # ahead of the barrier: splits come (`gains`)
         snapshots, alignment_ms, sync_ms = self._fix_state(barrier)
         open_back_edges = set(self.back_edges) - self.gate.aligner.ended
         if self.head is not None and open_back_edges and self.state is not TaskState.ENDED:

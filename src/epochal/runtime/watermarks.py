@@ -9,7 +9,10 @@ minimum over its inputs, leaving out idle, ended and loop back-edge channels: wh
 loop was already counted where it entered it, so a loop never holds back what lies downstream of
 it. When everything is idle, the watermark moves to the largest any split or input reached (as
 Flink's watermark valve does), so what was read is not held back by inputs that have nothing.
-Watermarks only move forward. Pure bookkeeping: no I/O, times passed in.
+Watermarks only move forward, but for one case: a source subtask handed splits in a live rescale
+sends `NO_WATERMARK`, which sets its channel back, as its new splits may be behind what it sent
+(`runtime.split_handover`); the task's own watermark then waits. Pure bookkeeping: no I/O, times
+passed in.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ class SplitWatermarks:
 
     def restore(self, max_timestamp: dict[str, float]) -> None:
         self.max_timestamp.update(max_timestamp)
+
+    def take_back(self) -> None:
+        """Forget what was sent: a live rescale hands this subtask splits that may be behind it,
+        and it sent NO_WATERMARK, which sets its channels back (`runtime.split_handover`)."""
+        self._emitted = NO_WATERMARK
 
     def on_records(self, split_id: str, max_timestamp: float | None, now: float) -> None:
         """A split delivered records (`max_timestamp` None: it delivered nothing this time)."""
@@ -124,7 +132,7 @@ class InputWatermarks:
             return None
         self.has_seen = True
         self._idle[channel] = idle
-        if timestamp > self._marks[channel]:
+        if timestamp > self._marks[channel] or timestamp == NO_WATERMARK:  # NO_WATERMARK: `take_back`
             self._marks[channel] = timestamp
         return self._combine()
 

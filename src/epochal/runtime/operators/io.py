@@ -152,7 +152,20 @@ class SourceOperator(RuntimeOperator):
             fault_point("split_handover.given_up")  # tests: die with splits given up, checkpoint n not complete
         if move.gained:
             self._pending = PendingSplits(checkpoint_id, move.gained)
+            if self.watermarks is not None:  # the task sent NO_WATERMARK ahead of the barrier (`gains`)
+                self.watermarks.take_back()
+                self._mark, self._said_idle = NO_WATERMARK, False
         return self.take_watermark()
+
+    def gains(self, readers: int) -> bool:
+        """Whether a switch to `readers` hands this subtask splits. Its watermark may be ahead of
+        theirs, and downstream a channel's watermark never goes back, so once their old owner no
+        longer held event time back, their records would be late: the task sends NO_WATERMARK
+        ahead of the rerouting barrier, which sets its channels back, and its watermark starts
+        again from its splits once it has them (`hand_over`)."""
+        if not self.hands_over or self.no_more_splits or readers == self.readers or self.watermarks is None:
+            return False
+        return bool(split_move(self._known, self._index, self.ctx.subtask, self.readers, readers).gained)
 
     def awaits(self, checkpoint_id: int) -> bool:
         """Whether splits handed over at checkpoint `checkpoint_id` wait for it to complete."""
