@@ -65,6 +65,18 @@ def numeric_column(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
                       else values.combine_chunks().to_numpy(zero_copy_only=False))
 
 
+_ARROW_TYPES = {np.dtype(np.float64): pa.float64(), np.dtype(np.int64): pa.int64()}
+
+
+def _column(values: np.ndarray) -> pa.Array:
+    """A numpy column as Arrow without a copy: the usual float64 and int64 columns wrap their
+    buffer directly (`pa.array` would look for pandas types first, at every firing)."""
+    kind = _ARROW_TYPES.get(values.dtype)
+    if kind is None or not values.flags.c_contiguous:
+        return pa.array(values)
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
 class TableWindows:
     """The slice table of one window operator subtask and its place in keyed state."""
 
@@ -120,7 +132,7 @@ class TableWindows:
         if named:
             window = self._window_names(fired)
         columns = [keys, *([window] if named else []),
-                   pa.array(fired.start), pa.array(fired.end), pa.array(fired.result)]
+                   _column(fired.start), _column(fired.end), _column(fired.result)]
         names = [key, *(["window"] if named else []), "window_start", "window_end", result]
         return pa.RecordBatch.from_arrays(columns, names=names)
 
