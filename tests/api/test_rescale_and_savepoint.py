@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from epochal import CheckpointConfig, EpochalError, JobState, Source, SplitReader, StreamEnvironment
+from epochal import CheckpointConfig, EpochalError, JobCancelledError, JobState, Source, SplitReader, StreamEnvironment
 from epochal.api.handle import headroom
 from epochal.testing import CollectSink
 
@@ -99,6 +99,35 @@ def test_a_rescale_beyond_the_slots_launches_room_for_one_more_step(
     current: int, parallelism: int, max_workers: int | None, slots: int | None, workers: int
 ) -> None:
     assert headroom(current, parallelism, max_workers, slots) == workers
+
+
+@pytest.mark.parametrize("max_workers", [None, 3])
+def test_a_rescale_to_the_parallelism_it_runs_at_changes_nothing(tmp_path: Path, max_workers: int | None) -> None:
+    """Before any checkpoint it answers None (it raised an AssertionError with standby subtasks,
+    and without them restarted the job from a new checkpoint); after, the newest checkpoint."""
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess", max_workers=max_workers,
+                            checkpoint=CheckpointConfig(interval=3_600, directory=str(tmp_path / "c")))
+    env.from_source(SlowSequence()).key_by(lambda x: x % 7).count().sink_to(sink)
+    handle = env.execute_async("as-it-is")
+    _wait_running(handle, 2)
+    assert handle.rescale(2, timeout=30) is None
+    status = handle.status()
+    assert status.restarts == 0 and status.state is JobState.RUNNING and status.last_checkpoint is None
+    handle.cancel()  # with standby subtasks a bounded job ends at a checkpoint after its data: an hour
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=60)
+
+    sink = CollectSink()
+    handle = _env(tmp_path / "later", 2, sink, max_workers=max_workers).execute_async("as-it-is-later")
+    deadline = time.monotonic() + 30
+    while (handle.status().last_checkpoint or 0) < 1:
+        assert time.monotonic() < deadline, handle.status()
+        time.sleep(0.01)
+    newest = handle.rescale(2, timeout=30)
+    assert newest is not None and newest >= 1
+    assert handle.result(timeout=60).restarts == 0
+    assert Counter(sink.committed()) == _expected()
 
 
 def test_a_bad_parallelism_is_refused_and_the_job_runs_on(tmp_path: Path) -> None:

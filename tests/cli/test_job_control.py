@@ -113,7 +113,7 @@ def test_rescale_and_savepoint_a_job_started_with_epochal_run(tmp_path: Path, ca
     finally:
         process.kill()
     out, _ = capsys.readouterr()  # type: ignore[attr-defined]
-    assert "rescaled to 2 from checkpoint" in out and "savepoint of the running job written to" in out
+    assert "rescaled to 2 at checkpoint" in out and "savepoint of the running job written to" in out
 
 
 def test_move_key_groups_of_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) -> None:

@@ -74,13 +74,18 @@ class JobHandle:
         """Ask the job to stop; returns at once (False if it had already ended)."""
         return self._control.request_cancel()
 
-    def rescale(self, parallelism: int, timeout: float | None = None) -> int:
-        """Change the job's parallelism while it runs; returns the checkpoint it rescaled from.
+    def rescale(self, parallelism: int, timeout: float | None = None) -> int | None:
+        """Change the job's parallelism while it runs; returns the checkpoint it rescaled at.
 
-        Today a rescale takes a checkpoint at once, stops the job's tasks once it is complete and
-        relaunches them at `parallelism` from it (rescaling by restore: nothing the checkpoint
-        covers is replayed, and the sinks commit exactly once). It returns when the relaunch
-        begins. Operators with their own `set_parallelism` keep it.
+        With standby subtasks (`StreamEnvironment(max_workers=M)`) and `parallelism <= M`, the
+        key groups (and source splits) move onto or off them at one checkpoint barrier: nothing
+        restarts and nothing is replayed. Otherwise (no standby subtasks, `parallelism` beyond
+        them, or a job whose key groups cannot move live) the job takes a checkpoint at once and
+        relaunches its tasks at `parallelism` from it (rescaling by restore: nothing the
+        checkpoint covers is replayed, and the sinks commit exactly once); it returns when the
+        relaunch begins. Operators with their own `set_parallelism` keep it. A rescale to the
+        parallelism the job runs at changes nothing and returns the newest complete checkpoint,
+        None if there is none yet (`docs/concepts/elasticity.md`).
 
         Raises:
             ValueError: `parallelism` is not between 1 and the job's max_parallelism.
@@ -88,7 +93,7 @@ class JobHandle:
             TimeoutError: not done after `timeout` seconds (the rescale may still happen).
         """
         checkpoint_id = self._control.submit("rescale", parallelism).wait(timeout)
-        assert isinstance(checkpoint_id, int)
+        assert checkpoint_id is None or isinstance(checkpoint_id, int)
         return checkpoint_id
 
     def move_key_groups(self, moves: Mapping[int, int], *, batch: int | None = None,

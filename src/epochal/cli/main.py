@@ -140,7 +140,9 @@ def _act(args: argparse.Namespace, url: str, path: str) -> dict[str, object]:
 
 def _rescale(args: argparse.Namespace) -> int:
     body = _act(args, args.url, f"/rescale?parallelism={args.parallelism}")
-    print(f"rescaled to {args.parallelism} from checkpoint {body['rescale']}")
+    at = body["rescale"]
+    print(f"rescaled to {args.parallelism} at checkpoint {at}" if at is not None
+          else f"runs at parallelism {args.parallelism} already")
     return 0
 
 
@@ -263,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--token", help=f"for a running job: the token it printed at start (or set {TOKEN_ENV})")
     sp.set_defaults(func=_savepoint)
 
-    rescale = sub.add_parser("rescale", help="change a running job's parallelism (it restores from a new checkpoint)")
+    rescale = sub.add_parser("rescale", help="change a running job's parallelism (live, or by restore)")
     rescale.add_argument("url", help="the job's control endpoint")
     rescale.add_argument("parallelism", type=_positive_int, help="the new parallelism")
     rescale.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")

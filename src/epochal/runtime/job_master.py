@@ -344,6 +344,11 @@ class JobMaster:
                 command.finish(error=EpochalError(
                     f"a rescale to {n} needs {n} task slots; the cluster has {slots}"))
                 return
+            if n == self.control.status().parallelism and self.migrations.current is None:
+                # where it runs already: nothing moves, nothing restarts
+                completed = coordinator.completed if coordinator is not None else []
+                command.finish(result=completed[-1].checkpoint_id if completed else None)
+                return
             if self.migrations.rescale(command, coordinator, n):  # onto standby subtasks, no restart
                 return
         if self.migrations.current is not None:  # its checkpoint would miss the groups on their way
