@@ -188,7 +188,10 @@ def any_window(unit: float) -> st.SearchStrategy[Any]:
 
 @st.composite
 def scenarios(draw: st.DrawFn, *, many_periodic: bool = False, max_records: int = 40,
-              periodic_only: bool = False, aggregates: tuple[str, ...] = ()) -> Scenario:
+              periodic_only: bool = False, aggregates: tuple[str, ...] = (), drifting_keys: bool = False) -> Scenario:
+    """A random scenario. Keys are "a" and "b", or with `drifting_keys` a key is live for a
+    while and then never seen again, new ones arriving all along (auctions, sessions): dozens
+    of keys, so a table drops idle keys' slots and gives them to new keys."""
     unit = draw(st.sampled_from([0.5, 0.1]))
     if many_periodic:
         windows = draw(st.lists(periodic_windows(unit), min_size=13, max_size=20))
@@ -200,7 +203,7 @@ def scenarios(draw: st.DrawFn, *, many_periodic: bool = False, max_records: int 
     lateness = draw(st.sampled_from([0.0, 1.0, 2.5, 7 * unit]))
     bound = draw(st.sampled_from([0.0, unit, 2.0]))  # watermark = largest time so far - bound
     rows = draw(st.lists(st.tuples(
-        st.sampled_from("ab"),
+        st.integers(0, 3) if drifting_keys else st.sampled_from("ab"),
         st.integers(0, 60),
         st.integers(0, 9),
         st.one_of(st.just(0), st.integers(0, 6), st.integers(0, 40)),  # delay: mostly small
@@ -213,6 +216,8 @@ def scenarios(draw: st.DrawFn, *, many_periodic: bool = False, max_records: int 
     largest = -math.inf
     for i in arrivals:
         key, step, value, _, mark, cut = rows[i]
+        if drifting_keys:  # keys step // 3 .. step // 3 + 3: each lives for about 12 steps
+            key = f"k{step // 3 + int(key)}"
         ts = step * unit
         events.append(Rec(key, ts, value))
         cuts.append(cut)

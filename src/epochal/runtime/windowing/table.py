@@ -147,6 +147,7 @@ class SliceTable:
         self.prefix: np.ndarray | None = None
         self.prefix_values: np.ndarray | None = None
         self.prefix_to = -1
+        self.prefix_rows = 0  # the slots [0, prefix_rows) the kept prefix sums were summed for
 
     # -- shape ----------------------------------------------------------------------------------
 
@@ -492,6 +493,13 @@ class SliceTable:
             for prefix, _ in matrices:
                 prefix[c0, :n] = 0
             self.prefix_to = c0
+        elif self.prefix_rows < n:  # keys new since: their sums, up to where the others' are kept
+            new, to = slice(self.prefix_rows, n), self.prefix_to
+            for prefix, matrix in matrices:
+                prefix[c0, new] = 0
+                if to > c0:
+                    np.cumsum(matrix[new, c0:to].T, axis=0, out=prefix[c0 + 1:to + 1, new])
+        self.prefix_rows = n
         start = self.prefix_to
         if upto > start:
             for prefix, matrix in matrices:
