@@ -305,7 +305,7 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:,.0f}"
+    return "-" if v is None else f"{round(v * 1000):,}"  # round: no "-0"
 
 
 def change_rows(run: dict[str, Any], lead: str) -> list[str]:

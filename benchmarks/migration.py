@@ -8,9 +8,8 @@ cold records are filtered out before it). At each size, three runs, each changed
 (`elasticity.drive`: a change once the job caught up with the one before):
 
 - **parallelism 2**: one key group moves to the other subtask; a quarter (32 of 128) moves, all at
-  once, and back; then there and back in batches of 8 (a checkpoint each); then a stop-and-restore
-  (`rescale(2)`: a checkpoint, every task stopped and restored at the same parallelism, which
-  is what changing owners cost before live moves);
+  once, and back; then there and back in batches of 8 (a checkpoint each); then 2 → 1 by restore
+  (what changing owners cost before live moves);
 - **parallelism 1 with a standby slot**: rescale 1 → 2 and 2 → 1 live, all at once (64 groups
   move each way), then the same two in batches of 8 (`move_key_groups` of the same groups);
 - **parallelism 1 without one**: rescale 1 → 2 and 2 → 1 by restore (a new Spark stage each).
@@ -106,7 +105,7 @@ def changes(setup: Setup) -> list[Change]:
         return [move({0: 1}, "one group"), move(there, "25 % at once"), move(back, "25 % at once, back"),
                 move(there, f"25 % in batches of {BATCH}", batch=BATCH),
                 move(back, f"25 % in batches of {BATCH}, back", batch=BATCH),
-                rescale(2, "stop-and-restore", restores=True), rescale(1, "2 → 1 by restore", restores=True)]
+                rescale(1, "2 → 1 by restore", restores=True)]
     if setup is STANDBY:
         return [rescale(2, "1 → 2 at once"), rescale(1, "2 → 1 at once"),
                 move(spread(2), f"1 → 2 in batches of {BATCH}", batch=BATCH),
@@ -179,6 +178,28 @@ def targets(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def why_large_state_costs(result: dict[str, Any]) -> list[str]:
+    """Where the time of a move of 250 MB goes, when a 1 GB target is missed: what a py-spy profile of
+    the workers showed through such a move (run by hand, with `--gil`), said once beside the figures."""
+    missed = any(r["size_mb"] >= 1000 and a["label"].startswith("25 % at once")
+                 and (a["added_latency_s"] or 0) > 0.1 for r in result["runs"] for a in r["figures"]["after"])
+    if not missed:
+        return []
+    return [
+        "Why 1 GB misses: a quarter of 1 GB is 250 MB of Python objects, which the new owner's process "
+        "handles three times while it also processes its input, and the GIL lets one thread run at a time: it "
+        "unpickles them when it reads them ahead (pre-copy, on its background thread), loads them into its state "
+        "in the pause (on the task thread), and pickles them again in its next checkpoint, which writes every key "
+        "it gained (its chain must hold them; on its snapshot thread). A py-spy profile with `--gil` of the "
+        "workers through such a move (by hand, not this run) found the snapshot thread's pickling "
+        "(`iter_keyed_file`) and the read-ahead's unpickling (`decode_keyed_file`) in about 40 % of the new "
+        "owner's samples holding the GIL. The three show in the latency plot below as bumps of a few hundred "
+        "milliseconds around each move. Batches do not help: every step is a checkpoint whose new owner holds "
+        "back all its input until it has the step's groups, and the job stalls behind it.",
+        "",
+    ]
+
+
 def load_line(result: dict[str, Any]) -> list[str]:
     """What share of each set-up's own maximum the paced rate is."""
     top = result.get("max_records_per_s")
@@ -188,13 +209,21 @@ def load_line(result: dict[str, Any]) -> list[str]:
     return [f"The rate is {shares}: each set-up's maximum probed unpaced at {SIZES_MB[0]} MB."]
 
 
+def stop_and_restore_note(result: dict[str, Any]) -> str:
+    """Results from before c121f54 have a 'stop-and-restore' row: `rescale(2)` at parallelism 2 then
+    restarted the job from a checkpoint in place; now it changes nothing, and the row is gone."""
+    old = any(a["label"] == "stop-and-restore" for r in result["runs"] for a in r["figures"]["after"])
+    return ("Stop-and-restore, in runs before a rescale to the same parallelism became a no-op: the job restarted "
+            "in place from a checkpoint at the same parallelism. ") if old else ""
+
+
 def _summary(result: dict[str, Any]) -> str:
     lines = [
         f"A keyed running count on `local[2]`, paced open-loop at {result['rate']:,.0f} records/s over "
         f"{soak.KEYS:,} hot keys, beside cold keys of {result['blob']:,} B that make the state's size; 1 s "
         "checkpoints. At parallelism 2: one key group moved, a quarter (32 of 128) moved all at once there and back, "
-        f"then in batches of {result['batch']}, then a stop-and-restore at the same parallelism (today's way to change "
-        "owners). At parallelism 1 with a standby slot: rescaled 1 → 2 and 2 → 1 live, all at once and in batches. "
+        f"then in batches of {result['batch']}, then 2 → 1 by restore (the way to change owners before live moves). "
+        f"{stop_and_restore_note(result)}At parallelism 1 with a standby slot: rescaled 1 → 2 and 2 → 1 live, all at once and in batches. "
         "Without one: rescaled by restore, each into a new Spark stage (1 → 2 at parallelism 1, 2 → 1 at 2). "
         "Checkpoints are incremental and their "
         "chains never compacted in a run: by default every 10th checkpoint is full, and at 1 GB that one takes "
@@ -206,6 +235,7 @@ def _summary(result: dict[str, Any]) -> str:
         "",
         *targets(result),
         "",
+        *why_large_state_costs(result),
         *elasticity.restarts_line(result["runs"]),
         f"| State | Set-up | Change | {elasticity.CHANGE_HEADER}",
         "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",

@@ -184,6 +184,21 @@ def run(quick: bool) -> dict[str, Any]:
     return out
 
 
+def why_peer_recovery_costs(result: dict[str, Any]) -> list[str]:
+    """Said when recovery from peers' copies is worse after the kill than a restore from storage."""
+    by = {k["scenario"]: k for k in result["kills"]}
+    peer, storage = by.get("peer backups"), by.get("new process, from storage")
+    if peer is None or storage is None or (peer["worst_latency_s"] or 0) <= (storage["worst_latency_s"] or 0):
+        return []
+    return ["", "With peer backups the lost groups came back about as soon as from storage, but the latency "
+            "after the kill was worse: the survivor restores every key group (its own from its copies, the lost "
+            "ones from the copies it holds), replays, writes its first checkpoint after the restore in full and "
+            "reads ahead for the move back, alone, until the groups have moved back to the new process; "
+            "restored from storage, each process takes its own half at once. On a local disk whose files are in "
+            "the page cache, reading storage is as fast as reading the copies; they could pay off only where storage "
+            "is slower to read."]
+
+
 def neighbours_note(pair: dict[str, Any]) -> str:
     busy = pair.get("neighbour_cores")
     return "" if busy is None or busy < 0.1 else f" ({busy:.1f} cores busy elsewhere)"
@@ -224,6 +239,7 @@ def _summary(result: dict[str, Any]) -> str:
         lines += ["", f"Issue 18's target, the lost key groups produce output again within 1 s at "
                       f"{result['size_mb']} MB with peer backups: the last of them after "
                       f"{ms(peer['lost_worst_silent_s'])} ms ({_verdict(peer['lost_worst_silent_s'] <= TARGET_S)})."]
+    lines += why_peer_recovery_costs(result)
     cost = result["cost"]
     if cost:
         ratio = statistics.median(p["ratio"] for p in cost)
