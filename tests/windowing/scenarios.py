@@ -175,6 +175,21 @@ def periodic_windows(unit: float) -> st.SearchStrategy[Any]:
     return build()
 
 
+def window_lists(slides: list[float], sizes: list[float], offsets: list[float],
+                 max_size: int) -> st.SearchStrategy[list[Any]]:
+    """Lists of tumbling and sliding windows, each offset by a share (`offsets`) of its slide."""
+
+    @st.composite
+    def one(draw: st.DrawFn) -> Any:
+        slide = draw(st.sampled_from(slides))
+        offset = slide * draw(st.sampled_from(offsets))
+        if draw(st.booleans()):
+            return Tumbling(slide, offset=offset)
+        return Sliding(draw(st.sampled_from(sizes)), slide, offset=offset)
+
+    return st.lists(one(), min_size=1, max_size=max_size)
+
+
 def any_window(unit: float) -> st.SearchStrategy[Any]:
     return st.one_of(
         periodic_windows(unit),

@@ -10,24 +10,17 @@ from typing import Any
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scenarios import window_lists
 
-from epochal.plan.windows import Sliding, Tumbling
 from epochal.runtime.windowing.calendar import WindowCalendar
 from epochal.runtime.windowing.edges import SliceEdges
 
-slides = st.sampled_from([0.1, 0.25, 0.3, 0.5, 1.0, 2.5, 7.0, 60.0])
-sizes = st.sampled_from([0.3, 0.5, 1.0, 1.3, 4.0, 10.0, 61.0])
+slides = [0.1, 0.25, 0.3, 0.5, 1.0, 2.5, 7.0, 60.0]
+sizes = [0.3, 0.5, 1.0, 1.3, 4.0, 10.0, 61.0]
 
 
-@st.composite
-def queries(draw: Any) -> list[Any]:
-    out: list[Any] = []
-    for _ in range(draw(st.integers(1, 16))):
-        slide = draw(slides)
-        offset = draw(st.sampled_from([0.0, slide / 3, slide / 2]))
-        tumbling = draw(st.booleans())
-        out.append(Tumbling(slide, offset=offset) if tumbling else Sliding(draw(sizes), slide, offset=offset))
-    return out
+def queries() -> st.SearchStrategy[list[Any]]:
+    return window_lists(slides, sizes, [0.0, 1 / 3, 0.5], max_size=16)
 
 
 times = st.floats(-1e4, 1e4, allow_nan=False) | st.integers(-10**5, 10**5).map(lambda i: i / 10)

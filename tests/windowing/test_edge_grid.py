@@ -11,26 +11,20 @@ from typing import Any
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scenarios import window_lists
 
-from epochal.plan.windows import Sliding, Tumbling
+from epochal.plan.windows import Sliding
 from epochal.runtime.windowing.edges import SliceEdges
 
 TICK = 2.0 ** -20
 bases = st.sampled_from([0.0, 3.0, 1_700_000_000.0, 1_700_000_000.25, 4_000_000_000.5])
-slides = st.sampled_from([0.25, 0.5, 1.0, 2.5, 3.0, 7.0, 30.0, 60.0, 1.0 + TICK])
-sizes = st.sampled_from([0.5, 1.0, 4.0, 10.0, 61.0, 90.0])
+slides = [0.25, 0.5, 1.0, 2.5, 3.0, 7.0, 30.0, 60.0, 1.0 + TICK]
+sizes = [0.5, 1.0, 4.0, 10.0, 61.0, 90.0]
 
 
-@st.composite
-def grid_queries(draw: Any) -> list[Any]:
+def grid_queries() -> st.SearchStrategy[list[Any]]:
     """Windows whose boundaries are whole ticks: their edges lie on a grid."""
-    out: list[Any] = []
-    for _ in range(draw(st.integers(1, 12))):
-        slide = draw(slides)
-        offset = draw(st.sampled_from([0.0, slide / 2, slide / 4]))
-        out.append(Tumbling(slide, offset=offset) if draw(st.booleans())
-                   else Sliding(draw(sizes), slide, offset=offset))
-    return out
+    return window_lists(slides, sizes, [0.0, 0.5, 0.25], max_size=12)
 
 
 def _brute(windows: list[Any], ts: float) -> tuple[float, float]:
