@@ -22,10 +22,13 @@ The job master decides every restart; this host carries it out at one of two spe
   (a new *launch*), whose workers start the next attempt.
 The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
 it is a retry. Submitting a stage, accepting its workers, supervising them and relaunching share one piece
-of state (the launch, its links and the attempt) and stay here; what does not is in modules of
-its own: the session, its master, task slots and the address workers reach (`cluster.session`),
-the worker, the wire protocol. The job master is built, and runs its start checks, before the SparkSession is
-(`cluster.session`), so a job that cannot start fails before the JVM does.
+of state (the launch, its links and the attempt) and stay here, about 475 lines (past the 450 we
+aim for: cutting the stage host in two would pass that state between the halves); what does not
+is in modules of its own: what a stage's task runs and the reading of its failures
+(`cluster.stage_task`), the session, its master, task slots and the address workers reach
+(`cluster.session`), the worker, the wire protocol. The job master is built, and runs its start
+checks, before the SparkSession is (`cluster.session`), so a job that cannot start fails before
+the JVM does.
 """
 
 from __future__ import annotations
@@ -52,53 +55,16 @@ from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import JobProgress, JobResult
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
-from .gc_tuning import tuned_gc
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
-from .supervisor import supervise
-from .worker import UNREACHABLE, Worker, snapshot_friendly_gil, worker_of
+from .stage_task import describe_failure, unreachable_in, worker_function
+from .worker import worker_of
 
 log = logging.getLogger(__name__)
 
 _HELLO_TIMEOUT = 300.0
 _STAGE_SCHEMA = "worker int"
-
-
-def _worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
-    def run(rows: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        from pyspark import BarrierTaskContext
-
-        for _ in rows:  # the stage's input: one row per worker, nothing to read
-            pass
-        ctx = BarrierTaskContext.get()
-        index = ctx.partitionId()
-        host = ctx.getTaskInfos()[index].address.rsplit(":", 1)[0]
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((host, 0))
-        except OSError:
-            listener.bind(("0.0.0.0", 0))
-        listener.listen(workers)
-        port = listener.getsockname()[1]
-        addresses = ctx.allGather(f"{host}:{port}")
-        peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
-
-        def incarnation(number: int) -> None:
-            with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
-                worker = Worker(job, index, workers, launch, driver, listener, peers, number)
-                worker.connect()
-                worker.run()
-
-        try:
-            supervise(incarnation, max_replacements=job.config.restart.max_restarts + 1)
-        finally:
-            listener.close()
-        yield pa.RecordBatch.from_pydict({"worker": [index]}, schema=pa.schema([("worker", pa.int32())]))
-
-    return run
 
 
 @dataclass(slots=True)
@@ -214,7 +180,7 @@ class _StageHost:
         self.launches += 1
         number = self.launches
         tag = f"epochal-{uuid.uuid4().hex[:8]}-{number}"
-        fn = _worker_function(self.job, self.workers, number, self.address)
+        fn = worker_function(self.job, self.workers, number, self.address)
         launch = _Launch(number, tag, None)  # type: ignore[arg-type]
 
         def body() -> None:
@@ -257,14 +223,15 @@ class _StageHost:
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links) < self.workers:
             if launch.is_done:
-                unreachable = _unreachable(launch.error)
+                unreachable = unreachable_in(launch.error)
                 if unreachable is not None:
                     raise JobMasterUnreachable(
                         f"{unreachable}; the job master runs in this process: run it where the executors can "
                         f"reach it, or set {BIND_HOST_ENV} to an address of this machine they can reach "
                         "(docs/operations.md, Running on Spark Connect)"
                     )
-                raise WorkerLost(f"the Spark stage ended before every worker connected: {_describe(launch.error)}")
+                why = describe_failure(launch.error)
+                raise WorkerLost(f"the Spark stage ended before every worker connected: {why}")
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
             hello = self._next_hello(launch)
@@ -316,7 +283,7 @@ class _StageHost:
             if all(w in self.links for w in lost):
                 break
             if launch.is_done:
-                raise WorkerLost(f"the Spark stage ended: {_describe(launch.error)}")
+                raise WorkerLost(f"the Spark stage ended: {describe_failure(launch.error)}")
             if time.monotonic() > deadline:
                 raise WorkerLost(f"workers {sorted(lost)} died and were not replaced in time")
             hello = self._next_hello(launch)
@@ -464,7 +431,7 @@ class _StageHost:
                     self._replace_workers(launch, {worker}, WorkerLost(f"worker {worker} is gone ({exc})"))
                     break
             if launch.is_done:
-                raise WorkerLost(f"the Spark stage ended: {_describe(launch.error)}")
+                raise WorkerLost(f"the Spark stage ended: {describe_failure(launch.error)}")
             for key, _ in self.selector.select(0.01):
                 ready: Link = key.fileobj  # type: ignore[assignment]
                 try:
@@ -508,28 +475,3 @@ class _StageHost:
     def _restart_in_place(self, error: BaseException) -> None:
         self._fail(error)  # raises JobFailedError when the budget is spent
         self._start_attempt()
-
-
-def _unreachable(errors: list[BaseException]) -> str | None:
-    """A worker's `JobMasterUnreachable` message in a (Py4J- or Connect-wrapped) Spark failure."""
-    for error in errors:
-        for line in str(error).splitlines():
-            if UNREACHABLE in line:
-                return line[line.index(UNREACHABLE) :].strip()
-    return None
-
-
-def _describe(errors: list[BaseException]) -> str:
-    """What went wrong in a (Py4J-wrapped) Spark failure: the Python error when there is one."""
-    if not errors:
-        return "no error"
-    lines = str(errors[0]).splitlines()
-    if "Traceback (most recent call last):" in lines:
-        start = lines.index("Traceback (most recent call last):")
-        for line in lines[start + 1 :]:
-            if line and not line[0].isspace():
-                return line.strip()[:500]
-    for line in lines:
-        if ("Exception" in line or "Error" in line) and "collectAndServe" not in line:
-            return line.strip()[:500]
-    return lines[0][:500] if lines else type(errors[0]).__name__

@@ -28,12 +28,9 @@ import pickle
 import queue
 import selectors
 import socket
-import sys
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.channel import LocalChannel
@@ -60,6 +57,7 @@ from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .snapshot_thread import SnapshotThread
 
 log = logging.getLogger(__name__)
 
@@ -67,58 +65,6 @@ FLUSH_INTERVAL = 0.005
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
 UNREACHABLE = "the Spark workers cannot reach the job master"
-
-
-R = TypeVar("R")
-
-# Seconds a thread waiting for the GIL lets the running one keep it (CPython's default: 0.005).
-SNAPSHOT_SWITCH_INTERVAL = 0.0005
-
-
-@contextmanager
-def snapshot_friendly_gil() -> Iterator[None]:
-    """Let the snapshot thread have the GIL back sooner while the worker runs.
-
-    The asynchronous part of a checkpoint releases the GIL at each write, and the worker loop,
-    busy with records, takes it; the snapshot thread then waits a whole switch interval for it
-    back, once per write (the GIL's convoy effect). Measured on a keyed job whose loop was busy
-    on local[2]: writing a few KB of state took 2 to 11.5 s a checkpoint at the default 5 ms,
-    and 14 to 26 ms at 0.5 ms, so a rescale's checkpoint took 11.5 s instead of 30 ms. A worker
-    whose snapshot thread is idle never hands the GIL over, so the shorter interval costs the
-    records nothing then. The previous interval comes back when the worker ends (Spark may reuse
-    the Python process).
-    """
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(SNAPSHOT_SWITCH_INTERVAL)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
-
-
-class _ThreadRunner:
-    """Background snapshot writes on one thread, in submission order.
-
-    A finished write's result waits in `done` until the worker loop hands it on (`run_done`), so
-    tasks learn of it on their own thread.
-    """
-
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-snapshot")
-        self.done: queue.SimpleQueue[tuple[Callable[[Any], None], Future[Any]]] = queue.SimpleQueue()
-
-    def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
-        future = self.pool.submit(work)
-        future.add_done_callback(lambda f: self.done.put((on_done, f)))
-
-    def run_done(self) -> None:
-        """On the worker loop: hand every finished write's result to its task."""
-        while True:
-            try:
-                on_done, future = self.done.get_nowait()
-            except queue.Empty:
-                return
-            on_done(future.result())
 
 
 def worker_of(task: TaskId) -> int:
@@ -172,7 +118,7 @@ class Worker:
             if replicas and self.storage is not None and num_workers > 1 else None
         )
         self.clock = WallClock()
-        self.background = _ThreadRunner()
+        self.background = SnapshotThread()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
         self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector)

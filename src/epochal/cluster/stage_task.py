@@ -1,0 +1,85 @@
+"""What each task of a job's barrier stage runs, and what the driver reads back from its failure.
+
+A task (`worker_function`) listens on a port of its own, learns every peer's address through the
+barrier context (`allGather`, once), and supervises its Epochal worker's processes
+(`cluster.supervisor`) until the job ends. When a task fails, Spark hands the driver its error
+wrapped in Py4J's or Connect's text: `describe_failure` and `unreachable_in` read the Python
+error back out of it. Apart from the stage host (`cluster.spark`), which submits and supervises
+stages and holds the launch's shared state.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+from ..plan.job_graph import JobGraph
+from .gc_tuning import tuned_gc
+from .snapshot_thread import snapshot_friendly_gil
+from .supervisor import supervise
+from .worker import UNREACHABLE, Worker
+
+
+def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
+    """The function every task of launch `launch` runs: listen, learn the peers' addresses through
+    the barrier context, and supervise the worker's processes until the job ends."""
+
+    def run(rows: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark import BarrierTaskContext
+
+        for _ in rows:  # the stage's input: one row per worker, nothing to read
+            pass
+        ctx = BarrierTaskContext.get()
+        index = ctx.partitionId()
+        host = ctx.getTaskInfos()[index].address.rsplit(":", 1)[0]
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((host, 0))
+        except OSError:
+            listener.bind(("0.0.0.0", 0))
+        listener.listen(workers)
+        port = listener.getsockname()[1]
+        addresses = ctx.allGather(f"{host}:{port}")
+        peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
+
+        def incarnation(number: int) -> None:
+            with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
+                worker = Worker(job, index, workers, launch, driver, listener, peers, number)
+                worker.connect()
+                worker.run()
+
+        try:
+            supervise(incarnation, max_replacements=job.config.restart.max_restarts + 1)
+        finally:
+            listener.close()
+        yield pa.RecordBatch.from_pydict({"worker": [index]}, schema=pa.schema([("worker", pa.int32())]))
+
+    return run
+
+
+def unreachable_in(errors: list[BaseException]) -> str | None:
+    """A worker's `JobMasterUnreachable` message in a (Py4J- or Connect-wrapped) Spark failure."""
+    for error in errors:
+        for line in str(error).splitlines():
+            if UNREACHABLE in line:
+                return line[line.index(UNREACHABLE) :].strip()
+    return None
+
+
+def describe_failure(errors: list[BaseException]) -> str:
+    """What went wrong in a (Py4J-wrapped) Spark failure: the Python error when there is one."""
+    if not errors:
+        return "no error"
+    lines = str(errors[0]).splitlines()
+    if "Traceback (most recent call last):" in lines:
+        start = lines.index("Traceback (most recent call last):")
+        for line in lines[start + 1 :]:
+            if line and not line[0].isspace():
+                return line.strip()[:500]
+    for line in lines:
+        if ("Exception" in line or "Error" in line) and "collectAndServe" not in line:
+            return line.strip()[:500]
+    return lines[0][:500] if lines else type(errors[0]).__name__
