@@ -21,8 +21,9 @@ The table is working state. Keyed state holds it per key group (`table_state.Gro
 entry per key group, `export`/`load`), so it is checkpointed, restored and rescaled with its key
 groups. Firing and the arithmetic of window indices live in `table_fire`.
 
-About 470 lines, past the usual 450: the matrices' shape (slots, columns, the prefix sums kept
-across firings) and the fold of a batch into them change together and read best side by side.
+The prefix sums kept across firings are `prefix.KeptPrefixSums`. About 490 lines, past the usual
+450: the matrices' shape (slots, columns) and the fold of a batch into them change together and
+read best side by side.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import pyarrow as pa
 from .calendar import WindowCalendar
 from .columnar import key_codes
 from .grid import Grid
+from .prefix import KeptPrefixSums
 from .store import SliceStore
 from .table_fire import FiredColumns, QueryIndex, fire
 from .table_state import GroupSlices, export, key_store, load
@@ -141,13 +143,7 @@ class SliceTable:
         self.index = QueryIndex(grid.windows)
         self.first_columns = first_columns(grid)
         self.calendar = WindowCalendar(grid.windows, grid.lateness, self.edges)  # what fires when
-        # Prefix sums of `counts` (and of integer `values`) along the columns, kept across
-        # firings: column j holds the sum of the columns before j, valid for c0 <= j <= prefix_to.
-        # Columns a firing reads ended by its watermark, so only late rows change them.
-        self.prefix: np.ndarray | None = None
-        self.prefix_values: np.ndarray | None = None
-        self.prefix_to = -1
-        self.prefix_rows = 0  # the slots [0, prefix_rows) the kept prefix sums were summed for
+        self.prefix = KeptPrefixSums()  # of `counts` (and integer `values`), kept across firings
 
     # -- shape ----------------------------------------------------------------------------------
 
@@ -179,8 +175,7 @@ class SliceTable:
                 changed[:n, col_at] = self.changed[:n, live]
         self.counts, self.values, self.changed = counts, values, changed
         self.c0 = 0
-        self.prefix = self.prefix_values = None
-        self.prefix_to = -1
+        self.prefix.drop()
 
     def _shift_left(self) -> None:
         """Move the live columns to column 0 in place (purged columns freed room on the left);
@@ -192,13 +187,7 @@ class SliceTable:
             if matrix is not None:
                 matrix[:n, :width] = matrix[:n, c0:c0 + width]
                 matrix[:n, width:c0 + width] = 0 if matrix is not self.values else self.empty_partial()
-        if self.prefix is not None and self.prefix_to >= c0:
-            for prefix in (self.prefix, self.prefix_values):
-                if prefix is not None:
-                    prefix[:self.prefix_to - c0 + 1, :n] = prefix[c0:self.prefix_to + 1, :n]
-            self.prefix_to -= c0
-        else:
-            self.prefix_to = -1
+        self.prefix.shift(c0, n)
         self.c0 = 0
 
     def ensure_values(self, dtype: np.dtype[Any]) -> None:
@@ -288,7 +277,7 @@ class SliceTable:
                 matrix[m:n, used] = 0 if matrix is not self.values else self.empty_partial()
         self.n = m
         self.version += 1
-        self.prefix_to = -1
+        self.prefix.forget()
 
     # -- columns --------------------------------------------------------------------------------
 
@@ -358,7 +347,7 @@ class SliceTable:
                 if matrix is not None:
                     matrix[:n, dead] = 0 if matrix is not self.values else self.empty_partial()
             self.c0 = 0
-            self.prefix_to = -1
+            self.prefix.forget()
 
     # -- adding ---------------------------------------------------------------------------------
 
@@ -463,7 +452,7 @@ class SliceTable:
                 assert self.values is not None
                 ufunc = {Reduction.SUM: np.add, Reduction.MIN: np.minimum, Reduction.MAX: np.maximum}[reduction]
                 ufunc.at(self.values, (rows, at), values)
-        self.prefix_to = min(self.prefix_to, int(cols.min()))
+        self.prefix.stale_from(int(cols.min()))
         if len(updated):
             self.ensure_changed()[slots[codes[updated]], cols[local[updated]]] = True
             self.has_changes = True
@@ -475,43 +464,9 @@ class SliceTable:
 
     def prefix_sums(self, upto: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Prefix sums of every slot's counts (and integer sums) along the columns, as
-        `prefix[column, slot]` (a column's sums are contiguous: firings gather whole columns),
-        valid from column `c0` to `upto` (absolute): only the columns added since the last call
-        are summed."""
-        rows, cols = self.counts.shape
+        `sums[column, slot]`, valid from column `c0` to `upto` (absolute; `prefix`)."""
         integer = self.values is not None and self.reduction is Reduction.SUM and self.values.dtype.kind == "i"
-        if self.prefix is None or (integer and self.prefix_values is None):
-            self.prefix = np.zeros((cols + 1, rows), dtype=np.int64)
-            self.prefix_values = np.zeros((cols + 1, rows), dtype=np.int64) if integer else None
-            self.prefix_to = -1
-        n, c0 = self.n, self.c0
-        matrices = [(self.prefix, self.counts)]
-        if integer:
-            assert self.prefix_values is not None and self.values is not None
-            matrices.append((self.prefix_values, self.values))
-        if self.prefix_to < c0:
-            for prefix, _ in matrices:
-                prefix[c0, :n] = 0
-            self.prefix_to = c0
-        elif self.prefix_rows < n:  # keys new since: their sums, up to where the others' are kept
-            new, to = slice(self.prefix_rows, n), self.prefix_to
-            for prefix, matrix in matrices:
-                prefix[c0, new] = 0
-                if to > c0:
-                    np.cumsum(matrix[new, c0:to].T, axis=0, out=prefix[c0 + 1:to + 1, new])
-        self.prefix_rows = n
-        start = self.prefix_to
-        if upto > start:
-            for prefix, matrix in matrices:
-                if upto - start <= 8:  # the usual few new columns: one pass over the keys each
-                    for j in range(start, upto):
-                        np.add(prefix[j, :n], matrix[:n, j], out=prefix[j + 1, :n])
-                else:
-                    out = prefix[start + 1:upto + 1, :n]
-                    np.cumsum(matrix[:n, start:upto].T, axis=0, out=out)
-                    out += prefix[start, :n]
-            self.prefix_to = upto
-        return self.prefix, self.prefix_values if integer else None
+        return self.prefix.update(self.counts, self.values if integer else None, self.n, self.c0, upto)
 
     # -- keyed state ----------------------------------------------------------------------------
 

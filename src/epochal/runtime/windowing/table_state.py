@@ -101,7 +101,7 @@ def load(table: SliceTable, entries: Iterable[tuple[int, GroupSlices]]) -> None:
             table.ensure_changed()[block] = entry.changed
             table.has_changes = True
     table.due_at = -math.inf
-    table.prefix_to = -1
+    table.prefix.forget()
 
 
 def key_store(table: SliceTable, key: Any) -> SliceStore | None:
