@@ -7,9 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.errors import CorruptCheckpointError
+from epochal.state.sections import Replacement, ResetSection, SectionCopy, apply_sections
 from epochal.state.snapshot_files import (
+    FRAME_ENTRIES,
+    KeyedFile,
+    decode_keyed_file,
     decode_keyed_state,
     decode_operator_state,
+    encode_keyed_delta,
     encode_keyed_state,
     encode_operator_state,
 )
@@ -159,3 +164,53 @@ def test_truncated_operator_state_raises() -> None:
     for cut in range(len(encoded)):
         with pytest.raises(CorruptCheckpointError):
             decode_operator_state(encoded[:cut], source="x.op")
+
+
+def _v2_file(groups: dict, magic: bytes = b"EPKS2\n") -> bytes:
+    """A keyed-state file as written before frames: one pickle per section."""
+    import pickle
+    import struct
+    import zlib
+
+    out, index = [magic], {}
+    for group, section in sorted(groups.items()):
+        blob = pickle.dumps(section, protocol=5)
+        index[group] = (sum(map(len, out)), len(blob))
+        out.append(blob)
+    offset = sum(map(len, out))
+    out.append(pickle.dumps(index, protocol=5))
+    crc = zlib.crc32(b"".join(out))
+    return b"".join(out) + struct.pack("<QI6s", offset, crc, magic)
+
+
+def test_files_written_before_frames_still_read() -> None:
+    groups = {2: {"s": {"a": 1}}, 9: {"s": {"b": [2]}, "t": {"c": 3}}}
+    assert decode_keyed_state(_v2_file(groups)) == groups
+    delta = {4: {"s": ({"a": 5}, ["b"])}}
+    assert decode_keyed_file(_v2_file(delta, b"EPKD1\n")) == (True, delta)
+
+
+def test_a_large_section_is_written_in_frames_and_reads_back_whole() -> None:
+    big = {"s": {f"k{i}": i for i in range(3 * FRAME_ENTRIES + 5)}, "t": {"x": 1}}
+    data = encode_keyed_state({7: big})
+    assert decode_keyed_state(data) == {7: big}
+    assert data.count(b"\x80\x05") >= 4  # a pickle per frame, not one for the section
+    delta = {7: {"s": ({f"k{i}": -i for i in range(2 * FRAME_ENTRIES)}, [f"d{i}" for i in range(FRAME_ENTRIES + 1)])}}
+    is_delta, decoded = decode_keyed_file(encode_keyed_delta(delta))
+    upserts, deleted = decoded[7]["s"]
+    assert is_delta and upserts == delta[7]["s"][0] and sorted(deleted) == sorted(delta[7]["s"][1])
+
+
+def test_a_reset_section_replaces_its_group_by_its_copies_then_its_delta() -> None:
+    full = KeyedFile(encode_keyed_state({3: {"s": {"a": 1, "b": 2}}}))
+    first = KeyedFile(encode_keyed_delta({3: {"s": ({"c": 3}, ["a"])}}))
+    copies = (SectionCopy(False, full.raw(3)), SectionCopy(True, first.raw(3)))
+    data = encode_keyed_delta({3: ResetSection(copies, {"s": ({"d": 4}, ["b"])}), 5: ResetSection()})
+    is_delta, decoded = decode_keyed_file(data)
+    assert is_delta and decoded == {3: Replacement({"s": {"c": 3, "d": 4}}), 5: Replacement({})}
+    again = KeyedFile(data)  # copied once more, by the next owner: markers nest in order
+    nested = encode_keyed_delta({3: ResetSection((SectionCopy(True, again.raw(3)),), {"s": ({"e": 5}, ["c"])})})
+    assert decode_keyed_file(nested)[1] == {3: Replacement({"s": {"d": 4, "e": 5}})}
+    target = {3: {"s": {"stale": 0}}, 5: {"s": {"gone": 1}}}
+    apply_sections(target, True, decoded)
+    assert target == {3: {"s": {"c": 3, "d": 4}}, 5: {}}

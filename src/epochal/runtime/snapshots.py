@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,14 @@ from ..state.contract import KeyedSnapshot
 from ..state.keygroups import KeyGroupRange, KeyGroups
 from ..state.manifest import FileHandle, Manifest, SubtaskState
 from ..state.savepoints import storage_for
-from ..state.sections import KeyedGroups, apply_sections
-from ..state.snapshot_files import decode_keyed_file, decode_operator_state, encode_operator_state, iter_keyed_file
+from ..state.sections import GroupCopies, KeyedGroups, SectionCopy, apply_sections
+from ..state.snapshot_files import (
+    KeyedFile,
+    decode_keyed_file,
+    decode_operator_state,
+    encode_operator_state,
+    iter_keyed_file,
+)
 from ..state.storage import CheckpointStorage
 from .fault_points import fault_point
 from .in_flight import IN_FLIGHT
@@ -204,43 +210,60 @@ def read_operator_restore(
 @dataclass(slots=True)
 class PreparedGroups:
     """Key groups read ahead of a migration (pre-copy) from an earlier complete checkpoint: per
-    operator uid and old subtask, the groups read, the chain they were read from, and their state."""
+    operator uid and old subtask, the groups read and the chain they were read from; per uid,
+    their state and the sections it was read from (`GroupCopies`, in chain order)."""
 
     checkpoint_id: int
     read: dict[tuple[str, int], tuple[frozenset[int], tuple[str, ...]]]
     state: dict[str, KeyedGroups]
+    copies: dict[str, dict[int, list[SectionCopy]]]
+
+
+def _read_into(reader: CheckpointStorage, handles: Iterable[FileHandle], wanted: Container[int],
+               state: KeyedGroups, copies: dict[int, list[SectionCopy]], pace: Callable[[], None]) -> None:
+    """Apply the sections of `wanted` in the files `handles` to `state`, keeping their bytes."""
+    for handle in handles:
+        file = KeyedFile(reader.read_file(handle), source=handle.path)
+        for group in file.groups(wanted):
+            copies.setdefault(group, []).append(SectionCopy(file.is_delta, file.raw(group)))
+            apply_sections(state, file.is_delta, {group: file.decode(group)})
+            pace()
 
 
 def prepare_groups(storage: CheckpointStorage | None, manifest: Manifest, uids: Iterable[str],
-                   key_groups: KeyGroups) -> PreparedGroups:
+                   key_groups: KeyGroups, pace: Callable[[], None] = lambda: None) -> PreparedGroups:
     """Read `key_groups` of the operators `uids` from `manifest` (off the processing path: the
-    state a new owner will take, before the barrier that moves it)."""
+    state a new owner will take, before the barrier that moves it); `pace` is called after each
+    section, to leave the task's thread the GIL."""
     reader = storage_for(manifest, storage)
-    prepared = PreparedGroups(manifest.checkpoint_id, {}, {})
+    prepared = PreparedGroups(manifest.checkpoint_id, {}, {}, {})
     for uid in uids:
         op = manifest.operator(uid)
         if op is None:
             continue
         state = prepared.state.setdefault(uid, {})
+        copies = prepared.copies.setdefault(uid, {})
         for st in op.subtasks:
             held = st.holds()
             wanted = frozenset(g for g in key_groups if g in held)
             chain = st.keyed_chain()
             if chain and wanted:
-                state.update(read_keyed_chain(reader, chain, wanted))
+                _read_into(reader, chain, wanted, state, copies, pace)
                 prepared.read[(uid, st.subtask)] = (wanted, tuple(h.path for h in chain))
     return prepared
 
 
 def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str, key_groups: KeyGroups,
-                prepared: PreparedGroups | None) -> KeyedGroups:
-    """The state of `key_groups` of operator `uid` in `manifest`, reading only the files newer than
-    what `prepared` read where its chain goes on from there (else the whole chain)."""
+                prepared: PreparedGroups | None) -> tuple[KeyedGroups, GroupCopies]:
+    """The state of `key_groups` of operator `uid` in `manifest`, and the sections it was read
+    from: only the files newer than what `prepared` read where its chain goes on from there
+    (else the whole chain)."""
     op = manifest.operator(uid)
     if op is None:
-        return {}
+        return {}, {}
     reader = storage_for(manifest, storage)
     out: KeyedGroups = {}
+    copies: dict[int, list[SectionCopy]] = {}
     for st in op.subtasks:
         held = st.holds()
         wanted = {g for g in key_groups if g in held}
@@ -249,13 +272,15 @@ def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str,
             continue
         paths = tuple(h.path for h in chain)
         before = prepared.read.get((uid, st.subtask)) if prepared is not None else None
+        part: KeyedGroups = {}
         if prepared is not None and before is not None and wanted <= before[0] \
                 and paths[:len(before[1])] == before[1]:
-            part = {g: prepared.state[uid][g] for g in wanted if g in prepared.state.get(uid, {})}
-            for handle in chain[len(before[1]):]:  # only what was written since
-                is_delta, groups = decode_keyed_file(reader.read_file(handle), wanted, source=handle.path)
-                apply_sections(part, is_delta, groups)
+            state, read = prepared.state.get(uid, {}), prepared.copies.get(uid, {})
+            part = {g: state[g] for g in wanted if g in state}
+            copies.update((g, list(read[g])) for g in wanted if g in read)
+            newer = chain[len(before[1]):]  # only what was written since
         else:
-            part = read_keyed_chain(reader, chain, wanted)
+            newer = chain
+        _read_into(reader, newer, wanted, part, copies, lambda: None)
         out.update(part)
-    return out
+    return out, {g: tuple(sections) for g, sections in copies.items()}

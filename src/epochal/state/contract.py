@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .keygroups import KeyGroups
 from .manifest import FileHandle
-from .sections import KeyedGroups, Sections
+from .sections import GroupCopies, KeyedGroups, Sections
 
 
 class KeyedSnapshot(Protocol):
@@ -59,7 +59,8 @@ class KeyedSnapshot(Protocol):
         ...
 
     def delta_sections(self) -> Sections:
-        """`(key group, {state: (upserts, deleted keys)})` in ascending key group, for a delta."""
+        """`(key group, {state: (upserts, deleted keys)})` in ascending key group, for a delta;
+        a `ResetSection` instead for a key group the delta replaces."""
         ...
 
     def release(self) -> None:
@@ -172,10 +173,11 @@ class KeyedStateBackend(Protocol):
         """Load key groups (any superset of ours: foreign key groups are skipped)."""
         ...
 
-    def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
+    def reassign(self, owned: KeyGroups, gained: KeyedGroups, copies: GroupCopies | None = None) -> None:
         """Own `owned` from now on: drop the key groups no longer owned, load `gained` (a live
-        migration, right after a snapshot); the next snapshot deletes the dropped groups' keys
-        and writes the gained ones, so it may stay a delta."""
+        migration, right after a snapshot; `copies`: the sections `gained` was read from, per
+        key group, which a backend may write as they are instead of its keys); the next
+        snapshot replaces the dropped and gained groups, so it may stay a delta."""
         ...
 
     def close(self) -> None:

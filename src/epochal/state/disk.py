@@ -45,7 +45,7 @@ from typing import Any
 from .incremental import ChangedKeys, IncrementalTracker, add_changed
 from .keygroups import KeyGroups, encode_key, owned_key_group
 from .manifest import FileHandle
-from .sections import KeyedGroups, Sections
+from .sections import GroupCopies, KeyedGroups, Sections
 from .values import is_immutable, private
 
 _KG = struct.Struct(">H")
@@ -305,7 +305,8 @@ class DiskKeyedStateBackend:
             return DiskSnapshot(self.key_groups, checkpoint_dir=self._checkpoint())
         changed = {kg: states for kg, states in self._changed.items() if any(states.values())}
         self._changed = {}
-        union, base = self.tracker.plan(checkpoint_id, changed)
+        plan = self.tracker.plan(checkpoint_id, changed)
+        union, base = plan.changed, plan.base
         if union is None:
             snap = DiskSnapshot(self.key_groups, checkpoint_id=checkpoint_id, checkpoint_dir=self._checkpoint())
         else:
@@ -356,11 +357,11 @@ class DiskKeyedStateBackend:
                     batch.put(prefix + encode_key(key), pickle.dumps((key, value), _PICKLE))
         self.db.write(batch)
 
-    def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
+    def reassign(self, owned: KeyGroups, gained: KeyedGroups, copies: GroupCopies | None = None) -> None:
         """Own `owned` from now on (a migration): delete the key groups no longer owned, load
         `gained`. Right after a snapshot, whose RocksDB snapshot or checkpoint keeps the old
-        entries; the next snapshot deletes the dropped keys and writes the gained ones (see
-        `HeapKeyedStateBackend.reassign`)."""
+        entries; the next snapshot deletes the dropped keys and writes the gained ones, one by
+        one (`copies` go unused: its deltas are read from the database by key)."""
         from rocksdict import WriteBatch
 
         self._write_back()

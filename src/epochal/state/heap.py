@@ -21,13 +21,13 @@ from __future__ import annotations
 import copy
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .incremental import ChangedKeys, IncrementalTracker
 from .keygroups import KeyGroups, owned_key_group
 from .manifest import FileHandle
-from .sections import KeyedGroups, Sections
+from .sections import GroupCopies, KeyedGroups, ResetSection, Sections
 from .values import IMMUTABLE_EXACT, is_immutable
 
 _ABSENT = object()
@@ -88,12 +88,14 @@ class HeapSnapshot:
 
     `changed` is None for a snapshot to be written in full; otherwise it names, per key group
     and state, the keys that changed since the checkpoint whose file chain is `base`, and the
-    snapshot is written as a delta over that chain.
+    snapshot is written as a delta over that chain; `resets` are key groups the delta replaces
+    first (moved away, or moved here: `HeapKeyedStateBackend.reassign`).
     """
 
     key_groups: KeyGroups
     groups: KeyedGroups
     changed: ChangedKeys | None = None
+    resets: GroupCopies = field(default_factory=dict)
     base: tuple[FileHandle, ...] = ()
     checkpoint_id: int | None = None
     released: bool = False
@@ -110,16 +112,18 @@ class HeapSnapshot:
             yield key_group, self.groups[key_group]
 
     def delta_sections(self) -> Sections:
-        """`(key group, {state: (upserts, deleted keys)})` for the changed entries only."""
+        """`(key group, {state: (upserts, deleted keys)})` for the changed entries only; a
+        `ResetSection` for a key group replaced since the base."""
         assert self.changed is not None
-        for key_group in sorted(self.changed):
+        for key_group in sorted(self.changed.keys() | self.resets.keys()):
             states = self.groups.get(key_group, {})
             section: dict[str, Any] = {}
-            for name, keys in self.changed[key_group].items():
+            for name, keys in self.changed.get(key_group, {}).items():
                 data = states.get(name, {})
                 upserts = {k: data[k] for k in keys if k in data}
                 section[name] = (upserts, [k for k in keys if k not in data])
-            yield key_group, section
+            copies = self.resets.get(key_group)
+            yield key_group, section if copies is None else ResetSection(copies, section)
 
     def release(self) -> None:
         """Nothing reads the frozen maps any more: drop them, so that old values only they hold
@@ -129,6 +133,7 @@ class HeapSnapshot:
         by a caller that serialised the snapshot early (`encoded`).
         """
         self.groups = {}
+        self.resets = {}
         self.released = True
 
 
@@ -161,7 +166,7 @@ class HeapKeyedStateBackend:
         self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
         self._tracking = self.tracker.tracks_changes  # whether this epoch records changed keys
         self._readers: list[weakref.ref[HeapSnapshot]] = []  # snapshots that may read maps
-        self._dropped: ChangedKeys = {}  # keys of key groups moved away: deletions in the next delta
+        self._resets: GroupCopies = {}  # key groups moved away or here since the last snapshot
 
     def snapshot_readers(self) -> bool:
         """Whether a snapshot taken here may still read frozen maps (neither released nor gone).
@@ -362,17 +367,14 @@ class HeapKeyedStateBackend:
                     m.freeze()
                 if checkpoint_id is not None and m.changed:
                     changed.setdefault(key_group, {})[name] = m.changed
-        if checkpoint_id is not None and self._dropped:
-            for key_group, states in self._dropped.items():
-                for name, keys in states.items():
-                    changed.setdefault(key_group, {}).setdefault(name, set()).update(keys)
-            self._dropped = {}
+        resets, self._resets = self._resets, {}
         self.epoch += 1  # nothing is owned any more: every value may be shared with `groups`
         if checkpoint_id is None:
             snap = HeapSnapshot(self.key_groups, groups, entries=entries)
         else:
-            union, base = self.tracker.plan(checkpoint_id, changed if self._tracking else None, entries)
-            snap = HeapSnapshot(self.key_groups, groups, union, base, checkpoint_id, entries=entries)
+            plan = self.tracker.plan(checkpoint_id, changed if self._tracking else None, entries, resets)
+            snap = HeapSnapshot(self.key_groups, groups, plan.changed, plan.resets, plan.base, checkpoint_id,
+                                entries=entries)
             self._tracking = tracking = self.tracker.tracks_changes
             for maps in self._maps.values():
                 for m in maps:
@@ -414,31 +416,45 @@ class HeapKeyedStateBackend:
                 # stamp 0: neither owned nor changed, but `stamps` now holds `data`'s key objects
                 m.stamps.update(dict.fromkeys(entries, 0))
 
-    def reassign(self, owned: KeyGroups, gained: KeyedGroups) -> None:
+    def reassign(self, owned: KeyGroups, gained: KeyedGroups, copies: GroupCopies | None = None) -> None:
         """Own `owned` from now on (a migration, `runtime.migration`): drop the key groups no
-        longer owned, load `gained`'s entries for the new ones.
+        longer owned, load `gained`'s entries for the new ones; `copies` are the sections they
+        were read from, per key group (the old owner's chain), if known.
 
         Called right after a snapshot fixed the old state, which keeps the dropped maps it
-        froze. The next snapshot stays incremental: it deletes every key of the dropped groups
-        and writes every key of the gained ones, so the chain reads right for any group it ever
-        held (a reader takes from it only the groups its subtask holds at the end).
+        froze. The next snapshot stays incremental: it replaces each dropped group by nothing
+        and each gained one by its copies, written as bytes, not pickled again (a gained group
+        without copies has every key written), so the chain reads right for any group it ever
+        held (a reader takes from it only the groups its subtask holds at the end). The dicts
+        of `gained` become this backend's: the caller keeps no reference to them.
         """
-        self.key_groups = owned
-        for name, maps in self._maps.items():
+        copies = copies or {}
+        previous, self.key_groups = self.key_groups, owned
+        for maps in self._maps.values():
             for g in range(self.max_parallelism):
                 m = maps[g]
                 if g not in owned:
-                    if m is not None and self._tracking and (m.data or m.changed):
-                        self._dropped.setdefault(g, {}).setdefault(name, set()).update(m.data, m.changed or ())
+                    if m is not None:
+                        self._resets[g] = ()
                     maps[g] = None
                 elif m is None:
                     maps[g] = _StateMap(self._tracking)
-        self.restore(gained)
+        for g in owned:
+            if g not in previous:
+                self._resets[g] = copies.get(g, ())
         for g, states in gained.items():
+            if g not in owned:
+                continue
             for name, entries in states.items():
-                changed = self._map(name, g).changed
-                if changed is not None:
-                    changed.update(entries)
+                m = self._map(name, g)
+                if not m.data and not m.frozen:
+                    m.data = entries  # ours now (see the docstring): no copy of a large group
+                else:
+                    m.writable().update(entries)
+                # stamp 0: neither owned nor changed, but `stamps` now holds `data`'s key objects
+                m.stamps.update(dict.fromkeys(entries, 0))
+                if g not in copies and m.changed is not None:
+                    m.changed.update(entries)
 
     def close(self) -> None:
         pass

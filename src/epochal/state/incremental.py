@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .manifest import FileHandle
+from .sections import GroupCopies
 
 # key group → state name → keys written or deleted since the last snapshot
 ChangedKeys = dict[int, dict[str, set[Any]]]
@@ -39,7 +40,22 @@ class _Pending:
     """A snapshot whose checkpoint has not completed yet."""
 
     changed: ChangedKeys | None  # the keys its epoch changed; None if the epoch went unrecorded
+    resets: GroupCopies  # key groups its epoch replaced before any change (a migration)
     chain: tuple[FileHandle, ...] | None = None  # the files it was written as, once written
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaPlan:
+    """What a snapshot is written as: a delta of `changed` keys and `resets` (key groups whose
+    content was replaced by copied sections, or emptied) over the chain `base`; or, when
+    `changed` is None, a full file."""
+
+    changed: ChangedKeys | None
+    resets: GroupCopies
+    base: tuple[FileHandle, ...]
+
+
+FULL = DeltaPlan(None, {}, ())
 
 
 class IncrementalTracker:
@@ -91,43 +107,48 @@ class IncrementalTracker:
         return delta_bytes > self.compact_ratio * base_bytes
 
     def plan(
-        self, checkpoint_id: int, changed: ChangedKeys | None, entries: int | None = None
-    ) -> tuple[ChangedKeys | None, tuple[FileHandle, ...]]:
-        """Record this snapshot's changed keys; return (their union since the base, or None
-        for a full snapshot; the base chain).
+        self, checkpoint_id: int, changed: ChangedKeys | None, entries: int | None = None,
+        resets: GroupCopies | None = None,
+    ) -> DeltaPlan:
+        """Record this snapshot's changes; return what it is written as.
 
         `changed` is None for an epoch that recorded no changes: the snapshot is full.
         `entries`, the number of entries in the state if known, lets a snapshot that changed
         most of them be written in full: about as large as the delta, cheaper to build, and it
-        ends the chain.
+        ends the chain. `resets` are key groups this epoch replaced before it changed any of
+        their keys (`KeyedStateBackend.reassign`): a delta replaces each with its copies.
         """
-        self._pending[checkpoint_id] = _Pending(changed)
+        self._pending[checkpoint_id] = _Pending(changed, resets or {})
         if changed is None:
             self._untracked_left = max(0, self._untracked_left - 1)
-            return None, ()
+            return FULL
         if entries is not None:
             if count_changed(changed) >= _MOSTLY_CHANGED * entries:
                 self._mostly_changed_streak += 1
                 if self._mostly_changed_streak >= 2:
                     self._untracked_left = min(2 ** (self._mostly_changed_streak - 2), _MAX_UNTRACKED)
-                return None, ()
+                return FULL
             self._mostly_changed_streak = 0
         if self._needs_full():
-            return None, ()
+            return FULL
         base_id = self.base_id
         assert base_id is not None  # `_needs_full` says so
         union: ChangedKeys = {}
+        union_resets: GroupCopies = {}
         for cid in sorted(self._pending):
             if cid <= base_id:
                 continue
-            since_base = self._pending[cid].changed
-            if since_base is None:  # an epoch since the base went unrecorded
-                return None, ()
-            for key_group, states in since_base.items():
+            since_base = self._pending[cid]
+            if since_base.changed is None:  # an epoch since the base went unrecorded
+                return FULL
+            for key_group, copies in since_base.resets.items():  # before its epoch's changes
+                union.pop(key_group, None)
+                union_resets[key_group] = copies
+            for key_group, states in since_base.changed.items():
                 target = union.setdefault(key_group, {})
                 for name, keys in states.items():
                     target.setdefault(name, set()).update(keys)
-        return union, self.base_chain
+        return DeltaPlan(union, union_resets, self.base_chain)
 
     def on_written(self, checkpoint_id: int, chain: tuple[FileHandle, ...] | None) -> None:
         """The snapshot of `checkpoint_id` was written as `chain` (None: nothing was written)."""

@@ -25,6 +25,7 @@ from ...plan.time import EventTime, TimestampError
 from ...state.contract import KeyedSnapshot
 from ...state.keygroups import KeyGroups
 from ...state.manifest import SubtaskState
+from ...state.sections import GroupCopies
 from ..batches import batch_len, to_records
 from ..clock import Clock
 from ..elements import Batch
@@ -111,7 +112,8 @@ class RuntimeOperator:
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         """Load state; `states` holds the operator state of *every* old subtask (union list)."""
 
-    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]]) -> None:
+    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]],
+                 copies: GroupCopies | None = None) -> None:
         """Key groups moved (`runtime.migration`): keyed operators own `owned` from now on, with
         `gained`'s state; others have nothing to do."""
 

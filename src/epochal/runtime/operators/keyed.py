@@ -17,6 +17,7 @@ from ...state.backends import create_backend
 from ...state.contract import KeyedStateBackend, RawKeyGroupMaps
 from ...state.keygroups import KeyGroups
 from ...state.manifest import SubtaskState
+from ...state.sections import GroupCopies
 from ..batches import to_records
 from ..columnar_count import ColumnarCounts
 from ..elements import Batch
@@ -48,11 +49,12 @@ class KeyedOperator(RuntimeOperator):
         if keyed:
             self.backend.restore(keyed)
 
-    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]]) -> None:
+    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]],
+                 copies: GroupCopies | None = None) -> None:
         """Drop the key groups no longer owned, load the gained ones, then rebuild what the
         operator keeps beside its state (timer heaps, a columnar table) as a restore does: its
         `restore` with no more state."""
-        self.backend.reassign(owned, gained)
+        self.backend.reassign(owned, gained, copies)
         self.restore({}, [])
 
     def query(self, key: Any) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from ...errors import RecordError
 from ...plan.specs import KeyedWindowSpec, OnError, OutputPart, SplitLateSpec, WindowFunctionKind
 from ...plan.time import TimestampError
 from ...state.keygroups import KeyGroups, key_group_of
+from ...state.sections import GroupCopies
 from ..batches import to_records
 from ..elements import Batch
 from ..keys import batch_keys
@@ -135,13 +136,14 @@ class KeyedWindowOperator(KeyedOperator):
         elif self._mode is WindowMode.UNDECIDED and next(iter(self.backend.keys(_STORE)), None) is not None:
             self._mode = WindowMode.STORES
 
-    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]]) -> None:
+    def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]],
+                 copies: GroupCopies | None = None) -> None:
         """Key groups moved (live migration): the table goes into keyed state first, so the
         key groups that leave take their windows along, and `restore` rebuilds it from there."""
         if self._mode is WindowMode.TABLE:
             assert self._table is not None
             self._table.flush()
-        super().reassign(owned, gained)
+        super().reassign(owned, gained, copies)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         if self._mode is WindowMode.TABLE:
