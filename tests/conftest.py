@@ -77,6 +77,8 @@ class _Deferred:
     def submit(self, work: Callable[[], Any], on_done: Callable[[Any], None]) -> None:
         self.pending.append(lambda: on_done(work()))
 
+    read_ahead = submit
+
 
 @pytest.fixture
 def open_tasks() -> Iterator[Callable[[JobGraph], dict[TaskId, Task]]]:

@@ -49,6 +49,8 @@ class _DeferredRunner:
     def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
         self.pending.append(lambda: on_done(work()))
 
+    read_ahead = submit
+
 
 class InProcessExecutor:
     """Runs a job graph in this process.

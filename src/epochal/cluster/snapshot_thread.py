@@ -51,11 +51,21 @@ class SnapshotThread:
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-snapshot")
+        self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-read-ahead")
         self.done: queue.SimpleQueue[tuple[Callable[[Any], None], Future[Any]]] = queue.SimpleQueue()
 
     def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
         future = self.pool.submit(work)
         future.add_done_callback(lambda f: self.done.put((on_done, f)))
+
+    def read_ahead(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
+        """On a thread of its own: a read-ahead must not delay a snapshot write."""
+        future = self.side.submit(work)
+        future.add_done_callback(lambda f: self.done.put((on_done, f)))
+
+    def shutdown(self) -> None:
+        for pool in (self.pool, self.side):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def run_done(self) -> None:
         """On the worker loop: hand every finished write's result to its task."""

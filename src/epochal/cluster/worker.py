@@ -266,7 +266,7 @@ class Worker:
                 self._poll_io(0.0 if busy else self._idle_timeout())
         finally:
             self._close_tasks()
-            self.background.pool.shutdown(wait=False, cancel_futures=True)
+            self.background.shutdown()
             self.peers.close()
             if self.driver is not None:
                 self.driver.flush_blocking(2.0)

@@ -43,6 +43,11 @@ class BackgroundRunner(Protocol):
         """Run `work` off the processing path; then call `on_done(result)` on the task's thread."""
         ...
 
+    def read_ahead(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
+        """As `submit`, for long work that must not hold up the snapshot writes (a migration's
+        read-ahead: a checkpoint written late keeps every map of the state copy-on-write)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SnapshotWritten:

@@ -54,24 +54,25 @@ if TYPE_CHECKING:  # the job master's command; control imports the coordinator, 
 log = logging.getLogger(__name__)
 
 
-# The share of its thread's time a new owner's read-ahead may take: it unpickles the state that
-# moves on a background thread while the task thread processes input, and the GIL runs one at
-# a time; at full speed a quarter of 1 GB held the task thread back ~300 ms. Paced, it leaves a
-# worker loaded to 80 % its headroom, and takes longer (its barrier waits: nothing stops).
+# The share of the time a new owner's read-ahead may decode: it unpickles the state that moves
+# on a thread of its own while the task thread processes input, and the GIL runs one at a time;
+# at full speed a quarter of 1 GB (~300 ms of unpickling) held the task thread back as long.
+# Paced, it leaves a worker loaded to 80 % its headroom, and takes longer (nothing waits on it
+# but the move's barrier).
 READ_AHEAD_SHARE = 0.15
 
 
 class Pacer:
-    """Sleeps after each unit of work so that the work takes at most `share` of the time."""
+    """Runs units of work so that they take at most `share` of the time: sleeps after each in
+    proportion to how long it ran (reading files, which leaves the GIL free, is not paced)."""
 
     def __init__(self, share: float) -> None:
         self.rest = (1.0 - share) / share
-        self.mark = time.perf_counter()
 
-    def pause(self) -> None:
-        worked = time.perf_counter() - self.mark
-        time.sleep(worked * self.rest)
-        self.mark = time.perf_counter()
+    def __call__(self, work: Callable[[], None]) -> None:
+        start = time.perf_counter()
+        work()
+        time.sleep((time.perf_counter() - start) * self.rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +136,7 @@ class KeyGroupOwner:
 
         def work() -> PreparedGroups | None:
             try:
-                return prepare_groups(storage, manifest, uids, gained, Pacer(READ_AHEAD_SHARE).pause)
+                return prepare_groups(storage, manifest, uids, gained, Pacer(READ_AHEAD_SHARE))
             except Exception:  # noqa: BLE001 - a cache: a file dropped by retention meanwhile, say
                 log.info("reading key groups %s ahead failed; they are read when they move", gained, exc_info=True)
                 return None

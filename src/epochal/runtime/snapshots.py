@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from .fault_points import fault_point
 from .in_flight import IN_FLIGHT
 from .messages import OperatorSubtaskState
 from .operators import OperatorSnapshot
+
+log = logging.getLogger(__name__)
 
 
 def _file_stem(uid: str, subtask: int) -> str:
@@ -219,22 +222,29 @@ class PreparedGroups:
     copies: dict[str, dict[int, list[SectionCopy]]]
 
 
+Pace = Callable[[Callable[[], None]], None]
+
+
+def _unpaced(work: Callable[[], None]) -> None:
+    work()
+
+
 def _read_into(reader: CheckpointStorage, handles: Iterable[FileHandle], wanted: Container[int],
-               state: KeyedGroups, copies: dict[int, list[SectionCopy]], pace: Callable[[], None]) -> None:
-    """Apply the sections of `wanted` in the files `handles` to `state`, keeping their bytes."""
+               state: KeyedGroups, copies: dict[int, list[SectionCopy]], pace: Pace = _unpaced) -> None:
+    """Apply the sections of `wanted` in the files `handles` to `state`, keeping their bytes;
+    `pace` runs the decoding of each section."""
     for handle in handles:
         file = KeyedFile(reader.read_file(handle), source=handle.path)
         for group in file.groups(wanted):
             copies.setdefault(group, []).append(SectionCopy(file.is_delta, file.raw(group)))
-            apply_sections(state, file.is_delta, {group: file.decode(group)})
-            pace()
+            pace(lambda: apply_sections(state, file.is_delta, {group: file.decode(group)}))  # noqa: B023 - run at once
 
 
 def prepare_groups(storage: CheckpointStorage | None, manifest: Manifest, uids: Iterable[str],
-                   key_groups: KeyGroups, pace: Callable[[], None] = lambda: None) -> PreparedGroups:
+                   key_groups: KeyGroups, pace: Pace = _unpaced) -> PreparedGroups:
     """Read `key_groups` of the operators `uids` from `manifest` (off the processing path: the
-    state a new owner will take, before the barrier that moves it); `pace` is called after each
-    section, to leave the task's thread the GIL."""
+    state a new owner will take, before the barrier that moves it); `pace` runs the decoding of
+    each section, to leave the task's thread the GIL."""
     reader = storage_for(manifest, storage)
     prepared = PreparedGroups(manifest.checkpoint_id, {}, {}, {})
     for uid in uids:
@@ -280,7 +290,9 @@ def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str,
             copies.update((g, list(read[g])) for g in wanted if g in read)
             newer = chain[len(before[1]):]  # only what was written since
         else:
+            if prepared is not None:
+                log.info("%s: subtask %d's chain changed since the read-ahead; reading it whole", uid, st.subtask)
             newer = chain
-        _read_into(reader, newer, wanted, part, copies, lambda: None)
+        _read_into(reader, newer, wanted, part, copies)
         out.update(part)
     return out, {g: tuple(sections) for g, sections in copies.items()}

@@ -602,7 +602,8 @@ class Task:
             self.owner.prepared = prepared
             self.setup.send(KeyGroupsPrepared(self.id, checkpoint_id))
 
-        self.setup.background.submit(self.owner.preparation(message.manifest, message.table, self.setup.storage), done)
+        self.setup.background.read_ahead(self.owner.preparation(message.manifest, message.table, self.setup.storage),
+                                         done)
 
     def _adopt(self, manifest: Manifest) -> None:
         """Checkpoint `manifest` is complete: take over the key groups that moved here, and go on."""
