@@ -141,3 +141,55 @@ def test_a_new_owner_writes_what_it_gained_without_pickling_it_again(tmp_path) -
     assert job.restored(manifest) == job.model
     delta = manifest.operators[0].subtasks[1].keyed
     assert first is not None and delta is not None and delta.size > first.size  # their bytes, copied
+
+
+class Value:
+    """A value whose freeing shows (a weak reference to it dies)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Value) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return self.n
+
+
+def test_groups_moved_away_are_freed_after_the_snapshot_holding_them_is_written(tmp_path) -> None:
+    import time
+    import weakref
+
+    backend = HeapKeyedStateBackend(key_group_set(range(GROUPS)), GROUPS)
+    values = {key: Value(key) for key in range(5_000)}
+    for key, value in values.items():
+        backend.set_current_key(key)
+        backend.put("s", value)
+    gone = [k for k in values if key_group_of(k, GROUPS) < GROUPS // 2]
+    refs = [weakref.ref(values[k]) for k in gone]
+    snap = backend.snapshot(1)
+    backend.reassign(key_group_set(range(GROUPS // 2, GROUPS)), {})
+    del values, value  # the loop variable holds the last one
+    time.sleep(0.3)  # the reaper, were it handed the maps now, would have emptied them
+    assert sorted(k for _, states in snap.full_sections() for k in states["s"]) == list(range(5_000))
+    assert all(r() is not None for r in refs)
+    backend.on_snapshot_written(1, ())
+    deadline = time.monotonic() + 10
+    while any(r() is not None for r in refs) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(r() is None for r in refs)  # freed, by the reaper
+
+
+def test_copied_sections_count_as_full_file_when_a_chain_is_compacted(tmp_path) -> None:
+    job = Job(CheckpointStorage(str(tmp_path)))
+    for backend in job.backends:
+        backend.tracker.compact_ratio = 1.0  # the default: deltas may weigh as much as the full file
+    for key in range(4_000):
+        job.update(key, key)
+    job.checkpoint(1)
+    _move(job, list(range(GROUPS // 2)), 1, 2, pre_copy=True)  # as much as subtask 1 held moves there
+    for checkpoint_id in range(3, 8):
+        job.update(checkpoint_id, -checkpoint_id)
+        chain = job.checkpoint(checkpoint_id).operators[0].subtasks[1].keyed_chain()
+        assert len(chain) == checkpoint_id - 1  # deltas still (2 wrote nothing): no full file again
+    assert job.restored(job.manifest) == job.model

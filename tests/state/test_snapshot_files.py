@@ -214,3 +214,16 @@ def test_a_reset_section_replaces_its_group_by_its_copies_then_its_delta() -> No
     target = {3: {"s": {"stale": 0}}, 5: {"s": {"gone": 1}}}
     apply_sections(target, True, decoded)
     assert target == {3: {"s": {"c": 3, "d": 4}}, 5: {}}
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1000, 1 << 20])
+def test_a_file_read_in_chunks_reads_as_it_does_whole(chunk: int) -> None:
+    groups = {g: {"s": {f"k{i}": i * g for i in range(50 + g)}} for g in range(0, 20, 3)}
+    data = encode_keyed_state(groups)
+    file = KeyedFile([data[i:i + chunk] for i in range(0, len(data), chunk)], source="x")
+    assert {g: file.decode(g) for g in file.groups()} == groups
+    assert all(file.raw(g) == KeyedFile(data).raw(g) for g in groups)
+    damaged = bytearray(data)
+    damaged[len(data) // 2] ^= 1
+    with pytest.raises(CorruptCheckpointError, match="CRC-32"):
+        KeyedFile([bytes(damaged[i:i + chunk]) for i in range(0, len(damaged), chunk)])

@@ -165,10 +165,12 @@ class PrepareKeyGroups:
 
 @dataclass(frozen=True, slots=True)
 class KeyGroupsPrepared:
-    """A task read ahead the key groups it will take over, from checkpoint `checkpoint_id`."""
+    """A task read ahead the key groups it will take over, from checkpoint `checkpoint_id`
+    (`read` False: it could not, e.g. retention removed a file meanwhile)."""
 
     task: TaskId
     checkpoint_id: int
+    read: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from .migration import Migration, balanced_moves, current_table, keyed_paralleli
 from .split_handovers import SplitHandovers
 
 log = logging.getLogger(__name__)
+READ_AGAIN = 3  # times a new owner is asked again to read its groups ahead, after a failed read
 
 
 class Migrations:
@@ -112,10 +113,24 @@ class Migrations:
             self._trigger(coordinator, migration)
 
     def prepared(self, message: KeyGroupsPrepared, coordinator: CheckpointCoordinator | None) -> None:
-        """A new owner read its groups ahead; once all did, the rerouting checkpoint starts."""
+        """A new owner read its groups ahead; once all did, the rerouting checkpoint starts.
+
+        A read-ahead that failed is asked again from a newer checkpoint, if one completed since
+        (at most `READ_AGAIN` times): without one, the new owner reads every moving group while
+        it holds back its input (measured: 3 s at 250 MB)."""
         migration = self.current
-        if (migration is None or migration.checkpoint_id is not None or coordinator is None
-                or message.checkpoint_id != migration.prepared_from):
+        if migration is None or migration.checkpoint_id is not None or coordinator is None:
+            return
+        expected, attempts = migration.read_again.get(message.task, (migration.prepared_from, 0))
+        if message.checkpoint_id != expected:
+            return
+        latest = coordinator.completed[-1] if coordinator.completed else None
+        if (not message.read and attempts < READ_AGAIN and self.send is not None and latest is not None
+                and latest.checkpoint_id > message.checkpoint_id):
+            log.info("job %r: %s reads its key groups ahead again, from checkpoint %d", self.job.name,
+                     message.task, latest.checkpoint_id)
+            migration.read_again[message.task] = (latest.checkpoint_id, attempts + 1)
+            self.send(message.task, PrepareKeyGroups(latest.manifest, migration.table))
             return
         migration.awaiting.discard(message.task)
         if not migration.awaiting and not self._ending(coordinator, migration.command):

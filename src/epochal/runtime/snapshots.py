@@ -234,10 +234,12 @@ def _read_into(reader: CheckpointStorage, handles: Iterable[FileHandle], wanted:
     """Apply the sections of `wanted` in the files `handles` to `state`, keeping their bytes;
     `pace` runs the decoding of each section."""
     for handle in handles:
-        file = KeyedFile(reader.read_file(handle), source=handle.path)
+        file = KeyedFile(reader.read_chunks(handle), source=handle.path)
         for group in file.groups(wanted):
-            copies.setdefault(group, []).append(SectionCopy(file.is_delta, file.raw(group)))
-            pace(lambda: apply_sections(state, file.is_delta, {group: file.decode(group)}))  # noqa: B023 - run at once
+            raw = file.raw(group)
+            copies.setdefault(group, []).append(SectionCopy(file.is_delta, raw))
+            pace(lambda: apply_sections(state, file.is_delta, {group: file.decode(group, raw)}))  # noqa: B023 - run at once
+        file.release()
 
 
 def prepare_groups(storage: CheckpointStorage | None, manifest: Manifest, uids: Iterable[str],

@@ -600,7 +600,7 @@ class Task:
 
         def done(prepared: Any) -> None:
             self.owner.prepared = prepared
-            self.setup.send(KeyGroupsPrepared(self.id, checkpoint_id))
+            self.setup.send(KeyGroupsPrepared(self.id, checkpoint_id, prepared is not None))
 
         self.setup.background.read_ahead(self.owner.preparation(message.manifest, message.table, self.setup.storage),
                                          done)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import copy
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
+from .heap_snapshot import HeapSnapshot
 from .incremental import ChangedKeys, IncrementalTracker
 from .keygroups import KeyGroups, owned_key_group
 from .manifest import FileHandle
-from .sections import GroupCopies, KeyedGroups, ResetSection, Sections
+from .reaper import free_gradually
+from .sections import GroupCopies, KeyedGroups
 from .values import IMMUTABLE_EXACT, is_immutable
 
 _ABSENT = object()
@@ -78,65 +79,6 @@ class _StateMap:
         return self.data
 
 
-@dataclass(eq=False, slots=True, weakref_slot=True)
-class HeapSnapshot:
-    """The fixed keyed state of one subtask: key group → state name → {key: value}.
-
-    The inner dicts are shared with the live backend and are frozen there: treat them as
-    read-only. Serialising them is the asynchronous part of the checkpoint, which only reads
-    this object; `release` (on the task's thread) drops the maps once nothing reads them.
-
-    `changed` is None for a snapshot to be written in full; otherwise it names, per key group
-    and state, the keys that changed since the checkpoint whose file chain is `base`, and the
-    snapshot is written as a delta over that chain; `resets` are key groups the delta replaces
-    first (moved away, or moved here: `HeapKeyedStateBackend.reassign`).
-    """
-
-    key_groups: KeyGroups
-    groups: KeyedGroups
-    changed: ChangedKeys | None = None
-    resets: GroupCopies = field(default_factory=dict)
-    base: tuple[FileHandle, ...] = ()
-    checkpoint_id: int | None = None
-    released: bool = False
-    entries: int = 0  # in all its maps, counted when taken
-    encoded: list[bytes] | None = None  # its file's chunks, if serialised before the writer ran
-
-    @property
-    def is_delta(self) -> bool:
-        return self.changed is not None
-
-    def full_sections(self) -> Sections:
-        """`(key group, {state: {key: value}})` in ascending key group, for a full file."""
-        for key_group in sorted(self.groups):
-            yield key_group, self.groups[key_group]
-
-    def delta_sections(self) -> Sections:
-        """`(key group, {state: (upserts, deleted keys)})` for the changed entries only; a
-        `ResetSection` for a key group replaced since the base."""
-        assert self.changed is not None
-        for key_group in sorted(self.changed.keys() | self.resets.keys()):
-            states = self.groups.get(key_group, {})
-            section: dict[str, Any] = {}
-            for name, keys in self.changed.get(key_group, {}).items():
-                data = states.get(name, {})
-                upserts = {k: data[k] for k in keys if k in data}
-                section[name] = (upserts, [k for k in keys if k not in data])
-            copies = self.resets.get(key_group)
-            yield key_group, section if copies is None else ResetSection(copies, section)
-
-    def release(self) -> None:
-        """Nothing reads the frozen maps any more: drop them, so that old values only they hold
-        are freed, and let the backend's batch loops write in place again (`released`).
-
-        Called on the task's thread only: by `HeapKeyedStateBackend.on_snapshot_written`, or
-        by a caller that serialised the snapshot early (`encoded`).
-        """
-        self.groups = {}
-        self.resets = {}
-        self.released = True
-
-
 class HeapKeyedStateBackend:
     """In-memory keyed state of one subtask: the key groups it owns (`KeyGroups`).
 
@@ -167,6 +109,8 @@ class HeapKeyedStateBackend:
         self._tracking = self.tracker.tracks_changes  # whether this epoch records changed keys
         self._readers: list[weakref.ref[HeapSnapshot]] = []  # snapshots that may read maps
         self._resets: GroupCopies = {}  # key groups moved away or here since the last snapshot
+        # maps of groups moved away, freed by the reaper once the snapshots then taken are released
+        self._departed: list[tuple[list[weakref.ref[HeapSnapshot]], list[dict[Any, Any]]]] = []
 
     def snapshot_readers(self) -> bool:
         """Whether a snapshot taken here may still read frozen maps (neither released nor gone).
@@ -401,9 +345,20 @@ class HeapKeyedStateBackend:
                 continue
             readers.append(ref)
         self._readers = readers
+        self._free_departed()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.tracker.on_complete(checkpoint_id)
+
+    def _free_departed(self) -> None:
+        """Hand the maps of groups moved away to the reaper once no snapshot reads them."""
+        waiting = []
+        for readers, maps in self._departed:
+            if any((s := r()) is not None and not s.released for r in readers):
+                waiting.append((readers, maps))
+            else:
+                free_gradually(maps)
+        self._departed = waiting
 
     def restore(self, groups: KeyedGroups) -> None:
         """Load key groups (any superset of ours is fine: foreign key groups are skipped)."""
@@ -430,15 +385,19 @@ class HeapKeyedStateBackend:
         """
         copies = copies or {}
         previous, self.key_groups = self.key_groups, owned
+        departed: list[dict[Any, Any]] = []
         for maps in self._maps.values():
             for g in range(self.max_parallelism):
                 m = maps[g]
                 if g not in owned:
                     if m is not None:
                         self._resets[g] = ()
+                        departed.extend((m.data, m.stamps))
                     maps[g] = None
                 elif m is None:
                     maps[g] = _StateMap(self._tracking)
+        self._departed.append((list(self._readers), departed))
+        self._free_departed()
         for g in owned:
             if g not in previous:
                 self._resets[g] = copies.get(g, ())

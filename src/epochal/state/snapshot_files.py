@@ -30,6 +30,7 @@ twice in memory as one `bytes`.
 
 from __future__ import annotations
 
+import bisect
 import io
 import itertools
 import pickle
@@ -139,29 +140,77 @@ def decode_keyed_state(
     return groups
 
 
+class _Pieces:
+    """A file's bytes as the chunks it was read in (`CheckpointStorage.read_chunks`)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.starts = [0]
+        for chunk in chunks:
+            self.starts.append(self.starts[-1] + len(chunk))
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def slice(self, start: int, end: int) -> bytes:
+        """Bytes `[start, end)`, copied (joined where they span chunks)."""
+        i = bisect.bisect_right(self.starts, start) - 1
+        parts = []
+        while start < end:
+            offset = start - self.starts[i]
+            take = min(end - start, len(self.chunks[i]) - offset)
+            parts.append(self.chunks[i][offset:offset + take])
+            start += take
+            i += 1
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def crc(self, end: int) -> int:
+        crc = 0
+        for chunk, at in zip(self.chunks, self.starts, strict=False):
+            if at >= end:
+                break
+            crc = zlib.crc32(memoryview(chunk)[: end - at], crc)
+        return crc
+
+    def release(self) -> None:
+        """Free the chunks one at a time: freeing hundreds of MB in one go (one munmap per
+        chunk, in one deallocation cascade) holds the GIL for tens of milliseconds."""
+        while self.chunks:
+            self.chunks.pop()
+
+
 class KeyedFile:
     """A keyed-state file, checked (magic, CRC-32, index), its sections not yet decoded: a
-    reader decodes the key groups it wants, and may keep a section's bytes (`raw`) to copy."""
+    reader decodes the key groups it wants, and may keep a section's bytes (`raw`) to copy.
+    `release` frees the file's bytes (the sections read stay)."""
 
-    def __init__(self, data: bytes, *, source: str = "<bytes>") -> None:
+    def __init__(self, data: bytes | list[bytes], *, source: str = "<bytes>") -> None:
         self.source = source
+        pieces = _Pieces(data if isinstance(data, list) else [data])
+        size = len(pieces)
         try:
-            kind = next((m for m in _KINDS if data.startswith(m)), None)
-            if kind is None or len(data) < len(kind) + _TRAILER.size:
+            head = pieces.slice(0, min(size, len(_MAGIC)))
+            kind = next((m for m in _KINDS if head.startswith(m)), None)
+            if kind is None or size < len(kind) + _TRAILER.size:
                 raise ValueError("not a keyed-state file")
-            index_offset, crc, magic = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+            index_offset, crc, magic = _TRAILER.unpack(pieces.slice(size - _TRAILER.size, size))
             if magic != kind:
                 raise ValueError("trailer missing (truncated?)")
-            if zlib.crc32(memoryview(data)[: -_TRAILER.size]) != crc:
+            if pieces.crc(size - _TRAILER.size) != crc:
                 raise ValueError("CRC-32 mismatch")
-            index: dict[int, tuple[int, int]] = pickle.loads(data[index_offset : -_TRAILER.size])
+            if not len(kind) <= index_offset <= size - _TRAILER.size:
+                raise ValueError("index offset out of the file (damaged index offset?)")
+            index: dict[int, tuple[int, int]] = pickle.loads(pieces.slice(index_offset, size - _TRAILER.size))
             _check_index(index, len(kind), index_offset)
         except Exception as exc:  # pickle raises many kinds on garbage
             raise CorruptCheckpointError(f"{source}: unreadable keyed state ({exc})") from exc
-        self.data = data
+        self._pieces = pieces
         self.index = index
         self.is_delta = _KINDS[kind]
         self._single_frame = kind in _SINGLE_FRAME
+
+    def release(self) -> None:
+        self._pieces.release()
 
     def groups(self, wanted: Container[int] | None = None) -> list[int]:
         """The key groups with a section here, of those in `wanted` (all when None)."""
@@ -170,13 +219,14 @@ class KeyedFile:
     def raw(self, key_group: int) -> bytes:
         """The section of `key_group`, as bytes (a copy of them: the file may be freed)."""
         start, length = self.index[key_group]
-        return self.data[start : start + length]
+        return self._pieces.slice(start, start + length)
 
-    def decode(self, key_group: int) -> Any:
-        """The section of `key_group`: `{state: entries}` in a full file; in a delta
-        `{state: (upserts, deleted keys)}`, or a `Replacement`."""
+    def decode(self, key_group: int, raw: bytes | None = None) -> Any:
+        """The section of `key_group` (from `raw`, its bytes, if the caller has them):
+        `{state: entries}` in a full file; in a delta `{state: (upserts, deleted keys)}`, or a
+        `Replacement`."""
         try:
-            blob = self.raw(key_group)
+            blob = self.raw(key_group) if raw is None else raw
             if self._single_frame:
                 return pickle.loads(blob)
             return decode_section(blob, self.is_delta)
