@@ -293,7 +293,8 @@ def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str,
             newer = chain[len(before[1]):]  # only what was written since
         else:
             if prepared is not None:
-                log.info("%s: subtask %d's chain changed since the read-ahead; reading it whole", uid, st.subtask)
+                log.warning("%s: subtask %d's chain changed since the read-ahead; reading it whole while the "
+                            "input waits", uid, st.subtask)
             newer = chain
         _read_into(reader, newer, wanted, part, copies)
         out.update(part)
