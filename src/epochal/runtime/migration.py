@@ -25,7 +25,8 @@ checkpoint starts (periodic, final, a savepoint's or a rescale's), so none can c
 new owner's state missing.
 
 Checkpoints stay incremental through a move (`KeyedStateBackend.reassign`): an old owner's next
-delta deletes every key of the groups it lost, a new owner's writes every key it gained, and a
+delta replaces the groups it lost by nothing, a new owner's replaces the groups it gained by the
+old owner's sections of them, copied as bytes (`state.sections.ResetSection`), and a
 restore reads from a subtask's chain only the groups the subtask held at that checkpoint.
 """
 

@@ -10,7 +10,7 @@ A delta's section may also *replace* its key group (`ResetSection` when written,
 when read): the group moved away (replaced by nothing) or moved here in a live migration
 (replaced by the old owner's sections of it, copied as bytes: `SectionCopy`). That a new owner
 copies the bytes it read instead of pickling the objects again is what keeps a large move off
-its GIL (ChronoStream §III-C: a slice's state moves as its checkpointed bytes).
+its GIL (as ChronoStream §III-C, phase 1, rebuilds a moving slice from its checkpointed backup).
 """
 
 from __future__ import annotations

@@ -174,15 +174,23 @@ class CheckpointStorage:
             CorruptCheckpointError: the file is missing, or its size or SHA-256 differs; the
                 message names the checkpoint whose directory holds it, and the file.
         """
-        chunks = self.read_chunks(handle)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if self.backups is not None and (copy := self.backups.get(handle)) is not None:
+            return copy  # a chained backup's copy, checked against the same handle
+        try:
+            with self.fs.open_input_stream(self._abs(handle.path)) as f:
+                data: bytes = f.read()
+        except OSError as exc:
+            raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
+        self._verify(handle, len(data), hashlib.sha256(data))
+        return data
 
     def read_chunks(self, handle: FileHandle) -> list[bytes]:
         """`read_file`, in pieces of at most `READ_CHUNK` bytes.
 
-        For a reader that runs beside the task thread (a migration's read-ahead): a file of
-        hundreds of MB in one `bytes` is one allocation, and freeing it (one munmap) holds the
-        GIL for tens of milliseconds (measured: 56 ms for 800 MB), a stall of the task thread.
+        For a reader that runs beside the task thread (a migration's read-ahead): freeing
+        hundreds of MB at once holds the GIL for tens of milliseconds (measured: 54 to 56 ms for
+        800 MB, one `bytes` or a list of chunks alike), a stall of the task thread; chunks can be
+        freed one at a time (`snapshot_files.KeyedFile.release`).
         """
         if self.backups is not None and (copy := self.backups.get(handle)) is not None:
             return [copy]  # a chained backup's copy, checked against the same handle
@@ -195,11 +203,15 @@ class CheckpointStorage:
                     chunks.append(chunk)
         except OSError as exc:
             raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
+        self._verify(handle, size, digest)
+        return chunks or [b""]
+
+    @staticmethod
+    def _verify(handle: FileHandle, size: int, digest: Any) -> None:
         if size != handle.size or digest.hexdigest() != handle.sha256:
             raise CorruptCheckpointError(
                 f"{_checkpoint_label(handle.path)}{handle.path}: checksum mismatch (corrupt or truncated)"
             )
-        return chunks or [b""]
 
     def has_file(self, relative: str) -> bool:
         return bool(self.fs.get_file_info(self._abs(relative)).type == pafs.FileType.File)
