@@ -120,6 +120,11 @@ class StateConfig:
             copies in memory, and keeps its own; a worker whose process dies then has its key
             groups restored by those peers from their copies, and a restore reads local copies
             before storage (`docs/concepts/elasticity.md`). 0: no copies.
+        migration_step_bytes: a live move or rescale hands key groups over in steps of about
+            this much state each (estimated from the newest checkpoint), one checkpoint per
+            step, so that each step holds input back briefly: a quarter of a 1 GB state moves in
+            about four steps, of 10 MB in one. 0 moves them all at one checkpoint. A move's own
+            `batch` (groups per step) wins.
     """
 
     backend: Literal["memory", "disk"] = "memory"
@@ -129,10 +134,12 @@ class StateConfig:
     local_dir: str | None = None
     inline_snapshot_entries: int = 20_000
     backup_replicas: int = 0
+    migration_step_bytes: int = 64 * 2**20
 
     def __post_init__(self) -> None:
         check_choice("StateConfig.backend", self.backend, ("memory", "disk"))
         check_int("StateConfig.backup_replicas", self.backup_replicas, minimum=0)
+        check_int("StateConfig.migration_step_bytes", self.migration_step_bytes, minimum=0)
         check_bool("StateConfig.incremental", self.incremental)
         check_int("StateConfig.compact_every", self.compact_every)
         check_number("StateConfig.compact_ratio", self.compact_ratio)

@@ -104,9 +104,11 @@ class JobHandle:
 
         A move happens at a checkpoint barrier: records before it are counted by the old owner,
         records after it by the new one, which takes the moved groups' state from that checkpoint
-        and holds its input until it has them (`docs/concepts/elasticity.md`). With `batch`, at
-        most that many groups move per checkpoint, one step after another: each step holds back
-        less input. Returns once the new owners have taken over.
+        and holds its input until it has them (`docs/concepts/elasticity.md`). The groups move in
+        steps, one checkpoint each, of about `StateConfig.migration_step_bytes` of state (64 MiB
+        by default: a quarter of a 1 GB state in four steps, of a small one in one), so that no
+        step holds input back for long; with `batch`, of at most that many groups instead
+        (`batch=len(moves)`: all at once). Returns once the new owners have taken over.
 
         Raises:
             ValueError: a key group or subtask out of range, or moves that move nothing.

@@ -275,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("url", help="the job's control endpoint")
     move.add_argument("groups", help="key groups, e.g. 0-31 or 0-3,7")
     move.add_argument("subtask", type=int, help="the subtask (0-based) that takes them")
-    move.add_argument("--batch", type=_positive_int, help="move at most this many per checkpoint")
+    move.add_argument("--batch", type=_positive_int, help="move at most this many per checkpoint "
+                      "(default: steps of the job's StateConfig.migration_step_bytes of state)")
     move.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     move.set_defaults(func=_move)
 

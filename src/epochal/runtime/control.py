@@ -68,15 +68,11 @@ class LiveQuery:
 @dataclass(frozen=True, slots=True)
 class MoveRequest:
     """What a `"move"` command asks: key groups to new subtasks (`runtime.migration`), in steps of
-    at most `batch` groups (Megaphone's batched migration: each step holds back less input), all
-    at once when None."""
+    at most `batch` groups, or when None of about `StateConfig.migration_step_bytes` of state each
+    (`runtime.migration_steps`: Megaphone's batched migration, each step holds back less input)."""
 
     moves: tuple[tuple[int, int], ...]
     batch: int | None = None
-
-    def steps(self) -> list[dict[int, int]]:
-        size = self.batch or len(self.moves) or 1
-        return [dict(self.moves[i:i + size]) for i in range(0, len(self.moves), size)]
 
 
 class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an error

@@ -1,13 +1,13 @@
 """The job master's side of live migration: moves and live rescales, one step at a time.
 
 `runtime.migration` describes the protocol and holds the task's side; here the job master turns a
-`MoveRequest` or a live rescale into steps (Megaphone's batches). For each step it first has the
-new owners read their groups ahead from the latest complete checkpoint, off their processing path
-(pre-copy: ChronoStream §III-C rebuilds a slice from its backup before rerouting), then triggers
-the rerouting checkpoint, hands it to the new owners once complete (they read only what was
-written since the read-ahead), and starts the next step once they all took over. Only one
-migration runs at a time, and none survives its attempt. A step that changes the active subtasks
-also hands source splits over (`runtime.split_handovers`).
+`MoveRequest` or a live rescale into steps sized by state (`migration_steps`, Megaphone's
+batches). For each step it first has the new owners read their groups ahead from the latest
+complete checkpoint, off their processing path (pre-copy: ChronoStream §III-C rebuilds a slice
+from its backup before rerouting), then triggers the rerouting checkpoint, hands it to the new
+owners once complete (they read only what was written since the read-ahead), and starts the next
+step once they all took over. Only one migration runs at a time, and none survives its attempt.
+A step that changes the active subtasks also hands source splits over (`runtime.split_handovers`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .control import Command, JobControl, MoveRequest
 from .coordinator import CheckpointCoordinator, CompletedCheckpoint
 from .messages import AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from .migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
+from .migration_steps import group_bytes, plan_steps
 from .split_handovers import SplitHandovers
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class Migrations:
         except (TypeError, ValueError) as exc:
             command.finish(error=ValueError(f"cannot move key groups: {exc}"))
             return
-        self._next_step(coordinator, request.steps(), command)
+        self._next_step(coordinator, self._steps(request.moves, request.batch, coordinator), command)
 
     def rescale(self, command: Command, coordinator: CheckpointCoordinator | None, parallelism: int) -> bool:
         """Rescale live if the key groups can move onto (or off) standby subtasks; False if not
@@ -81,8 +82,20 @@ class Migrations:
         assert coordinator is not None
         moves = balanced_moves(current_table(self.job, coordinator.routing), parallelism)
         log.info("job %r: rescaling to %d live, moving %d key group(s)", self.job.name, parallelism, len(moves))
-        self._next_step(coordinator, [moves], command, parallelism)
+        self._next_step(coordinator, self._steps(tuple(sorted(moves.items())), None, coordinator), command,
+                        parallelism)
         return True
+
+    def _steps(self, moves: tuple[tuple[int, int], ...], batch: int | None,
+               coordinator: CheckpointCoordinator) -> list[dict[int, int]]:
+        """`moves` cut into steps: of `batch` groups, else sized by the newest checkpoint's state."""
+        latest = coordinator.completed[-1].manifest if coordinator.completed else None
+        keyed = keyed_parallelism(self.job)
+        sizes = group_bytes(latest, keyed) if latest is not None and keyed is not None else {}
+        steps = plan_steps(moves, batch, sizes, self.job.config.state.migration_step_bytes)
+        if len(steps) > 1:
+            log.info("job %r: moving %d key group(s) in %d steps", self.job.name, len(moves), len(steps))
+        return steps
 
     def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command,
                    parallelism: int | None = None) -> None:

@@ -1,0 +1,65 @@
+"""A live move is cut into steps by the state it moves (`runtime.migration_steps`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from tests.api.test_rescale_and_savepoint import SlowSequence, _expected
+from tests.migration.test_live_migration import KEYS, _groups_of_keys, _wait_running
+
+from epochal import CheckpointConfig, StateConfig, StreamEnvironment
+from epochal.runtime.migration_steps import group_bytes, plan_steps
+from epochal.state.keygroups import RoutingTable
+from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState
+from epochal.state.storage import CheckpointStorage
+from epochal.testing import CollectSink
+
+MB = 2**20
+
+
+def _subtask(index: int, groups: tuple[int, ...], *sizes: int) -> SubtaskState:
+    files = [FileHandle(f"f{index}-{n}", size, "") for n, size in enumerate(sizes)]
+    return SubtaskState(index, 0, 0, files[-1] if files else None, None, tuple(files[:-1]), groups)
+
+
+def test_each_group_weighs_its_holders_chain_spread_over_the_groups_it_holds() -> None:
+    keyed = OperatorState("count", 2, 8, (_subtask(0, (0, 1, 2, 3), 40 * MB, 4 * MB),
+                                          _subtask(1, (4, 5, 6, 7), 8 * MB)))
+    window = OperatorState("window", 2, 8, (_subtask(0, (0, 1, 2, 3), 4 * MB), _subtask(1, (4, 5, 6, 7))))
+    other = OperatorState("source", 1, 8, (_subtask(0, tuple(range(8)), 800 * MB),))  # not keyed at 2
+    sizes = group_bytes(Manifest(1, "j", 0.0, 0.0, (keyed, window, other)), parallelism=2)
+    assert sizes == {**dict.fromkeys(range(4), 12 * MB), **dict.fromkeys(range(4, 8), 2 * MB)}
+
+
+def test_steps_carry_at_most_the_budget_and_at_least_one_group() -> None:
+    sizes = {0: 30, 1: 30, 2: 30, 3: 100, 4: 5, 5: 5}
+    moves = tuple((g, 1) for g in range(6))
+    assert plan_steps(moves, None, sizes, 64) == [{0: 1, 1: 1}, {2: 1}, {3: 1}, {4: 1, 5: 1}]
+    assert plan_steps(moves, None, sizes, 0) == [dict(moves)]  # 0: all at once
+    assert plan_steps(moves, None, {}, 64) == [dict(moves)]  # no checkpoint to weigh them by yet
+    assert plan_steps(moves, 4, sizes, 64) == [dict(moves[:4]), dict(moves[4:])]  # a batch wins
+    assert plan_steps((), None, sizes, 64) == []
+
+
+@pytest.mark.parametrize(("step_bytes", "steps"), [(1, len(_groups_of_keys())), (0, 1)])
+def test_a_move_takes_one_checkpoint_per_step_and_commits_every_update_once(
+        tmp_path: Path, step_bytes: int, steps: int) -> None:
+    sink = CollectSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess", state=StateConfig(migration_step_bytes=step_bytes),
+                            checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
+    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(sink)
+    handle = env.execute_async("stepped")
+    _wait_running(handle)
+    deadline = time.monotonic() + 30
+    while handle.status().last_checkpoint is None:  # the steps are weighed by a checkpoint's files
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    contiguous = RoutingTable.contiguous(2, 128)
+    handle.move_key_groups({g: 1 - contiguous.owners[g] for g in _groups_of_keys()}, timeout=30)
+    handle.result(timeout=60)
+    assert Counter(sink.committed()) == _expected()
+    routing = CheckpointStorage(str(tmp_path / "c")).resolve("latest").routing
+    assert routing is not None and routing.version == steps  # one table version per step
