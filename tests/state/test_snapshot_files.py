@@ -120,9 +120,10 @@ def test_a_flipped_byte_in_the_framing_raises() -> None:
 @given(keyed_groups, st.data())
 @settings(max_examples=200)
 def test_any_flipped_byte_raises_corrupt_checkpoint_error(groups, data) -> None:  # noqa: ANN001
-    # The CRC-32 covers everything before the trailer, the magic and CRC fields check themselves,
-    # and the index must tile the sections exactly, so a damaged index offset (the one field
-    # nothing else covers) is caught too. Whatever the flip, the caller sees this one error.
+    # Each section has its CRC-32 in the index, the trailer's covers the magic and the index, the
+    # magic and CRC fields check themselves, and the index must tile the sections exactly, so a
+    # damaged index offset (the one field nothing else covers) is caught too. Whatever the flip,
+    # the caller sees this one error.
     encoded = bytearray(encode_keyed_state(groups))
     pos = data.draw(st.integers(min_value=0, max_value=len(encoded) - 1), label="pos")
     encoded[pos] ^= data.draw(st.integers(min_value=1, max_value=255), label="mask")
@@ -226,4 +227,16 @@ def test_a_file_read_in_chunks_reads_as_it_does_whole(chunk: int) -> None:
     damaged = bytearray(data)
     damaged[len(data) // 2] ^= 1
     with pytest.raises(CorruptCheckpointError, match="CRC-32"):
-        KeyedFile([bytes(damaged[i:i + chunk]) for i in range(0, len(damaged), chunk)])
+        file = KeyedFile([bytes(damaged[i:i + chunk]) for i in range(0, len(damaged), chunk)])
+        for g in file.groups():
+            file.decode(g)
+
+
+def test_files_of_the_format_before_section_checksums_still_read_and_are_checked_whole() -> None:
+    groups = {2: {"s": {"a": 1}}, 9: {"s": {"b": [2]}, "t": {"c": 3}}}
+    data = _v2_file(groups, b"EPKS3\n")  # small sections: one frame each, as v3 wrote them
+    assert decode_keyed_state(data) == groups
+    damaged = bytearray(data)
+    damaged[8] ^= 1  # inside group 2's section: the file's one CRC catches it before any decoding
+    with pytest.raises(CorruptCheckpointError, match="CRC-32"):
+        KeyedFile(bytes(damaged))

@@ -234,12 +234,14 @@ def _read_into(reader: CheckpointStorage, handles: Iterable[FileHandle], wanted:
     """Apply the sections of `wanted` in the files `handles` to `state`, keeping their bytes;
     `pace` runs the decoding of each section."""
     for handle in handles:
-        file = KeyedFile(reader.read_chunks(handle), source=handle.path)
-        for group in file.groups(wanted):
-            raw = file.raw(group)
-            copies.setdefault(group, []).append(SectionCopy(file.is_delta, raw))
-            pace(lambda: apply_sections(state, file.is_delta, {group: file.decode(group, raw)}))  # noqa: B023 - run at once
-        file.release()
+        file = KeyedFile(reader.open_ranged(handle), source=handle.path)  # only the sections wanted
+        try:
+            for group in file.groups(wanted):
+                raw = file.raw(group)
+                copies.setdefault(group, []).append(SectionCopy(file.is_delta, raw))
+                pace(lambda: apply_sections(state, file.is_delta, {group: file.decode(group, raw)}))  # noqa: B023
+        finally:
+            file.release()
 
 
 def prepare_groups(storage: CheckpointStorage | None, manifest: Manifest, uids: Iterable[str],

@@ -2,10 +2,13 @@
 
 A keyed-state file holds one pickled section per key group and an index at the end, so a
 subtask that restores after a rescale reads only the key groups it now owns (dissertation
-§4.2.2, state re-allocation). The file carries its own CRC-32 (in the trailer) over everything
-before the trailer, and the manifest records its SHA-256; the magic at both ends catches a file
-of the wrong kind or a truncated one, and the index must tile the sections exactly, which
-catches a damaged index offset (the one trailer field the CRC does not cover).
+§4.2.2, state re-allocation). The index records each section's CRC-32 and the trailer the
+CRC-32 of the magic and the index, so a reader may fetch the trailer, the index and only the
+sections it wants (`RangedBytes`: a live migration's new owner reads a quarter of a subtask's
+chain, not all of it) and still load nothing unchecked, as a block-checksummed store does. The
+manifest records the file's SHA-256, which a reader of the whole file checks too. The magic at
+both ends catches a file of the wrong kind or a truncated one, and the index must tile the
+sections exactly, which catches a damaged index offset (the one trailer field no CRC covers).
 
 Two kinds share the framing, told apart by the magic:
 
@@ -21,8 +24,9 @@ Between frames a string may stand: `"reset"` empties the key group, `"full"` and
 how the frames after it read. A delta's section that replaces its group (`ResetSection`, a live
 migration) is written as `"reset"`, then the old owner's sections copied byte for byte, each
 after the marker of its file's kind, then `"delta"` and the changes since; it reads back as one
-`Replacement`. Files of the format before frames (`EPKS2`, `EPKD1`: one pickle per section)
-read as they always did.
+`Replacement`. Older files read as they always did, checked as a whole: `EPKS3`/`EPKD2` (frames,
+one CRC-32 over all before the trailer) and, before frames, `EPKS2`/`EPKD1` (one pickle per
+section).
 
 Files are produced as a stream of chunks (`iter_keyed_file`), so a large state is never held
 twice in memory as one `bytes`.
@@ -37,17 +41,19 @@ import pickle
 import struct
 import zlib
 from collections.abc import Container, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import CorruptCheckpointError
 from .sections import Replacement, ResetSection
 
-_MAGIC = b"EPKS3\n"
-_DELTA_MAGIC = b"EPKD2\n"
-# before frames: one pickle per section, no markers
-_SINGLE_FRAME = {b"EPKS2\n": False, b"EPKD1\n": True}
-_KINDS = {_MAGIC: False, _DELTA_MAGIC: True, **_SINGLE_FRAME}
-_TRAILER = struct.Struct("<QI6s")  # index offset, CRC-32 of all before, magic again
+_MAGIC = b"EPKS4\n"
+_DELTA_MAGIC = b"EPKD3\n"
+# how a file is checked and its sections read, by its magic
+_SECTIONS, _WHOLE, _SINGLE = "sections", "whole", "single"  # CRC per section; one CRC; one CRC, one pickle
+_KINDS = {_MAGIC: (False, _SECTIONS), _DELTA_MAGIC: (True, _SECTIONS), b"EPKS3\n": (False, _WHOLE),
+          b"EPKD2\n": (True, _WHOLE), b"EPKS2\n": (False, _SINGLE), b"EPKD1\n": (True, _SINGLE)}
+# index offset, CRC-32 (of the magic and the index; in older files of all before the trailer), magic again
+_TRAILER = struct.Struct("<QI6s")
 _PICKLE_PROTOCOL = 5
 FRAME_ENTRIES = 4096  # entries per frame at most (see the module docstring)
 _RESET, _FULL, _DELTA = "reset", "full", "delta"
@@ -63,19 +69,18 @@ def iter_keyed_file(sections: Iterable[tuple[int, Any]], *, delta: bool = False)
     delta's section may be a `ResetSection`."""
     magic = _DELTA_MAGIC if delta else _MAGIC
     yield magic
-    offset, crc = len(magic), zlib.crc32(magic)
-    index: dict[int, tuple[int, int]] = {}
+    offset = len(magic)
+    index: dict[int, tuple[int, int, int]] = {}  # key group: (offset, length, CRC-32 of the section)
     for key_group, section in sections:
-        start = offset
+        start, crc = offset, 0
         for blob in _section_frames(section, delta):
             crc = zlib.crc32(blob, crc)
             offset += len(blob)
             yield blob
-        index[key_group] = (start, offset - start)
+        index[key_group] = (start, offset - start, crc)
     tail = pickle.dumps(index, protocol=_PICKLE_PROTOCOL)
-    crc = zlib.crc32(tail, crc)
     yield tail
-    yield _TRAILER.pack(offset, crc, magic)
+    yield _TRAILER.pack(offset, zlib.crc32(tail, zlib.crc32(magic)), magic)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -140,8 +145,20 @@ def decode_keyed_state(
     return groups
 
 
+class RangedBytes(Protocol):
+    """A file's bytes, read a range at a time (`CheckpointStorage.open_ranged`)."""
+
+    def __len__(self) -> int: ...
+
+    def slice(self, start: int, end: int) -> bytes: ...
+
+    def crc(self, end: int) -> int: ...
+
+    def release(self) -> None: ...
+
+
 class _Pieces:
-    """A file's bytes as the chunks it was read in (`CheckpointStorage.read_chunks`)."""
+    """A file's bytes, whole or as chunks."""
 
     def __init__(self, chunks: list[bytes]) -> None:
         self.chunks = chunks
@@ -182,11 +199,14 @@ class _Pieces:
 class KeyedFile:
     """A keyed-state file, checked (magic, CRC-32, index), its sections not yet decoded: a
     reader decodes the key groups it wants, and may keep a section's bytes (`raw`) to copy.
-    `release` frees the file's bytes (the sections read stay)."""
+    Over `RangedBytes` only the trailer, the index and the sections asked for are read, each
+    checked against its CRC-32 (an older file, without them, is read and checked whole).
+    `release` frees the file's bytes, or closes it (the sections read stay)."""
 
-    def __init__(self, data: bytes | list[bytes], *, source: str = "<bytes>") -> None:
+    def __init__(self, data: bytes | list[bytes] | RangedBytes, *, source: str = "<bytes>") -> None:
         self.source = source
-        pieces = _Pieces(data if isinstance(data, list) else [data])
+        pieces: RangedBytes = _Pieces([data]) if isinstance(data, bytes) else \
+            _Pieces(data) if isinstance(data, list) else data
         size = len(pieces)
         try:
             head = pieces.slice(0, min(size, len(_MAGIC)))
@@ -196,18 +216,21 @@ class KeyedFile:
             index_offset, crc, magic = _TRAILER.unpack(pieces.slice(size - _TRAILER.size, size))
             if magic != kind:
                 raise ValueError("trailer missing (truncated?)")
-            if pieces.crc(size - _TRAILER.size) != crc:
-                raise ValueError("CRC-32 mismatch")
             if not len(kind) <= index_offset <= size - _TRAILER.size:
                 raise ValueError("index offset out of the file (damaged index offset?)")
-            index: dict[int, tuple[int, int]] = pickle.loads(pieces.slice(index_offset, size - _TRAILER.size))
-            _check_index(index, len(kind), index_offset)
+            self.is_delta, layout = _KINDS[kind]
+            tail = pieces.slice(index_offset, size - _TRAILER.size)
+            checked = zlib.crc32(tail, zlib.crc32(kind)) if layout == _SECTIONS else pieces.crc(size - _TRAILER.size)
+            if checked != crc:
+                raise ValueError("CRC-32 mismatch")
+            index: dict[int, tuple[int, ...]] = pickle.loads(tail)
+            _check_index(index, len(kind), index_offset, 3 if layout == _SECTIONS else 2)
         except Exception as exc:  # pickle raises many kinds on garbage
+            pieces.release()
             raise CorruptCheckpointError(f"{source}: unreadable keyed state ({exc})") from exc
         self._pieces = pieces
         self.index = index
-        self.is_delta = _KINDS[kind]
-        self._single_frame = kind in _SINGLE_FRAME
+        self._single_frame = layout == _SINGLE
 
     def release(self) -> None:
         self._pieces.release()
@@ -217,9 +240,14 @@ class KeyedFile:
         return [g for g in self.index if wanted is None or g in wanted]
 
     def raw(self, key_group: int) -> bytes:
-        """The section of `key_group`, as bytes (a copy of them: the file may be freed)."""
-        start, length = self.index[key_group]
-        return self._pieces.slice(start, start + length)
+        """The section of `key_group`, as bytes (a copy of them: the file may be freed), checked
+        against its CRC-32 where the file records one."""
+        start, length, *crc = self.index[key_group]
+        blob = self._pieces.slice(start, start + length)
+        if crc and zlib.crc32(blob) != crc[0]:
+            raise CorruptCheckpointError(
+                f"{self.source}: unreadable keyed state (key group {key_group}'s section fails its CRC-32)")
+        return blob
 
     def decode(self, key_group: int, raw: bytes | None = None) -> Any:
         """The section of `key_group` (from `raw`, its bytes, if the caller has them):
@@ -230,6 +258,8 @@ class KeyedFile:
             if self._single_frame:
                 return pickle.loads(blob)
             return decode_section(blob, self.is_delta)
+        except CorruptCheckpointError:
+            raise
         except Exception as exc:  # pickle raises many kinds on garbage
             raise CorruptCheckpointError(f"{self.source}: unreadable keyed state ({exc})") from exc
 
@@ -310,13 +340,13 @@ def decode_keyed_file(
     return file.is_delta, {g: file.decode(g) for g in file.groups(wanted)}
 
 
-def _check_index(index: Any, start: int, end: int) -> None:
-    """The index must be `{key group: (offset, length)}` whose sections tile `[start, end)`, as
-    `iter_keyed_file` writes them: per key group, O(key groups), never per entry."""
-    if not isinstance(index, dict):
-        raise ValueError("index is not a mapping (damaged index offset?)")
+def _check_index(index: Any, start: int, end: int, fields: int) -> None:
+    """The index must be `{key group: (offset, length[, CRC-32])}` whose sections tile `[start,
+    end)`, as `iter_keyed_file` writes them: per key group, O(key groups), never per entry."""
+    if not isinstance(index, dict) or not all(isinstance(e, tuple) and len(e) == fields for e in index.values()):
+        raise ValueError("index is not a mapping of sections (damaged index offset?)")
     position = start
-    for offset, length in sorted(index.values()):
+    for offset, length, *_ in sorted(index.values()):
         if offset != position or not isinstance(length, int) or length <= 0:
             raise ValueError("index does not tile the file (damaged index offset?)")
         position += length

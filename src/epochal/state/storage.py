@@ -22,10 +22,12 @@ import logging
 import os
 import posixpath
 import uuid
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "MANIFEST.json"
-READ_CHUNK = 16 << 20  # bytes: see `CheckpointStorage.read_chunks`
+READ_CHUNK = 16 << 20  # bytes a `RangedFile` reads at once to check a whole file's CRC-32
 
 
 def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -184,27 +186,22 @@ class CheckpointStorage:
         self._verify(handle, len(data), hashlib.sha256(data))
         return data
 
-    def read_chunks(self, handle: FileHandle) -> list[bytes]:
-        """`read_file`, in pieces of at most `READ_CHUNK` bytes.
-
-        For a reader that runs beside the task thread (a migration's read-ahead): freeing
-        hundreds of MB at once holds the GIL for tens of milliseconds (measured: 54 to 56 ms for
-        800 MB, one `bytes` or a list of chunks alike), a stall of the task thread; chunks can be
-        freed one at a time (`snapshot_files.KeyedFile.release`).
-        """
+    def open_ranged(self, handle: FileHandle) -> list[bytes] | RangedFile:
+        """The file to read a range at a time (`RangedFile`), for a reader that wants only some
+        of a keyed-state file's sections and checks each by its own CRC-32
+        (`snapshot_files.KeyedFile`): its SHA-256 is not checked, as that reads every byte. A
+        chained backup's copy comes whole."""
         if self.backups is not None and (copy := self.backups.get(handle)) is not None:
-            return [copy]  # a chained backup's copy, checked against the same handle
-        digest, size, chunks = hashlib.sha256(), 0, []
+            return [copy]
         try:
-            with self.fs.open_input_stream(self._abs(handle.path)) as f:
-                while chunk := f.read(READ_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    chunks.append(chunk)
+            f = self.fs.open_input_file(self._abs(handle.path))
         except OSError as exc:
             raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
-        self._verify(handle, size, digest)
-        return chunks or [b""]
+        if (size := f.size()) != handle.size:
+            f.close()
+            raise CorruptCheckpointError(
+                f"{_checkpoint_label(handle.path)}{handle.path}: {size} bytes, not {handle.size} (truncated?)")
+        return RangedFile(f)
 
     @staticmethod
     def _verify(handle: FileHandle, size: int, digest: Any) -> None:
@@ -402,3 +399,29 @@ def _checkpoint_label(path: str) -> str:
 
 
 __all__ = ["MANIFEST_NAME", "CheckpointStorage", "resolve_uri"]
+
+
+class RangedFile:
+    """An open data file read a range at a time (`snapshot_files.RangedBytes`); `release` closes it."""
+
+    def __init__(self, f: pa.NativeFile) -> None:
+        self._f = f
+        self._size: int = f.size()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def slice(self, start: int, end: int) -> bytes:
+        data: bytes = self._f.read_at(end - start, start)
+        if len(data) != end - start:
+            raise CorruptCheckpointError(f"short read at {start} (truncated?)")
+        return data
+
+    def crc(self, end: int) -> int:
+        crc = 0
+        for start in range(0, end, READ_CHUNK):
+            crc = zlib.crc32(self.slice(start, min(end, start + READ_CHUNK)), crc)
+        return crc
+
+    def release(self) -> None:
+        self._f.close()
