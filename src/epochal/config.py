@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-# Young objects collected every 50,000 allocations instead of CPython's 700 (cluster/gc_tuning.py).
+# Young objects collected every 50,000 allocations instead of CPython's 700 (runtime/gc_tuning.py).
 DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
 
 
@@ -179,7 +179,7 @@ class JobConfig:
     channel_capacity: int = 8
     batch_size: int = 1024
     state: StateConfig = field(default_factory=StateConfig)
-    # The garbage collector's thresholds while a host runs the job (see cluster/gc_tuning.py);
+    # The garbage collector's thresholds while a host runs the job (see runtime/gc_tuning.py);
     # None leaves the process's own settings alone.
     gc_threshold: tuple[int, int, int] | None = DEFAULT_GC_THRESHOLD
     # Seconds between two reports of live metrics (a worker's to the job master; the job master

@@ -24,12 +24,12 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.attempt import Attempt
 from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.control import JobControl, Rescale
+from ..runtime.gc_tuning import tuned_gc
 from ..runtime.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
 from ..runtime.task import STEPS_IN_A_ROW, Task
 from ..runtime.wiring import build_tasks, local_channels
-from .gc_tuning import tuned_gc
 
 log = logging.getLogger(__name__)
 

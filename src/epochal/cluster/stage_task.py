@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..plan.job_graph import JobGraph
-from .gc_tuning import tuned_gc
+from ..runtime.gc_tuning import tuned_gc
 from .snapshot_thread import snapshot_friendly_gil
 from .supervisor import supervise
 from .worker import UNREACHABLE, Worker

@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from epochal import StreamEnvironment
-from epochal.cluster.gc_tuning import tuned_gc
+from epochal.runtime.gc_tuning import freeze_long_lived, tuned_gc
 from epochal.testing import CollectSink, ListSource
 
 _JOB_THRESHOLD = (12_345, 11, 13)
@@ -31,6 +31,21 @@ def test_none_changes_nothing() -> None:
 def test_freeze_hides_what_was_alive_and_unfreezes_after() -> None:
     with tuned_gc(_JOB_THRESHOLD, freeze=True):
         assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_long_lived_objects_join_the_frozen_ones_only_in_a_process_that_froze() -> None:
+    state = [{"k": (i, str(i))} for i in range(1000)]  # tracked containers, alive from here on
+    freeze_long_lived()  # the user's process (in-process executor): not ours to freeze
+    assert gc.get_freeze_count() == 0
+    with tuned_gc(_JOB_THRESHOLD, freeze=True):
+        frozen = gc.get_freeze_count()
+        gained = [{"k": (i, str(i))} for i in range(1000)]  # a key group read ahead
+        freeze_long_lived()
+        assert gc.get_count()[0] < 10  # nothing young left to scan (2,000 containers were)
+        assert gc.get_freeze_count() >= frozen + len(gained)
+    assert gc.get_freeze_count() == 0 and len(state) == len(gained)
+    freeze_long_lived()  # the worker's job is over: nothing is frozen any more
     assert gc.get_freeze_count() == 0
 
 

@@ -22,6 +22,8 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_frozen = False  # whether a worker process froze its start-up objects (`tuned_gc(freeze=True)`)
+
 
 @contextmanager
 def tuned_gc(threshold: tuple[int, int, int] | None, *, freeze: bool = False) -> Iterator[None]:
@@ -29,8 +31,9 @@ def tuned_gc(threshold: tuple[int, int, int] | None, *, freeze: bool = False) ->
 
     `freeze` (for a worker process that hosts nothing but the job) moves every object alive at
     the start, imported modules included, out of the collector's sight (`gc.freeze`), so full
-    collections traverse only what the job allocated.
+    collections traverse only what the job allocated; `freeze_long_lived` may then add to them.
     """
+    global _frozen
     if threshold is None:
         yield
         return
@@ -38,9 +41,20 @@ def tuned_gc(threshold: tuple[int, int, int] | None, *, freeze: bool = False) ->
     gc.set_threshold(*threshold)
     if freeze:
         gc.freeze()
+        _frozen = True
     try:
         yield
     finally:
         if freeze:
+            _frozen = False
             gc.unfreeze()
         gc.set_threshold(*previous)
+
+
+def freeze_long_lived() -> None:
+    """In a worker process that froze its start-up objects, freeze every object alive now too:
+    for a caller that just made many long-lived ones (state read for a key group that moves
+    here), which the young generation would otherwise scan. In any other process (the
+    in-process executor runs in the user's) nothing: freezing is the process's decision."""
+    if _frozen:
+        gc.freeze()
