@@ -24,12 +24,13 @@ from ..state.contract import KeyedSnapshot
 from ..state.keygroups import KeyGroupRange, KeyGroups
 from ..state.manifest import FileHandle, Manifest, SubtaskState
 from ..state.savepoints import storage_for
-from ..state.sections import GroupCopies, KeyedGroups, SectionCopy, apply_sections
+from ..state.sections import GroupCopies, KeyedGroups, SectionCopy, Sections, apply_sections
 from ..state.snapshot_files import (
     KeyedFile,
     decode_keyed_file,
     decode_operator_state,
     encode_operator_state,
+    encode_sections,
     iter_keyed_file,
 )
 from ..state.storage import CheckpointStorage
@@ -47,9 +48,15 @@ def _file_stem(uid: str, subtask: int) -> str:
     return f"{safe}-{digest}-{subtask}"
 
 
+def _sections(keyed: KeyedSnapshot) -> Sections:
+    if keyed.encoded is not None:
+        return keyed.encoded
+    return keyed.delta_sections() if keyed.is_delta else keyed.full_sections()
+
+
 def _keyed_chunks(keyed: KeyedSnapshot) -> Iterator[bytes] | None:
     """The chunks of a keyed snapshot's file (full or delta), or None if it holds nothing."""
-    sections = iter(keyed.delta_sections() if keyed.is_delta else keyed.full_sections())
+    sections = iter(_sections(keyed))
     first = next(sections, None)
     if first is None:
         return None
@@ -57,13 +64,17 @@ def _keyed_chunks(keyed: KeyedSnapshot) -> Iterator[bytes] | None:
 
 
 def serialise_small_snapshots(snapshots: Sequence[tuple[str, OperatorSnapshot]], max_entries: int) -> None:
-    """Serialise keyed snapshots of at most `max_entries` entries now, and release them.
+    """Pickle the entries of keyed snapshots that write at most `max_entries` of them now, and
+    release them: the writer then writes bytes only (`snapshot_files.encode_sections`).
 
     Called on the task's thread, in the synchronous part (`StateConfig.inline_snapshot_entries`).
-    For a small state, copy-on-write costs the records after the barrier more than serialising
-    does: each key group's map is copied on its first write, cold in the cache. Only snapshots
-    that know their size qualify (the heap backend's; a disk snapshot is read from the database
-    by the writer). A snapshot that cannot be serialised is left whole, for the writer to report.
+    For a small state, or a small delta of a large one, copy-on-write costs the records after
+    the barrier more than pickling does: each key group's map is copied on its first write while
+    the writer runs, cold in the cache (measured at 1 GB: a batch copied 60 maps of 8,000
+    entries, 2 ms each, while the writer wrote a migration's copied sections). Copied sections
+    stay bytes, written and checksummed by the writer. Only snapshots that know their size
+    qualify (the heap backend's; a disk snapshot is read from the database by the writer). A
+    snapshot that cannot be pickled is left whole, for the writer to report.
     """
     for _, snap in snapshots:
         keyed = snap.keyed
@@ -72,8 +83,7 @@ def serialise_small_snapshots(snapshots: Sequence[tuple[str, OperatorSnapshot]],
         entries = keyed.entries
         if entries is not None and entries <= max_entries:
             try:
-                chunks = _keyed_chunks(keyed)
-                keyed.encoded = list(chunks) if chunks is not None else []
+                keyed.encoded = encode_sections(_sections(keyed), delta=keyed.is_delta)
             except Exception:
                 continue
             keyed.release()
@@ -83,10 +93,10 @@ def _write_keyed(
     storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedSnapshot
 ) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
     """Write a full file or a delta; returns (the new file or None, the chain's earlier files)."""
-    chunks = _keyed_chunks(keyed) if keyed.encoded is None else keyed.encoded
+    chunks = _keyed_chunks(keyed)
     base = keyed.base if keyed.is_delta else ()
     handle = None
-    if chunks:  # an iterator, or a non-empty list
+    if chunks is not None:
         handle = storage.write_file(checkpoint_id, stem + ".keyed", chunks)
     return handle, base
 

@@ -48,11 +48,12 @@ class KeyedSnapshot(Protocol):
 
     @property
     def entries(self) -> int | None:
-        """How many entries the state held when fixed; None if unknown without reading it all."""
+        """How many entries writing it pickles (all for a full snapshot, the changed ones for a
+        delta); None if unknown without reading it all."""
         ...
 
-    # The file's chunks if serialised before the writer ran (on the task's thread), else None.
-    encoded: list[bytes] | None
+    # Its sections, pickled before the writer ran (on the task's thread), else None.
+    encoded: list[tuple[int, Any]] | None
 
     def full_sections(self) -> Sections:
         """`(key group, {state: {key: value}})` in ascending key group, for a full file."""

@@ -82,7 +82,7 @@ class DiskSnapshot:
         self.checkpoint_id = checkpoint_id
         self.changed = changed
         self.base = base
-        self.encoded: list[bytes] | None = None  # never serialised early: the writer reads the db
+        self.encoded: list[tuple[int, Any]] | None = None  # never pickled early: the writer reads the db
         self._checkpoint_dir = checkpoint_dir
         self._db_snapshot = db_snapshot
         # the checkpoint's files go with the snapshot, whichever thread drops it last

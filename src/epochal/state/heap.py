@@ -317,6 +317,8 @@ class HeapKeyedStateBackend:
             snap = HeapSnapshot(self.key_groups, groups, entries=entries)
         else:
             plan = self.tracker.plan(checkpoint_id, changed if self._tracking else None, entries, resets)
+            if plan.changed is not None:  # a delta pickles only what changed
+                entries = sum(len(keys) for states in plan.changed.values() for keys in states.values())
             snap = HeapSnapshot(self.key_groups, groups, plan.changed, plan.resets, plan.base, checkpoint_id,
                                 entries=entries)
             self._tracking = tracking = self.tracker.tracks_changes

@@ -37,8 +37,8 @@ class HeapSnapshot:
     base: tuple[FileHandle, ...] = ()
     checkpoint_id: int | None = None
     released: bool = False
-    entries: int = 0  # in all its maps, counted when taken
-    encoded: list[bytes] | None = None  # its file's chunks, if serialised before the writer ran
+    entries: int = 0  # writing it pickles: all in its maps, or a delta's changed ones
+    encoded: list[tuple[int, Any]] | None = None  # its sections, if pickled before the writer ran
 
     @property
     def is_delta(self) -> bool:

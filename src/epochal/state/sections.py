@@ -32,13 +32,22 @@ class SectionCopy:
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedSection:
+    """A section's entries already pickled, as the frames a file holds them in: what a snapshot
+    serialised on the task's thread hands its writer (`runtime.snapshots`), so that it keeps no
+    reference to the live maps while the writer checksums and writes."""
+
+    frames: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ResetSection:
     """A delta's section that replaces its key group: by `copies` applied in order (a full
     section's entries, then deltas), then by `delta`, the changes since; by nothing when both
     are empty (the group moved away)."""
 
     copies: tuple[SectionCopy, ...] = ()
-    delta: dict[str, tuple[dict[Any, Any], list[Any]]] | None = None
+    delta: dict[str, tuple[dict[Any, Any], list[Any]]] | EncodedSection | None = None
 
 
 @dataclass(frozen=True, slots=True)

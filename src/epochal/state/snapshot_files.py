@@ -44,7 +44,7 @@ from collections.abc import Container, Iterable, Iterator
 from typing import Any, Protocol
 
 from ..errors import CorruptCheckpointError
-from .sections import Replacement, ResetSection
+from .sections import EncodedSection, Replacement, ResetSection
 
 _MAGIC = b"EPKS4\n"
 _DELTA_MAGIC = b"EPKD3\n"
@@ -103,8 +103,25 @@ def _section_frames(section: Any, delta: bool) -> Iterator[bytes]:
         yield from _frames(section.delta, True)
 
 
-def _frames(states: dict[str, Any], delta: bool) -> Iterator[bytes]:
+def encode_sections(sections: Iterable[tuple[int, Any]], *, delta: bool) -> list[tuple[int, Any]]:
+    """`sections` with their entries pickled now (`EncodedSection`; a `ResetSection` keeps its
+    copies, which are bytes already): `iter_keyed_file` writes them as it would have the live
+    entries, and nothing refers to those any more."""
+    out: list[tuple[int, Any]] = []
+    for key_group, section in sections:
+        if isinstance(section, ResetSection):
+            encoded = EncodedSection(tuple(_frames(section.delta, True))) if section.delta else None
+            out.append((key_group, ResetSection(section.copies, encoded)))
+        else:
+            out.append((key_group, EncodedSection(tuple(_frames(section, delta)))))
+    return out
+
+
+def _frames(states: dict[str, Any] | EncodedSection, delta: bool) -> Iterator[bytes]:
     """One section's states as frames of at most `FRAME_ENTRIES` entries (one frame if small)."""
+    if isinstance(states, EncodedSection):
+        yield from states.frames
+        return
     sizes = [len(v[0]) + len(v[1]) if delta else len(v) for v in states.values()]
     if sum(sizes) <= FRAME_ENTRIES:
         yield _dumps(states)
