@@ -66,8 +66,8 @@ if __name__ == "__main__":
     handle = env.execute_async("live_migration")
 
     quarter = range(0, 32)  # key groups 0-31 of 128: subtask 0 owns 0-63 at parallelism 2
-    there = handle.move_key_groups({group: 1 for group in quarter}, batch=8)
-    back = handle.move_key_groups({group: 0 for group in quarter})
+    there = handle.move_key_groups({group: 1 for group in quarter})  # in steps sized by state
+    back = handle.move_key_groups({group: 0 for group in quarter}, batch=32)  # all 32 at one checkpoint
     result = handle.result()
 
     print(f"live_migration: {CLICKS:,} clicks of {USERS} users counted into out-live-migration/; "

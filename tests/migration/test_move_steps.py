@@ -49,7 +49,7 @@ def test_a_move_takes_one_checkpoint_per_step_and_commits_every_update_once(
         tmp_path: Path, step_bytes: int, steps: int) -> None:
     sink = CollectSink()
     env = StreamEnvironment(parallelism=2, executor="inprocess", state=StateConfig(migration_step_bytes=step_bytes),
-                            checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c")))
+                            checkpoint=CheckpointConfig(interval=0.2, directory=str(tmp_path / "c"), retain=1000))
     env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(sink)
     handle = env.execute_async("stepped")
     _wait_running(handle)
@@ -61,5 +61,9 @@ def test_a_move_takes_one_checkpoint_per_step_and_commits_every_update_once(
     handle.move_key_groups({g: 1 - contiguous.owners[g] for g in _groups_of_keys()}, timeout=30)
     handle.result(timeout=60)
     assert Counter(sink.committed()) == _expected()
-    routing = CheckpointStorage(str(tmp_path / "c")).resolve("latest").routing
+    storage = CheckpointStorage(str(tmp_path / "c"))
+    routing = storage.resolve("latest").routing
     assert routing is not None and routing.version == steps  # one table version per step
+    versions = [table.version if (table := storage.resolve(cid).routing) else 0 for cid in storage.checkpoint_ids()]
+    for version in range(1, steps):  # each step's groups written by their new owners before the next step
+        assert versions.count(version) >= 2, versions

@@ -348,14 +348,14 @@ class JobMaster:
                 command.finish(error=EpochalError(
                     f"a rescale to {n} needs {n} task slots; the cluster has {slots}"))
                 return
-            if n == self.control.status().parallelism and self.migrations.current is None:
+            if n == self.control.status().parallelism and not self.migrations.busy:
                 # where it runs already: nothing moves, nothing restarts
                 completed = coordinator.completed if coordinator is not None else []
                 command.finish(result=completed[-1].checkpoint_id if completed else None)
                 return
             if self.migrations.rescale(command, coordinator, n):  # onto standby subtasks, no restart
                 return
-        if self.migrations.current is not None:  # its checkpoint would miss the groups on their way
+        if self.migrations.busy:  # its checkpoint would miss the groups on their way
             command.finish(error=EpochalError(f"key groups are moving; no {command.kind} until they moved"))
         elif self.storage is None:
             command.finish(error=EpochalError(f"a {command.kind} needs CheckpointConfig(directory=...)"))
@@ -390,7 +390,7 @@ class JobMaster:
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         if self.attempt is not None:
-            self.migrations.completed(checkpoint, self.attempt.send)
+            self.migrations.completed(checkpoint, self.attempt.send, self.attempt.coordinator)
         for older in [cid for cid in self._commands if cid < checkpoint.checkpoint_id]:  # subsumed: never completes
             waiting = self._commands.pop(older)
             waiting.finish(error=CheckpointError(f"checkpoint {older} for the {waiting.kind} was subsumed by "
@@ -421,6 +421,8 @@ class JobMaster:
                 f"checkpoint {checkpoint.checkpoint_id} for the {command.kind} was aborted: {checkpoint.reason.value}"
                 + (f" ({checkpoint.detail})" if checkpoint.detail else "")))
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
+        if self.attempt is not None:
+            self.migrations.aborted(checkpoint.checkpoint_id, self.attempt.coordinator)
 
     def report_progress(self, tasks: Callable[[], Iterable[TaskMetrics]], now: bool = False) -> None:
         """Publish a metrics snapshot and report live progress if it is time (or `now`); `tasks`
