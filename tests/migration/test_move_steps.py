@@ -5,13 +5,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from tests.api.test_rescale_and_savepoint import SlowSequence, _expected
 from tests.migration.test_live_migration import KEYS, _groups_of_keys, _wait_running
 
-from epochal import CheckpointConfig, StateConfig, StreamEnvironment
+from epochal import CheckpointConfig, EpochalError, StateConfig, StreamEnvironment
+from epochal.plan.job_graph import TaskId
+from epochal.runtime.control import Command, JobControl, MoveRequest
+from epochal.runtime.messages import KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from epochal.runtime.migration_steps import group_bytes, plan_steps
+from epochal.runtime.migrations import Migrations
 from epochal.state.keygroups import RoutingTable
 from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState
 from epochal.state.storage import CheckpointStorage
@@ -67,3 +73,43 @@ def test_a_move_takes_one_checkpoint_per_step_and_commits_every_update_once(
     versions = [table.version if (table := storage.resolve(cid).routing) else 0 for cid in storage.checkpoint_ids()]
     for version in range(1, steps):  # each step's groups written by their new owners before the next step
         assert versions.count(version) >= 2, versions
+
+
+def _coordinator(*ids: int) -> Any:
+    triggered: list[RoutingTable | None] = []
+
+    def trigger(reroute: RoutingTable | None = None) -> int:
+        triggered.append(reroute)
+        return 100 + len(triggered)
+
+    manifests = [Manifest(i, "steps", 0.0, 0.0, ()) for i in ids]  # no state to weigh: `batch` cuts the steps
+    return SimpleNamespace(completed=[SimpleNamespace(checkpoint_id=m.checkpoint_id, manifest=m) for m in manifests],
+                           trigger=trigger, triggered=triggered, migrated=lambda: None, is_stopped=False,
+                           final_checkpoint=None, routing=None)
+
+
+def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tmp_path: Path) -> None:
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(directory=str(tmp_path)))
+    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
+    job = env.job_graph("steps")
+    sent: list[tuple[TaskId, object]] = []
+    migrations = Migrations(job, JobControl("steps", 2), True)
+    migrations.send = lambda task, message: sent.append((task, message))
+    command = Command("move", MoveRequest(((0, 1), (1, 1)), batch=1))
+    coordinator = _coordinator(5)
+    migrations.move(command, coordinator)  # step 1: read ahead from 5
+    (owner,) = migrations.current.new_owners
+    migrations.prepared(KeyGroupsPrepared(owner, 5, read=True), coordinator)
+    rerouting = migrations.current.checkpoint_id
+    migrations.adopted(KeyGroupsAdopted(owner, rerouting), coordinator)
+    assert migrations.busy and migrations.current is None and coordinator.triggered[-1] is None  # a plain one
+    after = migrations.waiting.after
+    sent.clear()
+    migrations.completed(SimpleNamespace(checkpoint_id=rerouting, manifest="m"), lambda t, m: None, coordinator)
+    assert migrations.waiting is not None and sent == []  # not the checkpoint that writes step 1's groups
+    migrations.aborted(after, coordinator)  # it failed: step 2 starts all the same
+    assert migrations.waiting is None and migrations.current is not None
+    assert [type(m) for _, m in sent] == [PrepareKeyGroups]
+    migrations.abandon("a worker died")
+    with pytest.raises(EpochalError, match="abandoned"):
+        command.wait(0)
