@@ -177,6 +177,26 @@ def test_a_state_that_keeps_changing_mostly_goes_unrecorded_until_it_turns_spars
     assert chains == [1] * 20 + [2, 3]
 
 
+def test_a_subtask_holding_nothing_keeps_recording_changes_for_the_groups_it_gains(tmp_path):
+    """A standby subtask (or one whose groups all moved away) changes nothing of nothing: that
+    is not "most entries changed" (0 >= 0), which had made it stop recording and write the
+    500 MB it gained in full at every checkpoint after a live rescale (measured at 1 GB)."""
+    storage = CheckpointStorage(str(tmp_path))
+    backend = _backend("memory")
+    for checkpoint_id in range(1, 8):  # empty
+        _checkpoint(storage, backend, checkpoint_id)
+        assert backend.tracker.tracks_changes, f"checkpoint {checkpoint_id}"
+    state = ValueState(backend, "v")
+    for key in range(100):  # gained
+        backend.set_current_key(key)
+        state.update(key)
+    _checkpoint(storage, backend, 8)
+    backend.set_current_key(7)
+    state.update(-7)
+    subtask, _ = _checkpoint(storage, backend, 9)
+    assert len(subtask.keyed_chain()) == 2  # a delta of one entry, not all 100 again
+
+
 def test_an_unrecorded_epoch_since_the_base_forces_a_full_snapshot(tmp_path):
     """A delta must cover every epoch since its base; one whose changes went unrecorded (its
     checkpoint aborted) leaves nothing to build it from."""

@@ -128,7 +128,7 @@ class IncrementalTracker:
         if changed is None:
             self._untracked_left = max(0, self._untracked_left - 1)
             return FULL
-        if entries is not None:
+        if entries:  # a subtask that holds nothing (a standby, or all its groups moved away) changed nothing
             if count_changed(changed) >= _MOSTLY_CHANGED * entries:
                 self._mostly_changed_streak += 1
                 if self._mostly_changed_streak >= 2:
