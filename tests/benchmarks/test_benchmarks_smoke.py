@@ -121,7 +121,7 @@ def test_migration_figures_and_summary():
     assert after["worst_latency_s"] == 0.3 and round(after["added_latency_s"], 3) == 0.28
     assert round(after["worst_gap_s"], 3) == 0.35 and after["worst_gap_group"] == 3
     assert after["groups_over_target"] == 1 and after["until"] == 11.0
-    result = {"rate": 1.0, "blob": 1024, "batch": 8, "runs": [{"size_mb": 10, "setup": "p2", "figures": figures}]}
+    result = {"rate": 1.0, "blob": 1024, "step_mb": 64, "runs": [{"size_mb": 10, "setup": "p2", "figures": figures}]}
     summary = migration._summary(result)
     assert "| 10 MB | p2 | 25 % at once | 20 | 300 | 280 | 30 | 350 | 1 | 300 |" in summary
-    assert "- 10 MB, there: adds 280 ms to the worst latency (target ≤ 20 ms: missed)" in summary
+    assert "- 10 MB, at once, there: adds 280 ms to the worst latency (target ≤ 20 ms: missed)" in summary

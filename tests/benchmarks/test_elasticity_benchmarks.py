@@ -84,8 +84,8 @@ def test_migration_in_process_moves_and_restores(tmp_path: Path, monkeypatch: py
     run = migration.run_once(None, str(tmp_path), 0.5, elasticity.PARALLEL, rate=5_000, load_s=1.0)
     figures = run["figures"]
     labels = [a["label"] for a in figures["after"]]
-    assert labels == ["one group", "25 % at once", "25 % at once, back", "25 % in batches of 8",
-                      "25 % in batches of 8, back", "2 → 1 by restore"]
+    assert labels == ["one group", "25 % at once", "25 % at once, back", "25 % in steps", "25 % in steps, back",
+                      "2 → 1 by restore"]
     for a in figures["after"]:
         assert a["asked"] < a["done"] < a["done"] + elasticity.SETTLE <= a["settled"] == a["until"] <= run["end"]
         assert a["settled"] < a["done"] + elasticity.SETTLE + 5, a  # caught up: the driver saw recent latency
@@ -98,9 +98,9 @@ def test_migration_in_process_moves_and_restores(tmp_path: Path, monkeypatch: py
     assert 0.0 <= run["neighbour_cores"] <= os.cpu_count()
 
     monkeypatch.setattr(runner, "IMAGES", str(tmp_path))
-    result = {"rate": 5_000, "blob": migration.BLOB, "batch": migration.BATCH, "runs": [{**run, "size_mb": 10}]}
+    result = {"rate": 5_000, "blob": migration.BLOB, "step_mb": migration.STEP_MB, "runs": [{**run, "size_mb": 10}]}
     summary = migration._summary(result)
-    assert "- 10 MB, there: adds" in summary and "- 10 MB, back: adds" in summary
+    assert "- 10 MB, at once, there: adds" in summary and "- 10 MB, in steps, back: adds" in summary
     assert "target ≤ 20 ms" in summary and "| 10 MB | " in summary
     assert "Live changes that restarted the job (its attempt changed): 0 of 5 (target: none, met)." in summary
     migration._plot(result)
