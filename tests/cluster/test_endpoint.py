@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from epochal.cluster.endpoint import ControlEndpoint
+from epochal.cli.main import build_parser
+from epochal.cluster.endpoint import ControlEndpoint, fresh_token
 from epochal.runtime.control import JobControl, JobState
 
 
@@ -64,3 +65,10 @@ def test_waiting_for_the_end_wakes_when_the_job_master_publishes_it() -> None:
     control = JobControl("j", 1)
     threading.Timer(0.05, control.publish, kwargs={"state": JobState.FAILED}).start()
     assert control.wait_final(timeout=5).state is JobState.FAILED
+
+
+
+def test_a_fresh_token_passes_as_a_command_line_argument() -> None:
+    parser = build_parser()
+    for token in (fresh_token() for _ in range(2000)):  # a URL-safe one starts with '-' 1 time in 64
+        assert parser.parse_args(["cancel", "http://127.0.0.1:1", "--token", token]).token == token

@@ -113,3 +113,39 @@ def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tm
     migrations.abandon("a worker died")
     with pytest.raises(EpochalError, match="abandoned"):
         command.wait(0)
+
+
+def _one_step_moved(tmp_path: Path, command: Command) -> tuple[Migrations, Any, int]:
+    """`command` (a move of one step) taken over by its new owner, on a job master of fakes."""
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(directory=str(tmp_path)))
+    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
+    migrations = Migrations(env.job_graph("last step"), JobControl("last step", 2), True)
+    migrations.send = lambda task, message: None
+    coordinator = _coordinator(5)
+    migrations.move(command, coordinator)
+    (owner,) = migrations.current.new_owners
+    migrations.prepared(KeyGroupsPrepared(owner, 5, read=True), coordinator)
+    rerouting = migrations.current.checkpoint_id
+    migrations.adopted(KeyGroupsAdopted(owner, rerouting), coordinator)
+    return migrations, coordinator, rerouting
+
+
+def test_a_move_returns_once_a_checkpoint_wrote_its_last_step_at_the_new_owners(tmp_path: Path) -> None:
+    # Else the next move reads ahead from the rerouting checkpoint, whose manifest still shows the
+    # groups at their old owners, and reads them whole while its input waits (8.2 s at 1 GB).
+    command = Command("move", MoveRequest(((0, 1), (1, 1))))
+    migrations, coordinator, rerouting = _one_step_moved(tmp_path, command)
+    assert migrations.busy and coordinator.triggered[-1] is None  # a plain checkpoint after the step
+    with pytest.raises(TimeoutError):
+        command.wait(0)
+    migrations.completed(SimpleNamespace(checkpoint_id=migrations.waiting.after, manifest="m"), lambda t, m: None,
+                         coordinator)
+    assert not migrations.busy and command.wait(0) == rerouting  # the checkpoint the groups moved at
+
+
+def test_a_move_whose_last_step_was_taken_stands_when_the_attempt_ends_before_the_next_checkpoint(
+        tmp_path: Path) -> None:
+    command = Command("move", MoveRequest(((0, 1), (1, 1))))
+    migrations, _, rerouting = _one_step_moved(tmp_path, command)
+    migrations.abandon("a worker died")  # the rerouting checkpoint completed: a restore keeps the move
+    assert not migrations.busy and command.wait(0) == rerouting

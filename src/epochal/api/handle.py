@@ -79,7 +79,8 @@ class JobHandle:
 
         With standby subtasks (`StreamEnvironment(max_workers=M)`) and `parallelism <= M`, the
         key groups (and source splits) move onto or off them at one checkpoint barrier: nothing
-        restarts and nothing is replayed. Otherwise (no standby subtasks, `parallelism` beyond
+        restarts and nothing is replayed, and it returns once a checkpoint after that barrier wrote
+        the moved groups at their new owners. Otherwise (no standby subtasks, `parallelism` beyond
         them, or a job whose key groups cannot move live) the job takes a checkpoint at once and
         relaunches its tasks at `parallelism` from it (rescaling by restore: nothing the
         checkpoint covers is replayed, and the sinks commit exactly once); it returns when the
@@ -108,7 +109,8 @@ class JobHandle:
         steps, one checkpoint each, of about `StateConfig.migration_step_bytes` of state (64 MiB
         by default: a quarter of a 1 GB state in four steps, of a small one in one), so that no
         step holds input back for long; with `batch`, of at most that many groups instead
-        (`batch=len(moves)`: all at once). Returns once the new owners have taken over.
+        (`batch=len(moves)`: all at once). Returns once the new owners have taken over and a
+        checkpoint after the last step wrote the groups there (the next move reads ahead from it).
 
         Raises:
             ValueError: a key group or subtask out of range, or moves that move nothing.

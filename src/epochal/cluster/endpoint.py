@@ -48,6 +48,12 @@ from ..state.keygroups import parse_key_groups
 log = logging.getLogger(__name__)
 
 
+def fresh_token() -> str:
+    """A random secret for actions: hex, so it never starts with '-' (else `--token T` fails to
+    parse on the command line, as a URL-safe one did for 1 job in 64)."""
+    return secrets.token_hex(16)
+
+
 class ControlEndpoint:
     """Serves one job's control over HTTP until `close()`.
 
@@ -60,7 +66,7 @@ class ControlEndpoint:
 
     def __init__(self, control: JobControl, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
         self.control = control
-        self.token = token if token is not None else secrets.token_urlsafe(18)
+        self.token = token if token is not None else fresh_token()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(JobCollector(control))
         self._server = ThreadingHTTPServer((host, port), _handler(self))

@@ -305,8 +305,9 @@ def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str,
             newer = chain[len(before[1]):]  # only what was written since
         else:
             if prepared is not None:
-                log.warning("%s: subtask %d's chain changed since the read-ahead; reading it whole while the "
-                            "input waits", uid, st.subtask)
+                log.warning("%s: subtask %d held other key groups or began a new chain since the read-ahead "
+                            "(checkpoint %d); reading its chain whole while the input waits", uid, st.subtask,
+                            prepared.checkpoint_id)
             newer = chain
         _read_into(reader, newer, wanted, part, copies)
         out.update(part)
