@@ -15,7 +15,13 @@ from tests.migration.test_live_migration import KEYS, _groups_of_keys, _wait_run
 from epochal import CheckpointConfig, EpochalError, StateConfig, StreamEnvironment
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.control import Command, JobControl, MoveRequest
-from epochal.runtime.messages import KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
+from epochal.runtime.messages import (
+    AcknowledgeCheckpoint,
+    AdoptKeyGroups,
+    KeyGroupsAdopted,
+    KeyGroupsPrepared,
+    PrepareKeyGroups,
+)
 from epochal.runtime.migration_steps import group_bytes, plan_steps
 from epochal.runtime.migrations import Migrations
 from epochal.state.keygroups import RoutingTable
@@ -85,7 +91,7 @@ def _coordinator(*ids: int) -> Any:
     manifests = [Manifest(i, "steps", 0.0, 0.0, ()) for i in ids]  # no state to weigh: `batch` cuts the steps
     return SimpleNamespace(completed=[SimpleNamespace(checkpoint_id=m.checkpoint_id, manifest=m) for m in manifests],
                            trigger=trigger, triggered=triggered, migrated=lambda: None, is_stopped=False,
-                           final_checkpoint=None, routing=None)
+                           final_checkpoint=None, routing=None, pending={})
 
 
 def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tmp_path: Path) -> None:
@@ -101,11 +107,12 @@ def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tm
     (owner,) = migrations.current.new_owners
     migrations.prepared(KeyGroupsPrepared(owner, 5, read=True), coordinator)
     rerouting = migrations.current.checkpoint_id
+    migrations.completed(SimpleNamespace(checkpoint_id=rerouting, manifest="m"), lambda t, m: None, coordinator)
     migrations.adopted(KeyGroupsAdopted(owner, rerouting), coordinator)
     assert migrations.busy and migrations.current is None and coordinator.triggered[-1] is None  # a plain one
     after = migrations.waiting.after
     sent.clear()
-    migrations.completed(SimpleNamespace(checkpoint_id=rerouting, manifest="m"), lambda t, m: None, coordinator)
+    migrations.completed(SimpleNamespace(checkpoint_id=after - 1, manifest="m"), lambda t, m: None, coordinator)
     assert migrations.waiting is not None and sent == []  # not the checkpoint that writes step 1's groups
     migrations.aborted(after, coordinator)  # it failed: step 2 starts all the same
     assert migrations.waiting is None and migrations.current is not None
@@ -126,6 +133,7 @@ def _one_step_moved(tmp_path: Path, command: Command) -> tuple[Migrations, Any, 
     (owner,) = migrations.current.new_owners
     migrations.prepared(KeyGroupsPrepared(owner, 5, read=True), coordinator)
     rerouting = migrations.current.checkpoint_id
+    migrations.completed(SimpleNamespace(checkpoint_id=rerouting, manifest="m"), lambda t, m: None, coordinator)
     migrations.adopted(KeyGroupsAdopted(owner, rerouting), coordinator)
     return migrations, coordinator, rerouting
 
@@ -149,3 +157,37 @@ def test_a_move_whose_last_step_was_taken_stands_when_the_attempt_ends_before_th
     migrations, _, rerouting = _one_step_moved(tmp_path, command)
     migrations.abandon("a worker died")  # the rerouting checkpoint completed: a restore keeps the move
     assert not migrations.busy and command.wait(0) == rerouting
+
+
+def test_new_owners_take_over_once_the_old_owners_wrote_their_part_and_the_step_ends_once_it_completed(
+        tmp_path: Path) -> None:
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(directory=str(tmp_path)))
+    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
+    job = env.job_graph("early")
+    sent: list[tuple[TaskId, object]] = []
+    migrations = Migrations(job, JobControl("early", 2), True)
+    migrations.send = lambda task, message: sent.append((task, message))
+    command = Command("move", MoveRequest(((0, 1), (1, 1))))  # groups 0 and 1: subtask 0 to 1
+    coordinator = _coordinator(5)
+    migrations.move(command, coordinator)
+    (owner,) = migrations.current.new_owners
+    migrations.prepared(KeyGroupsPrepared(owner, 5, read=True), coordinator)
+    rerouting = migrations.current.checkpoint_id
+    coordinator.pending[rerouting] = SimpleNamespace(manifest=lambda job: "the acknowledged part")
+    (vertex,) = job.keyed_vertices()
+    sent.clear()
+
+    def ack(subtask: int) -> None:
+        migrations.acknowledged(AcknowledgeCheckpoint(TaskId(vertex, subtask), rerouting, (), None), coordinator)
+
+    ack(1)  # the new owner's own part: it holds none of the moving groups
+    assert sent == []
+    ack(0)  # the old owner's part is durable: the new owner reads from it, the checkpoint still under way
+    assert sent == [(owner, AdoptKeyGroups("the acknowledged part"))]
+    migrations.adopted(KeyGroupsAdopted(owner, rerouting), coordinator)
+    assert migrations.current is not None and migrations.waiting is None  # no other checkpoint until it completes
+    del coordinator.pending[rerouting]
+    migrations.completed(SimpleNamespace(checkpoint_id=rerouting, manifest="whole"), lambda t, m: sent.append(m),
+                         coordinator)
+    assert migrations.current is None and migrations.waiting is not None  # not handed twice
+    assert sent == [(owner, AdoptKeyGroups("the acknowledged part"))]

@@ -9,6 +9,7 @@ the worker's two threads meet.
 from __future__ import annotations
 
 import queue
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,26 +47,50 @@ class SnapshotThread:
     """Background snapshot writes on one thread, in submission order.
 
     A finished write's result waits in `done` until the worker loop hands it on (`run_done`), so
-    tasks learn of it on their own thread.
+    tasks learn of it on their own thread. Each one also wakes the loop (`wakeup`, a socket in
+    its selector): an idle loop waits on its sockets up to 20 ms, and so did the task's
+    acknowledgement of a written snapshot (measured: an old owner acknowledged a live move's
+    checkpoint 16 to 27 ms after its write, while its new owner held its input for it).
     """
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-snapshot")
         self.side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epochal-read-ahead")
         self.done: queue.SimpleQueue[tuple[Callable[[Any], None], Future[Any]]] = queue.SimpleQueue()
+        self.wakeup, self._wake = socket.socketpair()
+        for end in (self.wakeup, self._wake):
+            end.setblocking(False)
 
     def submit(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
-        future = self.pool.submit(work)
-        future.add_done_callback(lambda f: self.done.put((on_done, f)))
+        self._when_done(self.pool.submit(work), on_done)
 
     def read_ahead(self, work: Callable[[], R], on_done: Callable[[R], None]) -> None:
         """On a thread of its own: a read-ahead must not delay a snapshot write."""
-        future = self.side.submit(work)
-        future.add_done_callback(lambda f: self.done.put((on_done, f)))
+        self._when_done(self.side.submit(work), on_done)
+
+    def _when_done(self, future: Future[R], on_done: Callable[[R], None]) -> None:
+        def finished(f: Future[R]) -> None:
+            self.done.put((on_done, f))
+            try:
+                self._wake.send(b"\0")
+            except OSError:  # full (the loop wakes anyway) or closed at shutdown
+                pass
+
+        future.add_done_callback(finished)
+
+    def clear_wakeups(self) -> None:
+        """On the worker loop, when `wakeup` is readable."""
+        try:
+            while self.wakeup.recv(4096):
+                pass
+        except OSError:  # drained
+            pass
 
     def shutdown(self) -> None:
         for pool in (self.pool, self.side):
             pool.shutdown(wait=False, cancel_futures=True)
+        self.wakeup.close()
+        self._wake.close()
 
     def run_done(self) -> None:
         """On the worker loop: hand every finished write's result to its task."""

@@ -20,6 +20,7 @@ master runs where the SparkSession does, possibly a Connect client the executors
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -62,6 +63,7 @@ from .snapshot_thread import SnapshotThread
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.005
+WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
 UNREACHABLE = "the Spark workers cannot reach the job master"
@@ -121,6 +123,7 @@ class Worker:
         self.background = SnapshotThread()
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
+        self.selector.register(self.background.wakeup, selectors.EVENT_READ, WAKEUP)
         self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector)
         self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
@@ -266,6 +269,8 @@ class Worker:
                 self._poll_io(0.0 if busy else self._idle_timeout())
         finally:
             self._close_tasks()
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(self.background.wakeup)
             self.background.shutdown()
             self.peers.close()
             if self.driver is not None:
@@ -337,6 +342,9 @@ class Worker:
             if key.data == LISTENER:
                 self.peers.accept()
                 self._start_when_linked()
+                continue
+            if key.data == WAKEUP:  # a snapshot written or a read-ahead done: the next step hands it on
+                self.background.clear_wakeups()
                 continue
             link: Link = key.fileobj  # type: ignore[assignment]
             if mask & selectors.EVENT_WRITE:

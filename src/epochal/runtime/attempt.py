@@ -16,7 +16,7 @@ from ..errors import CheckpointError
 from ..plan.job_graph import JobGraph, TaskId
 from ..state.storage import CheckpointStorage
 from .clock import Clock
-from .coordinator import AbortedCheckpoint, AbortReason, CheckpointCoordinator, CompletedCheckpoint
+from .coordinator import AbortedCheckpoint, AbortReason, AckResult, CheckpointCoordinator, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .loops import LoopTermination
 from .messages import (
@@ -38,6 +38,7 @@ class AttemptObserver(Protocol):
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None: ...
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None: ...
+    def checkpoint_acknowledged(self, ack: AcknowledgeCheckpoint) -> None: ...
     def state_answered(self, answer: StateAnswer) -> None: ...
     def key_groups_adopted(self, message: KeyGroupsAdopted) -> None: ...
     def key_groups_prepared(self, message: KeyGroupsPrepared) -> None: ...
@@ -90,7 +91,8 @@ class Attempt:
     def deliver(self, message: Any) -> None:
         kind = type(message)
         if kind is AcknowledgeCheckpoint:
-            self.coordinator.on_acknowledge(message)
+            if self.coordinator.on_acknowledge(message) is AckResult.ACCEPTED:
+                self.observer.checkpoint_acknowledged(message)
         elif kind is DeclineCheckpoint:
             self.coordinator.on_decline(message)
         elif kind is InputsEnded:

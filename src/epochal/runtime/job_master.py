@@ -52,7 +52,7 @@ from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .in_flight import check_in_flight
-from .messages import KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
+from .messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .metrics import MetricsCollector, TaskMetrics
 from .migration import routing_for
 from .migrations import Migrations
@@ -411,6 +411,10 @@ class JobMaster:
             log.info("job %r: savepoint of checkpoint %d at %s", self.job.name, checkpoint.checkpoint_id,
                      command.argument)
             command.finish(result=savepoint.location or str(command.argument))
+
+    def checkpoint_acknowledged(self, ack: AcknowledgeCheckpoint) -> None:
+        if self.attempt is not None:
+            self.migrations.acknowledged(ack, self.attempt.coordinator)
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
         self.aborted.append(checkpoint)

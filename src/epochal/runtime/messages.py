@@ -149,7 +149,7 @@ class StateAnswer:
 @dataclass(frozen=True, slots=True)
 class AdoptKeyGroups:
     """Checkpoint `manifest` moved key groups to this task: read their state from it, and go on
-    (`runtime.migration`)."""
+    (`runtime.migration`). It may hold only the old owners' part of a checkpoint still under way."""
 
     manifest: Manifest
 

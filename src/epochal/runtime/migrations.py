@@ -4,10 +4,11 @@
 `MoveRequest` or a live rescale into steps sized by state (`migration_steps`, Megaphone's
 batches). For each step it first has the new owners read their groups ahead from the latest
 complete checkpoint, off their processing path (pre-copy: ChronoStream §III-C rebuilds a slice
-from its backup before rerouting), then triggers the rerouting checkpoint, hands it to the new
-owners once complete (they read only what was written since the read-ahead), and starts the next
-step once they all took over. Only one migration runs at a time, and none survives its attempt.
-A step that changes the active subtasks also hands source splits over (`runtime.split_handovers`).
+from its backup before rerouting), then triggers the rerouting checkpoint, hands the old owners'
+part of it to the new owners as soon as it is durable (they read only what was written since the
+read-ahead), and starts the next step once they all took over and the checkpoint completed.
+Only one migration runs at a time, and none survives its attempt. A step that changes the
+active subtasks also hands source splits over (`runtime.split_handovers`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
 from ..state.keygroups import RoutingTable
+from ..state.manifest import Manifest
 from .control import Command, JobControl, MoveRequest
 from .coordinator import CheckpointCoordinator, CompletedCheckpoint
-from .messages import AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
+from .messages import AcknowledgeCheckpoint, AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from .migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
 from .migration_steps import group_bytes, plan_steps
 from .split_handovers import SplitHandovers
@@ -197,16 +199,37 @@ class Migrations:
         log.info("job %r: moving %d key group(s) at checkpoint %d", self.job.name,
                  len(current.changes(migration.table)), migration.checkpoint_id)
 
+    def acknowledged(self, ack: AcknowledgeCheckpoint, coordinator: CheckpointCoordinator) -> None:
+        """A task's part of a checkpoint is durable: once every old owner's part of the step's
+        checkpoint is, its new owners read their groups from those parts, before it completes
+        (`runtime.migration`, step 5)."""
+        migration = self.current
+        if migration is None or migration.checkpoint_id != ack.checkpoint_id or migration.handed:
+            return
+        migration.givers.discard(ack.task)
+        pending = coordinator.pending.get(ack.checkpoint_id)
+        if not migration.givers and pending is not None and self.send is not None:
+            self._hand(migration, pending.manifest(self.job), self.send)
+
+    def _hand(self, migration: Migration, manifest: Manifest, send: Callable[[TaskId, object], None]) -> None:
+        migration.handed = True
+        adopt = AdoptKeyGroups(manifest)
+        for task in migration.awaiting:
+            send(task, adopt)
+
     def completed(self, checkpoint: CompletedCheckpoint, send: Callable[[TaskId, object], None],
                   coordinator: CheckpointCoordinator) -> None:
-        """A checkpoint completed: if it is the step's, its new owners read their groups from it;
-        if it wrote the last step's groups at their new owners, the next step starts."""
+        """A checkpoint completed: if it is the step's, its new owners read their groups from it
+        (unless they were sent its old owners' part already) and its step ends once they took
+        them over; if it wrote the last step's groups at their new owners, the next step starts."""
         migration = self.current
         if migration is not None and migration.checkpoint_id == checkpoint.checkpoint_id:
-            adopt = AdoptKeyGroups(checkpoint.manifest)
-            for task in migration.awaiting:
-                send(task, adopt)
+            migration.checkpointed = True
+            if not migration.handed:
+                self._hand(migration, checkpoint.manifest, send)
             self.splits.adopt(migration.split_owners, checkpoint.manifest, send)
+            if migration.taken_over:
+                self._stepped(migration, coordinator)
         self.splits.completed(checkpoint.manifest, send)
         self._resume(checkpoint.checkpoint_id, coordinator)
 
@@ -230,11 +253,17 @@ class Migrations:
         migration.awaiting.discard(message.task)
         if migration.awaiting:
             return
-        self.current = None
         log.info("job %r: key groups moved at checkpoint %d in %.0f ms", self.job.name, migration.checkpoint_id,
                  (time.monotonic() - migration.started) * 1000)
-        if coordinator is None:
-            return
+        migration.taken_over = True
+        if coordinator is not None and migration.checkpointed:
+            self._stepped(migration, coordinator)
+
+    def _stepped(self, migration: Migration, coordinator: CheckpointCoordinator) -> None:
+        """A step's groups were taken over and its checkpoint completed: checkpoints go on, and
+        the next step, or the command's return, waits for one."""
+        assert migration.checkpoint_id is not None
+        self.current = None
         coordinator.migrated()  # periodic checkpoints go on
         parallelism = migration.parallelism
         if not migration.steps and parallelism is not None:

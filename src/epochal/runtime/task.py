@@ -467,6 +467,8 @@ class Task:
             self.output.reroute(barrier.reroute)  # the barrier went out under the old table
             self.owner.reroute(barrier.checkpoint_id, barrier.reroute)
             self.checkpointer.key_groups = self.owner.key_groups
+            if self.owner.early is not None:  # the moving groups are durable already
+                self._adopt(self.owner.early)
             if self.source is not None and barrier.reroute.parallelism == self.setup.vertex.parallelism:
                 advance = self.source.hand_over(barrier.checkpoint_id, barrier.reroute.active)
                 if advance is not None:
@@ -606,7 +608,8 @@ class Task:
                                          done)
 
     def _adopt(self, manifest: Manifest) -> None:
-        """Checkpoint `manifest` is complete: take over the key groups that moved here, and go on."""
+        """The old owners' part of rerouting checkpoint `manifest` is durable: take over the key
+        groups that moved here, and go on."""
         adopted = self.owner.adopt(manifest, self.setup.storage, self.setup.max_parallelism)
         if adopted is None:
             return
