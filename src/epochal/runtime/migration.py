@@ -19,7 +19,7 @@ keeps every committed epoch with exactly one owner per key group:
    read the moving groups from the old owners' files of n (the restore path, for the groups
    only), and go on, most often before n completes: what they emit after barrier n belongs to
    epoch n+1, which commits only after n (waiting for the whole checkpoint held their input
-   back for as long as its slowest task took, 10 to 35 ms at 10 MB of state).
+   back for as long as its slowest task took to write).
 6. Checkpoint n completes; its manifest records table v+1.
 
 Failure anywhere before n completes restores n-1 with v: the old owners, their state, their
