@@ -13,7 +13,7 @@ from tests.api.test_rescale_and_savepoint import SlowSequence, _expected
 from tests.migration.test_live_migration import KEYS, _groups_of_keys, _wait_running
 
 from epochal import CheckpointConfig, EpochalError, StateConfig, StreamEnvironment
-from epochal.plan.job_graph import TaskId
+from epochal.plan.job_graph import JobGraph, TaskId
 from epochal.runtime.control import Command, JobControl, MoveRequest
 from epochal.runtime.messages import (
     AcknowledgeCheckpoint,
@@ -94,13 +94,19 @@ def _coordinator(*ids: int) -> Any:
                            final_checkpoint=None, routing=None, pending={})
 
 
-def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tmp_path: Path) -> None:
+def _migrations(tmp_path: Path, name: str) -> tuple[JobGraph, Migrations, list[tuple[TaskId, object]]]:
+    """A job master's migrations for a keyed count at parallelism 2, and what they send to tasks."""
     env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(directory=str(tmp_path)))
     env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
-    job = env.job_graph("steps")
+    job = env.job_graph(name)
     sent: list[tuple[TaskId, object]] = []
-    migrations = Migrations(job, JobControl("steps", 2), True)
+    migrations = Migrations(job, JobControl(name, 2), True)
     migrations.send = lambda task, message: sent.append((task, message))
+    return job, migrations, sent
+
+
+def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tmp_path: Path) -> None:
+    _, migrations, sent = _migrations(tmp_path, "steps")
     command = Command("move", MoveRequest(((0, 1), (1, 1)), batch=1))
     coordinator = _coordinator(5)
     migrations.move(command, coordinator)  # step 1: read ahead from 5
@@ -124,10 +130,7 @@ def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tm
 
 def _one_step_moved(tmp_path: Path, command: Command) -> tuple[Migrations, Any, int]:
     """`command` (a move of one step) taken over by its new owner, on a job master of fakes."""
-    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(directory=str(tmp_path)))
-    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
-    migrations = Migrations(env.job_graph("last step"), JobControl("last step", 2), True)
-    migrations.send = lambda task, message: None
+    _, migrations, _ = _migrations(tmp_path, "last step")
     coordinator = _coordinator(5)
     migrations.move(command, coordinator)
     (owner,) = migrations.current.new_owners
@@ -161,12 +164,7 @@ def test_a_move_whose_last_step_was_taken_stands_when_the_attempt_ends_before_th
 
 def test_new_owners_take_over_once_the_old_owners_wrote_their_part_and_the_step_ends_once_it_completed(
         tmp_path: Path) -> None:
-    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(directory=str(tmp_path)))
-    env.from_source(SlowSequence()).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
-    job = env.job_graph("early")
-    sent: list[tuple[TaskId, object]] = []
-    migrations = Migrations(job, JobControl("early", 2), True)
-    migrations.send = lambda task, message: sent.append((task, message))
+    job, migrations, sent = _migrations(tmp_path, "early")
     command = Command("move", MoveRequest(((0, 1), (1, 1))))  # groups 0 and 1: subtask 0 to 1
     coordinator = _coordinator(5)
     migrations.move(command, coordinator)
