@@ -127,3 +127,10 @@ def test_recovery_figures_and_summary(tmp_path: Path, monkeypatch: pytest.Monkey
                                  "kills": [kill], "cost": cost})
     assert "after 600 ms (met)" in summary
     assert "median ratio 0.960, a cost of 4.0 % (target ≤ 5 %: met)" in summary
+
+
+def test_the_steady_window_before_a_kill_ends_where_the_kills_bucket_begins() -> None:
+    # A kill 0.15 ms into its bucket counted that bucket's 1.1 s latency as steady (run 2026-11-29).
+    assert recovery.steady_until(10.00015) == 10.0
+    assert recovery.steady_until(10.3) == 10.25
+    assert recovery.steady_until(10.25) == 10.25
