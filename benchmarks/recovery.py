@@ -107,8 +107,8 @@ def kill_once(spark: Any, directory: str, scenario: Scenario) -> dict[str, Any]:
 
 def steady_until(at: float) -> float:
     """The end of the steady window before a kill at `at`: the start of the kill's bucket, whose
-    worst latency is the kill's (run 2026-11-29: a kill 0.02 s into its bucket made a steady worst
-    of 1,123 ms)."""
+    worst latency is the kill's (run 2026-11-29: a kill 0.15 ms into its bucket made a steady
+    worst of 1,123 ms)."""
     return math.floor(at / measuring_sink.BUCKET) * measuring_sink.BUCKET
 
 

@@ -19,7 +19,7 @@ A host keeps only what differs: how tasks are launched and how their messages tr
 control goes through here too: the status is published to a `JobControl`, and cancels,
 savepoints and rescales are acted on (`poll_control`) between the host's steps.
 
-About 470 lines, past the 450 we aim for: the failure manager, the commands and the checkpoint
+About 480 lines, past the 450 we aim for: the failure manager, the commands and the checkpoint
 callbacks all read and change the current attempt and the restart budget; what stands alone is
 in modules of its own (`start_checks`, `migrations`, `recovery`, `metrics`, `control`).
 """

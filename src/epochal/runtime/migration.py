@@ -277,8 +277,12 @@ class Migration:
     read_again: dict[TaskId, tuple[int, int]] = field(default_factory=dict)  # task: (checkpoint, attempts)
     split_owners: frozenset[TaskId] = frozenset()  # source subtasks that may gain splits (`split_handover`)
     handed: bool = False  # the new owners were sent where to read their groups
-    taken_over: bool = False  # they all took them over
-    checkpointed: bool = False  # the rerouting checkpoint completed (the step ends once both are true)
+    checkpointed: bool = False  # the rerouting checkpoint completed (the step ends once taken over too)
+
+    @property
+    def taken_over(self) -> bool:
+        """Whether every new owner took its groups over (none is awaited since the trigger)."""
+        return self.checkpoint_id is not None and not self.awaiting
 
     @staticmethod
     def plan(job: JobGraph, current: RoutingTable, table: RoutingTable, started: float, command: Command | None,

@@ -255,7 +255,6 @@ class Migrations:
             return
         log.info("job %r: key groups moved at checkpoint %d in %.0f ms", self.job.name, migration.checkpoint_id,
                  (time.monotonic() - migration.started) * 1000)
-        migration.taken_over = True
         if coordinator is not None and migration.checkpointed:
             self._stepped(migration, coordinator)
 
