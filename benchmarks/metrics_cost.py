@@ -66,7 +66,7 @@ def _accounting() -> Iterator[dict[str, float]]:
     request threads, while the block runs (this process only)."""
     from http.server import BaseHTTPRequestHandler
 
-    from epochal.runtime.job_master import JobMaster
+    from epochal.runtime.master.job_master import JobMaster
 
     spent = {"snapshots_s": 0.0, "serving_cpu_s": 0.0}
     lock = threading.Lock()
@@ -93,7 +93,7 @@ def _accounting() -> Iterator[dict[str, float]]:
 def run_once(records: int, metrics: bool, session: Any = None) -> dict[str, Any]:
     """One run: its seconds (in-process: the whole execute; Spark: workers running → finished)."""
     from epochal.cluster.endpoint import ControlEndpoint
-    from epochal.runtime.control import JobControl
+    from epochal.runtime.master.control import JobControl
 
     directory = tempfile.mkdtemp(prefix="epochal-metrics-cost-")
     env = abs_env(records, 2, "aligned", INTERVAL, directory, session, metrics_interval=1.0 if metrics else None)

@@ -268,7 +268,7 @@ def _wrapper(path: str, fn: str) -> bool:
     """Frames that hold the whole run (the executor's loop, a task's step, the profiler) and say
     nothing of where it goes (with those over 95 % of the run)."""
     return fn in ("<built-in method builtins.exec>", "<method 'disable' of '_lsprof.Profiler' objects>") or (
-        any(s in path for s in ("cluster/inprocess", "api/environment", "runtime/job_master", "runtime/task.py")))
+        any(s in path for s in ("cluster/inprocess", "api/environment", "runtime/job_master", "runtime/task/task.py")))
 
 
 # -- Spark Structured Streaming ---------------------------------------------------------------------

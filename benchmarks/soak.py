@@ -303,7 +303,7 @@ def _observe(executor: Any, control: Any, source: PacedSequence, out: str, ckpt:
 
 def _start(spark: Any, graph: Any) -> tuple[Any, Any, threading.Thread, dict[str, BaseException]]:
     from epochal.cluster.spark import SparkExecutor
-    from epochal.runtime.control import JobControl
+    from epochal.runtime.master.control import JobControl
 
     executor, control = SparkExecutor(spark), JobControl(graph.name, 2)
     outcome: dict[str, BaseException] = {}

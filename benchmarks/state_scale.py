@@ -41,7 +41,7 @@ def _backend(kind: str, incremental: bool, local_dir: str) -> Any:
 def _checkpoint(storage: Any, backend: Any, checkpoint_id: int) -> dict[str, float]:
     from epochal.plan.job_graph import TaskId
     from epochal.runtime.operators import OperatorSnapshot
-    from epochal.runtime.snapshots import write_task_snapshot
+    from epochal.runtime.task.snapshots import write_task_snapshot
     from epochal.state.keygroups import KeyGroupRange
     from epochal.state.manifest import Manifest, OperatorState
 
@@ -85,7 +85,7 @@ def _change(backend: Any, n: int) -> None:
 
 
 def _one(kind: str, n: int, root: str) -> dict[str, Any]:
-    from epochal.runtime.snapshots import read_operator_restore
+    from epochal.runtime.task.snapshots import read_operator_restore
     from epochal.state.keygroups import KeyGroupRange
     from epochal.state.storage import CheckpointStorage
 

@@ -58,7 +58,7 @@ from epochal import CheckpointConfig, JobCancelledError, RestartStrategy, Stream
 from epochal.cluster.spark import SparkExecutor  # noqa: E402
 from epochal.connectors import FileSink, read_committed  # noqa: E402
 from epochal.runtime import fault_points  # noqa: E402
-from epochal.runtime.control import JobControl  # noqa: E402
+from epochal.runtime.master.control import JobControl  # noqa: E402
 from epochal.testing import ListSource  # noqa: E402
 from spark_jobs import complete_checkpoints, run_in_background, wait_until  # noqa: E402
 

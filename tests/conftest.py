@@ -15,8 +15,8 @@ import pytest
 
 from epochal.plan.job_graph import JobGraph, TaskId
 from epochal.runtime.clock import VirtualClock
-from epochal.runtime.task import Task
-from epochal.runtime.wiring import build_tasks, local_channels
+from epochal.runtime.task.task import Task
+from epochal.runtime.task.wiring import build_tasks, local_channels
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 if TESTS not in sys.path:

@@ -31,8 +31,8 @@ from epochal import (
 )
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, TextFileSource, read_committed
-from epochal.runtime.batches import batch_len
-from epochal.runtime.elements import Batch
+from epochal.runtime.wire.batches import batch_len
+from epochal.runtime.wire.elements import Batch
 from epochal.state.storage import MANIFEST_NAME
 
 TESTS = os.path.dirname(os.path.abspath(__file__))

@@ -35,8 +35,8 @@ from .errors import GraphError as GraphError
 from .errors import JobCancelledError as JobCancelledError
 from .errors import JobFailedError as JobFailedError
 from .errors import OperatorError as OperatorError
-from .runtime.control import JobState as JobState
-from .runtime.control import JobStatus as JobStatus
+from .runtime.master.control import JobState as JobState
+from .runtime.master.control import JobStatus as JobStatus
 from .runtime.result import JobResult as JobResult
 from .state.handles import ListState as ListState
 from .state.handles import MapState as MapState

@@ -15,8 +15,8 @@ from typing import Any
 from .api.connector import Sink, SinkWriter, Source, SplitReader
 from .config import check_int
 from .errors import InjectedFailure
-from .runtime.batches import to_records
-from .runtime.elements import Batch
+from .runtime.wire.batches import to_records
+from .runtime.wire.elements import Batch
 
 __all__ = ["Crash", "ListSource", "CollectSink"]
 

@@ -17,8 +17,8 @@ import pytest
 
 from epochal import RestartStrategy, Sink, SinkWriter, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.batches import to_records
 from epochal.runtime.result import JobResult
+from epochal.runtime.wire.batches import to_records
 
 
 class _ProbeWriter(SinkWriter):

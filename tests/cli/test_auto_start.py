@@ -17,7 +17,7 @@ from epochal import CheckpointConfig, StreamEnvironment
 from epochal.cli.main import build_parser, main
 from epochal.connectors import FileSink, read_committed
 from epochal.errors import NoCheckpointError
-from epochal.runtime.start_checks import auto_start, describe_auto_start
+from epochal.runtime.master.start_checks import auto_start, describe_auto_start
 from epochal.state.storage import MANIFEST_NAME, CheckpointStorage
 from epochal.testing import ListSource
 

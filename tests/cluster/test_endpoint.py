@@ -12,7 +12,7 @@ import pytest
 
 from epochal.cli.main import build_parser
 from epochal.cluster.endpoint import ControlEndpoint, fresh_token
-from epochal.runtime.control import JobControl, JobState
+from epochal.runtime.master.control import JobControl, JobState
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ import pytest
 from epochal import StreamEnvironment
 from epochal.cluster.protocol import Start
 from epochal.cluster.worker import Worker
-from epochal.runtime.elements import END_OF_INPUT, Barrier, Element
-from epochal.runtime.network import CONTROL, CREDIT, DATA_ARROW, DATA_PICKLE, EVENT, Link, encode_arrow
+from epochal.runtime.wire.elements import END_OF_INPUT, Barrier, Element
+from epochal.runtime.wire.network import CONTROL, CREDIT, DATA_ARROW, DATA_PICKLE, EVENT, Link, encode_arrow
 from epochal.testing import CollectSink, ListSource
 
 CAPACITY = 4

@@ -27,7 +27,7 @@ from epochal.cluster.peers import PeerHello
 from epochal.cluster.protocol import Start, ToTask
 from epochal.cluster.worker import Worker
 from epochal.plan.job_graph import TaskId
-from epochal.runtime.network import CONTROL, HELLO, Link, write_object_blocking
+from epochal.runtime.wire.network import CONTROL, HELLO, Link, write_object_blocking
 from epochal.testing import CollectSink, ListSource
 
 LAUNCH = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from epochal.cluster.worker import Worker
-from epochal.runtime.task import STEPS_IN_A_ROW, Task
+from epochal.runtime.task.task import STEPS_IN_A_ROW, Task
 
 
 class _Task:

@@ -113,7 +113,7 @@ def test_operations_md_documents_every_flag_of_every_subcommand(command: str) ->
     )
 
 
-# Source files the pages name, e.g. `runtime/coordinator.py` or `examples/wordcount.py`.
+# Source files the pages name, e.g. `runtime/master/coordinator.py` or `examples/wordcount.py`.
 _PATH = re.compile(
     r"`((?:api|plan|runtime|state|cluster|connectors|cli|spark|examples|benchmarks)/[\w/.-]*\.(?:py|md))`"
 )

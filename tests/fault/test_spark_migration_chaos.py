@@ -28,7 +28,7 @@ from epochal import EpochalError, JobHandle, JobState
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import read_committed
 from epochal.runtime import fault_points
-from epochal.runtime.control import JobControl
+from epochal.runtime.master.control import JobControl
 from epochal.state.storage import CheckpointStorage
 from spark_jobs import complete_checkpoints, epochal_cli, wait_until
 

@@ -14,7 +14,7 @@ import pytest
 from epochal import CheckpointConfig, JobCancelledError, RestartStrategy, StreamEnvironment
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, TextFileSource
-from epochal.runtime.control import JobControl
+from epochal.runtime.master.control import JobControl
 from spark_jobs import add_file, committed, expected, run_in_background, slow_split, wait_until
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 from epochal import JobCancelledError, StreamEnvironment
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink
-from epochal.runtime.control import JobControl
+from epochal.runtime.master.control import JobControl
 from spark_jobs import QuietSource, cpu_seconds, wait_until
 
 pytestmark = pytest.mark.spark

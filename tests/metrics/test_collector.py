@@ -11,9 +11,9 @@ import pytest
 from epochal import StreamEnvironment
 from epochal.errors import RecordError
 from epochal.plan.job_graph import TaskId
-from epochal.runtime.coordinator import AbortedCheckpoint, AbortReason
-from epochal.runtime.messages import OperatorMetrics
+from epochal.runtime.master.coordinator import AbortedCheckpoint, AbortReason
 from epochal.runtime.metrics import CheckpointStatus, MetricsCollector, TaskMetrics
+from epochal.runtime.wire.messages import OperatorMetrics
 from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState, TaskCheckpointStats
 from epochal.testing import CollectSink, ListSource
 

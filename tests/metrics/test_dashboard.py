@@ -168,7 +168,7 @@ def test_the_page_and_its_files_are_served_and_nothing_else(tmp_path: Path) -> N
     import urllib.request
 
     from epochal.cluster.endpoint import ControlEndpoint
-    from epochal.runtime.control import JobControl
+    from epochal.runtime.master.control import JobControl
 
     endpoint = ControlEndpoint(JobControl("static", 1))
     try:

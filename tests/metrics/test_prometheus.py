@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from epochal import CheckpointConfig, JobCancelledError, StreamEnvironment
 from epochal.cluster.endpoint import ControlEndpoint
 from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.control import JobControl
+from epochal.runtime.master.control import JobControl
 from epochal.state.storage import CheckpointStorage
 
 

@@ -10,7 +10,7 @@ from metrics_jobs import bounded_env, finite, word_count
 
 from epochal import StreamEnvironment, WatermarkStrategy
 from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.control import JobControl
+from epochal.runtime.master.control import JobControl
 from epochal.runtime.metrics import CheckpointStatus, JobMetrics
 from epochal.testing import CollectSink, ListSource
 from epochal.windows import Tumbling

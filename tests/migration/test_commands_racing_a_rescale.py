@@ -23,7 +23,7 @@ import pytest
 
 from epochal import CheckpointConfig, CheckpointError, EpochalError, Source, SplitReader, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.control import Command, JobControl, MoveRequest, Rescale
+from epochal.runtime.master.control import Command, JobControl, MoveRequest, Rescale
 from epochal.state.keygroups import RoutingTable, key_group_of
 from epochal.testing import CollectSink
 

@@ -1,4 +1,4 @@
-"""A live move is cut into steps by the state it moves (`runtime.migration_steps`)."""
+"""A live move is cut into steps by the state it moves (`runtime.master.migration_steps`)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from tests.migration.test_live_migration import KEYS, _groups_of_keys, _wait_run
 
 from epochal import CheckpointConfig, EpochalError, StateConfig, StreamEnvironment
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.control import Command, JobControl, MoveRequest
-from epochal.runtime.messages import (
+from epochal.runtime.master.control import Command, JobControl, MoveRequest
+from epochal.runtime.master.migration_steps import group_bytes, plan_steps
+from epochal.runtime.master.migrations import Migrations
+from epochal.runtime.wire.messages import (
     AcknowledgeCheckpoint,
     AdoptKeyGroups,
     KeyGroupsAdopted,
     KeyGroupsPrepared,
     PrepareKeyGroups,
 )
-from epochal.runtime.migration_steps import group_bytes, plan_steps
-from epochal.runtime.migrations import Migrations
 from epochal.state.keygroups import RoutingTable
 from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState
 from epochal.state.storage import CheckpointStorage

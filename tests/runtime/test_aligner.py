@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.aligner`: barrier alignment (ABS §4.2, Algorithm 1)."""
+"""Tests of `epochal.runtime.task.aligner`: barrier alignment (ABS §4.2, Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.runtime.aligner import AlignStep, BarrierAligner
-from epochal.runtime.elements import END_OF_INPUT, Barrier, EndOfInput
+from epochal.runtime.task.aligner import AlignStep, BarrierAligner
+from epochal.runtime.wire.elements import END_OF_INPUT, Barrier, EndOfInput
 
 
 def b(n: int) -> Barrier:

@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.channel`: bounded FIFO channels and their statistics."""
+"""Tests of `epochal.runtime.wire.channel`: bounded FIFO channels and their statistics."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.runtime.channel import ChannelStatistics, LocalChannel
-from epochal.runtime.elements import END_OF_INPUT, Barrier, Watermark
+from epochal.runtime.wire.channel import ChannelStatistics, LocalChannel
+from epochal.runtime.wire.elements import END_OF_INPUT, Barrier, Watermark
 
 
 def test_capacity_must_be_positive() -> None:

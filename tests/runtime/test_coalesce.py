@@ -14,9 +14,9 @@ import pytest
 
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime import input_gate
-from epochal.runtime.messages import TriggerCheckpoint
-from epochal.runtime.task import Task
+from epochal.runtime.task import input_gate
+from epochal.runtime.task.task import Task
+from epochal.runtime.wire.messages import TriggerCheckpoint
 from epochal.testing import CollectSink, ListSource
 
 OpenTasks = Callable[[JobGraph], dict[TaskId, Task]]

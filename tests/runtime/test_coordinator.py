@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.coordinator`: pending checkpoints and the checkpoint coordinator."""
+"""Tests of `epochal.runtime.master.coordinator`: pending checkpoints and the checkpoint coordinator."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from epochal.config import CheckpointConfig
 from epochal.errors import CheckpointError
 from epochal.plan.job_graph import JobGraph, TaskId
 from epochal.runtime.clock import VirtualClock
-from epochal.runtime.coordinator import (
+from epochal.runtime.master.coordinator import (
     AbortReason,
     AckResult,
     CheckpointCoordinator,
     CompletedCheckpoint,
     PendingCheckpoint,
 )
-from epochal.runtime.messages import (
+from epochal.runtime.wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,

@@ -12,8 +12,8 @@ import pytest
 from epochal import Source, SplitReader, StreamEnvironment
 from epochal.errors import CorruptCheckpointError
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.enumerator import SplitEnumerators
-from epochal.runtime.messages import AssignSplits
+from epochal.runtime.master.enumerator import SplitEnumerators
+from epochal.runtime.wire.messages import AssignSplits
 from epochal.state.manifest import Manifest, SplitLogState
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink

@@ -8,7 +8,7 @@ from epochal import CheckpointConfig, StateConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.operators import OperatorSnapshot
-from epochal.runtime.snapshots import read_keyed_chain, serialise_small_snapshots, write_task_snapshot
+from epochal.runtime.task.snapshots import read_keyed_chain, serialise_small_snapshots, write_task_snapshot
 from epochal.state.handles import ValueState
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange

@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.job_master`: restarts, lineage, corrupt checkpoints, history."""
+"""Tests of `epochal.runtime.master.job_master`: restarts, lineage, corrupt checkpoints, history."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.errors import CheckpointError, JobFailedError, NoCheckpointError
 from epochal.runtime.clock import VirtualClock
-from epochal.runtime.job_master import JobMaster
+from epochal.runtime.master.job_master import JobMaster
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, Crash, ListSource
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from epochal import DataStream, StreamEnvironment
 from epochal.plan.job_graph import JobGraph, TaskId
 from epochal.runtime.loops import LoopTermination
-from epochal.runtime.messages import EndLoop, LoopRoundEnded
+from epochal.runtime.wire.messages import EndLoop, LoopRoundEnded
 from epochal.testing import CollectSink, ListSource
 
 

@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.network`: framing, links, and credit-based flow control.
+"""Tests of `epochal.runtime.wire.network`: framing, links, and credit-based flow control.
 
 A `Link` sets TCP_NODELAY, which a Unix `socket.socketpair()` refuses, so links here run over a
 connected loopback TCP pair (what `socketpair` itself builds on platforms without Unix sockets);
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import pytest
 
-from epochal.runtime.elements import END_OF_INPUT, Barrier, Element, LoopProbe, Watermark
-from epochal.runtime.network import (
+from epochal.runtime.wire.elements import END_OF_INPUT, Barrier, Element, LoopProbe, Watermark
+from epochal.runtime.wire.network import (
     CONTROL,
     CREDIT,
     DATA_ARROW,

@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.partition`: how a task's output batches reach downstream channels."""
+"""Tests of `epochal.runtime.task.partition`: how a task's output batches reach downstream channels."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from epochal.errors import KeySelectorError
 from epochal.plan.specs import BROADCAST, FORWARD, REBALANCE, Partitioning, PartitionKind
-from epochal.runtime.batches import batch_len, to_records
-from epochal.runtime.elements import Batch
-from epochal.runtime.partition import Partitioner
+from epochal.runtime.task.partition import Partitioner
+from epochal.runtime.wire.batches import batch_len, to_records
+from epochal.runtime.wire.elements import Batch
 from epochal.state.keygroups import key_group_of, subtask_of_key_group
 
 

@@ -1,4 +1,4 @@
-"""Parallel recovery's plan (`runtime.recovery`): the lost subtasks' key groups go to their
+"""Parallel recovery's plan (`runtime.master.recovery`): the lost subtasks' key groups go to their
 backups' holders, spread over them, and come back by the moves it returns."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.plan.job_graph import JobGraph
-from epochal.runtime.recovery import recovery_plan
+from epochal.runtime.master.recovery import recovery_plan
 from epochal.state.backups import holders
 from epochal.state.keygroups import RoutingTable
 from epochal.state.manifest import Manifest

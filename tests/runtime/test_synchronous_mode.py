@@ -12,8 +12,8 @@ import pytest
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.messages import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
-from epochal.runtime.task import Task
+from epochal.runtime.task.task import Task
+from epochal.runtime.wire.messages import NotifyCheckpointAborted, NotifyCheckpointComplete, TriggerCheckpoint
 from epochal.testing import CollectSink, Crash, ListSource
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.messages import TriggerCheckpoint
-from epochal.runtime.task import Task
+from epochal.runtime.task.task import Task
+from epochal.runtime.wire.messages import TriggerCheckpoint
 from epochal.testing import CollectSink, ListSource
 
 

@@ -19,10 +19,10 @@ from epochal import CheckpointConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.errors import CheckpointError
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.channel import LocalChannel
-from epochal.runtime.elements import Alignment, Barrier
 from epochal.runtime.in_flight import IN_FLIGHT
-from epochal.runtime.task import Task
+from epochal.runtime.task.task import Task
+from epochal.runtime.wire.channel import LocalChannel
+from epochal.runtime.wire.elements import Alignment, Barrier
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, Crash, ListSource
 

@@ -12,7 +12,7 @@ import pytest
 
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.operators import OperatorSnapshot
-from epochal.runtime.snapshots import read_keyed_chain, write_task_snapshot
+from epochal.runtime.task.snapshots import read_keyed_chain, write_task_snapshot
 from epochal.state.disk import DiskKeyedStateBackend
 from epochal.state.handles import ListState, MapState, ValueState
 from epochal.state.heap import HeapKeyedStateBackend

@@ -10,7 +10,7 @@ import pytest
 
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.operators import OperatorSnapshot
-from epochal.runtime.snapshots import prepare_groups, read_groups, read_keyed_chain, write_task_snapshot
+from epochal.runtime.task.snapshots import prepare_groups, read_groups, read_keyed_chain, write_task_snapshot
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import key_group_of, key_group_set
 from epochal.state.manifest import Manifest, OperatorState

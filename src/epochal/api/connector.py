@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..runtime.elements import Batch
+from ..runtime.wire.elements import Batch
 
 
 class SourceSplit(Protocol):

@@ -32,9 +32,9 @@ from ..plan.compiler import compile_job
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
-from ..runtime.control import JobControl, JobState, JobStatus, Rescale
+from ..runtime.master.control import JobControl, JobState, JobStatus, Rescale
+from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
-from ..runtime.start_checks import AUTO, auto_start, describe_auto_start
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
 from .handle import JobHandle, headroom
@@ -433,7 +433,7 @@ def _decide_auto_start(job: JobGraph) -> int | None:
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:
     """Fail before starting if the checkpoint holds state that no operator of `job` claims."""
-    from ..runtime.snapshots import check_restored_operators
+    from ..runtime.task.snapshots import check_restored_operators
     from ..state.savepoints import load_savepoint
     from ..state.storage import CheckpointStorage
 

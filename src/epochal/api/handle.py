@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..runtime.control import JobControl, JobStatus, MoveRequest
+from ..runtime.master.control import JobControl, JobStatus, MoveRequest
 from ..runtime.metrics import JobMetrics
 from ..runtime.result import JobResult
 

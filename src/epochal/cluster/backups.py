@@ -13,8 +13,8 @@ import pickle
 import queue
 from collections.abc import Mapping
 
-from ..runtime.messages import AcknowledgeCheckpoint
-from ..runtime.network import BACKUP, Link
+from ..runtime.wire.messages import AcknowledgeCheckpoint
+from ..runtime.wire.network import BACKUP, Link
 from ..state.backups import BackupFile, BackupRetained, BackupStore, holders
 from ..state.manifest import FileHandle
 from ..state.storage import CheckpointStorage

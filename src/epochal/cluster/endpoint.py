@@ -41,7 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import EpochalError, NoCheckpointError
-from ..runtime.control import JobControl, JobState, MoveRequest
+from ..runtime.master.control import JobControl, JobState, MoveRequest
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 from ..state.keygroups import parse_key_groups
 

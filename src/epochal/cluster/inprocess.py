@@ -7,7 +7,7 @@ by a randomized test replays exactly. With the wall clock (the default) timing i
 order of steps is still drawn from the seed. A picked task takes a few steps in a row
 (`Task.run_steps`), as on a Spark worker, so backlogs form and get joined.
 
-Failures are the job master's (`runtime.job_master`): any error fails the attempt, and the job
+Failures are the job master's (`runtime.master.job_master`): any error fails the attempt, and the job
 master decides whether and from which checkpoint the next one starts.
 """
 
@@ -21,15 +21,15 @@ from typing import Any, TypeVar
 
 from ..errors import EpochalError, JobCancelledError
 from ..plan.job_graph import JobGraph, TaskId
-from ..runtime.attempt import Attempt
 from ..runtime.clock import Clock, VirtualClock, WallClock
-from ..runtime.control import JobControl, Rescale
 from ..runtime.gc_tuning import tuned_gc
-from ..runtime.job_master import JobMaster
+from ..runtime.master.attempt import Attempt
+from ..runtime.master.control import JobControl, Rescale
+from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
-from ..runtime.task import STEPS_IN_A_ROW, Task
-from ..runtime.wiring import build_tasks, local_channels
+from ..runtime.task.task import STEPS_IN_A_ROW, Task
+from ..runtime.task.wiring import build_tasks, local_channels
 
 log = logging.getLogger(__name__)
 

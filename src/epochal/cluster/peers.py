@@ -23,7 +23,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..runtime.network import HELLO, Link, LinkClosed, read_object_blocking, write_object_blocking
+from ..runtime.wire.network import HELLO, Link, LinkClosed, read_object_blocking, write_object_blocking
 
 log = logging.getLogger(__name__)
 

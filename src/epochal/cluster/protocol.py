@@ -1,6 +1,6 @@
 """Messages between the job master (Spark driver) and the workers (Spark barrier tasks).
 
-The task-level messages of `runtime.messages` travel inside `ToTask` / `FromTask`; the rest is
+The task-level messages of `runtime.wire.messages` travel inside `ToTask` / `FromTask`; the rest is
 the hosting protocol: who is there, start, restart in place, stop.
 """
 

@@ -2,7 +2,7 @@
 
 Spark gang-schedules the N tasks (one Epochal worker each, `cluster.worker`); they find each
 other through the barrier context (`allGather`, once, at start) and then talk over their own TCP
-links. The process that holds the SparkSession hosts the job master (`runtime.job_master`,
+links. The process that holds the SparkSession hosts the job master (`runtime.master.job_master`,
 shared with the in-process executor) and, here, the workers' control links: the driver of a
 classic session, the client of a Spark Connect session. Workers connect back to it, so under
 Connect the executors must be able to reach the client (true for `local[*]` and for clients
@@ -46,13 +46,13 @@ from typing import Any
 
 from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
-from ..runtime.attempt import Attempt
 from ..runtime.clock import WallClock
-from ..runtime.control import JobControl, Rescale
-from ..runtime.job_master import JobMaster
+from ..runtime.master.attempt import Attempt
+from ..runtime.master.control import JobControl, Rescale
+from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
-from ..runtime.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..runtime.result import JobProgress, JobResult
+from ..runtime.wire.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed

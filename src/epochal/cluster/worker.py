@@ -3,7 +3,7 @@
 Subtask `i` of each vertex runs on worker `i`; a worker beyond the parallelism (a *standby slot*,
 `StreamEnvironment(max_workers=...)`) hosts none until a rescale in place gives it some (a
 `Start` with a new job graph). Tasks on the same worker talk through local
-queues; tasks on different workers through `runtime.network` links with credit-based flow
+queues; tasks on different workers through `runtime.wire.network` links with credit-based flow
 control. The loop alternates between socket I/O (a selector), stepping runnable tasks, and
 flushing output batches whose timeout expired. Snapshot uploads run on a background thread
 (the asynchronous part of ABS, dissertation §4.5); their acknowledgements are handed back
@@ -34,10 +34,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
-from ..runtime.channel import LocalChannel
 from ..runtime.clock import WallClock
-from ..runtime.messages import AcknowledgeCheckpoint
-from ..runtime.network import (
+from ..runtime.task.task import Task, TaskState
+from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
+from ..runtime.wire.channel import LocalChannel
+from ..runtime.wire.messages import AcknowledgeCheckpoint
+from ..runtime.wire.network import (
     BACKUP,
     CONTROL,
     CREDIT,
@@ -52,8 +54,6 @@ from ..runtime.network import (
     parse_credit,
     write_object_blocking,
 )
-from ..runtime.task import Task, TaskState
-from ..runtime.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
@@ -186,7 +186,7 @@ class Worker:
             # Each file read below is checked against its checksum: a corrupt one fails the attempt,
             # and the job master then refuses that checkpoint.
             manifest = self.storage.load_manifest(start.checkpoint_id)
-            if start.routing is not None:  # a parallel recovery's table (`runtime.recovery`)
+            if start.routing is not None:  # a parallel recovery's table (`runtime.master.recovery`)
                 manifest = dataclasses.replace(manifest, routing=start.routing)
         read_before = self.backups.store.bytes_read if self.backups is not None else 0
         ends: dict[ChannelKey, ChannelEnds] = {}

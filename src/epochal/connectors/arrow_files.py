@@ -18,8 +18,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import EpochalError
-from ..runtime.batches import to_arrow
-from ..runtime.elements import Batch
+from ..runtime.wire.batches import to_arrow
+from ..runtime.wire.elements import Batch
 
 __all__ = [
     "ROW_GROUP_ROWS", "ArrowConformer", "ParquetFileWriter", "delete_quietly", "exists", "fsync",
@@ -33,7 +33,7 @@ ROW_GROUP_ROWS = 1 << 20  # rows buffered before a row group is written (pyarrow
 class ArrowConformer:
     """Makes every batch an Arrow record batch of one schema: the given one, else the first batch's.
 
-    Records become columns as `runtime.batches.to_arrow` makes them (tuples: `f0`, `f1`, ...;
+    Records become columns as `runtime.wire.batches.to_arrow` makes them (tuples: `f0`, `f1`, ...;
     dicts: by key; other values: `value`) or, with a schema, tuples by position, dicts by name
     and other values as its one column. Arrow batches are matched to the schema by column name
     (else by position, if as wide) and cast. Without a schema, pass one if early records may

@@ -3,7 +3,7 @@
 A file source reads a file, or every file under a directory, sorted by path; names that start
 with `.` or `_` (a staging file, `_SUCCESS`, `_spark_metadata`) are skipped, as Spark and Hadoop
 skip them. With `watch`, the job master lists the directory every interval and hands the new
-files' splits to the source subtasks (`runtime.enumerator`), exactly once across failures.
+files' splits to the source subtasks (`runtime.master.enumerator`), exactly once across failures.
 A split id starts with the file's path relative to the root's parent, so ids are stable across
 runs, hosts and filesystems.
 """

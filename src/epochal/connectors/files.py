@@ -44,9 +44,9 @@ import pyarrow.parquet as pq
 from ..api.connector import Sink, SinkWriter
 from ..config import check_callable, check_choice, check_instance, check_path
 from ..errors import CheckpointError, EpochalError
-from ..runtime.batches import batch_len, binary_buffers, to_records
-from ..runtime.elements import Batch
 from ..runtime.fault_points import fault_point
+from ..runtime.wire.batches import batch_len, binary_buffers, to_records
+from ..runtime.wire.elements import Batch
 from ..state.storage import resolve_uri
 from .arrow_files import (
     ROW_GROUP_ROWS,

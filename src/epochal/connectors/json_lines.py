@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..runtime.batches import binary_buffers
+from ..runtime.wire.batches import binary_buffers
 
 __all__ = ["encode_record", "json_lines"]
 

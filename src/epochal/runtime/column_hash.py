@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..state.keygroups import stable_hash
-from .batches import binary_buffers
+from .wire.batches import binary_buffers
 
 _U32 = np.uint32
 # Rows longer than this take zlib, one call each: a byte position costs one array pass, so a

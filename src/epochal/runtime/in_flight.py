@@ -34,10 +34,10 @@ from ..state.manifest import Manifest, OperatorState
 from ..state.savepoints import storage_for
 from ..state.snapshot_files import decode_operator_state
 from ..state.storage import CheckpointStorage
-from .elements import Element
+from .wire.elements import Element
 
 if TYPE_CHECKING:
-    from .checkpointer import Snapshots
+    from .task.checkpointer import Snapshots
 
 IN_FLIGHT = "#in-flight"  # the suffix of the uid under which a vertex's in-flight logs are stored
 

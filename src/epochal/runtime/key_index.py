@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import column_hash
-from .batches import binary_buffers
 from .keys import key_groups_of_keys
+from .wire.batches import binary_buffers
 
 _U64 = np.uint64
 _P = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64

@@ -79,7 +79,7 @@ def batch_keys(
     batch: Any, key: Any, max_parallelism: int, operator_name: str
 ) -> tuple[list[Any], list[Any], list[int]]:
     """Records, keys and key groups of a batch: a field name keys an Arrow batch by its column."""
-    from .batches import to_records
+    from .wire.batches import to_records
 
     records = to_records(batch)
     if isinstance(batch, pa.RecordBatch) and isinstance(key, str):

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..plan.job_graph import JobGraph, TaskId
-from .elements import LoopProbe
-from .messages import EndLoop, LoopRoundEnded
+from .wire.elements import LoopProbe
+from .wire.messages import EndLoop, LoopRoundEnded
 
 
 class LoopTermination:

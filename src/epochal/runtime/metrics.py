@@ -33,8 +33,8 @@ from typing import Any
 from ..plan.job_graph import JobGraph, TaskId
 from ..plan.specs import SinkSpec, SourceSpec
 from ..state.manifest import Manifest
-from .coordinator import AbortedCheckpoint
-from .messages import OperatorMetrics
+from .master.coordinator import AbortedCheckpoint
+from .wire.messages import OperatorMetrics
 
 HISTORY = 100  # checkpoints and restarts kept for the dashboard (counts go on past it)
 SERIES = 600  # points of the throughput and lag series (five minutes at two a second)

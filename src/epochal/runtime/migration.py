@@ -52,11 +52,11 @@ from ..state.storage import CheckpointStorage
 from .fault_points import fault_point
 from .gc_tuning import freeze_long_lived
 from .operators import KeyedOperator, RuntimeOperator
-from .snapshots import PreparedGroups, prepare_groups, read_groups
 from .split_handover import discovery_interval
+from .task.snapshots import PreparedGroups, prepare_groups, read_groups
 
 if TYPE_CHECKING:  # the job master's command; control imports the coordinator, which imports this
-    from .control import Command
+    from .master.control import Command
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,7 @@ def handover_sources(job: JobGraph, has_storage: bool) -> frozenset[int]:
     """The source vertices whose splits move in a live rescale (`runtime.split_handover`): they
     run standby subtasks at the parallelism of the keyed vertices, whose groups can move live. A
     source that does not find splits as it runs also needs periodic checkpoints: its subtasks end
-    once one shows every split read (`runtime.split_handovers`)."""
+    once one shows every split read (`runtime.master.split_handovers`)."""
     parallelism = keyed_parallelism(job)
     if (parallelism is None or refusal(job, has_storage) is not None
             or all(job.vertex(v).active is None for v in job.keyed_vertices())):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..state.manifest import Manifest
-from .messages import OperatorMetrics
+from .wire.messages import OperatorMetrics
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ every checkpoint.
 
 Such a source does not end when it has nothing left to read: a rescale may still hand it
 splits. It ends once the job master says no split will come (`NoMoreSplits`, from
-`runtime.split_handovers`).
+`runtime.master.split_handovers`).
 """
 
 from __future__ import annotations

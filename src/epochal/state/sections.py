@@ -34,7 +34,7 @@ class SectionCopy:
 @dataclass(frozen=True, slots=True)
 class EncodedSection:
     """A section's entries already pickled, as the frames a file holds them in: what a snapshot
-    serialised on the task's thread hands its writer (`runtime.snapshots`), so that it keeps no
+    serialised on the task's thread hands its writer (`runtime.task.snapshots`), so that it keeps no
     reference to the live maps while the writer checksums and writes."""
 
     frames: tuple[bytes, ...]

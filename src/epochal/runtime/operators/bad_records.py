@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from ..batches import to_records
-from ..elements import Batch
+from ..wire.batches import to_records
+from ..wire.elements import Batch
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 _JSON_DEPTH = 32

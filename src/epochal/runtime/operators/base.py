@@ -26,9 +26,9 @@ from ...state.contract import KeyedSnapshot
 from ...state.keygroups import KeyGroups
 from ...state.manifest import SubtaskState
 from ...state.sections import GroupCopies
-from ..batches import batch_len, to_records
 from ..clock import Clock
-from ..elements import Batch
+from ..wire.batches import batch_len, to_records
+from ..wire.elements import Batch
 from .bad_records import DeadLetter, SourceOrigin
 
 log = logging.getLogger(__name__)

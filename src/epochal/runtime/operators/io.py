@@ -13,11 +13,11 @@ from typing import Any
 
 from ...errors import OperatorError
 from ...plan.specs import OnError, SinkSpec, SourceSpec
-from ..batches import batch_len
-from ..elements import Batch
 from ..fault_points import fault_point
 from ..split_handover import PendingSplits, discovery_interval, split_move
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
+from ..wire.batches import batch_len
+from ..wire.elements import Batch
 from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
 
@@ -35,7 +35,7 @@ class SourcePositions:
     finished: set[str] = field(default_factory=set)
     max_timestamp: dict[str, float] = field(default_factory=dict)
     # nothing left to read and nothing on its way: once every subtask says so in one
-    # checkpoint, the job master ends them (`runtime.split_handovers`); absent before
+    # checkpoint, the job master ends them (`runtime.master.split_handovers`); absent before
     exhausted: bool = False
 
 
@@ -47,7 +47,7 @@ class SourceOperator(RuntimeOperator):
     state is an offset into a replayable log), so a restore rewinds exactly.
 
     A source that finds splits as it runs (`discovery_interval()`) is given them by the job
-    master's enumerator instead (`assign`, `runtime.enumerator`) and is never exhausted.
+    master's enumerator instead (`assign`, `runtime.master.enumerator`) and is never exhausted.
 
     Without event time the splits are read one after another. With a watermark strategy every
     unfinished split is open and they are read a batch each in turn, as Flink reads the

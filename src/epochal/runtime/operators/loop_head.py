@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...plan.specs import IterationHeadSpec
-from ..batches import batch_len
+from ..wire.batches import batch_len
 from .base import RuntimeOperator
 
 

@@ -13,9 +13,9 @@ from ...errors import OperatorError
 from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
 from ...state.handles import ListState, MapState, ValueState
-from ..elements import Batch
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
+from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, extend
 from .keyed import KeyedOperator

@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from ...errors import OperatorError, RecordError
 from ...plan.specs import MapBatchesSpec, OnError, RecordFnKind, RecordFnSpec
-from ..batches import batch_len, to_arrow, to_records
-from ..elements import Batch
+from ..wire.batches import batch_len, to_arrow, to_records
+from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import RuntimeOperator, batch_repr
 

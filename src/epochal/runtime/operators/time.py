@@ -6,9 +6,9 @@ from typing import Any
 
 from ...errors import RecordError
 from ...plan.specs import AssignTimestampsSpec, OnError
-from ..batches import batch_len
-from ..elements import Batch
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
+from ..wire.batches import batch_len
+from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorSnapshot, RuntimeOperator, batch_timestamps, timed_rows
 

@@ -44,11 +44,11 @@ from ...plan.specs import KeyedWindowSpec, OnError, OutputPart, SplitLateSpec, W
 from ...plan.time import TimestampError
 from ...state.keygroups import KeyGroups, key_group_of
 from ...state.sections import GroupCopies
-from ..batches import to_records
-from ..elements import Batch
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
+from ..wire.batches import to_records
+from ..wire.elements import Batch
 from .bad_records import DeadLetter, dead_letters_part, records_part, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, timed_rows
 from .keyed import KeyedOperator

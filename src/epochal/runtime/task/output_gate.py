@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..plan.specs import PartitionKind
-from ..state.keygroups import RoutingTable
-from .elements import Batch
+from ...plan.specs import PartitionKind
+from ...state.keygroups import RoutingTable
+from ..wire.elements import Batch
 from .partition import Partitioner
 
 

@@ -14,7 +14,7 @@ to its end: a rescale after that moves only finished splits, and the ended subta
 (the restore takes the union of positions, so it reads nothing again). Hence such sources need
 periodic checkpoints (`migration.handover_sources`), and a bounded job ends up to one interval
 after its data. Sources that cannot hand over (no periodic checkpoints, loops, unaligned
-checkpoints) are told at once, by the enumerator (`runtime.enumerator`).
+checkpoints) are told at once, by the enumerator (`runtime.master.enumerator`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..plan.job_graph import JobGraph, TaskId
-from ..state.keygroups import RoutingTable
-from ..state.manifest import Manifest
-from ..state.snapshot_files import decode_operator_state
-from ..state.storage import CheckpointStorage
-from .messages import AdoptSplits, NoMoreSplits
-from .migration import handover_sources
-from .split_handover import discovery_interval
+from ...plan.job_graph import JobGraph, TaskId
+from ...state.keygroups import RoutingTable
+from ...state.manifest import Manifest
+from ...state.snapshot_files import decode_operator_state
+from ...state.storage import CheckpointStorage
+from ..migration import handover_sources
+from ..split_handover import discovery_interval
+from ..wire.messages import AdoptSplits, NoMoreSplits
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ run while any of its output channels is full (credit-style backpressure, dissert
 A task may overshoot by the output of one step, so one step never blocks half-way. A loop's
 back-edge is *elastic* (never full): otherwise a loop whose channels all fill would wait on
 itself; the loop head reads feedback first once it piles up (dissertation §6.4, cyclic flow control).
-A channel that crosses processes has the same interface (`runtime.network`).
+A channel that crosses processes has the same interface (`runtime.wire.network`).
 
 An unaligned barrier is a *priority* element: a channel counts the ones it holds, so that its
 consumer can take one out of the queue ahead of the data before it (`take_priority_barrier`)

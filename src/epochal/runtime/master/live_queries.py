@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import EpochalError, NoCheckpointError
-from ..plan.job_graph import JobGraph, TaskId
-from ..state.keygroups import RoutingTable, key_group_of, subtask_of_key_group
+from ...errors import EpochalError, NoCheckpointError
+from ...plan.job_graph import JobGraph, TaskId
+from ...state.keygroups import RoutingTable, key_group_of, subtask_of_key_group
+from ..wire.messages import QueryState, StateAnswer
 from .control import Command, LiveQuery
-from .messages import QueryState, StateAnswer
 
 
 def owner_of(job: JobGraph, operator: str, key: Any, routing: RoutingTable | None = None) -> TaskId:

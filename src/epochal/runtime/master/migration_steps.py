@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..state.manifest import Manifest
+from ...state.manifest import Manifest
 
 
 def group_bytes(manifest: Manifest, parallelism: int) -> dict[int, int]:

@@ -12,14 +12,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import CheckpointError
-from ..plan.job_graph import JobGraph, TaskId
-from ..state.storage import CheckpointStorage
-from .clock import Clock
-from .coordinator import AbortedCheckpoint, AbortReason, AckResult, CheckpointCoordinator, CompletedCheckpoint
-from .enumerator import SplitEnumerators
-from .loops import LoopTermination
-from .messages import (
+from ...errors import CheckpointError
+from ...plan.job_graph import JobGraph, TaskId
+from ...state.storage import CheckpointStorage
+from ..clock import Clock
+from ..loops import LoopTermination
+from ..wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,
@@ -29,6 +27,8 @@ from .messages import (
     StateAnswer,
     TaskFinished,
 )
+from .coordinator import AbortedCheckpoint, AbortReason, AckResult, CheckpointCoordinator, CompletedCheckpoint
+from .enumerator import SplitEnumerators
 
 log = logging.getLogger(__name__)
 

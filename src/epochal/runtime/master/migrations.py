@@ -8,7 +8,7 @@ from its backup before rerouting), then triggers the rerouting checkpoint, hands
 part of it to the new owners as soon as it is durable (they read only what was written since the
 read-ahead), and starts the next step once they all took over and the checkpoint completed.
 Only one migration runs at a time, and none survives its attempt. A step that changes the
-active subtasks also hands source splits over (`runtime.split_handovers`).
+active subtasks also hands source splits over (`runtime.master.split_handovers`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import EpochalError
-from ..plan.job_graph import JobGraph, TaskId
-from ..state.keygroups import RoutingTable
-from ..state.manifest import Manifest
+from ...errors import EpochalError
+from ...plan.job_graph import JobGraph, TaskId
+from ...state.keygroups import RoutingTable
+from ...state.manifest import Manifest
+from ..migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
+from ..wire.messages import AcknowledgeCheckpoint, AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from .control import Command, JobControl, MoveRequest
 from .coordinator import CheckpointCoordinator, CompletedCheckpoint
-from .messages import AcknowledgeCheckpoint, AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
-from .migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
 from .migration_steps import group_bytes, plan_steps
 from .split_handovers import SplitHandovers
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..plan.specs import Partitioning, PartitionKind
-from .batches import batch_len, to_records
-from .elements import Batch
-from .key_index import KeyIndex
-from .keys import encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
+from ...plan.specs import Partitioning, PartitionKind
+from ..key_index import KeyIndex
+from ..keys import encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
+from ..wire.batches import batch_len, to_records
+from ..wire.elements import Batch
 
 # A partitioner's key index only routes; past this many keys it starts afresh (bounded memory).
 _INDEX_LIMIT = 1 << 20

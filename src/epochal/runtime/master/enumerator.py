@@ -21,7 +21,7 @@ and the log's entries with it. A restore re-sends the whole log to the new attem
 the restored positions say where each split resumes; a split found after the checkpoint was
 triggered has none and is read from its start, since nothing it produced was committed.
 
-The enumerator also tells the sources that wait for `NoMoreSplits` (`runtime.split_handovers`)
+The enumerator also tells the sources that wait for `NoMoreSplits` (`runtime.master.split_handovers`)
 but whose splits cannot move in this job that none will come, first thing in an attempt.
 
 The log is checkpointed incrementally: each complete checkpoint adds one segment file with the
@@ -37,16 +37,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CorruptCheckpointError
-from ..plan.job_graph import JobGraph, TaskId
-from ..plan.specs import SourceSpec
-from ..state.manifest import FileHandle, Manifest, SplitLogState
-from ..state.savepoints import storage_for
-from ..state.snapshot_files import decode_operator_state, encode_operator_state
-from ..state.storage import CheckpointStorage
-from .messages import AssignSplits, NoMoreSplits
-from .migration import handover_sources, routing_for
-from .split_handover import discovery_interval, may_gain_splits
+from ...errors import CorruptCheckpointError
+from ...plan.job_graph import JobGraph, TaskId
+from ...plan.specs import SourceSpec
+from ...state.manifest import FileHandle, Manifest, SplitLogState
+from ...state.savepoints import storage_for
+from ...state.snapshot_files import decode_operator_state, encode_operator_state
+from ...state.storage import CheckpointStorage
+from ..migration import handover_sources, routing_for
+from ..split_handover import discovery_interval, may_gain_splits
+from ..wire.messages import AssignSplits, NoMoreSplits
 
 __all__ = ["SplitLog", "SplitEnumerators", "discovering_sources", "discovery_interval"]
 

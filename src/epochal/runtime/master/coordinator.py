@@ -25,17 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..config import CheckpointConfig
-from ..errors import CheckpointError
-from ..plan.job_graph import JobGraph, TaskId
-from ..state.keygroups import RoutingTable
-from ..state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
-from ..state.storage import CheckpointStorage
-from .clock import Clock
-from .elements import Alignment
-from .enumerator import SplitEnumerators
-from .in_flight import in_flight_uid
-from .messages import (
+from ...config import CheckpointConfig
+from ...errors import CheckpointError
+from ...plan.job_graph import JobGraph, TaskId
+from ...state.keygroups import RoutingTable
+from ...state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
+from ...state.storage import CheckpointStorage
+from ..clock import Clock
+from ..in_flight import in_flight_uid
+from ..wire.elements import Alignment
+from ..wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,
@@ -43,6 +42,7 @@ from .messages import (
     NotifyCheckpointComplete,
     TriggerCheckpoint,
 )
+from .enumerator import SplitEnumerators
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class CheckpointCoordinator:
         on_failure: the failure manager, told once when more consecutive checkpoints failed than
             tolerated; the coordinator triggers nothing after that.
         enumerators: the split logs of sources that find splits as they run; the coordinator
-            ticks them, and checkpoints them with every checkpoint (`runtime.enumerator`).
+            ticks them, and checkpoints them with every checkpoint (`runtime.master.enumerator`).
     """
 
     def __init__(

@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
-from ..state.keygroups import RoutingTable
+from ...state.keygroups import RoutingTable
 
 # A batch is a list of Python records, or an Arrow record batch on the columnar path.
 Batch: TypeAlias = list[Any] | pa.RecordBatch

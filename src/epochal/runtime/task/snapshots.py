@@ -18,14 +18,14 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CheckpointError
-from ..plan.job_graph import TaskId
-from ..state.contract import KeyedSnapshot
-from ..state.keygroups import KeyGroupRange, KeyGroups
-from ..state.manifest import FileHandle, Manifest, SubtaskState
-from ..state.savepoints import storage_for
-from ..state.sections import GroupCopies, KeyedGroups, SectionCopy, Sections, apply_sections
-from ..state.snapshot_files import (
+from ...errors import CheckpointError
+from ...plan.job_graph import TaskId
+from ...state.contract import KeyedSnapshot
+from ...state.keygroups import KeyGroupRange, KeyGroups
+from ...state.manifest import FileHandle, Manifest, SubtaskState
+from ...state.savepoints import storage_for
+from ...state.sections import GroupCopies, KeyedGroups, SectionCopy, Sections, apply_sections
+from ...state.snapshot_files import (
     KeyedFile,
     decode_keyed_file,
     decode_operator_state,
@@ -33,11 +33,11 @@ from ..state.snapshot_files import (
     encode_sections,
     iter_keyed_file,
 )
-from ..state.storage import CheckpointStorage
-from .fault_points import fault_point
-from .in_flight import IN_FLIGHT
-from .messages import OperatorSubtaskState
-from .operators import OperatorSnapshot
+from ...state.storage import CheckpointStorage
+from ..fault_points import fault_point
+from ..in_flight import IN_FLIGHT
+from ..operators import OperatorSnapshot
+from ..wire.messages import OperatorSubtaskState
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EpochalError, NoCheckpointError
-from ..state.reader import lookup, open_checkpoint
-from .metrics import JobMetrics
-from .windowing.table_state import committed_windows
+from ...errors import EpochalError, NoCheckpointError
+from ...state.reader import lookup, open_checkpoint
+from ..metrics import JobMetrics
+from ..windowing.table_state import committed_windows
 
 if TYPE_CHECKING:
-    from ..plan.job_graph import JobGraph
+    from ...plan.job_graph import JobGraph
 
 
 class Command:
@@ -59,7 +59,7 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class LiveQuery:
-    """What a `"query"` command asks: `operator`'s live state of `key` (`runtime.state_queries`)."""
+    """What a `"query"` command asks: `operator`'s live state of `key` (`runtime.master.live_queries`)."""
 
     operator: str
     key: Any
@@ -69,7 +69,7 @@ class LiveQuery:
 class MoveRequest:
     """What a `"move"` command asks: key groups to new subtasks (`runtime.migration`), in steps of
     at most `batch` groups, or when None of about `StateConfig.migration_step_bytes` of state each
-    (`runtime.migration_steps`: Megaphone's batched migration, each step holds back less input)."""
+    (`runtime.master.migration_steps`: Megaphone's batched migration, each step holds back less input)."""
 
     moves: tuple[tuple[int, int], ...]
     batch: int | None = None
@@ -213,7 +213,7 @@ class JobControl:
         """The live state of `key` in operator uid `operator`, by state name, as the subtask that
         owns the key holds it now (read-uncommitted: it may include records of an epoch that a
         failure would roll back); `{}` if the key has none. Answered between two of that task's
-        batches, through the job master (`runtime.state_queries`).
+        batches, through the job master (`runtime.master.live_queries`).
 
         Raises:
             NoCheckpointError: no operator with that uid.

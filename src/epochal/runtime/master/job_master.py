@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from ..errors import (
+from ...errors import (
     CheckpointError,
     CorruptCheckpointError,
     EpochalError,
@@ -41,25 +41,25 @@ from ..errors import (
     NoCheckpointError,
     RecordError,
 )
-from ..plan.job_graph import JobGraph, TaskId
-from ..state.keygroups import RoutingTable
-from ..state.manifest import Manifest
-from ..state.savepoints import create_savepoint
-from ..state.storage import CheckpointStorage
+from ...plan.job_graph import JobGraph, TaskId
+from ...state.keygroups import RoutingTable
+from ...state.manifest import Manifest
+from ...state.savepoints import create_savepoint
+from ...state.storage import CheckpointStorage
+from ..clock import Clock
+from ..in_flight import check_in_flight
+from ..metrics import MetricsCollector, TaskMetrics
+from ..migration import routing_for
+from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
+from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .attempt import Attempt
-from .clock import Clock
 from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
-from .in_flight import check_in_flight
-from .messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
-from .metrics import MetricsCollector, TaskMetrics
-from .migration import routing_for
+from .live_queries import LiveQueries
 from .migrations import Migrations
 from .recovery import recovery_plan
-from .result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
-from .state_queries import LiveQueries
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class JobMaster:
 
     def recover_on_holders(self, lost: set[int], holders_of: Callable[[int], list[int]]) -> RoutingTable | None:
         """After `on_failure`: restore the key groups of the `lost` subtasks on the peers holding
-        their backups (`runtime.recovery`); the table the next attempt starts with, or None."""
+        their backups (`runtime.master.recovery`); the table the next attempt starts with, or None."""
         plan = recovery_plan(self.job, self.restore_from, lost, holders_of)
         if plan is None or self.restore_from is None:
             return None

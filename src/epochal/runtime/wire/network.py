@@ -195,7 +195,7 @@ class RemoteOutputChannel:
         elastic: bool = False,
     ) -> None:
         self.link = link
-        self.elastic = elastic  # a loop's back-edge: never held back (see runtime.channel)
+        self.elastic = elastic  # a loop's back-edge: never held back (see runtime.wire.channel)
         self.wire_id = wire_id
         self.attempt = attempt
         self.credits = capacity
@@ -259,7 +259,7 @@ class RemoteInputChannel:
         self._queue: deque[Element] = deque()
         self._consumed = 0
         self._threshold = max(1, capacity // 2)
-        self.priority = 0  # unaligned barriers queued (see `runtime.channel`)
+        self.priority = 0  # unaligned barriers queued (see `runtime.wire.channel`)
 
     def deliver(self, kind: int, payload: bytes) -> None:
         if kind == DATA_ARROW:

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from ..config import StateConfig
-from ..plan.job_graph import TaskId
-from ..state.keygroups import KeyGroups
-from ..state.manifest import TaskCheckpointStats
-from ..state.storage import CheckpointStorage
-from .messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
-from .operators import OperatorSnapshot, RuntimeOperator
+from ...config import StateConfig
+from ...plan.job_graph import TaskId
+from ...state.keygroups import KeyGroups
+from ...state.manifest import TaskCheckpointStats
+from ...state.storage import CheckpointStorage
+from ..operators import OperatorSnapshot, RuntimeOperator
+from ..wire.messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
 from .snapshots import serialise_small_snapshots, write_task_snapshot
 
 log = logging.getLogger(__name__)

@@ -11,14 +11,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..plan.job_graph import JobGraph, TaskId
-from ..plan.specs import PartitionKind
-from ..state.manifest import Manifest
-from ..state.storage import CheckpointStorage
-from .channel import LocalChannel
-from .clock import Clock
+from ...plan.job_graph import JobGraph, TaskId
+from ...plan.specs import PartitionKind
+from ...state.manifest import Manifest
+from ...state.storage import CheckpointStorage
+from ..clock import Clock
+from ..migration import routing_for
+from ..wire.channel import LocalChannel
 from .input_gate import InputChannel
-from .migration import routing_for
 from .output_gate import OutputChannel, OutputGate
 from .partition import Partitioner
 from .task import Task, TaskSetup

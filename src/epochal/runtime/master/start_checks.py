@@ -24,11 +24,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import CheckpointError, EpochalError, NoCheckpointError
-from ..plan.job_graph import JobGraph
-from ..plan.specs import SinkSpec, SourceSpec
-from ..state.manifest import Manifest
-from ..state.storage import CheckpointStorage
+from ...errors import CheckpointError, EpochalError, NoCheckpointError
+from ...plan.job_graph import JobGraph
+from ...plan.specs import SinkSpec, SourceSpec
+from ...state.manifest import Manifest
+from ...state.storage import CheckpointStorage
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from ..plan.job_graph import JobGraph
-from ..state.keygroups import RoutingTable
-from ..state.manifest import Manifest
-from .migration import current_table, keyed_parallelism, refusal, routing_for
+from ...plan.job_graph import JobGraph
+from ...state.keygroups import RoutingTable
+from ...state.manifest import Manifest
+from ..migration import current_table, keyed_parallelism, refusal, routing_for
 
 
 @dataclass(frozen=True, slots=True)

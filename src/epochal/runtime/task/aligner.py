@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .elements import Alignment, Barrier
+from ..wire.elements import Alignment, Barrier
 
 
 class AlignStep(Enum):

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from ..wire.elements import Barrier, Element
 from .aligner import AlignStep, BarrierAligner
-from .elements import Barrier, Element
 
 # Arrow batches queued on one channel are joined up to this many rows (`InputGate._join_arrow`).
 # Rows are cheap in columnar operators; the cap bounds the copy and the batch's memory.

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..plan.job_graph import TaskId
-from ..state.keygroups import RoutingTable
-from ..state.manifest import Manifest, SubtaskState, TaskCheckpointStats
+from ...plan.job_graph import TaskId
+from ...state.keygroups import RoutingTable
+from ...state.manifest import Manifest, SubtaskState, TaskCheckpointStats
 from .elements import Alignment
 
 
@@ -61,7 +61,7 @@ class QueryState:
 
 @dataclass(frozen=True, slots=True)
 class AssignSplits:
-    """Read these splits too: the enumerator of source `uid` found them (`runtime.enumerator`)."""
+    """Read these splits too: the enumerator of source `uid` found them (`runtime.master.enumerator`)."""
 
     uid: str
     splits: tuple[Any, ...]
@@ -192,6 +192,6 @@ class AdoptSplits:
 @dataclass(frozen=True, slots=True)
 class NoMoreSplits:
     """No split will be handed to this source task any more: it ends once its own are read
-    (`runtime.split_handovers`; Flink's NoMoreSplitsEvent)."""
+    (`runtime.master.split_handovers`; Flink's NoMoreSplitsEvent)."""
 
     uid: str

@@ -32,20 +32,31 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ..config import StateConfig
-from ..plan.job_graph import JobVertex, TaskId
-from ..state.keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_range
-from ..state.manifest import Manifest
-from ..state.storage import CheckpointStorage
-from .aligner import AlignStep
-from .batches import batch_len
-from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
-from .clock import Clock
-from .elements import END_OF_INPUT, Barrier, Batch, Element, EndOfInput, LoopProbe, Watermark, is_batch
-from .in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_uid, read_in_flight
-from .input_gate import InputChannel, InputGate
-from .loops import LoopProbes
-from .messages import (
+from ...config import StateConfig
+from ...plan.job_graph import JobVertex, TaskId
+from ...state.keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_range
+from ...state.manifest import Manifest
+from ...state.storage import CheckpointStorage
+from ..clock import Clock
+from ..in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_uid, read_in_flight
+from ..loops import LoopProbes
+from ..metrics import TaskMetrics
+from ..migration import KeyGroupOwner
+from ..operators import (
+    IterationHeadOperator,
+    KeyedOperator,
+    LoopLog,
+    OperatorContext,
+    OperatorSnapshot,
+    RuntimeOperator,
+    SourceOperator,
+    create_operator,
+)
+from ..split_handover import may_gain_splits, readers
+from ..watermarks import END_OF_TIME, NO_WATERMARK, InputWatermarks, WatermarkAdvance
+from ..wire.batches import batch_len
+from ..wire.elements import END_OF_INPUT, Barrier, Batch, Element, EndOfInput, LoopProbe, Watermark, is_batch
+from ..wire.messages import (
     AdoptKeyGroups,
     AdoptSplits,
     AssignSplits,
@@ -64,22 +75,11 @@ from .messages import (
     TaskFinished,
     TriggerCheckpoint,
 )
-from .metrics import TaskMetrics
-from .migration import KeyGroupOwner
-from .operators import (
-    IterationHeadOperator,
-    KeyedOperator,
-    LoopLog,
-    OperatorContext,
-    OperatorSnapshot,
-    RuntimeOperator,
-    SourceOperator,
-    create_operator,
-)
+from .aligner import AlignStep
+from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
+from .input_gate import InputChannel, InputGate
 from .output_gate import OutputGate
 from .snapshots import read_operator_restore
-from .split_handover import may_gain_splits, readers
-from .watermarks import END_OF_TIME, NO_WATERMARK, InputWatermarks, WatermarkAdvance
 
 log = logging.getLogger(__name__)
 
