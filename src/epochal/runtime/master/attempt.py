@@ -16,7 +16,6 @@ from ...errors import CheckpointError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.storage import CheckpointStorage
 from ..clock import Clock
-from ..loops import LoopTermination
 from ..wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -29,6 +28,7 @@ from ..wire.messages import (
 )
 from .coordinator import AbortedCheckpoint, AbortReason, AckResult, CheckpointCoordinator, CompletedCheckpoint
 from .enumerator import SplitEnumerators
+from .loop_termination import LoopTermination
 
 log = logging.getLogger(__name__)
 

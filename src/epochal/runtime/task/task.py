@@ -37,11 +37,9 @@ from ...plan.job_graph import JobVertex, TaskId
 from ...state.keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_range
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
+from ..channel_state import InFlight, in_flight_uid
 from ..clock import Clock
-from ..in_flight import InFlight, PendingSnapshot, PendingSnapshots, in_flight_uid, read_in_flight
-from ..loops import LoopProbes
 from ..metrics import TaskMetrics
-from ..migration import KeyGroupOwner
 from ..operators import (
     IterationHeadOperator,
     KeyedOperator,
@@ -52,7 +50,7 @@ from ..operators import (
     SourceOperator,
     create_operator,
 )
-from ..split_handover import may_gain_splits, readers
+from ..splits import may_gain_splits, readers
 from ..watermarks import END_OF_TIME, NO_WATERMARK, InputWatermarks, WatermarkAdvance
 from ..wire.batches import batch_len
 from ..wire.elements import END_OF_INPUT, Barrier, Batch, Element, EndOfInput, LoopProbe, Watermark, is_batch
@@ -77,7 +75,10 @@ from ..wire.messages import (
 )
 from .aligner import AlignStep
 from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
+from .in_flight import PendingSnapshot, PendingSnapshots, read_in_flight
 from .input_gate import InputChannel, InputGate
+from .key_group_owner import KeyGroupOwner
+from .loop_probes import LoopProbes
 from .output_gate import OutputGate
 from .snapshots import read_operator_restore
 
@@ -595,7 +596,7 @@ class Task:
                 message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute
             ))
 
-    # -- live migration (`runtime.migration`) ----------------------------------------------------
+    # -- live migration (`runtime.master.migrations`) ----------------------------------------------------
     def _prepare(self, message: PrepareKeyGroups) -> None:
         """Read ahead, off the processing path, the key groups about to move here (pre-copy)."""
         checkpoint_id = message.manifest.checkpoint_id

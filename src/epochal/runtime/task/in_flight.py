@@ -28,30 +28,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError
-from ..plan.job_graph import JobGraph, JobVertex
-from ..state.manifest import Manifest, OperatorState
-from ..state.savepoints import storage_for
-from ..state.snapshot_files import decode_operator_state
-from ..state.storage import CheckpointStorage
-from .wire.elements import Element
+from ...errors import CheckpointError
+from ...plan.job_graph import JobVertex
+from ...state.manifest import Manifest
+from ...state.savepoints import storage_for
+from ...state.snapshot_files import decode_operator_state
+from ...state.storage import CheckpointStorage
+from ..channel_state import InFlight, in_flight_uid, taken_elsewhere
+from ..wire.elements import Element
 
 if TYPE_CHECKING:
-    from .task.checkpointer import Snapshots
-
-IN_FLIGHT = "#in-flight"  # the suffix of the uid under which a vertex's in-flight logs are stored
-
-
-def in_flight_uid(vertex: JobVertex) -> str:
-    """The uid under which the manifest holds the in-flight logs of `vertex`'s subtasks."""
-    return vertex.chain[0].uid + IN_FLIGHT
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One subtask's in-flight log of an unaligned checkpoint: (input, element) in arrival order."""
-
-    elements: tuple[tuple[int, Element], ...]
+    from .checkpointer import Snapshots
 
 
 @dataclass(slots=True)
@@ -103,23 +90,6 @@ class PendingSnapshots:
         return [p for p in done if p is not None]
 
 
-def _taken_elsewhere(op: OperatorState, vertex: JobVertex) -> bool:
-    """`op` holds in-flight data of `vertex` logged at another parallelism."""
-    return op.parallelism != vertex.parallelism and any(st.operator is not None for st in op.subtasks)
-
-
-def check_in_flight(manifest: Manifest, job: JobGraph) -> None:
-    """Refuse to restore in-flight logs at another parallelism than they were taken at."""
-    for vertex in job.vertices:
-        op = manifest.operator(in_flight_uid(vertex))
-        if op is not None and _taken_elsewhere(op, vertex):
-            raise CheckpointError(
-                f"checkpoint {manifest.checkpoint_id} is unaligned: it holds data in flight to "
-                f"{vertex.name!r} at parallelism {op.parallelism}, which cannot be restored at "
-                f"parallelism {vertex.parallelism}; rescale from a savepoint or an aligned checkpoint"
-            )
-
-
 def read_in_flight(
     storage: CheckpointStorage | None, manifest: Manifest, vertex: JobVertex, subtask: int
 ) -> list[tuple[int, Element]]:
@@ -127,7 +97,7 @@ def read_in_flight(
     op = manifest.operator(in_flight_uid(vertex))
     if op is None:
         return []
-    if _taken_elsewhere(op, vertex):
+    if taken_elsewhere(op, vertex):
         raise CheckpointError(  # the job master refuses this before any task starts (`check_in_flight`)
             f"{vertex.name}: checkpoint {manifest.checkpoint_id} holds data in flight at parallelism "
             f"{op.parallelism}, not {vertex.parallelism}"
