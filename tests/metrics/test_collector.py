@@ -11,7 +11,7 @@ import pytest
 from epochal import StreamEnvironment
 from epochal.errors import RecordError
 from epochal.plan.job_graph import TaskId
-from epochal.runtime.master.coordinator import AbortedCheckpoint, AbortReason
+from epochal.runtime.checkpoints import AbortedCheckpoint, AbortReason
 from epochal.runtime.master.metrics_collector import MetricsCollector
 from epochal.runtime.metrics import CheckpointStatus, TaskMetrics
 from epochal.runtime.wire.messages import OperatorMetrics

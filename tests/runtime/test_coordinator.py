@@ -15,14 +15,9 @@ import epochal
 from epochal.config import CheckpointConfig
 from epochal.errors import CheckpointError
 from epochal.plan.job_graph import JobGraph, TaskId
+from epochal.runtime.checkpoints import AbortReason, CompletedCheckpoint
 from epochal.runtime.clock import VirtualClock
-from epochal.runtime.master.coordinator import (
-    AbortReason,
-    AckResult,
-    CheckpointCoordinator,
-    CompletedCheckpoint,
-    PendingCheckpoint,
-)
+from epochal.runtime.master.coordinator import AckResult, CheckpointCoordinator, PendingCheckpoint
 from epochal.runtime.wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,

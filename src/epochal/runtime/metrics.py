@@ -31,7 +31,7 @@ from typing import Any
 
 from ..plan.job_graph import TaskId
 from ..state.manifest import Manifest
-from .master.coordinator import AbortedCheckpoint
+from .checkpoints import AbortedCheckpoint
 from .wire.messages import OperatorMetrics
 
 

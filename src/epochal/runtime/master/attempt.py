@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ...errors import CheckpointError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.storage import CheckpointStorage
+from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..clock import Clock
 from ..wire.messages import (
     AcknowledgeCheckpoint,
@@ -26,7 +27,7 @@ from ..wire.messages import (
     StateAnswer,
     TaskFinished,
 )
-from .coordinator import AbortedCheckpoint, AbortReason, AckResult, CheckpointCoordinator, CompletedCheckpoint
+from .coordinator import AckResult, CheckpointCoordinator
 from .enumerator import SplitEnumerators
 from .loop_termination import LoopTermination
 

@@ -32,6 +32,7 @@ from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
 from ...state.storage import CheckpointStorage
 from ..channel_state import in_flight_uid
+from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..clock import Clock
 from ..wire.elements import Alignment
 from ..wire.messages import (
@@ -55,29 +56,6 @@ class AckResult(Enum):
     UNKNOWN_TASK = "unknown_task"
     LATE = "late"  # the checkpoint already completed or was aborted
     UNKNOWN_CHECKPOINT = "unknown_checkpoint"
-
-
-class AbortReason(Enum):
-    EXPIRED = "expired"
-    DECLINED = "declined"
-    TASK_FAILED = "task_failed"
-    STORAGE_FAILED = "storage_failed"
-    COORDINATOR_STOPPED = "coordinator_stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class CompletedCheckpoint:
-    """A checkpoint every task prepared and whose manifest is written (if it has storage)."""
-
-    checkpoint_id: int
-    manifest: Manifest
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedCheckpoint:
-    checkpoint_id: int
-    reason: AbortReason
-    detail: str = ""
 
 
 @dataclass(slots=True)

@@ -47,6 +47,7 @@ from ...state.manifest import Manifest
 from ...state.savepoints import create_savepoint
 from ...state.storage import CheckpointStorage
 from ..channel_state import check_in_flight
+from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
 from ..clock import Clock
 from ..metrics import TaskMetrics
 from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
@@ -54,7 +55,6 @@ from ..routing import routing_for
 from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .attempt import Attempt
 from .control import Command, JobControl, JobState, MoveRequest, Rescale
-from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .live_queries import LiveQueries
 from .metrics_collector import MetricsCollector

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ...plan.job_graph import JobGraph, TaskId
 from ...plan.specs import SinkSpec, SourceSpec
 from ...state.manifest import Manifest
+from ..checkpoints import AbortedCheckpoint
 from ..metrics import (
     CheckpointRecord,
     GraphEdge,
@@ -30,7 +31,6 @@ from ..metrics import (
     TaskStats,
 )
 from ..wire.messages import OperatorMetrics
-from .coordinator import AbortedCheckpoint
 
 HISTORY = 100  # checkpoints and restarts kept for the dashboard (counts go on past it)
 SERIES = 600  # points of the throughput and lag series (five minutes at two a second)

@@ -58,10 +58,11 @@ from ...errors import EpochalError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
+from ..checkpoints import CompletedCheckpoint
 from ..routing import balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
 from ..wire.messages import AcknowledgeCheckpoint, AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
 from .control import Command, JobControl, MoveRequest
-from .coordinator import CheckpointCoordinator, CompletedCheckpoint
+from .coordinator import CheckpointCoordinator
 from .migration_steps import group_bytes, plan_steps
 from .split_handovers import SplitHandovers
 
