@@ -177,4 +177,4 @@ def test_at_least_once_barriers_block_no_input(
     counter.step()  # the barrier
     assert not counter.gate.aligner.is_blocked(0)
     counter.step()
-    assert counter.records_in[0] == 2  # read behind the barrier before input 1 delivered it
+    assert counter.chain.records_in[0] == 2  # read behind the barrier before input 1 delivered it

@@ -11,19 +11,19 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...state.keygroups import KeyGroups, RoutingTable, key_group_set
+from ...plan.job_graph import TaskId
+from ...state.keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_set
 from ...state.manifest import Manifest
 from ...state.sections import GroupCopies, KeyedGroups
 from ...state.storage import CheckpointStorage
 from ..fault_points import fault_point
 from ..gc_tuning import freeze_long_lived
-from ..operators import KeyedOperator, RuntimeOperator
-from .snapshots import PreparedGroups, prepare_groups, read_groups
-
-if TYPE_CHECKING:  # the job master's command; control imports the coordinator, which imports this
-    pass
+from ..operators import KeyedOperator, RuntimeOperator, SourceOperator
+from ..wire.messages import KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
+from .checkpointer import BackgroundRunner
+from .snapshots import PreparedGroups, prepare_groups, read_groups, read_operator_restore
 
 log = logging.getLogger(__name__)
 
@@ -94,25 +94,45 @@ def handover(current: KeyGroups, table: RoutingTable, subtask: int) -> Handover:
 
 
 class KeyGroupOwner:
-    """A task's key groups and those on their way to it: the task's side of a migration.
+    """What a task owns, key groups and source splits, and what is on its way to it.
 
     Args:
         key_groups: what the task owns at start.
         chain: the task's operators; keyed ones change what they hold (`reassign`).
-        subtask: the task's subtask index.
+        task_id: the task, named in what it sends the job master.
+        name: the task's name, for logs.
         keyed_parallelism: the vertex's parallelism if records reach it by key group, else None
             (its key groups never move).
+        storage: where the checkpoints that hand groups over are.
+        max_parallelism: the job's key-group count.
+        send: to the job master.
     """
 
-    def __init__(self, key_groups: KeyGroups, chain: Sequence[RuntimeOperator], subtask: int,
-                 keyed_parallelism: int | None) -> None:
+    def __init__(self, key_groups: KeyGroups, chain: Sequence[RuntimeOperator], task_id: TaskId, name: str,
+                 keyed_parallelism: int | None, storage: CheckpointStorage | None, max_parallelism: int,
+                 send: Callable[[Any], None]) -> None:
         self.key_groups = key_groups
         self.chain = chain
-        self.subtask = subtask
+        self.task_id = task_id
+        self.name = name
+        self.subtask = task_id.subtask
         self.keyed_parallelism = keyed_parallelism
+        self.storage = storage
+        self.max_parallelism = max_parallelism
+        self.send = send
         self.pending: PendingAdoption | None = None  # groups moving here: the task takes no input
         self.prepared: PreparedGroups | None = None  # groups read ahead of their move (pre-copy)
         self.early: Manifest | None = None  # the old owners' part of a rerouting checkpoint not reached yet
+
+    def prepare(self, message: PrepareKeyGroups, background: BackgroundRunner) -> None:
+        """Read ahead, off the processing path, the key groups about to move here (pre-copy)."""
+        checkpoint_id = message.manifest.checkpoint_id
+
+        def done(prepared: PreparedGroups | None) -> None:
+            self.prepared = prepared
+            self.send(KeyGroupsPrepared(self.task_id, checkpoint_id, prepared is not None))
+
+        background.read_ahead(self.preparation(message.manifest, message.table, self.storage), done)
 
     def preparation(self, manifest: Manifest, table: RoutingTable,
                     storage: CheckpointStorage | None) -> Callable[[], PreparedGroups | None]:
@@ -144,8 +164,7 @@ class KeyGroupOwner:
         if len(move.gained):
             self.pending = PendingAdoption(checkpoint_id, move.owned, move.gained)
 
-    def adopt(self, manifest: Manifest, storage: CheckpointStorage | None,
-              max_parallelism: int) -> PendingAdoption | None:
+    def adopt(self, manifest: Manifest) -> PendingAdoption | None:
         """The old owners' part of the rerouting checkpoint (`manifest`) is durable: read the
         groups that moved here from it and own them (step 5); the adoption done, or None if none
         waited for this checkpoint."""
@@ -155,12 +174,23 @@ class KeyGroupOwner:
                 self.early = manifest  # the old owners were quicker than its barrier here: kept until it
             return None
         prepared, self.prepared, self.early = self.prepared, None, None
-        gained = {op.uid: read_groups(storage, manifest, op.uid, pending.gained, prepared)
+        gained = {op.uid: read_groups(self.storage, manifest, op.uid, pending.gained, prepared)
                   for op in self.chain if isinstance(op, KeyedOperator)}
         fault_point("migration.adopting")  # tests: die with the moved groups read, not yet taken over
         self._own(pending.owned, gained)
         self.pending = None
+        log.info("%s: took over key groups %s at checkpoint %d", self.name, pending.gained, manifest.checkpoint_id)
+        self.send(KeyGroupsAdopted(self.task_id, manifest.checkpoint_id))
         return pending
+
+    def adopt_splits(self, source: SourceOperator, manifest: Manifest) -> None:
+        """Checkpoint `manifest` handed splits to `source`: their positions are in it (`runtime.splits`)."""
+        if source.awaits(manifest.checkpoint_id):
+            _, states = read_operator_restore(self.storage, manifest, source.uid, KeyGroupRange(0, 0),
+                                              self.max_parallelism)
+            gained = source.adopt(states)
+            log.info("%s: took over splits %s at checkpoint %d", self.name, [s.split_id for s in gained],
+                     manifest.checkpoint_id)
 
     def _own(self, owned: KeyGroups, gained: dict[str, tuple[KeyedGroups, GroupCopies]]) -> None:
         self.key_groups = owned

@@ -1,12 +1,16 @@
-"""A task's part in loop termination: start probe rounds round a loop, or forward them.
+"""A task's part in a loop: termination probes, and a loop head's snapshots of its back edges.
 
-The job master decides from the heads' verdicts (`master.loop_termination`, which says why no
-single head can).
+Termination: a head starts probe rounds round its loop, members forward them; the job master
+decides from the heads' verdicts (`master.loop_termination`, which says why no single head
+can). Snapshots: ABS §4.3, Algorithm 2 (the log itself: `in_flight.PendingSnapshots`).
 """
 
 from __future__ import annotations
 
-from ..wire.elements import LoopProbe
+from ..operators import IterationHeadOperator, LoopLog, OperatorSnapshot
+from ..wire.elements import Batch, LoopProbe
+from .checkpointer import Snapshots
+from .in_flight import PendingSnapshot, PendingSnapshots
 
 
 class LoopProbes:
@@ -57,3 +61,44 @@ class LoopProbes:
         active = any(arrivals) or self.active or not self.outside <= ended
         self.active = False
         return LoopProbe(probe.round, active)
+
+
+class TaskLoop:
+    """A task's part in a loop: its probes in loop termination and, at a loop head, the
+    snapshots that log the back edges until the barrier came round (ABS §4.3, Algorithm 2).
+
+    Args:
+        head: the loop head operator, if the task heads a loop.
+        back_edges: the head's inputs that close the loop.
+        loop_inputs: a loop member's inputs from inside the loop (back-edges included).
+        num_inputs: all of the task's inputs.
+    """
+
+    def __init__(self, head: IterationHeadOperator | None, back_edges: frozenset[int], loop_inputs: frozenset[int],
+                 num_inputs: int) -> None:
+        self.head = head
+        self.back_edges = back_edges
+        self.probes = LoopProbes(head is not None, back_edges, loop_inputs, num_inputs)
+        self.snapshots = PendingSnapshots()
+
+    def on_batch(self, idx: int, batch: Batch) -> None:
+        """The task processes `batch` from input `idx`: it was active, and feedback is logged."""
+        self.probes.active = True
+        if idx in self.back_edges:
+            self.snapshots.log(idx, batch)
+
+    def hold(self, checkpoint_id: int, ended: frozenset[int], snapshots: Snapshots, alignment_ms: float,
+             sync_ms: float) -> bool:
+        """A head fixed its state while back edges are open: it logs them until the barrier came
+        round, and writes then (Algorithm 2). False if the snapshot can be written now."""
+        open_back_edges = set(self.back_edges) - ended
+        if self.head is None or not open_back_edges:
+            return False
+        self.snapshots.hold(PendingSnapshot(checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms))
+        return True
+
+    @staticmethod
+    def written(pending: PendingSnapshot, head_uid: str) -> Snapshots:
+        """Every back edge returned the barrier: the head's state is its logged feedback."""
+        log_state = OperatorSnapshot(state=LoopLog(tuple(batch for _, batch in pending.log)))
+        return [(uid, log_state if uid == head_uid else snap) for uid, snap in pending.snapshots]
