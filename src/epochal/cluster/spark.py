@@ -56,7 +56,7 @@ from ..runtime.result import JobProgress, JobResult
 from ..runtime.wire.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
-from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import FromTask, Hello, JobMasterUnreachable, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
 from .stage_task import describe_failure, unreachable_in, worker_function
@@ -84,10 +84,6 @@ class _Launch:
 
 class WorkerLost(EpochalError):
     """A worker process died or its Spark stage failed; the job is relaunched."""
-
-
-class JobMasterUnreachable(EpochalError):
-    """The workers cannot connect back to the job master: relaunching would not help."""
 
 
 class SparkExecutor:
