@@ -21,7 +21,7 @@ from ...state.storage import CheckpointStorage
 from ..fault_points import fault_point
 from ..gc_tuning import freeze_long_lived
 from ..operators import KeyedOperator, RuntimeOperator, SourceOperator
-from ..wire.messages import KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
+from ..wire.messages import KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups, QueryState, StateAnswer
 from .checkpointer import BackgroundRunner
 from .snapshots import PreparedGroups, prepare_groups, read_groups, read_operator_restore
 
@@ -182,6 +182,21 @@ class KeyGroupOwner:
         log.info("%s: took over key groups %s at checkpoint %d", self.name, pending.gained, manifest.checkpoint_id)
         self.send(KeyGroupsAdopted(self.task_id, manifest.checkpoint_id))
         return pending
+
+    def query(self, query: QueryState) -> None:
+        """A live state query, between two batches: the state as this task's records left it,
+        answered once the key groups on their way here arrived (it may ask of one of them)."""
+        if self.pending is not None:
+            self.pending.queries.append(query)
+            return
+        op = next((op for op in self.chain if op.uid == query.uid), None)
+        if not isinstance(op, KeyedOperator):
+            self.send(StateAnswer(self.task_id, query.query, {}, f"operator uid {query.uid!r} has no keyed state"))
+            return
+        try:
+            self.send(StateAnswer(self.task_id, query.query, op.query(query.key)))
+        except Exception as exc:  # noqa: BLE001 - the answer says why; the task runs on
+            self.send(StateAnswer(self.task_id, query.query, {}, f"{type(exc).__name__}: {exc}"))
 
     def adopt_splits(self, source: SourceOperator, manifest: Manifest) -> None:
         """Checkpoint `manifest` handed splits to `source`: their positions are in it (`runtime.splits`)."""

@@ -7,10 +7,14 @@ can). Snapshots: ABS §4.3, Algorithm 2 (the log itself: `in_flight.PendingSnaps
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..operators import IterationHeadOperator, LoopLog, OperatorSnapshot
 from ..wire.elements import Batch, LoopProbe
+from .chain import OperatorChain
 from .checkpointer import Snapshots
 from .in_flight import PendingSnapshot, PendingSnapshots
+from .output_gate import OutputGate
 
 
 class LoopProbes:
@@ -72,14 +76,44 @@ class TaskLoop:
         back_edges: the head's inputs that close the loop.
         loop_inputs: a loop member's inputs from inside the loop (back-edges included).
         num_inputs: all of the task's inputs.
+        output: where probes go round the loop.
+        verdict: sends a head's verdict on a probe round to the job master: `(round, clean)`.
+        write: writes a head's snapshot once the barrier came round.
     """
 
     def __init__(self, head: IterationHeadOperator | None, back_edges: frozenset[int], loop_inputs: frozenset[int],
-                 num_inputs: int) -> None:
+                 num_inputs: int, output: OutputGate, verdict: Callable[[int, bool], None],
+                 write: Callable[[int, Snapshots, float, float], None]) -> None:
         self.head = head
         self.back_edges = back_edges
         self.probes = LoopProbes(head is not None, back_edges, loop_inputs, num_inputs)
         self.snapshots = PendingSnapshots()
+        self.output = output
+        self.verdict = verdict
+        self.write = write
+
+    def replay(self, chain: OperatorChain) -> None:
+        """Feed the restored loop log back into the loop before anything else (ABS §4.3)."""
+        if self.head is not None and self.head.replay:
+            batches, self.head.replay = self.head.replay, []
+            for batch in batches:
+                chain.process(batch)
+
+    def on_probe(self, probe: LoopProbe, ended: frozenset[int]) -> None:
+        outcome = self.probes.on_probe(probe, ended)
+        if isinstance(outcome, LoopProbe):
+            self.output.broadcast_loop(outcome)
+        elif outcome is not None:  # a head's verdict: the job master decides
+            self.verdict(*outcome)
+
+    def returned(self, channel: int, checkpoint_id: int) -> None:
+        """The barrier came back round on back edge `channel`."""
+        self._done(self.snapshots.arrived(channel, checkpoint_id))
+
+    def channel_ended(self, channel: int) -> None:
+        if channel in self.back_edges:
+            for pending in self.snapshots.channel_ended(channel):
+                self._done(pending)
 
     def on_batch(self, idx: int, batch: Batch) -> None:
         """The task processes `batch` from input `idx`: it was active, and feedback is logged."""
@@ -97,8 +131,11 @@ class TaskLoop:
         self.snapshots.hold(PendingSnapshot(checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms))
         return True
 
-    @staticmethod
-    def written(pending: PendingSnapshot, head_uid: str) -> Snapshots:
+    def _done(self, pending: PendingSnapshot | None) -> None:
         """Every back edge returned the barrier: the head's state is its logged feedback."""
+        if pending is None:
+            return
+        assert self.head is not None
         log_state = OperatorSnapshot(state=LoopLog(tuple(batch for _, batch in pending.log)))
-        return [(uid, log_state if uid == head_uid else snap) for uid, snap in pending.snapshots]
+        snapshots = [(uid, log_state if uid == self.head.uid else snap) for uid, snap in pending.snapshots]
+        self.write(pending.checkpoint_id, snapshots, pending.alignment_ms, pending.sync_ms)

@@ -5,18 +5,12 @@ control messages that arrived, fires due timers, and processes at most one eleme
 input (or one batch from its source). So a host can interleave many tasks on one event loop,
 and the in-process executor can interleave them from a seed and replay a run exactly.
 
-The task schedules and dispatches; the work lives in its parts, each a type of its own:
-- `InputGate` reads the inputs, joins batches and aligns barriers (ABS §4.2, Algorithm 1);
-- `OperatorChain` runs the operators, counts their records and carries event time through them;
-- `OutputGate` routes what the chain emits;
-- `SubtaskCheckpointer` fixes, writes and acknowledges the state; `UnalignedBarriers` takes
-  barriers ahead of the queued input and logs what they overtook (`in_flight`);
-- `LoopProbes` is its part in loop termination, and `PendingSnapshots` a loop head's snapshots
-  waiting for the barrier to come round (ABS §4.3, Algorithm 2);
-- `InputWatermarks` combines its inputs' event time;
-- `KeyGroupOwner` holds what it owns, and takes over the key groups and splits a live move hands it.
-What stays here is the order of things within a step, in one place: replayed input first, then
-control messages, then timers, then one element.
+The task schedules and dispatches; the work lives in its parts: `InputGate` (inputs, joined
+batches, barrier alignment: ABS §4.2, Algorithm 1), `SourceInput`, `OperatorChain` (operators,
+counters, event time), `OutputGate`, `SubtaskCheckpointer` and `UnalignedBarriers` (`in_flight`),
+`TaskLoop` (loop termination and a head's snapshots: ABS §4.3, Algorithm 2), `InputWatermarks`
+and `KeyGroupOwner` (what it owns, and what a live move hands it). What stays here is the order
+of things within a step: replayed input first, then control messages, timers, one element.
 """
 
 from __future__ import annotations
@@ -26,90 +20,48 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from ...config import StateConfig
-from ...plan.job_graph import JobVertex, TaskId
-from ...state.keygroups import KeyGroups, RoutingTable, key_group_range
+from ...state.keygroups import KeyGroups, key_group_range
 from ...state.manifest import Manifest
-from ...state.storage import CheckpointStorage
 from ..channel_state import in_flight_uid
-from ..clock import Clock
 from ..metrics import TaskMetrics
 from ..operators import (
     IterationHeadOperator,
-    KeyedOperator,
     OperatorContext,
     RuntimeOperator,
-    SourceOperator,
     create_operator,
 )
-from ..splits import may_gain_splits, readers
-from ..watermarks import END_OF_TIME, NO_WATERMARK, InputWatermarks, WatermarkAdvance
-from ..wire.batches import batch_len
+from ..splits import readers
+from ..watermarks import InputWatermarks
 from ..wire.elements import END_OF_INPUT, Barrier, Element, EndOfInput, LoopProbe, Watermark, is_batch
 from ..wire.messages import (
     AdoptKeyGroups,
-    AdoptSplits,
-    AssignSplits,
     EndLoop,
     InputsEnded,
     LoopRoundEnded,
-    NoMoreSplits,
     NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     OperatorMetrics,
     PrepareKeyGroups,
     QueryState,
-    StateAnswer,
     TaskFinished,
     TriggerCheckpoint,
 )
 from .aligner import AlignStep
 from .chain import OperatorChain
-from .checkpointer import BackgroundRunner, Snapshots, SubtaskCheckpointer
-from .in_flight import PendingSnapshot, UnalignedBarriers, read_in_flight
+from .checkpointer import Snapshots, SubtaskCheckpointer
+from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
 from .key_group_owner import KeyGroupOwner
 from .loop_probes import TaskLoop
 from .output_gate import OutputGate
+from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
+from .source_input import SourceInput
+from .step_times import StepTimes
 
 log = logging.getLogger(__name__)
-
-# Steps a host lets a runnable task take in a row before the next task's turn (`run_steps`).
-# One step each would move every batch on at once: queues would never hold more than one, and
-# the consumer would never get a backlog to join (`InputGate`). A few in a row let it, at a
-# latency of a few steps; the channel's capacity bounds the backlog either way.
-STEPS_IN_A_ROW = 4
-
-
-class TaskState(Enum):
-    RUNNING = "running"
-    DRAINING = "draining"  # a loop head whose input ended: it runs until its loop is empty
-    ENDED = "ended"  # inputs ended; waits for the final checkpoint to commit
-    FINISHED = "finished"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSetup:
-    """Everything a task needs besides its channels."""
-
-    task_id: TaskId
-    vertex: JobVertex
-    max_parallelism: int
-    batch_size: int
-    clock: Clock
-    storage: CheckpointStorage | None
-    restore_from: Manifest | None
-    send: Callable[[Any], None]  # to the job master
-    background: BackgroundRunner
-    state: StateConfig = StateConfig()  # the keyed-state backend and incremental checkpoints
-    unaligned: bool = False  # checkpoints overtake queued input (`CheckpointConfig(mode="unaligned")`)
-    routing: RoutingTable | None = None  # who owns which key group, if not contiguous ranges
-    keyed: bool = False  # records reach it by key group: a routing table places its keyed state
 
 
 class Task:
@@ -137,48 +89,37 @@ class Task:
             setup.storage, setup.max_parallelism, setup.send,
         )
         first = self.chain.first
-        self.source: SourceOperator | None = first if isinstance(first, SourceOperator) else None
-        if self.source is not None:  # a live rescale may hand it splits (`runtime.splits`)
-            self.source.hands_over = may_gain_splits(setup.vertex, setup.routing)
+        self.source = SourceInput.of(first, self.chain, setup.vertex, setup.routing)
         self.head: IterationHeadOperator | None = first if isinstance(first, IterationHeadOperator) else None
         self.gate = InputGate(
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
         )
         self.back_edges = back_edges
-        self.checkpointer = SubtaskCheckpointer(
-            self.id, self.name, self.key_groups, setup.storage, setup.background, self.chain.operators, setup.send,
-            setup.state,
-        )
+        self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
+                                                setup.background, self.chain.operators, setup.send, setup.state)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
-        self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs))
+        self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs), output,
+                             lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), self.write)
         self.unaligned = UnalignedBarriers(self.gate, self, in_flight_uid(setup.vertex))
         # only a task outside loops takes unaligned barriers ahead of its input (`in_flight`)
         self._overtakes = setup.unaligned and not back_edges and not loop_inputs
         self._replay: deque[tuple[int, Element]] = deque()  # restored in-flight data, first of all
-        # where the task's time goes (`run_steps`): two clock reads per run, none per record
-        self.busy_s = 0.0
-        self.backpressured_s = 0.0
-        self._opened_at = self._ran_until = time.perf_counter()
-        self._output_full = False  # the last run ended on a full output: the wait since is backpressure
+        self.times = StepTimes()  # where the task's time goes: two clock reads per step, none per record
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
-        self._halted_for: int | None = None  # a synchronous checkpoint this source waits for
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
-            QueryState: self._on_query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
+            QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, setup.background),
         }
         if self.source is not None:
-            source = self.source
-            self._handlers[AssignSplits] = lambda m: source.assign(m.splits, m.indices)
-            self._handlers[AdoptSplits] = lambda m: self.owner.adopt_splits(source, m.manifest)
-            self._handlers[NoMoreSplits] = lambda m: setattr(source, "no_more_splits", True)
+            self._handlers.update(self.source.handlers(self.owner))
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
         """Open every operator and restore its state from the checkpoint, if any."""
-        self._opened_at = self._ran_until = time.perf_counter()
+        self.times.open()
         setup = self.setup
         ctx = OperatorContext(
             self.id.subtask, setup.vertex.parallelism, setup.max_parallelism, self.key_groups, setup.clock,
@@ -227,7 +168,7 @@ class Task:
         if timer is not None and timer <= now:
             return True
         if self.source is not None:
-            return self._halted_for is None and self.source.ready(now)
+            return self.source.ready(now)
         return self.gate.readable() is not None
 
     def run_steps(self, limit: int = STEPS_IN_A_ROW, until: float = math.inf) -> int:
@@ -235,29 +176,20 @@ class Task:
         `time.perf_counter()` deadline: slow steps in a row would keep a worker from its sockets,
         where restarts and checkpoint triggers wait); returns how many steps were taken."""
         for taken in range(limit):
-            if not self.is_runnable() or (taken and self._ran_until >= until):
+            if not self.is_runnable() or (taken and self.times.ran_until >= until):
                 return taken
             self.step()
         return limit
 
     def step(self) -> None:
-        """Do one unit of work; exceptions propagate to the host, which fails the attempt.
-
-        Also where the task's time is measured, with a clock read at each end of the step (one
-        batch at most, never per record): the step is busy time; the wait since the previous
-        step is backpressure when that one left an output channel full, else idle time.
-        """
-        started = time.perf_counter()
-        if self._output_full:
-            self.backpressured_s += started - self._ran_until
+        """Do one unit of work, timed (`StepTimes`); exceptions propagate to the host, which
+        fails the attempt."""
+        started = self.times.started()
         self._step()
-        self._ran_until = ended = time.perf_counter()
-        self.busy_s += ended - started
-        self._output_full = not self.output.has_capacity()
+        self.times.ended(started, not self.output.has_capacity())
 
     def _step(self) -> None:
-        if self.head is not None and self.head.replay:
-            self._replay_loop_log()
+        self.loop.replay(self.chain)
         while self._replay:
             self._on_element(*self._replay.popleft())
         while self.inbox:
@@ -278,26 +210,12 @@ class Task:
         if timer is not None and timer <= now:
             self.chain.fire_timers(now)
         if self.source is not None:
-            if self._halted_for is None:
-                self._step_source()
+            if not self.source.step(self.setup.batch_size):
+                self._end_input()
         else:
             self._step_input()
 
     # -- data ------------------------------------------------------------------------------------
-    def _step_source(self) -> None:
-        assert self.source is not None
-        source = self.source
-        batch = source.poll(self.setup.batch_size)
-        if batch is None:
-            if source.watermarks is not None:
-                self.chain.advance_watermark(WatermarkAdvance(END_OF_TIME), 1)
-            self._end_input()
-            return
-        self.chain.records_out[0] += batch_len(batch)
-        self.chain.process(batch, 1)
-        if source.watermarks is not None and (advance := source.take_watermark()) is not None:
-            self.chain.advance_watermark(advance, 1)
-
     def _step_input(self) -> None:
         polled = self.gate.poll()
         if polled is None:
@@ -317,11 +235,11 @@ class Task:
             if step is AlignStep.SNAPSHOT:
                 self._checkpoint(element)
             elif step is AlignStep.LOOP_RETURN:
-                self._loop_snapshot_done(self.loop.snapshots.arrived(idx, element.checkpoint_id))
+                self.loop.returned(idx, element.checkpoint_id)
         elif type(element) is EndOfInput:
             self._on_end_of_input(idx)
         elif type(element) is LoopProbe:
-            self._on_probe(element)
+            self.loop.on_probe(element, self.gate.aligner.ended)
         elif type(element) is Watermark:
             advance = self.watermarks.on_watermark(idx, element.timestamp, element.idle)
             if advance is not None:
@@ -337,9 +255,7 @@ class Task:
         if aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
             assert aligner.completed is not None
             self._checkpoint(aligner.completed)
-        if idx in self.back_edges:
-            for pending in self.loop.snapshots.channel_ended(idx):
-                self._loop_snapshot_done(pending)
+        self.loop.channel_ended(idx)
         self.unaligned.channel_ended(idx)
         if aligner.all_ended:
             if self.state is not TaskState.ENDED:
@@ -356,32 +272,9 @@ class Task:
         self.setup.send(InputsEnded(self.id))
 
     # -- loops -----------------------------------------------------------------------------------
-    def _replay_loop_log(self) -> None:
-        """Feed the restored loop log back into the loop before anything else (ABS §4.3)."""
-        assert self.head is not None
-        batches, self.head.replay = self.head.replay, []
-        for batch in batches:
-            self.chain.process(batch)
-
-    def _on_probe(self, probe: LoopProbe) -> None:
-        outcome = self.loop.probes.on_probe(probe, self.gate.aligner.ended)
-        if isinstance(outcome, LoopProbe):
-            self.output.broadcast_loop(outcome)
-        elif outcome is not None:  # a head's verdict: the job master decides
-            probe_round, clean = outcome
-            self.setup.send(LoopRoundEnded(self.id, probe_round, clean))
-
     def _on_end_loop(self, _: EndLoop) -> None:
         if self.state is TaskState.DRAINING:
             self._end_input()  # every head saw a clean round: the loop is empty
-
-    def _loop_snapshot_done(self, pending: PendingSnapshot | None) -> None:
-        """Every back-edge returned the barrier: the head's state is its logged feedback."""
-        if pending is None:
-            return
-        assert self.head is not None
-        snapshots = self.loop.written(pending, self.head.uid)
-        self.write(pending.checkpoint_id, snapshots, pending.alignment_ms, pending.sync_ms)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def _decline_abandoned(self) -> None:
@@ -402,9 +295,8 @@ class Task:
     def _checkpoint(self, barrier: Barrier) -> None:
         """Fix state, forward the barrier, and write the snapshot in the background."""
         reroute = barrier.reroute
-        if (reroute is not None and self.source is not None and self.state is TaskState.RUNNING
-                and reroute.parallelism == self.setup.vertex.parallelism and self.source.gains(reroute.active)):
-            self.output.broadcast(Watermark(NO_WATERMARK))  # ahead of the barrier: splits come (`gains`)
+        if reroute is not None and self.source is not None and self.state is TaskState.RUNNING:
+            self.source.before_reroute(reroute, self.output)
         snapshots, alignment_ms, sync_ms = self.fix_state(barrier)
         if self.state is not TaskState.ENDED and self.loop.hold(
                 barrier.checkpoint_id, self.gate.aligner.ended, snapshots, alignment_ms, sync_ms):
@@ -413,13 +305,10 @@ class Task:
         if barrier.reroute is not None:
             self.output.reroute(barrier.reroute)  # the barrier went out under the old table
             self.owner.reroute(barrier.checkpoint_id, barrier.reroute)
-            self.checkpointer.key_groups = self.owner.key_groups
             if self.owner.early is not None:  # the moving groups are durable already
                 self._adopt(self.owner.early)
-            if self.source is not None and barrier.reroute.parallelism == self.setup.vertex.parallelism:
-                advance = self.source.hand_over(barrier.checkpoint_id, barrier.reroute.active)
-                if advance is not None:
-                    self.chain.advance_watermark(advance, 1)
+            if self.source is not None:
+                self.source.after_reroute(barrier.checkpoint_id, barrier.reroute)
 
     def fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
         """The synchronous part: fix every operator's state and forward the barrier; returns the
@@ -455,19 +344,19 @@ class Task:
                 message.reroute,
             ))
             if message.synchronous:
-                self._halted_for = message.checkpoint_id
+                self.source.halt(message.checkpoint_id)
         elif self.state in (TaskState.ENDED, TaskState.DRAINING):
             self._checkpoint(Barrier(
                 message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute
             ))
 
     def _on_aborted(self, message: NotifyCheckpointAborted) -> None:
-        if self._halted_for == message.checkpoint_id:
-            self._halted_for = None
+        if self.source is not None:
+            self.source.aborted(message.checkpoint_id)
 
     def _on_complete(self, message: NotifyCheckpointComplete) -> None:
-        if self._halted_for is not None and self._halted_for <= message.checkpoint_id:
-            self._halted_for = None
+        if self.source is not None:
+            self.source.completed(message.checkpoint_id)
         self._notify_complete(message.checkpoint_id)
         if message.is_final:
             self.state = TaskState.FINISHED
@@ -487,28 +376,11 @@ class Task:
             raise RuntimeError(f"task {self.name}: unexpected control message {message!r}")
         handler(message)
 
-    def _on_query(self, query: QueryState) -> None:
-        if self.owner.pending is not None:  # it may ask of a key group on its way here
-            self.owner.pending.queries.append(query)
-        else:
-            self.setup.send(self._answer(query))
-
-    def _answer(self, query: QueryState) -> StateAnswer:
-        """A live state query, between two batches: the state as this task's records left it."""
-        op = self.chain.find(query.uid)
-        if not isinstance(op, KeyedOperator):
-            return StateAnswer(self.id, query.query, {}, f"operator uid {query.uid!r} has no keyed state")
-        try:
-            return StateAnswer(self.id, query.query, op.query(query.key))
-        except Exception as exc:  # noqa: BLE001 - the answer says why; the task runs on
-            return StateAnswer(self.id, query.query, {}, f"{type(exc).__name__}: {exc}")
-
     def _adopt(self, manifest: Manifest) -> None:
         """The old owners' part of rerouting checkpoint `manifest` is durable: take over the key
         groups that moved here, and go on (`master.migrations`, step 5)."""
         adopted = self.owner.adopt(manifest)
         if adopted is not None:
-            self.checkpointer.key_groups = self.owner.key_groups
             self.inbox.extend(adopted.queries)
 
     @property
@@ -521,9 +393,6 @@ class Task:
 
     def task_metrics(self) -> TaskMetrics:
         """The counters, the time spent and the input queues, for live metrics (`runtime.metrics`)."""
-        now = time.perf_counter()
-        held = self.backpressured_s + (now - self._ran_until if self._output_full else 0.0)
-        return TaskMetrics(
-            self.id, self.metrics(), tuple(self.chain.watermarks_seen), self.busy_s, held, now - self._opened_at,
-            self.gate.queued(),
-        )
+        now, times = time.perf_counter(), self.times
+        return TaskMetrics(self.id, self.metrics(), tuple(self.chain.watermarks_seen), times.busy_s,
+                           times.held_s(now), now - times.opened_at, self.gate.queued())

@@ -21,7 +21,8 @@ from ..wire.channel import LocalChannel
 from .input_gate import InputChannel
 from .output_gate import OutputChannel, OutputGate
 from .partition import Partitioner
-from .task import Task, TaskSetup
+from .setup import TaskSetup
+from .task import Task
 
 
 @dataclass(frozen=True, slots=True)
