@@ -154,7 +154,9 @@ class UnalignedBarriers:
 
     def take_priority_barriers(self) -> None:
         """Take every unaligned barrier out of its input queue, ahead of the data before it."""
-        for idx, channel in enumerate(self.gate.channels):
+        channels = self.gate.channels
+        for idx in self.gate.priority_channels():
+            channel = channels[idx]
             while channel.priority:
                 ahead, barrier = channel.take_priority_barrier()
                 self._on_barrier(idx, ahead, barrier)

@@ -60,6 +60,7 @@ from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
 from .step_times import StepTimes
+from .wakeups import WakingRunner, no_wake
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,8 @@ class Task:
         self.output = output
         self.inbox: deque[Any] = deque()
         self.state = TaskState.RUNNING
+        self.wake: Callable[[], None] = no_wake  # set by a host that steps only tasks woken (`wakeups`)
+        background = WakingRunner(setup.background, self._wake)
         self.chain = OperatorChain([create_operator(spec) for spec in setup.vertex.chain], output, self.name)
         self.owner = KeyGroupOwner(  # what it owns, and the key groups on their way here (`master.migrations`)
             setup.routing.key_groups_of(setup.task_id.subtask) if setup.routing is not None
@@ -94,9 +97,10 @@ class Task:
         self.gate = InputGate(
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
         )
+        self.gate.wake = output.wake = self._wake
         self.back_edges = back_edges
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
-                                                setup.background, self.chain.operators, setup.send, setup.state)
+                                                background, self.chain.operators, setup.send, setup.state)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
         self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs), output,
                              lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), self.write)
@@ -111,7 +115,7 @@ class Task:
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
-            PrepareKeyGroups: lambda m: self.owner.prepare(m, setup.background),
+            PrepareKeyGroups: lambda m: self.owner.prepare(m, background),
         }
         if self.source is not None:
             self._handlers.update(self.source.handlers(self.owner))
@@ -147,6 +151,9 @@ class Task:
         self.chain.close()
 
     # -- scheduling ------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        self.wake()
+
     def next_timer(self) -> float | None:
         return self.chain.next_timer()
 
