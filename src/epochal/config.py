@@ -55,6 +55,10 @@ class CheckpointConfig:
             has no URI pyarrow resolves (an fsspec filesystem wrapped in
             `pyarrow.fs.PyFileSystem(FSSpecHandler(fs))`, a filesystem of your own). It must
             pickle: the workers open the directory through it. None: `directory` says.
+        merge_files: each worker (on Spark; the whole process in-process) writes one file per
+            checkpoint holding every subtask's state as segments, each with its own checksum
+            (Flink's file merging): an object store sees one PUT per worker and checkpoint, not
+            one per subtask and operator. `False` writes a file per subtask and operator.
     """
 
     interval: float | None = None
@@ -67,6 +71,7 @@ class CheckpointConfig:
     mode: Literal["aligned", "unaligned", "at_least_once", "synchronous"] = "aligned"
     existing: Literal["error", "overwrite"] = "error"
     filesystem: Any = None
+    merge_files: bool = True
 
     def __post_init__(self) -> None:
         if self.interval is not None:
@@ -78,6 +83,7 @@ class CheckpointConfig:
         check_int("CheckpointConfig.max_concurrent", self.max_concurrent)
         check_int("CheckpointConfig.tolerable_failures", self.tolerable_failures, minimum=0)
         check_int("CheckpointConfig.retain", self.retain)
+        check_bool("CheckpointConfig.merge_files", self.merge_files)
         check_choice("CheckpointConfig.mode", self.mode, ("aligned", "unaligned", "at_least_once", "synchronous"))
         check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
         if self.filesystem is not None:

@@ -34,7 +34,7 @@ from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
 from ..runtime.task.setup import STEPS_IN_A_ROW
 from ..runtime.task.task import Task
-from ..runtime.task.wiring import build_tasks, local_channels
+from ..runtime.task.wiring import build_tasks, local_channels, merger_for
 from .ready_tasks import ReadyTasks
 
 log = logging.getLogger(__name__)
@@ -114,10 +114,11 @@ class InProcessExecutor:
         attempt = master.start_attempt(send)
         outbox: deque[Any] = deque()
         background = _DeferredRunner()
+        merger = merger_for(job, master.storage, background, "inprocess")  # one file per checkpoint
         tasks.update(
             build_tasks(
                 job, job.task_ids(), local_channels(job), clock, master.storage, master.restore_from,
-                outbox.append, background,
+                outbox.append, background, merger,
             )
         )
         try:
@@ -127,6 +128,8 @@ class InProcessExecutor:
         except BaseException:
             for task in tasks.values():
                 task.close()
+            if merger is not None:
+                merger.close()
             raise
 
     def _loop(

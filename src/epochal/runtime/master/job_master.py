@@ -154,6 +154,7 @@ class JobMaster:
             self, self.enumerators,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        self.attempt.coordinator.remember_merged(self.restore_from)
         self.migrations.send = self.attempt.send
         self.commands.attempt_started(self.attempt)
         self.metrics.attempt_started()

@@ -109,7 +109,7 @@ def read_in_flight(
         return []
     handle = mine[0].operator
     assert handle is not None
-    state = decode_operator_state(storage_for(manifest, storage).read_file(handle), source=handle.path)
+    state = decode_operator_state(storage_for(manifest, storage).read_file(handle), source=handle.label)
     assert isinstance(state, InFlight)
     return list(state.elements)
 

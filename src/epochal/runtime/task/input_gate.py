@@ -101,9 +101,11 @@ class InputGate:
     def __len__(self) -> int:
         return len(self.channels)
 
-    def queued(self) -> tuple[int, ...]:
-        """Elements waiting in each channel (live metrics: a full input is a slow consumer)."""
-        return tuple(map(len, self.channels))
+    def queued(self) -> tuple[int, int]:
+        """Elements waiting in the fullest channel and in all (live metrics: a full input is a
+        slow consumer)."""
+        lengths = list(map(len, self.channels))
+        return max(lengths, default=0), sum(lengths)
 
     def priority_channels(self) -> list[int]:
         """The inputs that hold an unaligned barrier, to be taken ahead of the data before it."""

@@ -100,7 +100,8 @@ class Task:
         self.gate.wake = output.wake = self._wake
         self.back_edges = back_edges
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
-                                                background, self.chain.operators, setup.send, setup.state)
+                                                background, self.chain.operators, setup.send, setup.state,
+                                                setup.merger)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
         self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs), output,
                              lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), self.write)
@@ -328,6 +329,7 @@ class Task:
         """
         if barrier.completed > self.last_notified:
             self._notify_complete(barrier.completed)
+        self.checkpointer.barrier_reached(barrier.checkpoint_id, (self.setup.clock.now() - barrier.timestamp) * 1000)
         alignment_ms = self.gate.take_alignment_ms()
         started = time.perf_counter()
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
@@ -374,6 +376,7 @@ class Task:
         if checkpoint_id <= self.last_notified:
             return  # learnt from a barrier already
         self.last_notified = checkpoint_id
+        self.checkpointer.completed(checkpoint_id)
         self.chain.notify_checkpoint_complete(checkpoint_id)
 
     # -- control messages ------------------------------------------------------------------------
@@ -402,4 +405,4 @@ class Task:
         """The counters, the time spent and the input queues, for live metrics (`runtime.metrics`)."""
         now, times = time.perf_counter(), self.times
         return TaskMetrics(self.id, self.metrics(), tuple(self.chain.watermarks_seen), times.busy_s,
-                           times.held_s(now), now - times.opened_at, self.gate.queued())
+                           times.held_s(now), now - times.opened_at, *self.gate.queued())
