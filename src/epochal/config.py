@@ -17,6 +17,9 @@ from typing import Any, Literal, TypeVar
 
 # Young objects collected every 50,000 allocations instead of CPython's 700 (runtime/gc_tuning.py).
 DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
+# The most key groups a job may have (Flink's bound too): a routing table, a partitioner's
+# owner table and a restore's set of groups are O(key groups), and a group id fits 16 bits.
+MAX_KEY_GROUPS = 32_768
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,12 @@ class StateConfig:
             step, so that each step holds input back briefly: a quarter of a 1 GB state moves in
             about four steps, of 10 MB in one. 0 moves them all at one checkpoint. A move's own
             `batch` (groups per step) wins.
+        max_parallelism: the number of key groups keyed state is cut into: the unit of
+            snapshot, rescale and migration, and the most subtasks a keyed operator can run
+            with. From 1 to 32,768; None takes the environment's (`StreamEnvironment(
+            max_parallelism=...)`, 128 by default). Fixed for the life of a job's state; change
+            it through a savepoint (`epochal savepoint rescale-groups`). More groups cost a
+            little per group (docs/concepts/scale.md measures it at 128, 1,024 and 32,768).
     """
 
     backend: Literal["memory", "disk"] = "memory"
@@ -141,9 +150,12 @@ class StateConfig:
     inline_snapshot_entries: int = 20_000
     backup_replicas: int = 0
     migration_step_bytes: int = 64 * 2**20
+    max_parallelism: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("StateConfig.backend", self.backend, ("memory", "disk"))
+        if self.max_parallelism is not None:
+            check_int("StateConfig.max_parallelism", self.max_parallelism, maximum=MAX_KEY_GROUPS)
         check_int("StateConfig.backup_replicas", self.backup_replicas, minimum=0)
         check_int("StateConfig.migration_step_bytes", self.migration_step_bytes, minimum=0)
         check_bool("StateConfig.incremental", self.incremental)

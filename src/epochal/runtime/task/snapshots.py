@@ -187,7 +187,8 @@ def read_operator_restore(
     if op.max_parallelism != max_parallelism:
         raise CheckpointError(
             f"operator {uid!r}: the checkpoint has {op.max_parallelism} key groups but the job "
-            f"has max_parallelism={max_parallelism}; keyed state cannot be redistributed"
+            f"has max_parallelism={max_parallelism}; re-split the state into {max_parallelism} key groups with "
+            f"`epochal savepoint rescale-groups SRC DST --max-parallelism {max_parallelism}` and start from DST"
         )
     reader = storage_for(manifest, storage)
     keyed: KeyedGroups = {}
