@@ -75,6 +75,10 @@ class CheckpointStatus(Enum):
     ABORTED = "aborted"
 
 
+# The share of the job master's time live metrics may take: a snapshot is O(tasks) (at 512 tasks,
+# tens of ms on these cores), so at scale snapshots come less often than `metrics_interval`.
+METRICS_SHARE = 0.02
+
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:
     """One checkpoint in the history: when, how long, how big, and how it ended.

@@ -154,11 +154,11 @@ class UnalignedBarriers:
 
     def take_priority_barriers(self) -> None:
         """Take every unaligned barrier out of its input queue, ahead of the data before it."""
-        channels = self.gate.channels
-        for idx in self.gate.priority_channels():
-            channel = channels[idx]
+        gate = self.gate
+        for idx in gate.priority_channels():
+            channel = gate.channels[idx]
             while channel.priority:
-                ahead, barrier = channel.take_priority_barrier()
+                ahead, barrier = gate.take_priority_barrier(idx)
                 self._on_barrier(idx, ahead, barrier)
 
     def _on_barrier(self, idx: int, ahead: list[Element], barrier: Barrier) -> None:

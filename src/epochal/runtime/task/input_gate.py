@@ -80,6 +80,7 @@ class InputGate:
         self._parked: list[int] = []  # listed inputs blocked by an alignment, until it unblocks them
         self._parked_at = 0  # `aligner.releases` when they were parked
         self._priority: set[int] = set()  # inputs that received an unaligned barrier
+        self._lengths = [len(ch) for ch in self.channels]  # kept as elements arrive and are read (metrics)
         self._watched = all(hasattr(ch, "watch") for ch in self.channels)
         if self._watched:
             for i, ch in enumerate(self.channels):
@@ -87,8 +88,10 @@ class InputGate:
 
     def _arrival(self, idx: int) -> Callable[[], None]:
         channel, listed, rotation, priority = self.channels[idx], self._listed, self._rotation, self._priority
+        lengths = self._lengths
 
         def arrived() -> None:
+            lengths[idx] += 1
             if not listed[idx]:
                 listed[idx] = 1
                 rotation.append(idx)
@@ -103,9 +106,16 @@ class InputGate:
 
     def queued(self) -> tuple[int, int]:
         """Elements waiting in the fullest channel and in all (live metrics: a full input is a
-        slow consumer)."""
-        lengths = list(map(len, self.channels))
+        slow consumer); kept as they come and go, not counted per report."""
+        lengths = self._lengths if self._watched else list(map(len, self.channels))
         return max(lengths, default=0), sum(lengths)
+
+    def take_priority_barrier(self, idx: int) -> tuple[list[Element], Barrier]:
+        """Input `idx`'s first unaligned barrier, out of its queue (`in_flight`)."""
+        channel = self.channels[idx]
+        taken = channel.take_priority_barrier()
+        self._lengths[idx] = len(channel)
+        return taken
 
     def priority_channels(self) -> list[int]:
         """The inputs that hold an unaligned barrier, to be taken ahead of the data before it."""
@@ -174,6 +184,7 @@ class InputGate:
             element = self._join_records(channel, element)
         elif type(element) is pa.RecordBatch and element.num_rows < ARROW_JOIN_ROWS:
             element = self._join_arrow(channel, element)
+        self._lengths[idx] = len(channel)
         return idx, element
 
     # -- alignment -------------------------------------------------------------------------------
