@@ -169,6 +169,11 @@ class InputGate:
                 return idx
         return None
 
+    def peek(self) -> Any:
+        """The element `poll` would return next (before joining), left in place; None if none."""
+        idx = self.readable()
+        return None if idx is None else self.channels[idx].peek()
+
     def poll(self) -> tuple[int, Any] | None:
         """The next element and its channel; queued batches behind a batch come joined."""
         idx = self.readable()
