@@ -22,7 +22,8 @@ from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunct
 from ..plan.time import Duration, seconds
 from ..plan.windows import check_window
 from .functions import ProcessWindowFunction
-from .stream import DataStream, KeyedStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .keyed import KeyedStream
+from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
 
 
 class Window(NamedTuple):

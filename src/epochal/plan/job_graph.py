@@ -46,6 +46,7 @@ class JobEdge:
     partitioning: Partitioning
     is_back_edge: bool = False  # found by depth-first search: closes a loop (ABS §4.3)
     in_loop: bool = False  # both ends in the same loop (strongly connected component)
+    input: int = 0  # the input of the target's first operator it feeds (1: a two-input operator's second)
 
 
 @dataclass(frozen=True, slots=True)

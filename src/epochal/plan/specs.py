@@ -114,6 +114,7 @@ class KeyedProcessSpec(OperatorSpec):
     key: KeySelector
     function: Any
     on_error: OnError = OnError.FAIL
+    side_outputs: tuple[str, ...] = ()  # the tags read with `side_output` (`plan.side_outputs`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,7 @@ class KeyedWindowSpec(OperatorSpec):
     named: bool = False
     emit_late: bool = False
     on_error: OnError = OnError.FAIL
+    side_outputs: tuple[str, ...] = ()  # tags a process window function's records go to
 
 
 class OutputPart(Enum):
@@ -179,6 +181,14 @@ class SplitLateSpec(OperatorSpec):
     the records or dead letters of an operator with `on_error=DEAD_LETTER` (`plan.dead_letters`)."""
 
     part: OutputPart
+
+
+@dataclass(frozen=True, slots=True)
+class SideOutputSpec(OperatorSpec):
+    """Keeps one side output of the operator before it (`ctx.output(tag, record)`), unwrapped, or
+    with `tag` None its main output: every record but the side outputs (`plan.side_outputs`)."""
+
+    tag: str | None
 
 
 @dataclass(frozen=True, slots=True)

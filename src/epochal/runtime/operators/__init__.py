@@ -5,7 +5,10 @@
 - `stateless`: map/filter/flat_map, map_batches, union;
 - `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
 - `keyed`: count and reduce per key; `process`: a user's keyed process function with timers;
-- `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
+- `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains;
+- `side_outputs`: tagged records in band, and the splits that keep them;
+- two inputs (`plan.two_inputs`): `co_process` (connected streams), `broadcast` (broadcast
+  state), and the joins: `interval_join`, `window_join`, `temporal_join` (shared: `join_io`).
 """
 
 from __future__ import annotations
@@ -25,18 +28,33 @@ from ...plan.specs import (
     MapBatchesSpec,
     OperatorSpec,
     RecordFnSpec,
+    SideOutputSpec,
     SinkSpec,
     SourceSpec,
     SplitLateSpec,
     UnionSpec,
 )
+from ...plan.two_inputs import (
+    BroadcastProcessSpec,
+    CoProcessSpec,
+    IntervalJoinSpec,
+    KeyedCoProcessSpec,
+    TemporalJoinSpec,
+    WindowJoinSpec,
+)
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
+from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
+from .co_process import CoProcessOperator, KeyedCoProcessOperator
+from .interval_join import IntervalJoinOperator
 from .io import SinkOperator, SourceOperator, SourcePositions
 from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
+from .side_outputs import SideOutputOperator, Tagged
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
+from .temporal_join import TemporalJoinOperator
 from .time import AssignTimestampsOperator
+from .window_join import WindowJoinOperator
 from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator
 
 __all__ = [
@@ -48,6 +66,8 @@ __all__ = [
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
     "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
     "SourcePositions", "UnionOperator", "create_operator",
+    "BroadcastProcessOperator", "CoProcessOperator", "IntervalJoinOperator", "KeyedBroadcastProcessOperator",
+    "KeyedCoProcessOperator", "SideOutputOperator", "Tagged", "TemporalJoinOperator", "WindowJoinOperator",
 ]
 
 _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
@@ -63,13 +83,23 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     KeyedProcessSpec: KeyedProcessOperator,
     KeyedWindowSpec: KeyedWindowOperator,
     SplitLateSpec: SplitLateOperator,
+    SideOutputSpec: SideOutputOperator,
+    CoProcessSpec: CoProcessOperator,
+    KeyedCoProcessSpec: KeyedCoProcessOperator,
+    IntervalJoinSpec: IntervalJoinOperator,
+    WindowJoinSpec: WindowJoinOperator,
+    TemporalJoinSpec: TemporalJoinOperator,
 }
 
 
 def create_operator(spec: OperatorSpec) -> RuntimeOperator:
     """A fresh running operator for `spec`; user function objects are copied per subtask."""
-    if isinstance(spec, KeyedProcessSpec):
+    if isinstance(spec, (KeyedProcessSpec, CoProcessSpec, KeyedCoProcessSpec, BroadcastProcessSpec)):
         spec = replace(spec, function=copy.deepcopy(spec.function))
     elif isinstance(spec, KeyedWindowSpec) and spec.function is not None:
         spec = replace(spec, function=copy.deepcopy(spec.function))
+    elif isinstance(spec, (IntervalJoinSpec, WindowJoinSpec, TemporalJoinSpec)) and spec.output.process:
+        spec = replace(spec, output=replace(spec.output, function=copy.deepcopy(spec.output.function)))
+    if isinstance(spec, BroadcastProcessSpec):
+        return KeyedBroadcastProcessOperator(spec) if spec.key is not None else BroadcastProcessOperator(spec)
     return _FACTORIES[type(spec)](spec)

@@ -6,11 +6,11 @@ input (or one batch from its source). So a host can interleave many tasks on one
 and the in-process executor can interleave them from a seed and replay a run exactly.
 
 The task schedules and dispatches; the work lives in its parts: `InputGate` (inputs, joined
-batches, barrier alignment: ABS §4.2, Algorithm 1), `SourceInput`, `OperatorChain` (operators,
-counters, event time), `OutputGate`, `SubtaskCheckpointer` and `UnalignedBarriers` (`in_flight`),
-`TaskLoop` (loop termination and a head's snapshots: ABS §4.3, Algorithm 2), `InputWatermarks`
-and `KeyGroupOwner` (what it owns, and what a live move hands it). What stays here is the order
-of things within a step: replayed input first, then control messages, timers, one element.
+batches, alignment over all, both of a two-input head: ABS §4.2, Algorithm 1), `SourceInput`,
+`OperatorChain` (operators, counters, event time), `OutputGate`, `SubtaskCheckpointer`,
+`UnalignedBarriers` (`in_flight`), `TaskLoop` (loop termination and a head's snapshots: ABS §4.3,
+Algorithm 2), `InputWatermarks` and `KeyGroupOwner` (what it owns, and what a live move hands
+it). What stays here is the order within a step: replayed input, control messages, timers, one element.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class Task:
         output: OutputGate,
         back_edges: frozenset[int] = frozenset(),
         loop_inputs: frozenset[int] = frozenset(),
+        second_inputs: frozenset[int] = frozenset(),
     ) -> None:
         self.setup = setup
         self.id = setup.task_id
@@ -95,6 +96,7 @@ class Task:
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
         )
         self.back_edges = back_edges
+        self.second_inputs = second_inputs  # channels of a two-input operator's second input
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
                                                 setup.background, self.chain.operators, setup.send, setup.state)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
@@ -228,7 +230,7 @@ class Task:
     def _on_element(self, idx: int, element: Element) -> None:
         if is_batch(element):
             self.loop.on_batch(idx, element)
-            self.chain.process(element)
+            (self.chain.process_second if idx in self.second_inputs else self.chain.process)(element)
         elif type(element) is Barrier:
             step = self.gate.on_barrier(idx, element)
             self._decline_abandoned()

@@ -85,6 +85,7 @@ def build_tasks(
         inputs = [_present(channels[key].input) for key in input_keys]
         back_edges = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].is_back_edge)
         loop_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].in_loop)
+        second_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].input == 1)
         gate_edges: list[tuple[Partitioner, list[OutputChannel]]] = []
         loop_edges = set()
         for e_idx, edge in enumerate(job.edges):
@@ -112,7 +113,7 @@ def build_tasks(
             vertex.id in keyed,
         )
         tasks[task_id] = Task(
-            setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs
+            setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs, second_inputs
         )
     return tasks
 

@@ -1,0 +1,208 @@
+"""What every join operator shares: reading a side's batch, emitting pairs, late records.
+
+A join operator reads each input batch once into records, keys, key groups and event times
+(vectorized on an Arrow batch: the key column dictionary-encoded, the time column converted in
+one pass; `keys`, `base.batch_timestamps`), then runs per record against the key's state. Its
+output is one record per pair: `(left, right)` without a function, `fn(left, right)` with one,
+or whatever a `ProcessJoinFunction` returns for the pair (`plan.two_inputs.JoinOutput`); a left
+outer join's unmatched left record pairs with None. A record the operator's watermark has
+passed (too late to be joined exactly) goes to the join's late side output, if read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...errors import OperatorError, RecordError
+from ...plan.specs import OnError
+from ...plan.two_inputs import LATE_TAGS, JoinInput, JoinOutput, JoinSpec
+from ..keys import batch_keys
+from ..wire.elements import Batch
+from .bad_records import DeadLetter
+from .base import OperatorContext, batch_timestamps, extend, timed_rows
+from .keyed import KeyedOperator
+from .side_outputs import SideOutputs
+from .timers import KeyedTimers, TimeDomain
+
+_EVENT = TimeDomain.EVENT_TIME
+
+
+class JoinContext:
+    """What a `ProcessJoinFunction` sees for one pair: its key, both timestamps, the window (a
+    window join's), the operator's watermark, and side outputs."""
+
+    __slots__ = ("_op", "key", "left_timestamp", "right_timestamp", "window")
+
+    def __init__(self, operator: JoinOperator) -> None:
+        self._op = operator
+        self.key: Any = None
+        self.left_timestamp = math.nan
+        self.right_timestamp: float | None = None  # None: an outer join's unmatched left record
+        self.window: tuple[float, float] | None = None  # `(start, end)` in a window join
+
+    def current_watermark(self) -> float:
+        return self._op.watermark
+
+    def output(self, tag: Any, record: Any) -> None:
+        """Send `record` to the side output `tag` (an `OutputTag`)."""
+        self._op.side.emit(tag, record)
+
+
+class SideBatch:
+    """One input batch of a join, read: per record its key, key group and event time."""
+
+    __slots__ = ("records", "keys", "groups", "times")
+
+    def __init__(self, records: list[Any], keys: list[Any], groups: list[int], times: list[float]) -> None:
+        self.records, self.keys, self.groups, self.times = records, keys, groups, times
+
+
+class JoinOperator(KeyedOperator):
+    """Base of the join operators: sides, output, late records, the user's function, and one
+    event-time timer per key (at the next time the key's state must be looked at)."""
+
+    def __init__(self, spec: JoinSpec) -> None:
+        super().__init__(spec)
+        self.inputs: tuple[JoinInput, JoinInput] = (spec.left, spec.right)
+        self.output: JoinOutput = spec.output
+        self.on_error = spec.on_error
+        self.side = SideOutputs(spec.side_outputs, spec.name)
+        self.late_read = tuple(tag in spec.side_outputs for tag in LATE_TAGS)
+        self.watermark = -math.inf
+        self.jctx = JoinContext(self)
+        self._letters: list[DeadLetter] = []
+        function = spec.output.function
+        if function is None:
+            self._pair: Callable[[Any, Any, list[Any]], None] = _plain_pair
+        elif spec.output.process:
+            self._pair = self._process_pair
+        else:
+            self._pair = _function_pair(function)
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        self.timers = KeyedTimers(self.backend)
+        self.open_function()
+
+    def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        super().restore(keyed, states)
+        self.timers.restore()
+
+    def retime(self, before: float, after_: float) -> None:
+        """Keep the current key's one event-time timer at `after_` (inf: none) instead of `before`."""
+        if after_ == before:
+            return
+        if math.isfinite(before):
+            self.timers.delete(_EVENT, before)
+        if math.isfinite(after_):
+            self.timers.register(_EVENT, after_)
+
+    def process(self, batch: Batch) -> Batch | None:
+        return self.finish(self.on_side(self.read(batch, 0), 0, []))
+
+    def process_second(self, batch: Batch) -> Batch | None:
+        return self.finish(self.on_side(self.read(batch, 1), 1, []))
+
+    def on_side(self, batch: SideBatch, side: int, out: list[Any]) -> list[Any]:
+        """Join the records of one input batch; append results to `out`."""
+        raise NotImplementedError
+
+    def on_watermark(self, watermark: float) -> Batch | None:
+        if watermark <= self.watermark:
+            return None
+        self.watermark = watermark
+        out: list[Any] = []
+        for _, key in self.timers.pop_due(_EVENT, watermark):
+            self.on_timer(key, watermark, out)
+        return self.finish(out)
+
+    def on_timer(self, key: Any, watermark: float, out: list[Any]) -> None:
+        """The current key's timer is due at `watermark`."""
+        raise NotImplementedError
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, batch: Batch, side: int) -> SideBatch:
+        """Records, keys, key groups and event times of a batch of input `side`; under a
+        tolerant `on_error`, records without a time are rejected here (into `_letters`)."""
+        spec = self.inputs[side]
+        event_time = spec.event_time
+        if event_time is None:
+            records, keys, groups = batch_keys(batch, spec.key, self.ctx.max_parallelism, self.name)
+            return SideBatch(records, keys, groups, [])
+        try:
+            times = batch_timestamps(self.name, event_time, batch, self.position())
+        except RecordError:
+            if self.on_error is OnError.FAIL:
+                raise
+            kept, kept_times, bad = timed_rows(event_time, batch)
+            for record, exc in bad:
+                self.reject(record, exc, self._letters)
+            batch, times = kept, kept_times
+        records, keys, groups = batch_keys(batch, spec.key, self.ctx.max_parallelism, self.name)
+        return SideBatch(records, keys, groups, np.asarray(times, dtype=np.float64).tolist())
+
+    # -- output --------------------------------------------------------------------------------
+    def emit(self, left: Any, right: Any, out: list[Any], key: Any, lt: float, rt: float | None) -> None:
+        """Append the result of one pair (right None: an unmatched left record of an outer join)."""
+        jctx = self.jctx
+        jctx.key, jctx.left_timestamp, jctx.right_timestamp = key, lt, rt
+        if self.on_error is OnError.FAIL:
+            try:
+                self._pair(left, right, out)
+            except Exception as exc:
+                raise self.record_error((left, right), exc) from exc
+            return
+        done, emitted = len(out), len(self.side.out)
+        try:
+            self._pair(left, right, out)
+        except Exception as exc:
+            del out[done:], self.side.out[emitted:]
+            self.reject((left, right), exc, self._letters)
+
+    def _process_pair(self, left: Any, right: Any, out: list[Any]) -> None:
+        extend(out, self.output.function.process_element(left, right, self.jctx))
+
+    def late(self, side: int, record: Any) -> None:
+        """A record too late to be joined: to the late side output if read, else counted."""
+        self.late_records += 1
+        if self.late_read[side]:
+            self.side.emit(LATE_TAGS[side], record)
+
+    def finish(self, out: list[Any]) -> list[Any] | None:
+        """The output of one call: results, then tagged records, then dead letters."""
+        if self.side.out:
+            out.extend(self.side.take())
+        if self._letters:
+            out.extend(self._letters)
+            self._letters = []
+        return out or None
+
+    def open_function(self) -> None:
+        opener = getattr(self.output.function, "open", None) if self.output.process else None
+        if opener is not None:
+            try:
+                opener(self.jctx)
+            except Exception as exc:
+                raise OperatorError(self.name, "<open>", exc) from exc
+
+
+def _plain_pair(left: Any, right: Any, out: list[Any]) -> None:
+    out.append((left, right))
+
+
+def _function_pair(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any, list[Any]], None]:
+    def pair(left: Any, right: Any, out: list[Any]) -> None:
+        out.append(fn(left, right))
+    return pair
+
+
+def after(t: float) -> float:
+    """The smallest time above `t`: a timer there fires once the watermark has passed `t`."""
+    return math.nextafter(t, math.inf)
+
+
+__all__ = ["JoinContext", "JoinOperator", "SideBatch", "after"]
