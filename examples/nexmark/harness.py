@@ -122,9 +122,13 @@ def run(
         return Run(out, seconds, result, out.committed() if isinstance(out, CountSink) else None)
 
 
-def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None) -> Run:
-    """The command line of an example: parse, run, print one summary line."""
+def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None,
+         sink: Callable[[str], Sink] | None = None) -> Run:
+    """The command line of an example: parse, run, print one summary line. With `sink` (a
+    query that writes files, q10), the results go to `sink(--out)` instead of being counted."""
     parser = argparse.ArgumentParser(prog=f"{name}.py", description=f"Nexmark {name}: {description}")
+    if sink is not None:
+        parser.add_argument("--out", default=None, help="the output directory (default: a new temporary one)")
     parser.add_argument("--events", type=int, default=DEFAULT_EVENTS)
     parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM)
     parser.add_argument("--rate", type=int, default=None, help="events per second (default: unpaced)")
@@ -133,8 +137,17 @@ def main(query: Query, name: str, description: str, argv: Sequence[str] | None =
                         help="events shuffled within groups of this many ids (default: in order)")
     parser.add_argument("--executor", choices=["inprocess", "spark"], default="inprocess")
     args = parser.parse_args(argv)
+    out = None if sink is None else (args.out or tempfile.mkdtemp(prefix=f"nexmark-{name}-out-"))
     done = run(query, name=name, events=args.events, parallelism=args.parallelism, rate=args.rate,
-               seed=args.seed, out_of_order_group=args.out_of_order_group, executor=args.executor)
+               seed=args.seed, out_of_order_group=args.out_of_order_group, executor=args.executor,
+               sink=None if sink is None or out is None else sink(out))
+    if out is not None:
+        import pyarrow.dataset as ds
+
+        rows = ds.dataset(out, format="parquet", partitioning="hive").count_rows()
+        print(f"{name}: {args.events:,} events, {rows:,} rows committed to {out} in {done.seconds:.2f} s "
+              f"({args.events / done.seconds:,.0f} events/s)")
+        return done
     print(f"{name}: {args.events:,} events, {done.committed:,} results committed in {done.seconds:.2f} s "
           f"({args.events / done.seconds:,.0f} events/s)")
     return done
@@ -157,6 +170,17 @@ def load(path: str | os.PathLike[str]) -> types.ModuleType:
     spec.loader.exec_module(module)
     pickle_by_value(module)
     return module
+
+
+_SIBLINGS: dict[str, types.ModuleType] = {}
+
+
+def sibling(name: str) -> types.ModuleType:
+    """Another query module of this directory (q4 and q6 build on q9), loaded once by path and
+    pickled by value, as `load` does: a query imports its sibling through this, never by name."""
+    if name not in _SIBLINGS:
+        _SIBLINGS[name] = load(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    return _SIBLINGS[name]
 
 
 def pickle_by_value(module: types.ModuleType) -> None:

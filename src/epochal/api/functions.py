@@ -104,6 +104,8 @@ class ProcessWindowFunction(ABC):
     `process(key, window, records)` runs once per window result: `window` has `query`, `start`
     and `end`; `records` are the window's records in event-time order. It returns (or yields) the
     records to emit. A late record within the allowed lateness calls it again with every record.
+    A `process` that takes a fourth argument, `ctx`, gets a context with `ctx.output(tag, record)`
+    (side outputs, read with `results.side_output(tag)`) and `ctx.current_watermark()`.
 
     Example:
         >>> class Spread(ProcessWindowFunction):

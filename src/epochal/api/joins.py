@@ -9,7 +9,8 @@
 
 Each ends with `.apply(fn=None, how="inner")` (one record per pair: `fn(left, right)`, or the
 pair `(left, right)` without a function) or `.process(ProcessJoinFunction, how=...)`; `how="left"`
-also emits `(left, None)` for a left record that met no right record. Keys are functions or field
+also emits `(left, None)` for a left record that met no right record; `how="semi"` emits each
+left record that met a right one, once (Spark's left semi join). Keys are functions or field
 names (an Arrow column, a dict key); on Arrow batches keys and times are read vectorized. The
 result is a `JoinResults` stream, whose `late_records("left")` / `late_records("right")` are the
 records that came too late to be joined: never silently dropped.
@@ -43,8 +44,8 @@ from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
 if TYPE_CHECKING:
     from .keyed import KeyedStream
 
-How = Literal["inner", "left"]
-HOWS: tuple[How, ...] = ("inner", "left")
+How = Literal["inner", "left", "semi"]
+HOWS: tuple[How, ...] = ("inner", "left", "semi")
 SIDES = ("left", "right")
 
 
@@ -100,7 +101,9 @@ class _Terminal:
     def apply(self, fn: Callable[[Any, Any], Any] | None = None, *, how: How = "inner", name: str | None = None,
               on_error: OnErrorChoice = "fail") -> JoinResults:
         """Emit `fn(left, right)` per pair (without `fn`: the pair `(left, right)`); `how="left"`:
-        also `fn(left, None)` for each left record no right record met.
+        also `fn(left, None)` for each left record no right record met; `how="semi"`: each left
+        record that met a right record, once (per window in a window join), as it is (with `fn`:
+        `fn(left, None)`).
 
         `on_error`: what happens to a record whose key or time cannot be read, and to a pair
         `fn` fails on (see `DataStream.map`)."""
@@ -217,9 +220,9 @@ class WindowJoined(_Terminal):
         return self
 
     def _spec(self, name: str, output: JoinOutput, policy: Any) -> WindowJoinSpec:
-        if output.how is JoinType.LEFT and self._lateness:
-            raise GraphError("a left outer window join takes no allowed lateness: a late right record could not "
-                             "take back the (left, None) already emitted")
+        if output.how is not JoinType.INNER and self._lateness:
+            raise GraphError(f"a {output.how.value} window join takes no allowed lateness (inner joins do): a late "
+                             "right record could not change what was emitted for the left records of its window")
         left, right = self._left, self._right
         sides = (JoinInput(left._key, _event_time(left, "a window join")),  # type: ignore[attr-defined]
                  JoinInput(right._key, _event_time(right, "a window join")))  # type: ignore[attr-defined]

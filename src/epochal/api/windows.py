@@ -153,6 +153,13 @@ class WindowResults(DataStream):
         self._env._graph.rename(self._window_node, uid=uid)
         return self
 
+    def side_output(self, tag: Any, *, name: str | None = None) -> DataStream:
+        """What the window's `ProcessWindowFunction` sent to `tag` (`ctx.output(tag, record)`,
+        with `process(key, window, records, ctx)`), as a stream of its own."""
+        from .connected import side_output
+
+        return side_output(self, self._window_node, tag, name)
+
     def late_records(self, *, name: str | None = None) -> DataStream:
         """The records that came after their windows closed (end + allowed lateness), as they
         were; without this call they are only counted."""

@@ -11,8 +11,9 @@ Every spec here is plain data: key selectors (a function or a field name: an Arr
 dict key), event time accessors (`plan.time.EventTime`: a field, Arrow columns read vectorized),
 bounds in seconds, a join type, and the user's function, if any. A join's function is None (the
 result is the pair `(left, right)`; `(left, None)` for a left record an outer join found no
-match for), a callable `fn(left, right)` returning one record, or a `ProcessJoinFunction`
-(`process=True`) whose `process_element(left, right, ctx)` returns or yields records.
+match for; the left record itself in a semi join), a callable `fn(left, right)` returning one
+record, or a `ProcessJoinFunction` (`process=True`) whose `process_element(left, right, ctx)`
+returns or yields records (`right` is None for an unmatched left record, and in a semi join).
 
 Late records: a join's records too late to be joined correctly go to its side outputs tagged
 `LATE_TAGS[input]`, when the program reads them (`side_outputs` holds the tags read, as for any
@@ -38,6 +39,7 @@ class JoinType(Enum):
 
     INNER = "inner"  # the matched pairs only
     LEFT = "left"  # and each left record that found no match, as `(left, None)`
+    SEMI = "semi"  # each left record that found a match, once (per window, in a window join)
 
 
 @dataclass(frozen=True, slots=True)

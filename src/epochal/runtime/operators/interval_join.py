@@ -16,6 +16,7 @@ unmatched: from then on nothing can match it. Records whose time is below the wa
 they arrive are late: they go to the late side output (`plan.two_inputs.LATE_TAGS`), since
 records they would have met may have been dropped already. The join's result is then exactly the
 join of the records that were not late, whatever the order of arrival and the batch boundaries.
+A semi join emits a left record once, when it first meets a right record.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class IntervalJoinOperator(JoinOperator):
         self.lower, self.upper = spec.lower, spec.upper
         self.lower_inclusive, self.upper_inclusive = spec.lower_inclusive, spec.upper_inclusive
         self.outer = spec.output.how is JoinType.LEFT
+        self.flagged = self.outer or self.semi  # keeps `matched` per left record
 
     def on_side(self, batch: SideBatch, side: int, out: list[Any]) -> list[Any]:
         backend, watermark = self.backend, self.watermark
@@ -91,12 +93,16 @@ class IntervalJoinOperator(JoinOperator):
         first = bisect_left(times, low) if self.lower_inclusive else bisect_right(times, low)
         last = bisect_right(times, high) if self.upper_inclusive else bisect_left(times, high)
         rows = state.right_rows
-        for i in range(first, last):
-            self.emit(record, rows[i], out, key, t, times[i])
+        if self.semi:
+            if last > first:
+                self.emit_semi(record, out, key, t)
+        else:
+            for i in range(first, last):
+                self.emit(record, rows[i], out, key, t, times[i])
         at = bisect_right(state.left_times, t)
         state.left_times.insert(at, t)
         state.left_rows.insert(at, record)
-        if self.outer:
+        if self.flagged:
             state.matched.insert(at, last > first)
 
     def _right(self, state: IntervalState, key: Any, record: Any, t: float, out: list[Any]) -> None:
@@ -107,10 +113,16 @@ class IntervalJoinOperator(JoinOperator):
         last = (bisect_right(times, t, key=lambda x: x + lower) if self.lower_inclusive
                 else bisect_left(times, t, key=lambda x: x + lower))
         rows = state.left_rows
-        for i in range(first, last):
-            self.emit(rows[i], record, out, key, times[i], t)
-            if self.outer:
-                state.matched[i] = True
+        if self.semi:
+            for i in range(first, last):
+                if not state.matched[i]:
+                    state.matched[i] = True
+                    self.emit_semi(rows[i], out, key, times[i])
+        else:
+            for i in range(first, last):
+                self.emit(rows[i], record, out, key, times[i], t)
+                if self.outer:
+                    state.matched[i] = True
         at = bisect_right(state.right_times, t)
         state.right_times.insert(at, t)
         state.right_rows.insert(at, record)
@@ -150,6 +162,7 @@ class IntervalJoinOperator(JoinOperator):
                 for i in range(n):
                     if not state.matched[i]:
                         self.emit(state.left_rows[i], None, out, key, times[i], None)
+            if self.flagged:
                 del state.matched[:n]
             del state.left_times[:n], state.left_rows[:n]
         n = 0

@@ -19,16 +19,17 @@ import numpy as np
 
 from ...errors import OperatorError, RecordError
 from ...plan.specs import OnError
-from ...plan.two_inputs import LATE_TAGS, JoinInput, JoinOutput, JoinSpec
+from ...plan.two_inputs import LATE_TAGS, JoinInput, JoinOutput, JoinSpec, JoinType
 from ..keys import batch_keys
 from ..wire.elements import Batch
 from .bad_records import DeadLetter
-from .base import OperatorContext, batch_timestamps, extend, timed_rows
+from .base import OperatorContext, OperatorSnapshot, batch_timestamps, extend, timed_rows
 from .keyed import KeyedOperator
 from .side_outputs import SideOutputs
 from .timers import KeyedTimers, TimeDomain
 
 _EVENT = TimeDomain.EVENT_TIME
+_WATERMARK = "watermark"
 
 
 class JoinContext:
@@ -73,6 +74,8 @@ class JoinOperator(KeyedOperator):
         self.side = SideOutputs(spec.side_outputs, spec.name)
         self.late_read = tuple(tag in spec.side_outputs for tag in LATE_TAGS)
         self.watermark = -math.inf
+        self.how = spec.output.how
+        self.semi = spec.output.how is JoinType.SEMI
         self.jctx = JoinContext(self)
         self._letters: list[DeadLetter] = []
         function = spec.output.function
@@ -88,9 +91,19 @@ class JoinOperator(KeyedOperator):
         self.timers = KeyedTimers(self.backend)
         self.open_function()
 
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        """Keyed state, and the watermark: a record is late by it, and the state was cleaned by it."""
+        return OperatorSnapshot(keyed=super().snapshot(checkpoint_id).keyed, state={_WATERMARK: self.watermark})
+
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
+        """Keyed state and timers; and the watermark the state was cleaned by, so a record late
+        before a restore is late after it. Subtasks fed by key group saw the same watermarks up to
+        an aligned barrier; after a rescale the lowest saved one holds (never later than any)."""
         super().restore(keyed, states)
         self.timers.restore()
+        saved = [s[_WATERMARK] for s in states if isinstance(s, dict) and _WATERMARK in s]
+        if saved:
+            self.watermark = max(self.watermark, min(saved))
 
     def retime(self, before: float, after_: float) -> None:
         """Keep the current key's one event-time timer at `after_` (inf: none) instead of `before`."""
@@ -162,6 +175,14 @@ class JoinOperator(KeyedOperator):
         except Exception as exc:
             del out[done:], self.side.out[emitted:]
             self.reject((left, right), exc, self._letters)
+
+    def emit_semi(self, left: Any, out: list[Any], key: Any, lt: float) -> None:
+        """A semi join's result for a left record that met a right one: the record itself, or
+        what the function makes of `(left, None)`."""
+        if self.output.function is None:
+            out.append(left)
+        else:
+            self.emit(left, None, out, key, lt, None)
 
     def _process_pair(self, left: Any, right: Any, out: list[Any]) -> None:
         extend(out, self.output.function.process_element(left, right, self.jctx))

@@ -64,6 +64,37 @@ class SideOutputs:
         return out
 
 
+class OutputContext:
+    """The context a process window function may take as a fourth argument
+    (`process(key, window, records, ctx)`): side outputs and the operator's watermark."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, operator: Any) -> None:
+        self._op = operator
+
+    def output(self, tag: Any, record: Any) -> None:
+        """Send `record` to the side output `tag` (an `OutputTag`)."""
+        self._op.side.emit(tag, record)
+
+    def current_watermark(self) -> float:
+        return float(self._op.watermark)
+
+
+def context_args(function: Any, operator: Any) -> tuple[Any, ...]:
+    """`(OutputContext,)` for a process window function whose `process` takes a fourth
+    parameter, else `()`: functions written for three arguments keep working."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function.process).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    return (OutputContext(operator),) if len(positional) >= 4 or variadic else ()
+
+
 def with_side(out: Batch | None, side: list[Any]) -> Batch | None:
     """An operator's output with its tagged records appended (an Arrow batch goes on as
     Python records when it carries any: a batch is one list or one Arrow batch)."""
@@ -97,4 +128,4 @@ class SideOutputOperator(RuntimeOperator):
         return [r.record for r in batch if type(r) is Tagged and r.tag == tag] or None
 
 
-__all__ = ["SideOutputOperator", "SideOutputs", "Tagged", "tag_name", "with_side"]
+__all__ = ["OutputContext", "SideOutputOperator", "SideOutputs", "Tagged", "context_args", "tag_name", "with_side"]

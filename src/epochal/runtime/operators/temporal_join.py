@@ -96,7 +96,9 @@ class TemporalJoinOperator(JoinOperator):
                 backend.put(_STATE, (t, record))
                 continue
             version = backend.get(_STATE)
-            if version is not None:
+            if version is not None and self.semi:
+                self.emit_semi(record, out, key, t)
+            elif version is not None:
                 self.emit(record, version[1], out, key, t, version[0])
             elif self.outer:
                 self.emit(record, None, out, key, t, None)
@@ -124,7 +126,9 @@ class TemporalJoinOperator(JoinOperator):
         for i in range(n):
             t = times[i]
             v = bisect_right(state.version_times, t) - 1
-            if v >= 0:
+            if v >= 0 and self.semi:
+                self.emit_semi(state.waiting[i], out, key, t)
+            elif v >= 0:
                 self.emit(state.waiting[i], state.versions[v], out, key, t, state.version_times[v])
             elif self.outer:
                 self.emit(state.waiting[i], None, out, key, t, None)

@@ -21,7 +21,10 @@ fired (their earlier pairs stand; the new ones are added, not the window's whole
 a re-firing Flink window would), and with the rest when the others fire. A record that belongs
 to a window closed for it goes to the late side output (`plan.two_inputs.LATE_TAGS`), even if
 other windows took it: every pair it misses is accounted for. An outer join takes no allowed
-lateness: a late right record could not take back an unmatched left record already emitted.
+lateness: a late right record could not take back an unmatched left record already emitted; nor
+does a semi join (each left record once per window: a late right record would need to know
+which left records were emitted). A semi join emits each left record with a right record in the
+window once per window.
 A record in no window at all (a sampling gap, `slide > size`) joins nothing and is not late.
 """
 
@@ -123,6 +126,10 @@ class WindowJoinOperator(JoinOperator):
         start, end = self.window.start_of(k), self.window.end_of(k)
         self.jctx.window = (start, end)
         others = state.rights if side == 0 else state.lefts
+        if self.semi:  # a late left record (semi joins take no lateness but a late left's own)
+            if any(others[i] for i in range(bisect_left(state.starts, start), bisect_left(state.starts, end))):
+                self.emit_semi(record, out, key, t)
+            return
         for i in range(bisect_left(state.starts, start), bisect_left(state.starts, end)):
             for ot, other in others[i]:
                 if side == 0:
@@ -160,7 +167,10 @@ class WindowJoinOperator(JoinOperator):
         lefts = [x for i in range(i0, i1) for x in state.lefts[i]]
         rights = [x for i in range(i0, i1) for x in state.rights[i]]
         emit = self.emit
-        if rights:
+        if rights and self.semi:
+            for lt, left in lefts:
+                self.emit_semi(left, out, key, lt)
+        elif rights:
             for lt, left in lefts:
                 for rt, right in rights:
                     emit(left, right, out, key, lt, rt)

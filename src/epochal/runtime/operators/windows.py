@@ -52,6 +52,7 @@ from ..wire.elements import Batch
 from .bad_records import DeadLetter, dead_letters_part, records_part, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
+from .side_outputs import SideOutputs, context_args
 from .timers import KeyedTimers, TimeDomain
 from .window_table import TableWindows, table_reduction
 
@@ -120,6 +121,8 @@ class KeyedWindowOperator(KeyedOperator):
         self._reduction = table_reduction(spec)
         self._mode = WindowMode.UNDECIDED if self._reduction is not None else WindowMode.STORES
         self._table: TableWindows | None = None
+        self.side = SideOutputs(spec.side_outputs, spec.name)  # a process function's `ctx.output`
+        self._process_args = context_args(spec.function, self) if spec.kind is WindowFunctionKind.PROCESS else ()
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
@@ -393,11 +396,13 @@ class KeyedWindowOperator(KeyedOperator):
             function = self.spec.function
             for f in fired:
                 try:
-                    produced = function.process(key, Window(f.query, f.start, f.end), f.result)
+                    produced = function.process(key, Window(f.query, f.start, f.end), f.result, *self._process_args)
                     if produced is not None:
                         results.extend(list(produced))
                 except Exception as exc:  # a dead letter joins the results; the split finds it
+                    self.side.out.clear()
                     self.reject(f"<window [{f.start}, {f.end}) of key {key!r}>", exc, results)
+                results.extend(self.side.take())
             return
         for f in fired:
             results.append((key, f.query, f.start, f.end, f.result) if named else (key, f.start, f.end, f.result))
