@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobs import (
+from two_input_jobs import (
     JITTER,
     JOBS,
     SlowRecords,

@@ -134,11 +134,9 @@ class IntervalJoinOperator(JoinOperator):
             best = after(state.left_times[0] + self.upper)
         if state.right_times:
             r, lower = state.right_times[0], self.lower
-            w = r - lower  # the smallest w with w + lower > r, found exactly
-            while w + lower > r:
-                w = math.nextafter(w, -math.inf)
-            while not w + lower > r:
-                w = math.nextafter(w, math.inf)
+            # a w with w + lower > r (as floats, so `on_timer`'s test holds there): a few units in
+            # the last place past r - lower, at the scale of the largest of the three
+            w = (r - lower) + 4 * math.ulp(max(abs(r), abs(lower), abs(r - lower), 1.0))
             best = min(best, w)
         return best
 

@@ -82,12 +82,30 @@ class WindowJoinOperator(JoinOperator):
         self.lateness = spec.allowed_lateness
         self.outer = spec.output.how is JoinType.LEFT
         self.edges = SliceEdges([spec.window])
+        self._slices: dict[float, tuple[float, float, int, int]] = {}
+        self._last: tuple[float, float, int, int] | None = None
 
     # -- records -------------------------------------------------------------------------------
+    def _slice_of(self, t: float) -> tuple[float, float, int, int]:
+        """`(start, end, first window, last window)` of the slice holding `t` (cached: records
+        come in runs of one slice; the windows of a slice are those of any time in it)."""
+        cached = self._last
+        if cached is not None and cached[0] <= t < cached[1]:
+            return cached
+        lo, hi = self.edges.slice_of(t)
+        found = self._slices.get(lo)
+        if found is None:
+            if len(self._slices) > 4096:
+                self._slices.clear()
+            window = self.window
+            found = self._slices[lo] = (lo, hi, window.first_end_index(lo), window.last_start_index(lo))
+        self._last = found
+        return found
+
     def on_side(self, batch: SideBatch, side: int, out: list[Any]) -> list[Any]:
         backend, window, watermark, lateness = self.backend, self.window, self.watermark, self.lateness
         for record, key, group, t in zip(batch.records, batch.keys, batch.groups, batch.times):
-            first, last = window.first_end_index(t), window.last_start_index(t)
+            lo, hi, first, last = self._slice_of(t)
             if first > last:
                 continue  # a sampling gap: in no window
             if window.end_of(first) + lateness <= watermark:  # the earliest window is closed for it
@@ -98,26 +116,34 @@ class WindowJoinOperator(JoinOperator):
             state = backend.get_mutable(_STATE, WindowJoinState)
             if watermark > state.fired:  # every timer up to the watermark has fired
                 state.fired = watermark
-            i = self._slice(state, t)
+            i = self._slice(state, lo, hi)
             (state.lefts if side == 0 else state.rights)[i].append((t, record))
-            for k in range(first, last + 1):  # windows that fired already: the new pairs now
-                end = window.end_of(k)
-                if end > state.fired:
-                    break
-                if end + lateness > watermark:
-                    self._pair_one(state, k, side, t, record, key, out)
-            self._retime(state)
+            if window.end_of(first) <= state.fired:  # windows that fired already: the new pairs now
+                for k in range(first, last + 1):
+                    end = window.end_of(k)
+                    if end > state.fired:
+                        break
+                    if end + lateness > watermark:
+                        self._pair_one(state, k, side, t, record, key, out)
+            # the key's timer: its earliest time so far, or this slice's, if earlier (O(1) a record)
+            due = self._due(lo, state.fired)
+            if due < state.timer:
+                before, state.timer = state.timer, due
+                self.retime(before, due)
         return out
 
-    def _slice(self, state: WindowJoinState, t: float) -> int:
-        """The index of the slice holding `t`, added if the key has none there yet."""
-        lo, hi = self.edges.slice_of(t)
-        i = bisect_left(state.starts, lo)
-        if i == len(state.starts) or state.starts[i] != lo:
-            state.starts.insert(i, lo)
-            state.ends.insert(i, hi)
-            state.lefts.insert(i, [])
-            state.rights.insert(i, [])
+    @staticmethod
+    def _slice(state: WindowJoinState, lo: float, hi: float) -> int:
+        """The index of the key's slice `[lo, hi)`, added if the key has none there yet."""
+        starts = state.starts
+        i = len(starts) - 1  # most records go to the key's newest slice
+        if i < 0 or starts[i] != lo:
+            i = bisect_left(starts, lo)
+            if i == len(starts) or starts[i] != lo:
+                starts.insert(i, lo)
+                state.ends.insert(i, hi)
+                state.lefts.insert(i, [])
+                state.rights.insert(i, [])
         return i
 
     def _pair_one(self, state: WindowJoinState, k: int, side: int, t: float, record: Any, key: Any,
@@ -144,7 +170,10 @@ class WindowJoinOperator(JoinOperator):
         state.timer = math.inf  # it fired: no longer registered
         due: set[int] = set()
         for lo in state.starts:
-            for k in range(window.first_end_index(lo), window.last_start_index(lo) + 1):
+            _, _, first, last = self._slice_of(lo)
+            if window.end_of(first) > watermark:
+                break  # this slice's windows, and every later slice's, end after the watermark
+            for k in range(first, last + 1):
                 if state.fired < window.end_of(k) <= watermark:
                     due.add(k)
         for k in sorted(due):
@@ -180,17 +209,28 @@ class WindowJoinOperator(JoinOperator):
 
     def _closing(self, lo: float) -> float:
         """When the slice starting at `lo` can go: its last window is closed for every record."""
-        return self.window.end_of(self.window.last_start_index(lo)) + self.lateness
+        return self.window.end_of(self._slice_of(lo)[3]) + self.lateness
+
+    def _due(self, lo: float, fired: float) -> float:
+        """When the slice starting at `lo` is next due: the end of its first window that has not
+        fired, or its closing."""
+        window = self.window
+        _, _, first, last = self._slice_of(lo)
+        closing = window.end_of(last) + self.lateness
+        k = first
+        if math.isfinite(fired) and window.end_of(k) <= fired:
+            k = max(k, window.first_end_index(fired))
+        return min(window.end_of(k), closing) if k <= last else closing
 
     def _retime(self, state: WindowJoinState) -> None:
-        """Keep the key's timer at its earliest unfired window end or slice closing."""
-        window, best = self.window, math.inf
-        unfired = window.first_end_index(state.fired) if math.isfinite(state.fired) else None
+        """Keep the key's timer at its earliest unfired window end or slice closing (after a
+        firing). A slice is due after its start, so the slices from the first one starting at or
+        after the best time so far need no look: usually the first slice decides."""
+        best = math.inf
         for lo in state.starts:
-            k = window.first_end_index(lo) if unfired is None else max(window.first_end_index(lo), unfired)
-            if k <= window.last_start_index(lo):
-                best = min(best, window.end_of(k))
-            best = min(best, self._closing(lo))
+            if lo >= best:
+                break
+            best = min(best, self._due(lo, state.fired))
         before, state.timer = state.timer, best
         self.retime(before, best)
 

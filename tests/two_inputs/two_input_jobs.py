@@ -58,13 +58,13 @@ def sources(env: StreamEnvironment, left: list[Any], right: list[Any], splits: i
 
 
 class _SlowReader(SplitReader):
-    def __init__(self, items: list[Any], position: int | None) -> None:
-        self.items, self.next = items, position or 0
+    def __init__(self, items: list[Any], position: int | None, pause: float) -> None:
+        self.items, self.next, self.pause = items, position or 0, pause
 
     def read(self, max_records: int) -> list[Any] | None:
         if self.next >= len(self.items):
             return None
-        time.sleep(0.002)
+        time.sleep(self.pause)
         out = self.items[self.next:self.next + 4]
         self.next += len(out)
         return out
@@ -79,17 +79,19 @@ class _SlowSplit:
 
 
 class SlowRecords(Source):
-    """Records four a read, 2 ms apart (wall clock): a job that runs long enough to be rescaled."""
+    """Records four a read, `pause` seconds apart (wall clock): a job that runs long enough to be
+    rescaled, or killed, mid-stream."""
 
-    def __init__(self, items: list[Any], splits: int) -> None:
+    def __init__(self, items: list[Any], splits: int, pause: float = 0.005) -> None:
         bounds = [len(items) * i // splits for i in range(splits + 1)]
         self._splits = [_SlowSplit(i, items[bounds[i]:bounds[i + 1]]) for i in range(splits)]
+        self.pause = pause
 
     def splits(self) -> list[Any]:
         return self._splits
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
-        return _SlowReader(split.items, position)
+        return _SlowReader(split.items, position, self.pause)
 
 
 def with_crash(items: list[Any], at: int) -> list[Any]:
@@ -210,4 +212,8 @@ def expected(job: str, left: list[dict[str, Any]], right: list[dict[str, Any]], 
 
 
 def committed(records: Iterable[Any]) -> Counter[Any]:
-    return Counter(tuple(r) for r in records)
+    """Records as comparable tuples (a JSON file gives lists back)."""
+    def frozen(value: Any) -> Any:
+        return tuple(frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+    return Counter(frozen(r) for r in records)
