@@ -206,7 +206,8 @@ def window_part(quick: bool) -> list[dict[str, Any]]:
     left, right = _records(n, "l", 3), _records(n // 4, "r", 4)
     rows = []
     for slide in SLIDES:
-        row: dict[str, Any] = {"slide": slide, "windows_per_record": int(SIZE / slide), "same_pairs": _same_pairs(slide)}
+        row: dict[str, Any] = {"slide": slide, "windows_per_record": int(SIZE / slide),
+                               "same_pairs": _same_pairs(slide)}
         for kind in ("slices", "per_window"):
             row[kind] = _run_window(kind, left, right, slide)
         rows.append(row)
@@ -285,8 +286,9 @@ def spark_interval(session: Any, directory: str, events: int, timeout: float = 9
                 .withWatermark("a_time", f"{SPARK_DELAY_MS} milliseconds"))
     bids = (stream.where(F.col("kind") == 2).select("b_auction", "b_price", F.col("dateTime").alias("b_time"))
             .withWatermark("b_time", f"{SPARK_DELAY_MS} milliseconds"))
+    upper = F.col("a_time") + F.expr(f"INTERVAL {int(BOUND_S * 1000)} MILLISECONDS")
     joined = auctions.join(bids, (F.col("id") == F.col("b_auction")) & (F.col("b_time") >= F.col("a_time"))
-                           & (F.col("b_time") <= F.col("a_time") + F.expr(f"INTERVAL {int(BOUND_S * 1000)} MILLISECONDS")))
+                           & (F.col("b_time") <= upper))
     checkpoint = tempfile.mkdtemp(prefix="spark-ijoin-chk-")
     try:
         started = time.perf_counter()

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from operator_harness import Subtasks
 from join_scenarios import (
     KEY,
     Scenario,
@@ -28,6 +27,7 @@ from join_scenarios import (
     temporal_reference,
     window_reference,
 )
+from operator_harness import Subtasks
 
 from epochal.plan.time import EventTime
 from epochal.plan.two_inputs import (

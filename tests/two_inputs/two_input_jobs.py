@@ -29,7 +29,7 @@ from epochal import (
 )
 from epochal.api.stream import DataStream
 from epochal.testing import Crash, ListSource
-from epochal.windows import Sliding, Tumbling
+from epochal.windows import Sliding
 
 JITTER = 0.75  # a record's time is at most this far below the largest time before it in its split
 WINDOW = Sliding(3.0, 1.0)

@@ -9,8 +9,10 @@ someone reads, so with none read its output is what it was without side outputs.
 
 Before the job graph is built, an operator whose side outputs are read gets one more split,
 `SideOutputSpec(None)`, in front of its other consumers: it drops the tagged records. The splits
-run at the operator's parallelism on forward edges, chained to it: a side output costs a pass
-over the operator's output batches, and nothing where no side output is read. Side outputs are
+run at the operator's parallelism on forward edges (on Spark on the same worker, so the output
+is not copied over the network); the operator's chain ends at it, so its consumers are one local
+channel further away than without side outputs, and what follows a split chains to it. Where no
+side output is read nothing changes. Side outputs are
 ordinary records of the job from there on: checkpointed in flight by the barriers and committed
 by the sinks with the checkpoint that covers them, exactly once.
 
