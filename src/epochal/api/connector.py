@@ -16,7 +16,7 @@ in one line, instead of in every attempt of a running job.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -98,6 +98,19 @@ class Source(ABC):
         then returns every split there is now, each with the `split_id` it had before.
         """
         return None
+
+    # True: `acknowledge` is called on every source subtask when a checkpoint completes
+    acknowledges: bool = False
+
+    def acknowledge(self, checkpoint_id: int, positions: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Checkpoint `checkpoint_id` completed, and this subtask's splits stood at `positions`
+        (by split id) in it: tell the input system, for monitoring (a log's committed offsets,
+        as Flink's Kafka source commits them). Recovery never reads them back; a failure here is
+        logged, never fatal. Called only when `acknowledges` is True."""
+
+    def resumed(self, splits: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+        """A source that finds splits as it runs: the job resumed from a checkpoint whose split
+        log holds `splits` (called on the job master before its first listing)."""
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise an `EpochalError` if the job cannot read this source (e.g. its input is missing).

@@ -20,6 +20,7 @@ from ..wire.batches import batch_len
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
+from .source_acks import PositionAcks, acknowledges
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class SourceOperator(RuntimeOperator):
         self._mark = NO_WATERMARK  # the last watermark taken, and whether it said idle
         self._said_idle = False
         self.on_error = spec.on_error
+        self._acks = PositionAcks(spec.source, spec.name) if acknowledges(spec.source) else None
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
@@ -306,14 +308,21 @@ class SourceOperator(RuntimeOperator):
         by a subtask that does not read the split would go stale, and win the next union."""
         state = self._state
         mine = {s.split_id for s in self._splits}
+        positions = {k: v for k, v in state.positions.items() if k in mine}
+        if self._acks is not None:  # acknowledged back to the source once the checkpoint completes
+            self._acks.taken(checkpoint_id, positions)
         return OperatorSnapshot(
             state=SourcePositions(
-                {k: v for k, v in state.positions.items() if k in mine},
+                positions,
                 state.finished & mine,
                 {k: v for k, v in state.max_timestamp.items() if k in mine},
                 not self.discovers and self._pending is None and mine <= state.finished,
             )
         )
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self._acks is not None:
+            self._acks.completed(checkpoint_id)
 
     def close(self) -> None:
         for reader in self._readers.values():
