@@ -101,6 +101,9 @@ class Source(ABC):
 
     # True: `acknowledge` is called on every source subtask when a checkpoint completes
     acknowledges: bool = False
+    # True: a split may never end (a log's partition), so a subtask reads all of its splits at
+    # once, a batch each in turn, instead of one after another
+    endless_splits: bool = False
 
     def acknowledge(self, checkpoint_id: int, positions: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Checkpoint `checkpoint_id` completed, and this subtask's splits stood at `positions`

@@ -115,13 +115,26 @@ class JetStreamClient(LogClient):
                                 ack_policy=AckPolicy.NONE, filter_subject=subject, mem_storage=True,
                                 inactive_threshold=10.0)
         info = await js.add_consumer(stream, config)
+        # by hand, not nc.request: a delivery comes on the inbox's subscription, but under the
+        # message's own subject, which nats-py's request multiplexer cannot match
+        nc = self.conn.nc
+        inbox = f"_EPOCHAL.{uuid.uuid4().hex}"
+        first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def arrived(msg: Any) -> None:
+            if not first.done():
+                first.set_result(msg)
+
+        sub = await nc.subscribe(inbox, cb=arrived)
         try:
-            reply = await self.conn.nc.request(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{info.name}",
-                                               json.dumps({"batch": 1, "no_wait": True}).encode(), timeout=5)
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{info.name}",
+                             json.dumps({"batch": 1, "no_wait": True}).encode(), reply=inbox)
+            reply = await asyncio.wait_for(first, 5)
             if not (reply.headers or {}).get("Status") and reply.reply:
                 return _sequence(reply.reply)
             return int((await js.stream_info(stream)).state.last_seq) + 1
         finally:
+            await sub.unsubscribe()
             await js.delete_consumer(stream, info.name)
 
     # -- acknowledgements -----------------------------------------------------------------------------

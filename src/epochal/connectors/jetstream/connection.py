@@ -65,8 +65,10 @@ class Connection:
             self.reconnects += 1
 
         try:
+            # a few reconnects (about a second) ride out a blip; after them the connection
+            # closes, and the framework's retries make a new one for as long as it may wait
             self.nc = await nats.connect(
-                self.servers, connect_timeout=2, allow_reconnect=True, max_reconnect_attempts=-1,
+                self.servers, connect_timeout=2, allow_reconnect=True, max_reconnect_attempts=4,
                 reconnect_time_wait=0.25, error_cb=quiet, disconnected_cb=quiet, closed_cb=quiet,
                 reconnected_cb=reconnected, pending_size=64 * 1024 * 1024, name="epochal",
             )

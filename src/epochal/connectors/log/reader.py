@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ...api.connector import RejectedInput, SplitReader
 from ...errors import EpochalError
-from .client import Cursor, Fetched, LogClient
+from .client import Cursor, Fetched, LogClient, LogUnavailable
 from .retry import Outage
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class _Fetcher:
                         self._put(_END)
                         return
                     fetched = client.fetch(split.partition, self.cursor, self.size, self.stop, _WAIT)
-                except (source.transient_errors() + (ConnectionError, TimeoutError, OSError)) as exc:
+                except (source.transient_errors() + (LogUnavailable, ConnectionError, TimeoutError, OSError)) as exc:
                     wait = outage.failed(exc)  # raises once the server was away too long
                     _close_quietly(client)
                     client = None

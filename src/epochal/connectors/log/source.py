@@ -129,6 +129,8 @@ class LogSource(Source):
         return ()
 
     # -- the Source contract --------------------------------------------------------------------------
+    endless_splits = True  # a partition never ends (but in bounded mode): read them all in turns
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None, "_acker": None}  # connections stay in their process
 

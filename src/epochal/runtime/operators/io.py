@@ -50,7 +50,8 @@ class SourceOperator(RuntimeOperator):
     A source that finds splits as it runs (`discovery_interval()`) is given them by the job
     master's enumerator instead (`assign`, `runtime.master.enumerator`) and is never exhausted.
 
-    Without event time the splits are read one after another. With a watermark strategy every
+    Without event time the splits are read one after another, unless a split may never end
+    (`endless_splits`, a log's partitions). With a watermark strategy, or such splits, every
     unfinished split is open and they are read a batch each in turn, as Flink reads the
     partitions it is assigned: each split's watermark trails its own timestamps, and the
     subtask's is their minimum (`runtime.watermarks`), so no split runs ahead and turns another's
@@ -81,6 +82,7 @@ class SourceOperator(RuntimeOperator):
         self._said_idle = False
         self.on_error = spec.on_error
         self._acks = PositionAcks(spec.source, spec.name) if acknowledges(spec.source) else None
+        self._endless = bool(getattr(spec.source, "endless_splits", False))
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
@@ -196,7 +198,8 @@ class SourceOperator(RuntimeOperator):
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
 
     def _open_readers(self) -> None:
-        limit = len(self._splits) if self.watermarks is not None else 1
+        # all at once, in turns: with watermarks, and when a split may never end (a log's partition)
+        limit = len(self._splits) if self.watermarks is not None or self._endless else 1
         for split in self._unopened()[: max(0, limit - len(self._readers))]:
             with guard(self.name, f"<opening split {split.split_id}>"):
                 reader = self.source.open_split(split, self._state.positions.get(split.split_id))
@@ -249,6 +252,8 @@ class SourceOperator(RuntimeOperator):
                     self._observe(split_id, batch)
                 return with_letters(batch, self._passed_rejects(reader))
             letters = self._passed_rejects(reader)
+            if self._acks is not None:  # its end is acknowledged with the next checkpoint
+                self._acks.finished(split_id, reader.position())
             self._state.finished.add(split_id)
             self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)

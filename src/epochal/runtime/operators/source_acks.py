@@ -30,9 +30,15 @@ class PositionAcks:
         self.source = source
         self.operator = operator
         self._taken: dict[int, dict[str, Any]] = {}
+        self._ended: dict[str, Any] = {}  # splits read to their end since the last checkpoint
+
+    def finished(self, split_id: str, position: Any) -> None:
+        """A split was read to its end at `position` (it leaves the checkpoint's positions)."""
+        self._ended[split_id] = position
 
     def taken(self, checkpoint_id: int, positions: dict[str, Any]) -> None:
-        self._taken[checkpoint_id] = dict(positions)
+        self._taken[checkpoint_id] = {**self._ended, **positions}
+        self._ended = {}
 
     def completed(self, checkpoint_id: int) -> None:
         """Checkpoint `checkpoint_id` completed: acknowledge its positions (those of an earlier
