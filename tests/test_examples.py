@@ -225,3 +225,29 @@ def test_live_migration_commits_every_update_once_without_a_restart(
     summary = _run("live_migration", capsys, monkeypatch)
     assert "moved to subtask 1 by checkpoint" in summary and summary.endswith("0 restart(s)")
     assert _committed("out-live-migration") == _running_counts([f"user-{c % 500}" for c in range(40_000)])
+
+
+def test_clickstream_sessions_runs_twice_on_a_given_server_and_once_on_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any
+) -> None:
+    import datetime as dt
+
+    monkeypatch.chdir(tmp_path)
+    summary = _run("clickstream_sessions", capsys, monkeypatch)  # no NATS_URL: it starts a server of its own
+    assert re.fullmatch(r"clickstream_sessions: [\d,]+ sessions of 7,998 clicks committed to the JetStream stream "
+                        r"SESSIONS, 0 restart\(s\)", summary), summary
+
+    sys.path.insert(0, EXAMPLES)
+    try:
+        example: Any = importlib.import_module("clickstream_sessions")
+    finally:
+        sys.path.remove(EXAMPLES)
+    clicks = [json.loads(payload) for _, payload in example.clicks_of_a_day()]
+    day = [(c["user"], dt.datetime.fromisoformat(c["ts"]).replace(tzinfo=dt.UTC).timestamp()) for c in clicks]
+    expected = _sessions(day, gap=30 * 60.0)
+    monkeypatch.setenv("NATS_URL", nats_server.url)
+    for run in range(2):  # the second run replaces the first one's sessions
+        summary = _run("clickstream_sessions", capsys, monkeypatch)
+        assert summary.startswith(f"clickstream_sessions: {len(expected):,} sessions of 7,998 clicks"), (run, summary)
+        sessions = [json.loads(data) for _, data, _ in nats_server.messages("SESSIONS")]
+        assert sorted((s["user"], s["start"], s["end"], s["clicks"]) for s in sessions) == expected
