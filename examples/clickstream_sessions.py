@@ -14,8 +14,9 @@ same job without `bounded` follows the stream. A first run on an empty stream pu
 reproducible day of clicks; every run replaces the sessions of the run before.
 
 The server: `NATS_URL` (e.g. `nats://127.0.0.1:4222`, a server started with
-`nats-server -js -a 127.0.0.1 -p 4222 -sd /tmp/nats`), or, if unset, a `nats-server -js` this
-script starts on a free port with its data in a temporary directory and stops at the end.
+`nats-server -js -a 127.0.0.1 -p 4222 -sd /tmp/nats`), or, if unset, the same command on a free
+port with its data in a temporary directory, which this script starts and stops
+(`epochal.testing.nats_server`).
 
     python examples/clickstream_sessions.py                          # from the repository root
     epochal run --executor inprocess examples/clickstream_sessions.py
@@ -25,21 +26,18 @@ table upserted by `(user, start)`.)
 """
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
 import random
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 
 import pyarrow as pa
 
 from epochal import CheckpointConfig, StreamEnvironment, WatermarkStrategy
 from epochal.connectors.jetstream import JetStreamSink, JetStreamSource
 from epochal.connectors.log import JsonFormat
+from epochal.testing import nats_server
 from epochal.windows import Session
 
 GAP = dt.timedelta(minutes=30)  # inactivity that ends a session
@@ -91,26 +89,6 @@ async def prepare(url: str) -> int:
     return clicks
 
 
-def start_nats() -> tuple[str, subprocess.Popen]:
-    """A `nats-server -js` on a free port of 127.0.0.1, its data in a temporary directory."""
-    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    store = tempfile.mkdtemp(prefix="clickstream-nats-")
-    server = subprocess.Popen([binary, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return f"nats://127.0.0.1:{port}", server
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError(f"{binary} did not start") from None
-            time.sleep(0.05)  # the poll interval of a server starting
-
-
 def sessions_committed(url: str) -> int:
     async def count() -> int:
         import nats
@@ -124,10 +102,8 @@ def sessions_committed(url: str) -> int:
 
 
 if __name__ == "__main__":
-    url, server = os.environ.get("NATS_URL"), None
-    if url is None:
-        url, server = start_nats()
-    try:
+    with contextlib.ExitStack() as stack:
+        url = os.environ.get("NATS_URL") or stack.enter_context(nats_server())  # else a server of its own
         clicks = asyncio.run(prepare(url))
         env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(
             interval=1.0, directory="ckpt-clickstream", existing="overwrite"))
@@ -142,7 +118,3 @@ if __name__ == "__main__":
         result = env.execute("clickstream-sessions")
         print(f"clickstream_sessions: {sessions_committed(url):,} sessions of {clicks:,} clicks committed to "
               f"the JetStream stream SESSIONS, {result.restarts} restart(s)")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)

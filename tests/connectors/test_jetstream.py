@@ -265,3 +265,24 @@ def test_any_interleaving_of_subjects_reads_back_each_subject_in_order(
     for i, s in enumerate(shards):
         want.setdefault(f"{stream}/{stream}.{s}", []).append(i)
     assert got == want
+
+
+def test_streams_matching_a_pattern_are_partitions_and_new_ones_are_found(nats_server: Any, tmp_path: Path) -> None:
+    nats_server.add_stream("ORDERS-EU", ["orders.eu"])
+    nats_server.publish([("orders.eu", b"eu-1"), ("orders.eu", b"eu-2")])
+    source = JetStreamSource(nats_server.url, "ORDERS-*", RawFormat(), partition="stream", discover=0.1,
+                             metadata=("partition", "key"))
+    env = _env(tmp_path)
+    out = CollectSink()
+    env.from_source(source).sink_to(out)
+    handle = env.execute_async("streams")
+    try:
+        wait_until(lambda: len(out.committed()) == 2, "the first stream was read", 60)
+        nats_server.add_stream("ORDERS-US", ["orders.us"])  # created while the job runs
+        nats_server.add_stream("OTHER", ["other"])  # does not match
+        nats_server.publish([("orders.us", b"us-1"), ("other", b"no")])
+        wait_until(lambda: len(out.committed()) == 3, "the new stream was read", 60)
+    finally:
+        _cancel(handle)
+    assert sorted(out.committed()) == [(b"eu-1", "ORDERS-EU", "orders.eu"), (b"eu-2", "ORDERS-EU", "orders.eu"),
+                                       (b"us-1", "ORDERS-US", "orders.us")]

@@ -62,6 +62,7 @@ class _Pull:
     deadline: float = 0.0  # when the open request is lost if it has not ended
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     broken: bool = False  # the consumer is gone (deleted, forgotten): make it again
+    drained: bool = False  # the last request ended for want of messages (not filled)
 
 
 class JetStreamClient(LogClient):
@@ -161,15 +162,15 @@ class JetStreamClient(LogClient):
         pull = self._pulls.get(partition)
         if pull is None or pull.broken or pull.next_seq != cursor or pull.reconnects != self.conn.reconnects:
             pull = await self._reset(partition, cursor, pull)
-        if not pull.buffer and stop is not None and not pull.remaining:
+        if not pull.buffer and stop is not None and not pull.remaining and pull.drained:
             pull.next_seq = await self._past_gaps(pull, stop)
             if pull.next_seq >= stop:
                 return Fetched(cursor=pull.next_seq)
         if not pull.buffer:
             if pull.remaining and time.monotonic() > pull.deadline:  # the server forgot it (a restart)
                 pull = await self._reset(partition, cursor, pull)
-            if not pull.remaining:
-                await self._request(pull, max_records, wait)
+            if not pull.remaining:  # bounded: what is there now is all there is to read
+                await self._request(pull, max_records, wait, no_wait=stop is not None)
             if not pull.buffer:
                 pull.arrived.clear()
                 try:
@@ -204,9 +205,13 @@ class JetStreamClient(LogClient):
             return max(pull.next_seq, min(stop, last + 1))
         return pull.next_seq
 
-    async def _request(self, pull: _Pull, batch: int, wait: float) -> None:
+    async def _request(self, pull: _Pull, batch: int, wait: float, no_wait: bool) -> None:
         expires = max(wait, 0.05)
-        body = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
+        # no_wait: what there is, then a 404; without expires, which some servers let win over it
+        request: dict[str, Any] = {"batch": batch, "no_wait": True} if no_wait else {
+            "batch": batch, "expires": int(expires * 1e9)}
+        body = json.dumps(request).encode()
+        pull.drained = False
         await self.conn.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{pull.stream}.{pull.consumer}", body,
                                    reply=pull.inbox)
         pull.remaining, pull.deadline = batch, time.monotonic() + expires + _MARGIN
@@ -238,7 +243,7 @@ class JetStreamClient(LogClient):
             if status == "100":
                 return  # an idle heartbeat
             if status in ("404", "408"):  # no messages / the request expired: it ended
-                pull.remaining = 0
+                pull.remaining, pull.drained = 0, True
             else:  # 409: the consumer was deleted, or the server turned the request down
                 pull.broken, pull.remaining = True, 0
             pull.arrived.set()

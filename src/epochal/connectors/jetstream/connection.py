@@ -53,6 +53,7 @@ class Connection:
         self.what = what
         self.nc: Any = None
         self.reconnects = 0  # counted by the reconnect callback: pulls made before are stale
+        self._buckets: dict[str, Any] = {}  # key-value handles, made once per connection
         self.call(self._open(), "connecting")
 
     async def _open(self) -> None:
@@ -101,11 +102,14 @@ class Connection:
         import nats.js.errors as je
         from nats.js.api import KeyValueConfig
 
-        js = self.js
-        try:
-            return await js.key_value(bucket)
-        except je.BucketNotFoundError:
-            return await js.create_key_value(KeyValueConfig(bucket=bucket, history=1))
+        if (store := self._buckets.get(bucket)) is None:
+            js = self.js
+            try:
+                store = await js.key_value(bucket)
+            except je.BucketNotFoundError:
+                store = await js.create_key_value(KeyValueConfig(bucket=bucket, history=1))
+            self._buckets[bucket] = store
+        return store
 
     async def kv_get(self, bucket: str, key: str) -> bytes | None:
         import nats.js.errors as je
