@@ -105,6 +105,7 @@ def test_where_reading_starts_and_partitions_found_later_start_at_their_beginnin
     assert [(s.partition, s.start) for s in latest.splits()] == [("a", 2), ("b", 1), ("c", 0)]
 
     resumed = MemoryLogSource(name, RawFormat(), start="latest")
+    resumed.check()  # the driver's start checks list the log before the job master restores its split log
     resumed.resumed(latest.splits()[:1])  # a checkpoint's split log holds `a` only
     assert [(s.partition, s.start) for s in resumed.splits()] == [("a", 2), ("b", 0), ("c", 0)]
 

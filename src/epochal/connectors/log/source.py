@@ -170,8 +170,9 @@ class LogSource(Source):
         """The job master restored the split log of a checkpoint: those partitions resume from
         their positions, and every partition not in it is new (read from its start)."""
         self._resumed = True
-        for split in splits:
-            self._found.setdefault(split.partition, split)
+        # the start checks listed the log before the job master restored the log: what they
+        # resolved for partitions the checkpoint does not know was resolved as at a fresh start
+        self._found = {split.partition: split for split in splits}
 
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         if isinstance(position, LogPosition):
