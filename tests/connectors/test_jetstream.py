@@ -286,3 +286,37 @@ def test_streams_matching_a_pattern_are_partitions_and_new_ones_are_found(nats_s
         _cancel(handle)
     assert sorted(out.committed()) == [(b"eu-1", "ORDERS-EU", "orders.eu"), (b"eu-2", "ORDERS-EU", "orders.eu"),
                                        (b"us-1", "ORDERS-US", "orders.us")]
+
+
+def test_a_job_stopped_and_resumed_reads_on_from_its_cursors_and_new_subjects_from_their_start(
+    nats_server: Any, tmp_path: Path
+) -> None:
+    """Unbounded, `start="latest"`: the resumed job goes on where the checkpoint stood on the old
+    subjects (what came meanwhile included) and reads a subject created meanwhile whole."""
+    nats_server.add_stream("CLICKS", ["clicks.*"])
+    nats_server.add_stream("OUT", ["out.>"])
+    nats_server.publish(_clicks(50))  # before the first start: not read (start="latest")
+
+    def job() -> Any:
+        env = _env(tmp_path)
+        source = JetStreamSource(nats_server.url, "CLICKS", JsonFormat(SCHEMA), start="latest", discover=0.1)
+        env.from_source(source).map(lambda r: {"user": r[0], "n": r[1]}).sink_to(
+            JetStreamSink(nats_server.url, "out.x", JsonFormat(SCHEMA)))
+        return env
+
+    handle = job().execute_async("resume")
+    try:
+        time.sleep(1.0)  # the source has listed the subjects (and fixed their starts) by now
+        nats_server.publish(_clicks(60, start=100))
+        wait_until(lambda: len(_out(nats_server)) >= 60, "the first run committed what came after its start", 60)
+    finally:
+        _cancel(handle)
+    nats_server.publish(_clicks(30, start=200))  # meanwhile, on the old subjects
+    nats_server.publish([("clicks.new", json.dumps({"user": "z", "n": 300 + i}).encode()) for i in range(5)])
+    handle = job().execute_async("resume", from_checkpoint="latest")
+    try:
+        wait_until(lambda: len(_out(nats_server)) >= 95, "the resumed run committed the rest", 60)
+        time.sleep(0.5)  # a duplicate would have a moment to arrive
+    finally:
+        _cancel(handle)
+    assert sorted(r["n"] for r in _out(nats_server)) == [*range(100, 160), *range(200, 230), *range(300, 305)]
