@@ -33,13 +33,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .logs_job import INTERVAL, JOB_SINKS
 from .runner import benchmark, pyplot, save_figure
 from .spark_subprocess import run_on_spark
 
 PARTITIONS = 4
 USERS = 2_000
-INTERVAL = 1.0
-JOB_SINKS = ("discard", "jetstream", "redis", "jetstream-per-record", "redis-per-record")
 
 
 def _free_port() -> int:
@@ -69,9 +68,9 @@ def _payloads(count: int) -> list[bytes]:
 
 
 def _schema() -> Any:
-    import pyarrow as pa
+    from .logs_job import clicks_schema
 
-    return pa.schema([("user", pa.string()), ("n", pa.int64()), ("page", pa.string()), ("ts", pa.float64())])
+    return clicks_schema()
 
 
 def _timed(fn: Callable[[], int], reps: int) -> dict[str, Any]:
@@ -249,64 +248,6 @@ def sinks(nats_url: str, redis_url: str, count: int, reps: int) -> dict[str, Any
     }
 
 
-# -- 3. the job on Spark ---------------------------------------------------------------------------
-def spark_job(session: Any, nats_url: str, redis_url: str, reps: int) -> dict[str, Any]:
-    """`JetStreamSource → key_by("user").count(emit) → sink`, every sink `reps` times in rounds."""
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in JOB_SINKS}
-    _job(session, nats_url, redis_url, "discard")  # the workers' first job pays the imports
-    for r in range(reps):
-        for sink in JOB_SINKS[r % len(JOB_SINKS):] + JOB_SINKS[: r % len(JOB_SINKS)]:
-            runs[sink].append(_job(session, nats_url, redis_url, sink))
-    return runs
-
-
-def _job(session: Any, nats_url: str, redis_url: str, sink: str) -> dict[str, Any]:
-    from epochal import CheckpointConfig, StreamEnvironment
-    from epochal.cluster.spark import SparkExecutor
-    from epochal.connectors.jetstream import JetStreamSink, JetStreamSource
-    from epochal.connectors.log import JsonFormat
-    from epochal.connectors.redis_streams import RedisStreamSink
-
-    from . import workloads as w
-
-    work = tempfile.mkdtemp(prefix=f"epochal-logs-{sink}-")
-    try:
-        env = StreamEnvironment(parallelism=2, spark=session,
-                                checkpoint=CheckpointConfig(interval=INTERVAL, directory=os.path.join(work, "ckpt")))
-        emit = "per_record" if sink.endswith("per-record") else "on_checkpoint"
-        counts = JsonFormat(__import__("pyarrow").schema([("user", "string"), ("count", "int64")]))
-        source = JetStreamSource(nats_url, "BENCH", JsonFormat(_schema()), bounded=True)
-        target: Any = {"discard": w.NullSink, "jetstream": lambda: JetStreamSink(nats_url, "out.job", counts),
-                       "redis": lambda: RedisStreamSink(redis_url, "out:job", counts)}[sink.split("-")[0]]()
-        (env.from_source(source).key_by("user").count(emit=emit)  # type: ignore[arg-type]
-            .map(lambda kv: {"user": kv[0], "count": kv[1]}).sink_to(target))
-        executor = SparkExecutor(session)
-        result = executor.execute(env.job_graph(f"logs-{sink}"))
-        events = dict(executor.timeline)
-        seconds = events["finished"] - events["running"]
-        records = result.operator("count").records_in
-        return {"sink": sink, "emit": emit, "seconds": seconds, "records": records,
-                "records_per_s": records / seconds, "rows_out": result.operator("count").records_out,
-                "checkpoints": len(result.checkpoints)}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        _clear_outputs(nats_url, redis_url)
-
-
-def _clear_outputs(nats_url: str, redis_url: str) -> None:
-    import redis
-
-    async def purge() -> None:
-        import nats
-
-        nc = await nats.connect(nats_url)
-        await nc.jetstream().purge_stream("OUT")
-        await nc.close()
-
-    asyncio.run(purge())
-    redis.Redis.from_url(redis_url).delete("out:job")
-
-
 # -- the benchmark ---------------------------------------------------------------------------------
 @benchmark("logs", "Message logs: JetStream and Redis Streams sources and sinks against their own clients")
 def run(quick: bool) -> dict[str, Any]:
@@ -328,7 +269,7 @@ def run(quick: bool) -> dict[str, Any]:
         _redis_setup(redis_url, payloads)
         read = sources(nats_url, redis_url, count, reps)
         write = sinks(nats_url, redis_url, count, reps)
-        job = run_on_spark("local[2]", "benchmarks.logs", "spark_job", nats_url=nats_url, redis_url=redis_url,
+        job = run_on_spark("local[2]", "benchmarks.logs_job", "spark_job", nats_url=nats_url, redis_url=redis_url,
                            reps=max(1, reps - 1))
     finally:
         for server in servers:
