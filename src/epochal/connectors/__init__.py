@@ -6,6 +6,7 @@ from .files import read_committed as read_committed
 from .nexmark import NexmarkSource as NexmarkSource
 from .parquet import ParquetSink as ParquetSink
 from .parquet_source import ParquetSource as ParquetSource
+from .postgres import PostgresSink as PostgresSink
 from .records import CsvSource as CsvSource
 from .records import JsonLinesSource as JsonLinesSource
 from .table import DeltaSource as DeltaSource
@@ -13,5 +14,5 @@ from .text import TextFileSource as TextFileSource
 
 __all__ = [
     "CsvSource", "DeltaSink", "DeltaSource", "FileSink", "JsonLinesSource", "NexmarkSource", "ParquetSink",
-    "ParquetSource", "TextFileSource", "read_committed",
+    "ParquetSource", "PostgresSink", "TextFileSource", "read_committed",
 ]
