@@ -29,6 +29,7 @@ def sql(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
 def _env(tmp_path: Path, parallelism: int = 2, restarts: int = 3) -> StreamEnvironment:
     return StreamEnvironment(
         parallelism=parallelism,
+        executor="inprocess",
         checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "ckpt")),
         restart=RestartStrategy(max_restarts=restarts, delay=0.0),
         batch_size=16,
