@@ -1,6 +1,7 @@
 """Sources and sinks that ship with Epochal."""
 
 from .delta import DeltaSink as DeltaSink
+from .delta import DeltaSource as DeltaSource
 from .files import FileSink as FileSink
 from .files import read_committed as read_committed
 from .nexmark import NexmarkSource as NexmarkSource
@@ -10,7 +11,6 @@ from .postgres import PostgresCdcSource as PostgresCdcSource
 from .postgres import PostgresSink as PostgresSink
 from .records import CsvSource as CsvSource
 from .records import JsonLinesSource as JsonLinesSource
-from .table import DeltaSource as DeltaSource
 from .text import TextFileSource as TextFileSource
 
 __all__ = [

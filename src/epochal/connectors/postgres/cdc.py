@@ -189,8 +189,9 @@ class _CdcReader(SplitReader):
             txn = self.pending[0]
             if relation is None and txn.emitted < len(txn.rows):
                 relation = txn.rows[txn.emitted].relation
-            while txn.emitted < len(txn.rows) and len(taken) < max_records and txn.rows[txn.emitted].relation == relation:
-                taken.append(txn.rows[txn.emitted])
+            rows = txn.rows
+            while txn.emitted < len(rows) and len(taken) < max_records and rows[txn.emitted].relation == relation:
+                taken.append(rows[txn.emitted])
                 txn.emitted += 1
             if txn.emitted < len(txn.rows):
                 self.skip = txn.emitted
@@ -310,7 +311,7 @@ class PostgresCdcSource(Source):
                 # it (a server with synchronous_commit = off may not have yet): all decodable
                 conn.execute("SET synchronous_commit = on")
                 conn.execute("SELECT pg_logical_emit_message(true, 'epochal', 'bound')")
-                self.until_lsn = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+                self.until_lsn = parse_lsn(_one(conn, "SELECT pg_current_wal_lsn()::text"))
 
     def splits(self) -> Sequence[CdcSplit]:
         return self._splits
@@ -325,15 +326,23 @@ class PostgresCdcSource(Source):
 
     def ensure_slots(self) -> None:
         with connect(self.dsn, self.who, autocommit=True, wait=self.connect_timeout) as conn:
-            level = conn.execute("SHOW wal_level").fetchone()[0]
+            level = _one(conn, "SHOW wal_level")
             if level != "logical":
                 raise EpochalError(f"{self.who}: the server {server_name(self.dsn)} has wal_level = {level}; "
                                    "set wal_level = logical (it needs a restart)")
             for split in self._splits:
-                if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (split.publication,)).fetchone() is None:
+                known = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (split.publication,))
+                if known.fetchone() is None:
                     conn.execute(f"CREATE PUBLICATION {quote_name(split.publication)} FOR TABLE "
                                  + ", ".join(quote_name(t) for t in split.tables))
                 if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
                                 (split.slot,)).fetchone() is None:
                     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (split.slot,))
                     log.info("%s: created replication slot %s", self.who, split.slot)
+
+
+def _one(conn: Any, query: str) -> Any:
+    """The one value a query returns."""
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]

@@ -54,7 +54,7 @@ def connect(dsn: str, who: str, *, autocommit: bool, wait: float) -> psycopg.Con
             conn = psycopg.connect(dsn, autocommit=autocommit, connect_timeout=max(2, min(10, int(wait) or 2)))
             if misses:
                 log.warning("%s: reached %s again after %d failed attempt(s)", who, server_name(dsn), misses)
-            return conn  # type: ignore[no-any-return]
+            return conn
         except psycopg.OperationalError as exc:
             misses += 1
             if time.monotonic() >= deadline:
