@@ -15,7 +15,7 @@ import pytest
 from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.connectors import PostgresSink
-from epochal.connectors.postgres.sink import PreparedEpoch, transaction_id
+from epochal.connectors.postgres.writer import PreparedEpoch, transaction_id
 from epochal.errors import EpochalError, InjectedFailure, JobFailedError
 from epochal.testing import ListSource
 

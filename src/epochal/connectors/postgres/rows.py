@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from ...runtime.wire.batches import batch_len, to_records
+from ...runtime.wire.batches import to_records
 from ...runtime.wire.elements import Batch
 
 _CSV_OPTIONS = pcsv.WriteOptions(include_header=False, quoting_style="needed")
@@ -84,7 +84,3 @@ def copy_rows(cursor: Any, target: str, batch: pa.RecordBatch) -> None:
 def row_of(batch: pa.RecordBatch, i: int) -> dict[str, Any]:
     """Row `i` of a batch as a dict, for messages and dead letters."""
     return {name: batch.column(j)[i].as_py() for j, name in enumerate(batch.schema.names)}
-
-
-def rows_in(batch: Batch) -> int:
-    return batch_len(batch)

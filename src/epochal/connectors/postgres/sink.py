@@ -30,18 +30,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, cast
-
-import pyarrow as pa
 
 from ...api.connector import Sink, SinkWriter
 from ...config import check_choice
 from ...errors import CheckpointError, EpochalError
 from ...runtime.fault_points import fault_point
-from ...runtime.wire.elements import Batch
 from .connection import connect, first_line, is_disconnect, quote_name, server_name, split_name
-from .rows import copy_rows, row_of, to_columns
+from .writer import PREFIX, SEQ, TXN, PostgresWriter, PreparedEpoch, parse_transaction_id
 
 log = logging.getLogger(__name__)
 
@@ -50,156 +46,6 @@ MODES: tuple[PostgresSinkMode, ...] = ("error", "overwrite", "append")
 SinkOnError = Literal["fail", "skip", "dead_letter"]
 EPOCHS = "epochal_sink_epochs"
 DEAD_LETTERS = "epochal_dead_letters"
-_TXN, _SEQ = "_epochal_txn", "_epochal_seq"
-_PREFIX = "epochal"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedEpoch:
-    """A prepared transaction: its id, whose epoch it is, and how many rows it holds."""
-
-    gid: str
-    subtask: int
-    checkpoint_id: int
-    rows: int
-
-
-def transaction_id(job: str, subtask: int, checkpoint_id: int) -> str:
-    return f"{_PREFIX}:{job}:{subtask}:{checkpoint_id}"
-
-
-def parse_transaction_id(gid: str, job: str) -> tuple[int, int] | None:
-    """(subtask, checkpoint) of one of `job`'s transaction ids, else None."""
-    head, _, rest = gid.partition(f"{_PREFIX}:{job}:")
-    parts = rest.split(":")
-    if head or len(parts) != 2 or not all(p.isdigit() for p in parts):
-        return None
-    return int(parts[0]), int(parts[1])
-
-
-class _PostgresWriter(SinkWriter):
-    def __init__(self, sink: PostgresSink, subtask: int) -> None:
-        self.sink = sink
-        self.subtask = subtask
-        self.columns = sink.target_columns()
-        self.conn = connect(sink.dsn, sink.who, autocommit=False, wait=sink.connect_timeout)
-        self.rows = 0  # rows in the open transaction
-        self.seq = 0
-        self.skipped = 0
-
-    def write(self, batch: Batch) -> None:
-        arrow = to_columns(batch, self.columns)
-        if not arrow.num_rows:
-            return
-        if self.sink.key:
-            arrow = arrow.append_column(_TXN, pa.nulls(arrow.num_rows, pa.string())).append_column(
-                _SEQ, pa.array(range(self.seq, self.seq + arrow.num_rows), pa.int64()))
-            self.seq += arrow.num_rows
-        try:
-            self._copy(arrow)
-        except Exception as exc:
-            if is_disconnect(exc):
-                raise EpochalError(f"{self.sink.who}: lost the server {server_name(self.sink.dsn)} in the middle "
-                                   f"of an epoch ({first_line(exc)}); its rows are written again after a restart "
-                                   "from the last checkpoint") from exc
-            raise
-
-    def _copy(self, arrow: pa.RecordBatch) -> None:
-        target = self.sink.staging_target() if self.sink.key else self.sink.copy_target(self.columns)
-        with self.conn.cursor() as cur:
-            if self.sink.on_error == "fail":
-                try:
-                    copy_rows(cur, target, arrow)
-                except (self.sink.psycopg.DataError, self.sink.psycopg.IntegrityError) as exc:
-                    raise EpochalError(f"{self.sink.who}: the server refused a row ({first_line(exc)}): "
-                                       f"{_bad_row(exc, arrow)}") from exc
-                self.rows += arrow.num_rows
-                return
-            self.rows += self._copy_or_bisect(cur, target, arrow)
-
-    def _copy_or_bisect(self, cur: Any, target: str, arrow: pa.RecordBatch) -> int:
-        """COPY under a savepoint; a batch the server refuses is halved until its bad rows are
-        single, and those are skipped or dead-lettered (into the same transaction: exactly once)."""
-        psycopg = self.sink.psycopg
-        cur.execute("SAVEPOINT epochal_batch")
-        try:
-            copy_rows(cur, target, arrow)
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
-            cur.execute("ROLLBACK TO SAVEPOINT epochal_batch")
-            if arrow.num_rows > 1:
-                half = arrow.num_rows // 2
-                return self._copy_or_bisect(cur, target, arrow.slice(0, half)) + self._copy_or_bisect(
-                    cur, target, arrow.slice(half))
-            self._reject(cur, arrow, exc)
-            return 0
-        cur.execute("RELEASE SAVEPOINT epochal_batch")
-        return arrow.num_rows
-
-    def _reject(self, cur: Any, arrow: pa.RecordBatch, exc: BaseException) -> None:
-        row = {k: v for k, v in row_of(arrow, 0).items() if k not in (_TXN, _SEQ)}
-        if not self.skipped:
-            log.warning("%s: a row the server refuses (%s), on_error=%r: %r", self.sink.who, first_line(exc),
-                        self.sink.on_error, row)
-        self.skipped += 1
-        if self.sink.on_error == "dead_letter":
-            from psycopg.types.json import Jsonb
-
-            cur.execute(f"INSERT INTO {self.sink.dead_letters()} (job, subtask, record, error) VALUES (%s, %s, %s, %s)",
-                        (self.sink.job, self.subtask, Jsonb(row, dumps=_dumps), first_line(exc)))
-            self.rows += 1  # the transaction holds something to commit
-
-    def prepare_commit(self, checkpoint_id: int) -> PreparedEpoch | None:
-        if not self.rows:
-            self.conn.rollback()
-            return None
-        gid = transaction_id(self.sink.job, self.subtask, checkpoint_id)
-        with self.conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {self.sink.epochs()} WHERE job = %s AND subtask = %s AND checkpoint_id = %s",
-                        (self.sink.job, self.subtask, checkpoint_id))
-            if cur.fetchone() is not None:  # a replay of an epoch committed already
-                log.info("%s: epoch %d of subtask %d was committed already: its replay is dropped", self.sink.who,
-                         checkpoint_id, self.subtask)
-                self.conn.rollback()
-                self.rows = self.seq = 0
-                return None
-            if self.sink.key:
-                cur.execute(f"UPDATE {self.sink.staging()} SET {_TXN} = %s WHERE {_TXN} IS NULL", (gid,))
-            cur.execute(f"INSERT INTO {self.sink.epochs()} (job, subtask, checkpoint_id, rows) VALUES (%s, %s, %s, %s)",
-                        (self.sink.job, self.subtask, checkpoint_id, self.rows))
-            cur.execute(f"PREPARE TRANSACTION '{gid}'")  # gid: our digits and the checked job name
-        self.conn.commit()  # the session leaves the (now prepared) transaction
-        prepared = PreparedEpoch(gid, self.subtask, checkpoint_id, self.rows)
-        self.rows = self.seq = 0
-        return prepared
-
-    def recover(self) -> None:
-        self.sink.roll_back_others(self.subtask, self.sink_parallelism)
-
-    sink_parallelism = 1
-
-    def close(self) -> None:
-        try:
-            self.conn.close()  # an open transaction is rolled back by the server
-        except Exception:  # noqa: BLE001 - closing a broken connection
-            pass
-
-
-def _bad_row(exc: BaseException, arrow: pa.RecordBatch) -> str:
-    """The row a COPY error names ('COPY t, line 3'), else the batch's size."""
-    context = getattr(getattr(exc, "diag", None), "context", None) or ""
-    marker = ", line "
-    if marker in context:
-        digits = context.split(marker, 1)[1].split(":")[0].split(",")[0].strip()
-        if digits.isdigit() and 0 < int(digits) <= arrow.num_rows:
-            row = {k: v for k, v in row_of(arrow, int(digits) - 1).items() if k not in (_TXN, _SEQ)}
-            return repr(row)
-    return f"<one of {arrow.num_rows} rows>"
-
-
-def _dumps(value: Any) -> str:
-    import json
-
-    return json.dumps(value, default=str)
 
 
 class PostgresSink(Sink):
@@ -288,7 +134,7 @@ class PostgresSink(Sink):
         return f"{quote_name(self.table)} ({', '.join(quote_name(c) for c in columns)})"
 
     def staging_target(self) -> str:
-        return f"{self.staging()} ({', '.join(quote_name(c) for c in [*self.target_columns(), _TXN, _SEQ])})"
+        return f"{self.staging()} ({', '.join(quote_name(c) for c in [*self.target_columns(), TXN, SEQ])})"
 
     # -- the driver's side -----------------------------------------------------------------------
     def target_columns(self) -> list[str]:
@@ -327,14 +173,14 @@ class PostgresSink(Sink):
                              "error text, written_at timestamptz DEFAULT now())")
             if self.key:  # a logged table: a server crash keeps the staged rows of prepared transactions
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {self.staging()} (LIKE {quote_name(self.table)}, "
-                             f"{_TXN} text, {_SEQ} bigint)")
+                             f"{TXN} text, {SEQ} bigint)")
             if resuming:
                 return
             for gid, _, _ in self._prepared(conn):
                 conn.execute(f"ROLLBACK PREPARED '{gid}'")
             conn.execute(f"DELETE FROM {self.epochs()} WHERE job = %s", (self.job,))
             if self.key:
-                conn.execute(f"DELETE FROM {self.staging()} WHERE {_TXN} LIKE %s", (f"{_PREFIX}:{self.job}:%",))
+                conn.execute(f"DELETE FROM {self.staging()} WHERE {TXN} LIKE %s", (f"{PREFIX}:{self.job}:%",))
             if self.mode == "append":
                 return
             has_rows = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {quote_name(self.table)})").fetchone()[0]  # type: ignore[index]
@@ -350,7 +196,7 @@ class PostgresSink(Sink):
     def _prepared(self, conn: Any) -> list[tuple[str, int, int]]:
         """(gid, subtask, checkpoint) of the job's prepared transactions in this database."""
         rows = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE %s",
-                            (f"{_PREFIX}:{self.job}:%",)).fetchall()
+                            (f"{PREFIX}:{self.job}:%",)).fetchall()
         out = []
         for (gid,) in rows:
             parsed = parse_transaction_id(gid, self.job)
@@ -360,7 +206,7 @@ class PostgresSink(Sink):
 
     # -- the task's side -------------------------------------------------------------------------
     def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
-        writer = _PostgresWriter(self, subtask)
+        writer = PostgresWriter(self, subtask)
         writer.sink_parallelism = parallelism
         return writer
 
@@ -410,9 +256,9 @@ class PostgresSink(Sink):
         with conn.transaction():
             conn.execute(
                 f"INSERT INTO {quote_name(self.table)} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM "
-                f"{self.staging()} WHERE {_TXN} = %s ORDER BY {keys}, {_SEQ} DESC ON CONFLICT ({keys}) {action}",
+                f"{self.staging()} WHERE {TXN} = %s ORDER BY {keys}, {SEQ} DESC ON CONFLICT ({keys}) {action}",
                 (gid,))
-            conn.execute(f"DELETE FROM {self.staging()} WHERE {_TXN} = %s", (gid,))
+            conn.execute(f"DELETE FROM {self.staging()} WHERE {TXN} = %s", (gid,))
 
     def roll_back_others(self, subtask: int, parallelism: int) -> None:
         """After a restore (the checkpoint's own transactions committed by now): roll back the
@@ -424,8 +270,8 @@ class PostgresSink(Sink):
                 conn.execute(f"ROLLBACK PREPARED '{gid}'")
                 log.info("%s: rolled back %s (checkpoint %d did not complete)", self.who, gid, checkpoint_id)
         if self.key:
-            left = conn.execute(f"SELECT DISTINCT {_TXN} FROM {self.staging()} WHERE {_TXN} LIKE %s",
-                                (f"{_PREFIX}:{self.job}:%",)).fetchall()
+            left = conn.execute(f"SELECT DISTINCT {TXN} FROM {self.staging()} WHERE {TXN} LIKE %s",
+                                (f"{PREFIX}:{self.job}:%",)).fetchall()
             for (gid,) in left:
                 parsed = parse_transaction_id(gid, self.job)
                 if parsed is not None and parsed[0] % parallelism == subtask:
