@@ -156,3 +156,13 @@ def test_a_value_that_does_not_convert_follows_on_error(pg_dsn: str, on_error: s
         return
     env.execute("bad")
     assert sink.committed() == [1, 3]
+
+
+def test_a_toasted_value_an_update_left_alone_comes_as_null(pg_dsn: str) -> None:
+    sql(pg_dsn, "CREATE TABLE t (id int PRIMARY KEY, big text, n int); ALTER TABLE t ALTER big SET STORAGE EXTERNAL")
+    PostgresCdcSource(pg_dsn, "t", slot="s6").check()
+    sql(pg_dsn, "INSERT INTO t VALUES (1, repeat('x', 10000), 0)")
+    sql(pg_dsn, "UPDATE t SET n = 1 WHERE id = 1")  # big is not sent: pgoutput marks it unchanged
+    rows = read_all(PostgresCdcSource(pg_dsn, "t", slot="s6", bounded=True))
+    assert [(r["op"], r["n"], None if r["big"] is None else len(r["big"])) for r in rows] == [
+        ("insert", 0, 10000), ("update", 1, None)]

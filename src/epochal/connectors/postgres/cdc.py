@@ -32,9 +32,9 @@ import pyarrow as pa
 
 from ...api.connector import RejectedInput, Source, SplitReader
 from ...errors import EpochalError
-from .changelog import BadValue, Row, to_batch, values_of
+from .changelog import BadValue, Rows, to_batch, values_of
 from .connection import connect, first_line, is_disconnect, quote_name, server_name
-from .pgoutput import Begin, Change, Commit, Relation, Truncate, format_lsn, parse, parse_lsn
+from .pgoutput import Begin, Change, Commit, Relation, Truncate, format_lsn, parse, parse_lsn, tuple_at, unpack_int
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +57,25 @@ class CdcSplit:
 
 @dataclass(slots=True)
 class _Transaction:
-    """A decoded transaction of the split's tables, and how many of its rows went out."""
+    """A decoded transaction of the split's tables (per row: relation, op, values), and how
+    many of its rows went out."""
 
     end_lsn: int
-    rows: list[Row]
+    commit_time: int
+    relations: list[int]
+    ops: list[str]
+    values: list[tuple[object, ...] | None]
     emitted: int = 0
+
+    def run_end(self, start: int, limit: int) -> int:
+        """Where the run of rows of `start`'s relation ends, at most `limit` rows on."""
+        relations, end = self.relations, min(len(self.relations), start + limit)
+        if relations[start] == relations[end - 1] and len(set(relations[start:end])) == 1:
+            return end
+        i = start
+        while i < end and relations[i] == relations[start]:
+            i += 1
+        return i
 
 
 class _CdcReader(SplitReader):
@@ -153,48 +167,68 @@ class _CdcReader(SplitReader):
             "'publication_names', %s)",
             (self.copy, None if until is None else format_lsn(until), self.source.fetch_changes,
              self.split.publication)).fetchall()
-        txn: list[Row] = []
+        relations: list[int] = []
+        ops: list[str] = []
+        values: list[tuple[object, ...] | None] = []
         begin: Begin | None = None
         for (data,) in rows:
-            message = parse(bytes(data))
-            if isinstance(message, Begin):
-                begin, txn = message, []
+            if data[0] == 73 and begin is not None:  # 'I', the common case, without a message object
+                relations.append(unpack_int(data, 1)[0])
+                ops.append("insert")
+                values.append(tuple_at(data, 6)[0])
+                continue
+            message = parse(data)
+            if isinstance(message, Change):
+                if begin is None:
+                    continue
+                if message.op == "update" and message.old is not None:  # the key changed: the old one goes
+                    relations.append(message.relation)
+                    ops.append("delete")
+                    values.append(message.old)
+                relations.append(message.relation)
+                ops.append(message.op)
+                values.append(message.old if message.op == "delete" else message.new)
+            elif isinstance(message, Begin):
+                begin, relations, ops, values = message, [], [], []
             elif isinstance(message, Relation):
                 self.relations[message.oid] = message
-            elif isinstance(message, Change) and begin is not None:
-                if message.op == "update" and message.old is not None:  # the key changed: the old one goes
-                    txn.append(Row(message.relation, "delete", message.old, 0, begin.commit_time))
-                values = message.old if message.op == "delete" else message.new
-                txn.append(Row(message.relation, message.op, values, 0, begin.commit_time))
             elif isinstance(message, Truncate) and begin is not None:
-                txn.extend(Row(oid, "truncate", None, 0, begin.commit_time) for oid in message.relations)
+                for oid in message.relations:
+                    relations.append(oid)
+                    ops.append("truncate")
+                    values.append(None)
             elif isinstance(message, Commit) and begin is not None:
                 end = message.end_lsn
                 if end > self.fetched:  # else read before this copy of the slot was made
-                    rows_ = [Row(r.relation, r.op, r.values, end, r.commit_time) for r in txn]
-                    if not self.pending and self.skip == 0 and not rows_:
+                    if not self.pending and self.skip == 0 and not ops:
                         self.lsn = end  # nothing of ours: the position moves past it (the slot may too)
                     else:
                         emitted = self.skip if not self.pending else 0  # a restore read these already
-                        self.pending.append(_Transaction(end, rows_, emitted))
+                        self.pending.append(_Transaction(end, begin.commit_time, relations, ops, values, emitted))
                     self.fetched = end
                 begin = None
         return len(rows)
 
     def _take(self, max_records: int) -> pa.RecordBatch | list[Any]:
         """Rows of one table from the front of `pending`, across transactions, up to `max_records`."""
-        taken: list[Row] = []
+        taken = Rows([], [], [], [])
         relation: int | None = None
         while self.pending and len(taken) < max_records:
             txn = self.pending[0]
-            if relation is None and txn.emitted < len(txn.rows):
-                relation = txn.rows[txn.emitted].relation
-            rows = txn.rows
-            while txn.emitted < len(rows) and len(taken) < max_records and rows[txn.emitted].relation == relation:
-                taken.append(rows[txn.emitted])
-                txn.emitted += 1
-            if txn.emitted < len(txn.rows):
-                self.skip = txn.emitted
+            i = txn.emitted
+            if i < len(txn.ops):
+                if relation is None:
+                    relation = txn.relations[i]
+                if txn.relations[i] != relation:
+                    break
+                j = txn.run_end(i, max_records - len(taken))
+                taken.ops.extend(txn.ops[i:j])
+                taken.values.extend(txn.values[i:j])
+                taken.lsns.extend([txn.end_lsn] * (j - i))
+                taken.times.extend([txn.commit_time] * (j - i))
+                txn.emitted = i = j
+            if i < len(txn.ops):
+                self.skip = i
                 break
             self.pending.popleft()
             self.lsn, self.skip = txn.end_lsn, 0
@@ -202,20 +236,19 @@ class _CdcReader(SplitReader):
             return []
         return self._batch(self.relations[relation], taken)
 
-    def _batch(self, relation: Relation, rows: list[Row]) -> pa.RecordBatch | list[Any]:
+    def _batch(self, relation: Relation, rows: Rows) -> pa.RecordBatch | list[Any]:
         while True:
             try:
                 return to_batch(relation, rows)
             except BadValue as exc:
-                bad = rows[exc.row]
+                bad = values_of(relation, rows, exc.row)
                 if not self.tolerant:
                     raise EpochalError(f"{self.source.who}: a change of {relation.qualified} at "
-                                       f"{format_lsn(bad.lsn)} does not convert: {exc}; {values_of(relation, bad)}"
-                                       ) from exc
-                self._rejected.append(RejectedInput(values_of(relation, bad), str(exc),
-                                                    {"slot": self.split.slot, "lsn": format_lsn(bad.lsn)}))
-                rows = rows[: exc.row] + rows[exc.row + 1 :]
-                if not rows:
+                                       f"{format_lsn(rows.lsns[exc.row])} does not convert: {exc}; {bad}") from exc
+                self._rejected.append(RejectedInput(bad, str(exc), {"slot": self.split.slot,
+                                                                    "lsn": format_lsn(rows.lsns[exc.row])}))
+                rows = rows.without(exc.row)
+                if not len(rows):
                     return []
 
     def position(self) -> tuple[int, int]:

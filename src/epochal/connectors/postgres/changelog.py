@@ -11,7 +11,6 @@ unchanged is not sent by the server, and is null.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,15 +44,24 @@ def schema_of(relation: Relation) -> pa.Schema:
     return pa.schema(fields + [pa.field(c.name, arrow_type(c.type_oid)) for c in relation.columns])
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One change as it goes out: its op, the row's values (text), and its transaction's end."""
+@dataclass(slots=True)
+class Rows:
+    """Changes as they go out, one table's: per row its op and values (UTF-8 bytes, None,
+    UNCHANGED; None for a truncate), and its transaction's end LSN and commit time."""
 
-    relation: int
-    op: str
-    values: tuple[object, ...] | None  # None: a truncate
-    lsn: int
-    commit_time: int
+    ops: list[str]
+    values: list[tuple[object, ...] | None]
+    lsns: list[int]
+    times: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def without(self, i: int) -> Rows:
+        def drop(items: list[Any]) -> list[Any]:
+            return items[:i] + items[i + 1 :]
+
+        return Rows(drop(self.ops), drop(self.values), drop(self.lsns), drop(self.times))
 
 
 class BadValue(ValueError):
@@ -64,49 +72,57 @@ class BadValue(ValueError):
         self.row = row
 
 
-def to_batch(relation: Relation, rows: Sequence[Row]) -> pa.RecordBatch:
+def to_batch(relation: Relation, rows: Rows) -> pa.RecordBatch:
     """The rows (all of `relation`) as one batch; raises `BadValue` naming the first bad row."""
     schema = schema_of(relation)
     n = len(rows)
+    times = pa.array(rows.times, pa.int64())
     arrays: list[pa.Array] = [
-        pa.array([r.op for r in rows], pa.string()),
+        pa.array(rows.ops, pa.string()),
         pa.array([relation.qualified] * n, pa.string()),
-        pa.array([r.lsn for r in rows], pa.int64()),
-        pa.array([r.commit_time + POSTGRES_EPOCH_US for r in rows], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(rows.lsns, pa.int64()),
+        pc.add(times, POSTGRES_EPOCH_US).cast(pa.timestamp("us", tz="UTC")),
     ]
+    width = len(relation.columns)
+    whole = all(v is not None and len(v) == width for v in rows.values)
+    columns = list(zip(*rows.values)) if whole and n else None
     for i, column in enumerate(relation.columns):
-        texts = [_text(r.values, i) for r in rows]
-        arrays.append(_convert(texts, schema.field(4 + i).type, column.name))
+        raw = list(columns[i]) if columns is not None else [_value(v, i) for v in rows.values]
+        arrays.append(_convert(raw, schema.field(4 + i).type, column.name))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _text(values: tuple[object, ...] | None, i: int) -> str | None:
+def _value(values: tuple[object, ...] | None, i: int) -> bytes | None:
     if values is None or i >= len(values):
         return None
     value = values[i]
     return None if value is UNCHANGED else value  # type: ignore[return-value]
 
 
-def _convert(texts: list[str | None], kind: pa.DataType, column: str) -> pa.Array:
-    if kind == pa.string():
-        return pa.array(texts, pa.string())
+def _convert(raw: list[Any], kind: pa.DataType, column: str) -> pa.Array:
     try:
-        return _cast(texts, kind)
+        binary = pa.array(raw, pa.binary())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # an UNCHANGED value among them: it is null
+        raw = [None if v is UNCHANGED else v for v in raw]
+        binary = pa.array(raw, pa.binary())
+    try:
+        return _cast(binary.cast(pa.string()), kind)  # UTF-8 checked in bulk
     except (pa.ArrowInvalid, ValueError):
-        for row, text in enumerate(texts):  # find the value, for the message
+        for row, value in enumerate(raw):  # find the value, for the message
             try:
-                _cast([text], kind)
+                _cast(pa.array([value], pa.binary()).cast(pa.string()), kind)
             except (pa.ArrowInvalid, ValueError) as exc:
-                raise BadValue(row, column, text, str(kind)) from exc
+                raise BadValue(row, column, _text(value), str(kind)) from exc
         raise
 
 
-def _cast(texts: list[str | None], kind: pa.DataType) -> pa.Array:
+def _cast(strings: pa.Array, kind: pa.DataType) -> pa.Array:
+    if kind == pa.string():
+        return strings
     if kind == pa.bool_():
-        return pa.array([None if t is None else t == "t" for t in texts], pa.bool_())
+        return pc.equal(strings, "t")
     if kind == pa.binary():
-        return pa.array([None if t is None else bytes.fromhex(t[2:]) for t in texts], pa.binary())
-    strings = pa.array(texts, pa.string())
+        return pa.array([None if t is None else bytes.fromhex(t[2:]) for t in strings.to_pylist()], pa.binary())
     if pa.types.is_floating(kind):
         strings = pc.replace_substring_regex(strings, "^(-?)Infinity$", r"\1inf")
     if pa.types.is_timestamp(kind) and kind.tz is not None:  # the reader's session is in UTC: '+00'
@@ -115,9 +131,15 @@ def _cast(texts: list[str | None], kind: pa.DataType) -> pa.Array:
     return strings.cast(kind)
 
 
-def values_of(relation: Relation, row: Row) -> dict[str, Any]:
-    """A row as a dict of its text values, for messages and dead letters."""
-    out: dict[str, Any] = {"op": row.op, "table": relation.qualified, "lsn": row.lsn}
-    for i, column in enumerate(relation.columns):
-        out[column.name] = _text(row.values, i)
+def _text(value: object) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return None if value is None or value is UNCHANGED else str(value)
+
+
+def values_of(relation: Relation, rows: Rows, i: int) -> dict[str, Any]:
+    """Row `i` as a dict of its text values, for messages and dead letters."""
+    out: dict[str, Any] = {"op": rows.ops[i], "table": relation.qualified, "lsn": rows.lsns[i]}
+    for j, column in enumerate(relation.columns):
+        out[column.name] = _text(_value(rows.values[i], j))
     return out
