@@ -72,6 +72,23 @@ def test_a_killed_driver_resumed_from_latest_commits_every_change_once(pg_dsn: s
     _check_exact(pg_dsn, changes)
 
 
+@pytest.mark.spark
+def test_a_worker_killed_between_commit_prepared_and_the_notice_commits_once(pg_dsn: str, tmp_path: Path) -> None:
+    """The fault point after `COMMIT PREPARED` (before an upsert's merge and the end of the
+    notice): the restored subtask commits the same transactions again, finds them committed by
+    their recorded epochs, and merges what was staged, once."""
+    fill_source_table(pg_dsn, transactions=120)
+    changes = expected_changes(pg_dsn)
+    ckpt, markers = str(tmp_path / "ckpt"), str(tmp_path / "markers")
+    env = {**os.environ, "EPOCHAL_TEST_DSN": pg_dsn, "EPOCHAL_TEST_CKPT": ckpt,
+           "EPOCHAL_FAULT_POINTS": f"postgres_sink.committed:{markers}"}
+    run = epochal_cli(["run", os.path.join(TESTS, "jobs", "postgres_job.py"), "--checkpoint-dir", ckpt], env)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err.decode()[-3000:]
+    assert os.path.exists(os.path.join(markers, "postgres_sink.committed")), "the fault point was never reached"
+    _check_exact(pg_dsn, changes)
+
+
 @pytest.fixture
 def own_server() -> Iterator[LocalPostgres]:
     """A server of the test's own, to stop and start (the session's serves other tests)."""

@@ -37,7 +37,7 @@ from ...config import check_choice
 from ...errors import CheckpointError, EpochalError
 from ...runtime.fault_points import fault_point
 from .connection import connect, first_line, is_disconnect, quote_name, server_name, split_name
-from .writer import PREFIX, SEQ, TXN, PostgresWriter, PreparedEpoch, parse_transaction_id
+from .writer import PREFIX, SEQ, TXN, PostgresWriter, PreparedEpoch, parse_transaction_id, staging_subtask
 
 log = logging.getLogger(__name__)
 
@@ -241,11 +241,11 @@ class PostgresSink(Sink):
                                       "is gone and was never committed (rolled back by hand?); its "
                                       f"{prepared.rows} rows are lost") from None
         fault_point("postgres_sink.committed")  # tests: die with COMMIT PREPARED done, the merge and notice not
-        if self.key:
-            self.merge(conn, prepared.gid)
+        if prepared.staged is not None:
+            self.merge(conn, prepared.staged)
 
-    def merge(self, conn: Any, gid: str) -> None:
-        """Upsert the staged rows of committed transaction `gid` into the table, in one
+    def merge(self, conn: Any, staged: str) -> None:
+        """Upsert the staged rows `staged` of a committed transaction into the table, in one
         transaction that consumes them (so running it twice merges once)."""
         columns = self.target_columns()
         cols = ", ".join(quote_name(c) for c in columns)
@@ -257,8 +257,8 @@ class PostgresSink(Sink):
             conn.execute(
                 f"INSERT INTO {quote_name(self.table)} ({cols}) SELECT DISTINCT ON ({keys}) {cols} FROM "
                 f"{self.staging()} WHERE {TXN} = %s ORDER BY {keys}, {SEQ} DESC ON CONFLICT ({keys}) {action}",
-                (gid,))
-            conn.execute(f"DELETE FROM {self.staging()} WHERE {TXN} = %s", (gid,))
+                (staged,))
+            conn.execute(f"DELETE FROM {self.staging()} WHERE {TXN} = %s", (staged,))
 
     def roll_back_others(self, subtask: int, parallelism: int) -> None:
         """After a restore (the checkpoint's own transactions committed by now): roll back the
@@ -272,7 +272,7 @@ class PostgresSink(Sink):
         if self.key:
             left = conn.execute(f"SELECT DISTINCT {TXN} FROM {self.staging()} WHERE {TXN} LIKE %s",
                                 (f"{PREFIX}:{self.job}:%",)).fetchall()
-            for (gid,) in left:
-                parsed = parse_transaction_id(gid, self.job)
-                if parsed is not None and parsed[0] % parallelism == subtask:
-                    self.merge(conn, gid)
+            for (staged,) in left:  # visible, so committed: a commit cut short before its merge
+                owner = staging_subtask(staged, self.job)
+                if owner is not None and owner % parallelism == subtask:
+                    self.merge(conn, staged)

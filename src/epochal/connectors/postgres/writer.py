@@ -8,6 +8,7 @@ and skipped or dead-lettered in the same transaction, so a dead letter commits w
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TXN, SEQ = "_epochal_txn", "_epochal_seq"
+FLUSH_ROWS = 65_536  # rows gathered before a COPY: each COPY costs a round trip and a statement
 PREFIX = "epochal"
 
 
@@ -36,10 +38,22 @@ class PreparedEpoch:
     subtask: int
     checkpoint_id: int
     rows: int
+    staged: str | None = None  # upserts: the id of its rows in the staging table
 
 
 def transaction_id(job: str, subtask: int, checkpoint_id: int) -> str:
     return f"{PREFIX}:{job}:{subtask}:{checkpoint_id}"
+
+
+def staging_id(job: str, subtask: int) -> str:
+    """The id of one transaction's rows in the staging table (known before its checkpoint is)."""
+    return f"{PREFIX}:{job}:{subtask}:w{uuid.uuid4().hex[:16]}"
+
+
+def staging_subtask(staged: str, job: str) -> int | None:
+    head, _, rest = staged.partition(f"{PREFIX}:{job}:")
+    subtask, _, token = rest.partition(":")
+    return int(subtask) if not head and subtask.isdigit() and token.startswith("w") else None
 
 
 def parse_transaction_id(gid: str, job: str) -> tuple[int, int] | None:
@@ -60,15 +74,32 @@ class PostgresWriter(SinkWriter):
         self.rows = 0  # rows in the open transaction
         self.seq = 0
         self.skipped = 0
+        self.staged = staging_id(sink.job, subtask)
+        self._buffer: list[pa.RecordBatch] = []  # batches not sent yet: one COPY for many small ones
+        self._buffered = 0
 
     def write(self, batch: Batch) -> None:
         arrow = to_columns(batch, self.columns)
         if not arrow.num_rows:
             return
+        if self._buffer and not arrow.schema.equals(self._buffer[0].schema):
+            self._flush()
+        self._buffer.append(arrow)
+        self._buffered += arrow.num_rows
+        if self._buffered >= FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """COPY the buffered batches, as one."""
+        if not self._buffer:
+            return
+        batches, self._buffer, self._buffered = self._buffer, [], 0
+        arrow = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
         if self.sink.key:
-            arrow = arrow.append_column(TXN, pa.nulls(arrow.num_rows, pa.string())).append_column(
-                SEQ, pa.array(range(self.seq, self.seq + arrow.num_rows), pa.int64()))
-            self.seq += arrow.num_rows
+            n = arrow.num_rows
+            arrow = arrow.append_column(TXN, pa.array([self.staged] * n, pa.string())).append_column(
+                SEQ, pa.array(range(self.seq, self.seq + n), pa.int64()))
+            self.seq += n
         try:
             self._copy(arrow)
         except Exception as exc:
@@ -123,6 +154,7 @@ class PostgresWriter(SinkWriter):
             self.rows += 1  # the transaction holds something to commit
 
     def prepare_commit(self, checkpoint_id: int) -> PreparedEpoch | None:
+        self._flush()
         if not self.rows:
             self.conn.rollback()
             return None
@@ -136,14 +168,13 @@ class PostgresWriter(SinkWriter):
                 self.conn.rollback()
                 self.rows = self.seq = 0
                 return None
-            if self.sink.key:
-                cur.execute(f"UPDATE {self.sink.staging()} SET {TXN} = %s WHERE {TXN} IS NULL", (gid,))
             cur.execute(f"INSERT INTO {self.sink.epochs()} (job, subtask, checkpoint_id, rows) VALUES (%s, %s, %s, %s)",
                         (self.sink.job, self.subtask, checkpoint_id, self.rows))
             cur.execute(f"PREPARE TRANSACTION '{gid}'")  # gid: our digits and the checked job name
         self.conn.commit()  # the session leaves the (now prepared) transaction
-        prepared = PreparedEpoch(gid, self.subtask, checkpoint_id, self.rows)
+        prepared = PreparedEpoch(gid, self.subtask, checkpoint_id, self.rows, self.staged if self.sink.key else None)
         self.rows = self.seq = 0
+        self.staged = staging_id(self.sink.job, self.subtask)
         return prepared
 
     def recover(self) -> None:
