@@ -33,7 +33,7 @@ import pyarrow as pa
 from ...api.connector import RejectedInput, Source, SplitReader
 from ...errors import EpochalError
 from .changelog import BadValue, Rows, to_batch, values_of
-from .connection import connect, first_line, is_disconnect, quote_name, server_name
+from .connection import connect, first_line, is_disconnect, quote_name, server_name, split_name
 from .pgoutput import Begin, Change, Commit, Relation, Truncate, format_lsn, parse, parse_lsn, tuple_at, unpack_int
 
 log = logging.getLogger(__name__)
@@ -368,6 +368,15 @@ class PostgresCdcSource(Source):
                 if known.fetchone() is None:
                     conn.execute(f"CREATE PUBLICATION {quote_name(split.publication)} FOR TABLE "
                                  + ", ".join(quote_name(t) for t in split.tables))
+                else:  # a table dropped (and made again) since has left the publication
+                    listed = {f"{a}.{b}" for a, b in conn.execute(
+                        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                        (split.publication,)).fetchall()}
+                    for table in split.tables:
+                        if "{}.{}".format(*split_name(table)) not in listed:
+                            conn.execute(f"ALTER PUBLICATION {quote_name(split.publication)} ADD TABLE "
+                                         f"{quote_name(table)}")
+                            log.info("%s: added %s to publication %s", self.who, table, split.publication)
                 if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
                                 (split.slot,)).fetchone() is None:
                     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (split.slot,))
