@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 
 from epochal.cluster.worker import Worker
-from epochal.runtime.task.task import STEPS_IN_A_ROW, Task
+from epochal.runtime.task.setup import STEPS_IN_A_ROW
+from epochal.runtime.task.step_times import StepTimes
+from epochal.runtime.task.task import Task
 
 
 class _Task:
     def __init__(self, name: str, work: int, log: list[str], seconds: float = 0.0) -> None:
         self.name, self.work, self.log, self.seconds = name, work, log, seconds
-        self._ran_until = time.perf_counter()
+        self.times = StepTimes()
 
     def is_runnable(self) -> bool:
         return self.work > 0
@@ -20,7 +22,7 @@ class _Task:
         time.sleep(self.seconds)
         self.work -= 1
         self.log.append(self.name)
-        self._ran_until = time.perf_counter()
+        self.times.ran_until = time.perf_counter()
 
     run_steps = Task.run_steps
 

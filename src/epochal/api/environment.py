@@ -433,7 +433,7 @@ def _decide_auto_start(job: JobGraph) -> int | None:
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:
     """Fail before starting if the checkpoint holds state that no operator of `job` claims."""
-    from ..runtime.task.snapshots import check_restored_operators
+    from ..runtime.master.start_checks import check_restored_operators
     from ..state.savepoints import load_savepoint
     from ..state.storage import CheckpointStorage
 

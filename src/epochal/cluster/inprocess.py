@@ -28,7 +28,8 @@ from ..runtime.master.control import JobControl, Rescale
 from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
-from ..runtime.task.task import STEPS_IN_A_ROW, Task
+from ..runtime.task.setup import STEPS_IN_A_ROW
+from ..runtime.task.task import Task
 from ..runtime.task.wiring import build_tasks, local_channels
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,8 @@ from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
-from ..runtime.task.task import Task, TaskState
+from ..runtime.task.setup import TaskState
+from ..runtime.task.task import Task
 from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..runtime.wire.channel import LocalChannel
 from ..runtime.wire.messages import AcknowledgeCheckpoint

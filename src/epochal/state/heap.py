@@ -374,7 +374,7 @@ class HeapKeyedStateBackend:
                 m.stamps.update(dict.fromkeys(entries, 0))
 
     def reassign(self, owned: KeyGroups, gained: KeyedGroups, copies: GroupCopies | None = None) -> None:
-        """Own `owned` from now on (a migration, `runtime.migration`): drop the key groups no
+        """Own `owned` from now on (a migration, `runtime.master.migrations`): drop the key groups no
         longer owned, load `gained`'s entries for the new ones; `copies` are the sections they
         were read from, per key group (the old owner's chain), if known.
 

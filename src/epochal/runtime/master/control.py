@@ -67,7 +67,7 @@ class LiveQuery:
 
 @dataclass(frozen=True, slots=True)
 class MoveRequest:
-    """What a `"move"` command asks: key groups to new subtasks (`runtime.migration`), in steps of
+    """What a `"move"` command asks: key groups to new subtasks (`runtime.master.migrations`), in steps of
     at most `batch` groups, or when None of about `StateConfig.migration_step_bytes` of state each
     (`runtime.master.migration_steps`: Megaphone's batched migration, each step holds back less input)."""
 

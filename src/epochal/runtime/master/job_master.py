@@ -46,17 +46,18 @@ from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
 from ...state.savepoints import create_savepoint
 from ...state.storage import CheckpointStorage
+from ..channel_state import check_in_flight
+from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
 from ..clock import Clock
-from ..in_flight import check_in_flight
-from ..metrics import MetricsCollector, TaskMetrics
-from ..migration import routing_for
+from ..metrics import TaskMetrics
 from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
+from ..routing import routing_for
 from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .attempt import Attempt
 from .control import Command, JobControl, JobState, MoveRequest, Rescale
-from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
 from .live_queries import LiveQueries
+from .metrics_collector import MetricsCollector
 from .migrations import Migrations
 from .recovery import recovery_plan
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
