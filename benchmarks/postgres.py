@@ -158,13 +158,14 @@ def spark_wordcount(session: Any, corpus: str, dsn: str, reps: int) -> dict[str,
     return out
 
 
-def _fill_changes(dsn: str) -> None:
+def _fill_changes(dsn: str, reps: int) -> None:
     import psycopg
 
     from epochal.connectors import PostgresCdcSource
 
     _sql(dsn, "DROP TABLE IF EXISTS cdc_src; CREATE TABLE cdc_src (id bigint PRIMARY KEY, name text, amount float8)")
-    PostgresCdcSource(dsn, "cdc_src", slot="bench").check()
+    for slot in ["bench", *(f"bench_job{r}" for r in range(reps))]:  # a job moves its slot on: one per run
+        PostgresCdcSource(dsn, "cdc_src", slot=slot).check()
     table = _rows(CDC_ROWS)
     rows = list(zip(*(c.to_pylist() for c in table.columns)))
     with psycopg.connect(dsn) as conn:
@@ -186,7 +187,7 @@ def cdc_read(dsn: str, work: str, reps: int) -> dict[str, Any]:
 
     from . import workloads as w
 
-    _fill_changes(dsn)
+    _fill_changes(dsn, reps)
     changes = CDC_ROWS + CDC_ROWS // 10
     ours, raw, job = [], [], []
     for r in range(reps):
@@ -212,10 +213,12 @@ def cdc_read(dsn: str, work: str, reps: int) -> dict[str, Any]:
         raw.append(changes / (time.perf_counter() - started))
         env = StreamEnvironment(parallelism=1, executor="inprocess",
                                 checkpoint=CheckpointConfig(interval=INTERVAL, directory=os.path.join(work, f"c{r}")))
-        env.from_source(PostgresCdcSource(dsn, "cdc_src", slot="bench", bounded=True)).sink_to(w.NullSink())
+        env.from_source(PostgresCdcSource(dsn, "cdc_src", slot=f"bench_job{r}", bounded=True)).sink_to(w.NullSink())
         started = time.perf_counter()
         result = InProcessExecutor().execute(env.job_graph("cdc"))
         job.append(result.operator("sink").records_in / (time.perf_counter() - started))
+        if result.operator("sink").records_in != changes:
+            raise RuntimeError(f"the CDC job read {result.operator('sink').records_in} changes of {changes}")
     return {"changes": changes, "messages": messages, "reader": max(ours), "psycopg": max(raw), "job": max(job)}
 
 

@@ -105,7 +105,7 @@ def own_server() -> Iterator[LocalPostgres]:
 def test_the_server_stopped_and_restarted_mid_run_loses_nothing(own_server: LocalPostgres, tmp_path: Path,
                                                                 how: str) -> None:
     dsn = own_server.dsn
-    fill_source_table(dsn)
+    fill_source_table(dsn, transactions=150)
     changes = expected_changes(dsn)
     ckpt = str(tmp_path / "ckpt")
     env = cdc_env(dsn, ckpt, executor="inprocess", restarts=5)
