@@ -116,4 +116,6 @@ def test_the_server_stopped_and_restarted_mid_run_loses_nothing(own_server: Loca
     own_server.start()
     result = handle.result(timeout=300)
     assert result.restarts >= 1
+    assert all("lost the server" in f or "cannot reach the PostgreSQL server" in f for f in result.failures), (
+        result.failures)  # a clear line, naming what happened
     _check_exact(dsn, changes)

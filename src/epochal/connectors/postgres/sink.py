@@ -27,9 +27,10 @@ what a failure left staged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 from ...api.connector import Sink, SinkWriter
@@ -219,15 +220,25 @@ class PostgresSink(Sink):
         if self._lock is None:
             self._lock = threading.Lock()
         with self._lock:
+            for prepared in sorted(committables, key=lambda c: (c.checkpoint_id, c.subtask)):
+                self._again_if_lost(functools.partial(self._commit_one, prepared), "committing")
+
+    def _again_if_lost(self, action: Callable[[], None], doing: str) -> None:
+        """Run `action` on the committing connection; once more on a new one if the old one
+        was lost (a server restarted since it was made): each action is idempotent."""
+        for attempt in range(2):
             try:
-                for prepared in sorted(committables, key=lambda c: (c.checkpoint_id, c.subtask)):
-                    self._commit_one(prepared)
+                action()
+                return
             except Exception as exc:
-                if self._conn is not None and is_disconnect(exc):
-                    self._conn = None
-                    raise EpochalError(f"{self.who}: lost the server {server_name(self.dsn)} while committing "
-                                       f"({first_line(exc)}); the restored job commits again") from exc
-                raise
+                if not is_disconnect(exc):
+                    raise
+                self._conn = None
+                if attempt:
+                    raise EpochalError(f"{self.who}: lost the server {server_name(self.dsn)} while {doing} "
+                                       f"({first_line(exc)}); the restored job does it again") from exc
+                log.warning("%s: lost the server while %s (%s); again on a new connection", self.who, doing,
+                            first_line(exc))
 
     def _commit_one(self, prepared: PreparedEpoch) -> None:
         conn = self._committer()
@@ -264,6 +275,9 @@ class PostgresSink(Sink):
         """After a restore (the checkpoint's own transactions committed by now): roll back the
         job's prepared transactions of old subtasks that map to `subtask`, checkpoints that did
         not complete; merge staged rows left by a commit cut short."""
+        self._again_if_lost(lambda: self._roll_back_others(subtask, parallelism), "recovering")
+
+    def _roll_back_others(self, subtask: int, parallelism: int) -> None:
         conn = self._committer()
         for gid, old, checkpoint_id in self._prepared(conn):
             if old % parallelism == subtask:

@@ -154,6 +154,16 @@ class PostgresWriter(SinkWriter):
             self.rows += 1  # the transaction holds something to commit
 
     def prepare_commit(self, checkpoint_id: int) -> PreparedEpoch | None:
+        try:
+            return self._prepare(checkpoint_id)
+        except Exception as exc:
+            if is_disconnect(exc):  # the open transaction went with the connection
+                raise EpochalError(f"{self.sink.who}: lost the server {server_name(self.sink.dsn)} while preparing "
+                                   f"checkpoint {checkpoint_id} ({first_line(exc)}); its rows are written again "
+                                   "after a restart from the last checkpoint") from exc
+            raise
+
+    def _prepare(self, checkpoint_id: int) -> PreparedEpoch | None:
         self._flush()
         if not self.rows:
             self.conn.rollback()
