@@ -24,6 +24,8 @@ from epochal import CheckpointConfig, StreamEnvironment
 from epochal.connectors import PostgresCdcSource, PostgresSink
 from epochal.connectors.postgres.server import LocalPostgres
 
+CHECKPOINTS = "ckpt-orders"
+
 
 def write_orders(dsn: str) -> None:
     """The tables, the slot (changes from here on are read), then orders that change."""
@@ -50,7 +52,8 @@ def signed(change: tuple) -> tuple[str, int]:
 
 def main(dsn: str) -> str:
     write_orders(dsn)
-    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(interval=0.2, directory=tempfile.mkdtemp()))
+    shutil.rmtree(CHECKPOINTS, ignore_errors=True)  # a run starts over (the tables were made again)
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(interval=0.2, directory=CHECKPOINTS))
     (env.from_source(PostgresCdcSource(dsn, "orders", slot="orders_totals", bounded=True))
         .map(signed)
         .key_by(lambda c: c[0])
