@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from ...api.connector import SplitReader
 from ...errors import EpochalError
-from ...state.storage import resolve_uri
+from ...state.checked_files import resolve_uri
 from ..parquet_source import RowGroupReader, one_batch
 from ..table import _DatasetSource
 from .log import AddedFile, Version, read_version
