@@ -1,7 +1,9 @@
 """PostgresCdcSource: a table's inserts, updates and deletes as a changelog, from a logical
 replication slot (pgoutput), exactly once.
 
-A replication slot is PostgreSQL's replayable log (dissertation §3.3.1.2, a replayable source):
+A replication slot is PostgreSQL's replayable log (dissertation §3.3.1.2, a replayable source;
+§4.1, "Rollback": sources rewind to the offsets in the snapshot, which needs a durable,
+indexed, sequenced log):
 it keeps the WAL from its *confirmed* position on, and decodes the transactions committed after
 it, in commit order. The split's position is an LSN (where the last transaction read ends) and
 a count of rows already read of the next one, checkpointed like any source's position. The slot

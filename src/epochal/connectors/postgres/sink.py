@@ -1,20 +1,23 @@
 """PostgresSink: rows into a PostgreSQL table, exactly once, by two-phase commit.
 
-The dissertation's two-phase epoch commit (§4.1.3) against a database that has the two phases
-itself: a sink subtask writes the rows of an epoch inside one transaction (COPY, batch by
-batch, as they come), and at the checkpoint's barrier (the pre-commit) takes it to `PREPARE
-TRANSACTION`. A prepared transaction survives the writer's process, a crash of the server and
-its restart; nothing in it is visible. When the checkpoint completes, the sink runs `COMMIT
-PREPARED`. The transaction id carries job, subtask and checkpoint
-(`epochal:<job>:<subtask>:<checkpoint>`), so after a failure the restored subtasks commit the
-prepared transactions their checkpoint holds and roll back every other one of the job: those of
-checkpoints that did not complete (`recover`).
+The dissertation's two-phase epoch commit protocol (§4.1.3) against a database that has the
+two phases itself: its backend contract (§4.1, Table 4.1: Start, Pre-commit, Commit, Abort) for
+an MVCC database maps onto native transactions. A sink subtask writes the rows of an epoch
+inside one transaction (Start; COPY, batch by batch, as they come), and at the checkpoint's
+barrier (the pre-commit) takes it to `PREPARE TRANSACTION`. A prepared transaction survives the
+writer's process, a crash of the server and its restart; nothing in it is visible. When the
+checkpoint completes, the sink runs `COMMIT PREPARED`. The transaction id carries job, subtask
+and checkpoint (`epochal:<job>:<subtask>:<checkpoint>`), so after a failure the restored
+subtasks commit the prepared transactions their checkpoint holds (pending commits re-issued at
+rollback: §4.1, "Rollback") and roll back every other one of the job: those of checkpoints that
+did not complete (Abort, `recover`).
 
 Each transaction also records its epoch in `epochal_sink_epochs` (job, subtask, checkpoint),
 committed with the rows. A commit repeated after a failure (its `COMMIT PREPARED` ran, the notice
 did not finish) finds no prepared transaction and the epoch recorded, and does nothing; an epoch
 written again after a restore from an older checkpoint finds its epoch recorded and is rolled
-back, not prepared: the sink is idempotent per epoch (as `DeltaSink` is by Delta's txn ids).
+back, not prepared: the sink is idempotent per epoch (as `DeltaSink` is by Delta's txn ids;
+the dissertation's idempotent sinks, §4.5, hold for replays that repeat an epoch's records).
 
 Upserts (`key=...`) COPY the epoch's rows into a staging table inside the prepared transaction,
 and merge them into the target (`INSERT ... ON CONFLICT (key) DO UPDATE`, the last row of each
