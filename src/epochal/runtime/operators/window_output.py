@@ -20,14 +20,6 @@ from .bad_records import dead_letters_part, records_part
 from .base import RuntimeOperator
 
 
-class Window(NamedTuple):
-    """The window a process window function is called for: `[start, end)` of query `query`."""
-
-    query: str
-    start: float
-    end: float
-
-
 class LateRecord(NamedTuple):
     """A record that came after its windows closed, and the queries it was too late for."""
 

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from ...errors import RecordError
 from ...plan.specs import KeyedWindowSpec, OnError, WindowFunctionKind
+from ...plan.windows import Window
 from ...state.keygroups import KeyGroups
 from ...state.sections import GroupCopies
 from ..keys import batch_keys
@@ -41,7 +42,7 @@ from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
-from .window_output import LateRecord, Window, WindowOutput  # LateRecord: also the name old pickles use
+from .window_output import LateRecord, WindowOutput
 from .window_stores import STORE, StoreWindows
 from .window_table import TableWindows, table_reduction
 
