@@ -36,6 +36,7 @@ _MODULES = [
     "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
     "benchmarks.logs",
+    "benchmarks.postgres",
 ]
 
 

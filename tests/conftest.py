@@ -154,6 +154,9 @@ def s3() -> Iterator[S3Server]:
         process.wait(timeout=10)
 
 
+from postgres_server import pg_dsn, postgres  # noqa: E402,F401 - fixtures: a real PostgreSQL server
+
+
 @pytest.fixture
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A `nats-server -js` of this test's own on 127.0.0.1 (tests stop and restart it), torn

@@ -227,6 +227,23 @@ def test_live_migration_commits_every_update_once_without_a_restart(
     assert _committed("out-live-migration") == _running_counts([f"user-{c % 500}" for c in range(40_000)])
 
 
+def test_orders_cdc_to_postgres_keeps_totals_equal_to_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres: Any
+) -> None:
+    """Runs twice (each run starts its own server unless given one: here the tests' server)."""
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS example_orders WITH (FORCE)")
+        admin.execute("CREATE DATABASE example_orders")
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", postgres.dsn.replace("dbname=postgres", "dbname=example_orders"))
+    for _ in range(2):
+        assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+    monkeypatch.delenv("EPOCHAL_EXAMPLE_DSN")
+    assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+
+
 def test_clickstream_sessions_runs_twice_on_a_given_server_and_once_on_its_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any
 ) -> None:

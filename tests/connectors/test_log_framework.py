@@ -17,11 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal import CheckpointConfig, StreamEnvironment
+from epochal import CheckpointConfig, JobCancelledError, StreamEnvironment
 from epochal.connectors.log import JsonFormat, LogPosition, RawFormat
 from epochal.errors import EpochalError, JobFailedError
 from epochal.testing import CollectSink
 from memory_log import LOGS, MemoryLog, MemoryLogSource
+from spark_jobs import wait_until
 
 SCHEMA = pa.schema([("n", pa.int64())])
 
@@ -163,20 +164,28 @@ def test_cursors_are_acknowledged_after_each_checkpoint_and_a_new_job_can_start_
     name = _log(a=[json.dumps({"n": i}).encode() for i in range(200)], b=[b'{"n": -1}'])
     log = LOGS[name]
 
-    def run(start: str, ckpt: str) -> list[int]:
-        env = StreamEnvironment(parallelism=2, executor="inprocess", batch_size=16,
-                                checkpoint=CheckpointConfig(interval=0.01, directory=str(tmp_path / ckpt)))
-        sink = CollectSink()
-        source = MemoryLogSource(name, JsonFormat(SCHEMA), bounded=True, start=start, group="g", acknowledge=True)
-        env.from_source(source).sink_to(sink)
-        env.execute("acks")
-        return sorted(sink.committed())
+    def env(ckpt: str) -> StreamEnvironment:
+        return StreamEnvironment(parallelism=2, executor="inprocess", batch_size=16,
+                                 checkpoint=CheckpointConfig(interval=0.01, directory=str(tmp_path / ckpt)))
 
-    assert run("earliest", "c1") == sorted([-1, *range(200)])
-    assert log.acks and log.committed == {("g", "a"): 200, ("g", "b"): 1}
-    assert any(a.get("a", 200) < 200 for a in log.acks)  # acknowledged as it went, not only at the end
+    first, out = env("c1"), CollectSink()
+    first.from_source(MemoryLogSource(name, JsonFormat(SCHEMA), discover=0.05, group="g", acknowledge=True)
+                      ).sink_to(out)
+    handle = first.execute_async("acks")
+    try:
+        wait_until(lambda: log.committed == {("g", "a"): 200, ("g", "b"): 1}, "every cursor was acknowledged", 60)
+    finally:
+        handle.cancel()
+        with pytest.raises(JobCancelledError):
+            handle.result(timeout=60)
+    assert sorted(out.committed()) == sorted([-1, *range(200)])
+    assert any(0 < a.get("a", 0) < 200 for a in log.acks)  # acknowledged as it went, not only at the end
     log.append("a", [b'{"n": 200}'])
-    assert run("committed", "c2") == [200]  # the group's cursors: only what came since
+    second, out = env("c2"), CollectSink()
+    second.from_source(MemoryLogSource(name, JsonFormat(SCHEMA), bounded=True, start="committed", group="g")
+                       ).sink_to(out)
+    second.execute("from-acks")
+    assert out.committed() == [200]  # the group's cursors: only what came since
 
 
 def test_a_job_over_a_log_that_is_away_longer_than_the_timeout_fails_with_its_name(tmp_path: Any) -> None:

@@ -16,7 +16,7 @@ in one line, instead of in every attempt of a running job.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,6 +63,12 @@ class SplitReader(ABC):
     def position(self) -> Any:
         """Where to resume: just past the last record `read` returned (picklable)."""
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: Any) -> None:  # noqa: B027 - optional hook
+        """Checkpoint `checkpoint_id`, which holds `position` for this split, completed: no
+        restore of this job goes back before it, so a log may let go of what lies before it (a
+        replication slot advances). Called on the reader's task, for the newest complete
+        checkpoint only; never needed for recovery, which starts from the checkpoint's position."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the split's resources."""
 
@@ -99,17 +105,9 @@ class Source(ABC):
         """
         return None
 
-    # True: `acknowledge` is called on every source subtask when a checkpoint completes
-    acknowledges: bool = False
     # True: a split may never end (a log's partition), so a subtask reads all of its splits at
     # once, a batch each in turn, instead of one after another
     endless_splits: bool = False
-
-    def acknowledge(self, checkpoint_id: int, positions: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Checkpoint `checkpoint_id` completed, and this subtask's splits stood at `positions`
-        (by split id) in it: tell the input system, for monitoring (a log's committed offsets,
-        as Flink's Kafka source commits them). Recovery never reads them back; a failure here is
-        logged, never fatal. Called only when `acknowledges` is True."""
 
     def resumed(self, splits: Sequence[Any]) -> None:  # noqa: B027 - optional hook
         """A source that finds splits as it runs: the job resumed from a checkpoint whose split

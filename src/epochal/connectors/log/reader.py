@@ -227,6 +227,11 @@ class LogSplitReader(SplitReader):
     def retry_after(self) -> float:
         return self.source.poll_interval
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: Any) -> None:
+        """A checkpoint holding `position` completed: acknowledge its cursor (if asked to)."""
+        if self.source.acknowledges and isinstance(position, LogPosition):
+            self.source.acknowledge(checkpoint_id, {self.split.partition: position.cursor})
+
     def position(self) -> LogPosition:
         return LogPosition(self.cursor, self.stop)
 

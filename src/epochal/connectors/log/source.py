@@ -20,9 +20,11 @@ contract (`api.connector`) without a mechanism of its own:
 - **Watermarks per partition, with idleness**: a split's watermark trails its own timestamps and
   an idle one stops holding the others back (`runtime.watermarks`, `WatermarkStrategy`): pass
   `metadata=("timestamp",)` to have the log's own time as a column.
-- **Acknowledgements** (`acknowledge=True`): once a checkpoint completes, each subtask stores its
-  splits' cursors of that checkpoint in the log under `group` (Kafka's committed offsets), for
-  monitoring tools; recovery never reads them back.
+- **Acknowledgements** (`acknowledge=True`): once a checkpoint completes, each open reader stores
+  its split's cursor of that checkpoint in the log under `group` (Kafka's committed offsets, as
+  Flink's source commits them), through `SplitReader.notify_checkpoint_complete`, for monitoring
+  tools; recovery never reads them back. A partition a bounded job read to its end is
+  acknowledged up to the last checkpoint that completed while it was being read.
 - **Bounded mode** (`bounded=True`): every partition is read up to the end it had when the job
   started (resolved once, on the driver, by the start checks), then the job ends: for tests and
   backfills. The stop travels in each split's position, so a resumed backfill stops there too.
@@ -179,12 +181,12 @@ class LogSource(Source):
             return LogSplitReader(self, split, position.cursor, position.stop)
         return LogSplitReader(self, split, split.start, split.stop)
 
-    def acknowledge(self, checkpoint_id: int, positions: Mapping[str, Any]) -> None:
-        """Checkpoint `checkpoint_id` completed with these split positions: store their cursors
-        under the group (monitoring only: a failure here is logged, never fatal)."""
-        if not self.acknowledges or self.group is None or not positions:
+    def acknowledge(self, checkpoint_id: int, cursors: Mapping[str, Any]) -> None:
+        """Checkpoint `checkpoint_id` completed with these cursors (by partition): store them
+        under the group. A reader calls it from `SplitReader.notify_checkpoint_complete`, on its
+        task; monitoring only, so a failure is logged, never raised."""
+        if not self.acknowledges or self.group is None or not cursors:
             return
-        cursors = {split_id: p.cursor for split_id, p in positions.items() if isinstance(p, LogPosition)}
         try:
             if self._acker is None:
                 self._acker = self.connect()

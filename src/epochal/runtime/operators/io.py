@@ -20,7 +20,6 @@ from ..wire.batches import batch_len
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
-from .source_acks import PositionAcks, acknowledges
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +77,10 @@ class SourceOperator(RuntimeOperator):
         self.hands_over = False  # a live rescale may hand it splits (set by the task)
         self.no_more_splits = False  # the job master said none will come: end when read
         self._pending: PendingSplits | None = None  # handed over, read once their checkpoint completed
+        self._acks: dict[int, dict[str, Any]] = {}  # checkpoint -> its positions of the open readers
         self._mark = NO_WATERMARK  # the last watermark taken, and whether it said idle
         self._said_idle = False
         self.on_error = spec.on_error
-        self._acks = PositionAcks(spec.source, spec.name) if acknowledges(spec.source) else None
         self._endless = bool(getattr(spec.source, "endless_splits", False))
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
@@ -198,7 +197,6 @@ class SourceOperator(RuntimeOperator):
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
 
     def _open_readers(self) -> None:
-        # all at once, in turns: with watermarks, and when a split may never end (a log's partition)
         limit = len(self._splits) if self.watermarks is not None or self._endless else 1
         for split in self._unopened()[: max(0, limit - len(self._readers))]:
             with guard(self.name, f"<opening split {split.split_id}>"):
@@ -252,8 +250,6 @@ class SourceOperator(RuntimeOperator):
                     self._observe(split_id, batch)
                 return with_letters(batch, self._passed_rejects(reader))
             letters = self._passed_rejects(reader)
-            if self._acks is not None:  # its end is acknowledged with the next checkpoint
-                self._acks.finished(split_id, reader.position())
             self._state.finished.add(split_id)
             self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)
@@ -313,12 +309,13 @@ class SourceOperator(RuntimeOperator):
         by a subtask that does not read the split would go stale, and win the next union."""
         state = self._state
         mine = {s.split_id for s in self._splits}
-        positions = {k: v for k, v in state.positions.items() if k in mine}
-        if self._acks is not None:  # acknowledged back to the source once the checkpoint completes
-            self._acks.taken(checkpoint_id, positions)
+        acks = {k: state.positions[k] for k, r in self._readers.items()
+                if k in state.positions and hasattr(r, "notify_checkpoint_complete")}
+        if acks:
+            self._acks[checkpoint_id] = acks
         return OperatorSnapshot(
             state=SourcePositions(
-                positions,
+                {k: v for k, v in state.positions.items() if k in mine},
                 state.finished & mine,
                 {k: v for k, v in state.max_timestamp.items() if k in mine},
                 not self.discovers and self._pending is None and mine <= state.finished,
@@ -326,8 +323,19 @@ class SourceOperator(RuntimeOperator):
         )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if self._acks is not None:
-            self._acks.completed(checkpoint_id)
+        """Tell the readers that want it where the newest complete checkpoint has their split
+        (`SplitReader.notify_checkpoint_complete`), once; older checkpoints' entries go."""
+        done = [cid for cid in self._acks if cid <= checkpoint_id]
+        if not done:
+            return
+        newest = self._acks[max(done)]
+        for cid in done:
+            del self._acks[cid]
+        for split_id, position in newest.items():
+            reader = self._readers.get(split_id)
+            if reader is not None:
+                with guard(self.name, f"<split {split_id}: checkpoint {checkpoint_id} complete>"):
+                    reader.notify_checkpoint_complete(max(done), position)
 
     def close(self) -> None:
         for reader in self._readers.values():
