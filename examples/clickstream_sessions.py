@@ -1,28 +1,26 @@
-"""Clickstream sessions from a NATS JetStream stream, written back to JetStream exactly once.
+"""Clickstream sessions from a NATS JetStream stream into PostgreSQL, exactly once.
 
 Clicks arrive on the subjects `clicks.0` … `clicks.3` of the stream `CLICKSTREAM` (a user's
 clicks always on the same shard, a little out of order, as collectors send them); each subject
 is a partition of the source, read from its checkpointed stream sequence. A user's session is a
 run of clicks with no gap of `GAP` or more (`Session` windows on the click's own time, `ts`,
 watermarks `DELAY` behind the newest click of each subject). Each session, `(user, start, end,
-clicks)`, is published to the subject `sessions.all` of the stream `SESSIONS` when the
-checkpoint that covers it completes, each message with a `Nats-Msg-Id`, so a commit repeated
-after a failure is stored once (docs/connectors.md, "JetStreamSink").
+clicks)`, is upserted into the PostgreSQL table `click_sessions` by `(user_id, session_start)`,
+each checkpoint's rows in one prepared transaction committed when the checkpoint completes
+(`PostgresSink`; docs/connectors.md).
 
 The job reads what the stream holds when it starts (`bounded=True`, a backfill) and ends; the
 same job without `bounded` follows the stream. A first run on an empty stream publishes a
-reproducible day of clicks; every run replaces the sessions of the run before.
+reproducible day of clicks; every run makes the table anew.
 
-The server: `NATS_URL` (e.g. `nats://127.0.0.1:4222`, a server started with
-`nats-server -js -a 127.0.0.1 -p 4222 -sd /tmp/nats`), or, if unset, the same command on a free
-port with its data in a temporary directory, which this script starts and stops
-(`epochal.testing.nats_server`).
+The servers: `NATS_URL` (e.g. `nats://127.0.0.1:4222`, a server started with
+`nats-server -js -a 127.0.0.1 -p 4222 -sd /tmp/nats`) and `EPOCHAL_EXAMPLE_DSN` (a PostgreSQL
+connection string); each one unset is started by this script for itself, on a free port with its
+data in a temporary directory, and stopped at the end (`epochal.testing.nats_server`,
+`epochal.connectors.postgres.server.LocalPostgres`).
 
     python examples/clickstream_sessions.py                          # from the repository root
     epochal run --executor inprocess examples/clickstream_sessions.py
-
-(The sessions belong in a database; once the PostgreSQL sink lands, `sessions.all` becomes a
-table upserted by `(user, start)`.)
 """
 
 import asyncio
@@ -31,12 +29,17 @@ import datetime as dt
 import json
 import os
 import random
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 import pyarrow as pa
 
 from epochal import CheckpointConfig, StreamEnvironment, WatermarkStrategy
-from epochal.connectors.jetstream import JetStreamSink, JetStreamSource
+from epochal.connectors import PostgresSink
+from epochal.connectors.jetstream import JetStreamSource
 from epochal.connectors.log import JsonFormat
+from epochal.connectors.postgres.server import LocalPostgres
 from epochal.testing import nats_server
 from epochal.windows import Session
 
@@ -44,8 +47,8 @@ GAP = dt.timedelta(minutes=30)  # inactivity that ends a session
 DELAY = dt.timedelta(minutes=2)  # how far out of order a click may come and still be on time
 SHARDS = 4
 CLICKS = pa.schema([("user", pa.string()), ("ts", pa.timestamp("s")), ("page", pa.string())])
-SESSIONS = pa.schema([("user", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
-                      ("clicks", pa.int64())])
+TABLE = """CREATE TABLE click_sessions (user_id text, session_start double precision,
+    session_end double precision, clicks bigint, PRIMARY KEY (user_id, session_start))"""
 DAY = dt.datetime(2026, 11, 28)
 
 
@@ -66,45 +69,58 @@ def clicks_of_a_day(users: int = 500, seed: int = 7) -> list[tuple[str, bytes]]:
     return [(subject, payload) for shard in shards for _, subject, payload in sorted(shard)]
 
 
-async def prepare(url: str) -> int:
-    """Create the streams if missing, publish the clicks into an empty CLICKSTREAM, empty
-    SESSIONS (this run's output replaces the last one's); the clicks in the stream."""
+async def publish_clicks(url: str) -> int:
+    """Create CLICKSTREAM if missing and publish the clicks into it if empty; the clicks in it."""
     import nats
     import nats.js.errors
     from nats.js.api import StreamConfig
 
     nc = await nats.connect(url)
     js = nc.jetstream()
-    for name, subjects in (("CLICKSTREAM", ["clicks.*"]), ("SESSIONS", ["sessions.>"])):
-        try:
-            await js.stream_info(name)
-        except nats.js.errors.NotFoundError:
-            await js.add_stream(StreamConfig(name=name, subjects=subjects, duplicate_window=600.0))
+    try:
+        await js.stream_info("CLICKSTREAM")
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(StreamConfig(name="CLICKSTREAM", subjects=["clicks.*"]))
     if not (await js.stream_info("CLICKSTREAM")).state.messages:
         for subject, payload in clicks_of_a_day():
             await js.publish(subject, payload)
-    await js.purge_stream("SESSIONS")
     clicks = (await js.stream_info("CLICKSTREAM")).state.messages
     await nc.close()
     return clicks
 
 
-def sessions_committed(url: str) -> int:
-    async def count() -> int:
-        import nats
+@contextlib.contextmanager
+def postgres() -> Iterator[str]:
+    """A throw-away PostgreSQL server; its connection string."""
+    server = LocalPostgres(tempfile.mkdtemp(prefix="clickstream-pg-")).start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop("immediate")
+        shutil.rmtree(server.directory, ignore_errors=True)
 
-        nc = await nats.connect(url)
-        messages = (await nc.jetstream().stream_info("SESSIONS")).state.messages
-        await nc.close()
-        return messages
 
-    return asyncio.run(count())
+def new_table(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS click_sessions, epochal_sink_epochs")
+        conn.execute(TABLE)
+
+
+def sessions_committed(dsn: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM click_sessions").fetchone()[0])
 
 
 if __name__ == "__main__":
-    with contextlib.ExitStack() as stack:
-        url = os.environ.get("NATS_URL") or stack.enter_context(nats_server())  # else a server of its own
-        clicks = asyncio.run(prepare(url))
+    with contextlib.ExitStack() as servers:  # each server not given is one of this script's own
+        url = os.environ.get("NATS_URL") or servers.enter_context(nats_server())
+        dsn = os.environ.get("EPOCHAL_EXAMPLE_DSN") or servers.enter_context(postgres())
+        clicks = asyncio.run(publish_clicks(url))
+        new_table(dsn)
         env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(
             interval=1.0, directory="ckpt-clickstream", existing="overwrite"))
         source = JetStreamSource(url, "CLICKSTREAM", JsonFormat(CLICKS), bounded=True)
@@ -113,8 +129,8 @@ if __name__ == "__main__":
             .key_by("user")
             .window(Session(gap=GAP))
             .count(name="sessions")
-            .map(lambda s: {"user": s[0], "start": s[1], "end": s[2], "clicks": s[3]})
-            .sink_to(JetStreamSink(url, "sessions.all", JsonFormat(SESSIONS), name="sessions")))
+            .map(lambda s: (s[0], s[1], s[2], s[3]))  # (user, start, end, clicks): the table's columns
+            .sink_to(PostgresSink(dsn, "click_sessions", key=("user_id", "session_start"))))
         result = env.execute("clickstream-sessions")
-        print(f"clickstream_sessions: {sessions_committed(url):,} sessions of {clicks:,} clicks committed to "
-              f"the JetStream stream SESSIONS, {result.restarts} restart(s)")
+        print(f"clickstream_sessions: {sessions_committed(dsn):,} sessions of {clicks:,} clicks committed to the "
+              f"PostgreSQL table click_sessions, {result.restarts} restart(s)")

@@ -244,15 +244,18 @@ def test_orders_cdc_to_postgres_keeps_totals_equal_to_the_table(
     assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
 
 
-def test_clickstream_sessions_runs_twice_on_a_given_server_and_once_on_its_own(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any
+def test_clickstream_sessions_runs_twice_on_given_servers_and_once_on_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any,
+    pg_dsn: str,
 ) -> None:
     import datetime as dt
 
+    import psycopg
+
     monkeypatch.chdir(tmp_path)
-    summary = _run("clickstream_sessions", capsys, monkeypatch)  # no NATS_URL: it starts a server of its own
-    assert re.fullmatch(r"clickstream_sessions: [\d,]+ sessions of 7,998 clicks committed to the JetStream stream "
-                        r"SESSIONS, 0 restart\(s\)", summary), summary
+    summary = _run("clickstream_sessions", capsys, monkeypatch)  # no servers given: it starts its own
+    assert re.fullmatch(r"clickstream_sessions: [\d,]+ sessions of 7,998 clicks committed to the PostgreSQL table "
+                        r"click_sessions, 0 restart\(s\)", summary), summary
 
     sys.path.insert(0, EXAMPLES)
     try:
@@ -263,8 +266,10 @@ def test_clickstream_sessions_runs_twice_on_a_given_server_and_once_on_its_own(
     day = [(c["user"], dt.datetime.fromisoformat(c["ts"]).replace(tzinfo=dt.UTC).timestamp()) for c in clicks]
     expected = _sessions(day, gap=30 * 60.0)
     monkeypatch.setenv("NATS_URL", nats_server.url)
-    for run in range(2):  # the second run replaces the first one's sessions
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", pg_dsn)
+    for run in range(2):  # the second run makes the table anew and commits the same sessions
         summary = _run("clickstream_sessions", capsys, monkeypatch)
         assert summary.startswith(f"clickstream_sessions: {len(expected):,} sessions of 7,998 clicks"), (run, summary)
-        sessions = [json.loads(data) for _, data, _ in nats_server.messages("SESSIONS")]
-        assert sorted((s["user"], s["start"], s["end"], s["clicks"]) for s in sessions) == expected
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute("SELECT user_id, session_start, session_end, clicks FROM click_sessions").fetchall()
+        assert sorted(rows) == expected
