@@ -21,6 +21,9 @@ data in a temporary directory, and stopped at the end (`epochal.testing.nats_ser
 
     python examples/clickstream_sessions.py                          # from the repository root
     epochal run --executor inprocess examples/clickstream_sessions.py
+
+`tests/fault/test_spark_clickstream.py` runs this job on Spark and kills a worker mid-run: the
+table holds the same sessions as a run without the kill.
 """
 
 import asyncio
@@ -115,22 +118,28 @@ def sessions_committed(dsn: str) -> int:
         return int(conn.execute("SELECT count(*) FROM click_sessions").fetchone()[0])
 
 
+def sessions_job(url: str, dsn: str, checkpoints: str, **environment: object) -> StreamEnvironment:
+    """The job: clicks from JetStream, sessions per user, upserted into PostgreSQL. `environment`
+    goes to `StreamEnvironment` (a test runs it on its own Spark session, with a worker killed)."""
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(
+        interval=1.0, directory=checkpoints, existing="overwrite"), **environment)  # type: ignore[arg-type]
+    source = JetStreamSource(url, "CLICKSTREAM", JsonFormat(CLICKS), bounded=True)
+    watermarks = WatermarkStrategy.bounded_out_of_orderness(DELAY, timestamp="ts").with_idleness(5.0)
+    (env.from_source(source, watermarks=watermarks)
+        .key_by("user")
+        .window(Session(gap=GAP))
+        .count(name="sessions")
+        .map(lambda s: (s[0], s[1], s[2], s[3]))  # (user, start, end, clicks): the table's columns
+        .sink_to(PostgresSink(dsn, "click_sessions", key=("user_id", "session_start"))))
+    return env
+
+
 if __name__ == "__main__":
     with contextlib.ExitStack() as servers:  # each server not given is one of this script's own
         url = os.environ.get("NATS_URL") or servers.enter_context(nats_server())
         dsn = os.environ.get("EPOCHAL_EXAMPLE_DSN") or servers.enter_context(postgres())
         clicks = asyncio.run(publish_clicks(url))
         new_table(dsn)
-        env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(
-            interval=1.0, directory="ckpt-clickstream", existing="overwrite"))
-        source = JetStreamSource(url, "CLICKSTREAM", JsonFormat(CLICKS), bounded=True)
-        watermarks = WatermarkStrategy.bounded_out_of_orderness(DELAY, timestamp="ts").with_idleness(5.0)
-        (env.from_source(source, watermarks=watermarks)
-            .key_by("user")
-            .window(Session(gap=GAP))
-            .count(name="sessions")
-            .map(lambda s: (s[0], s[1], s[2], s[3]))  # (user, start, end, clicks): the table's columns
-            .sink_to(PostgresSink(dsn, "click_sessions", key=("user_id", "session_start"))))
-        result = env.execute("clickstream-sessions")
+        result = sessions_job(url, dsn, "ckpt-clickstream").execute("clickstream-sessions")
         print(f"clickstream_sessions: {sessions_committed(dsn):,} sessions of {clicks:,} clicks committed to the "
               f"PostgreSQL table click_sessions, {result.restarts} restart(s)")
