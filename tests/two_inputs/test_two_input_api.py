@@ -54,7 +54,8 @@ def test_a_two_input_operator_heads_its_vertex_and_its_edges_name_their_input() 
     a.key_by(lambda x: x).connect(b.key_by(lambda x: x)).process(Both(), name="both").map(str).sink_to(CollectSink())
     job = env.job_graph("plan")
     (vertex,) = [v for v in job.vertices if isinstance(v.chain[0], TwoInputSpec)]
-    assert isinstance(vertex.chain[0], KeyedCoProcessSpec) and [op.name for op in vertex.chain] == ["both", "map", "sink"]
+    assert isinstance(vertex.chain[0], KeyedCoProcessSpec)
+    assert [op.name for op in vertex.chain] == ["both", "map", "sink"]
     inputs = sorted((job.vertex(e.source).name, e.input) for e in job.inputs_of(vertex.id))
     assert inputs == [("a", 0), ("b", 1)]
     assert vertex.id in job.keyed_vertices()

@@ -58,7 +58,7 @@ from ..runtime.wire.network import (
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
-from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import FromTask, Hello, JobMasterUnreachable, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .snapshot_thread import SnapshotThread
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,6 @@ UNREACHABLE = "the Spark workers cannot reach the job master"
 
 def worker_of(task: TaskId) -> int:
     return task.subtask
-
-
-class JobMasterUnreachable(ConnectionError):
-    """This worker cannot connect to the job master (its message starts with `UNREACHABLE`)."""
 
 
 def connect_to_job_master(address: tuple[str, int], worker: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:

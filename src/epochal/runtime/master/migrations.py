@@ -37,7 +37,7 @@ old owner's sections of them, copied as bytes (`state.sections.ResetSection`), a
 restore reads from a subtask's chain only the groups the subtask held at that checkpoint.
 
 The job master turns a
-`MoveRequest` or a live rescale into steps sized by state (`migration_steps`, Megaphone's
+`Move` or a live rescale into steps sized by state (`migration_steps`, Megaphone's
 batches). For each step it first has the new owners read their groups ahead from the latest
 complete checkpoint, off their processing path (pre-copy: ChronoStream §III-C rebuilds a slice
 from its backup before rerouting), then triggers the rerouting checkpoint, hands the old owners'
@@ -53,15 +53,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import EpochalError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
 from ..checkpoints import CompletedCheckpoint
+from ..commands import Move, Ticket
 from ..routing import balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
 from ..wire.messages import AcknowledgeCheckpoint, AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
-from .control import Command, JobControl, MoveRequest
+from .control import JobControl
 from .coordinator import CheckpointCoordinator
 from .migration_steps import group_bytes, plan_steps
 from .split_handovers import SplitHandovers
@@ -83,7 +85,7 @@ class _NextSteps:
 
     after: int
     steps: list[dict[int, int]]
-    command: Command | None
+    command: Ticket[Any] | None
     parallelism: int | None
     moved_at: int  # the rerouting checkpoint of the last step taken
 
@@ -114,8 +116,8 @@ class Migrations:
         """The parallelism the job runs at: its keyed operators' active subtasks, once they stand by."""
         return routing.active if routing is not None and self.standby else self.job.parallelism
 
-    def move(self, command: Command, coordinator: CheckpointCoordinator | None) -> None:
-        """Move key groups (`command.argument`, a `MoveRequest`) at checkpoint barriers."""
+    def move(self, command: Ticket[int], coordinator: CheckpointCoordinator | None) -> None:
+        """Move key groups (`command.command`, a `Move`) at checkpoint barriers."""
         why = refusal(self.job, self.has_storage)
         if why is None and (coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None):
             why = f"job {self.job.name!r} is not running, or is ending"
@@ -125,17 +127,17 @@ class Migrations:
             command.finish(error=EpochalError(why))
             return
         assert coordinator is not None
-        request = command.argument
+        request = command.command
         try:
-            if not isinstance(request, MoveRequest):
-                raise TypeError(f"expected a MoveRequest, got {request!r}")
+            if not isinstance(request, Move):
+                raise TypeError(f"expected a Move, got {request!r}")
             plan_moves(current_table(self.job, coordinator.routing), dict(request.moves))  # refused before any step
         except (TypeError, ValueError) as exc:
             command.finish(error=ValueError(f"cannot move key groups: {exc}"))
             return
         self._next_step(coordinator, self._steps(request.moves, request.batch, coordinator), command)
 
-    def rescale(self, command: Command, coordinator: CheckpointCoordinator | None, parallelism: int) -> bool:
+    def rescale(self, command: Ticket[Any], coordinator: CheckpointCoordinator | None, parallelism: int) -> bool:
         """Rescale live if the key groups can move onto (or off) standby subtasks; False if not
         (the job master then rescales by restore)."""
         keyed = keyed_parallelism(self.job)
@@ -161,7 +163,7 @@ class Migrations:
             log.info("job %r: moving %d key group(s) in %d steps", self.job.name, len(moves), len(steps))
         return steps
 
-    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command | None,
+    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Ticket[Any] | None,
                    parallelism: int | None = None, moved_at: int | None = None) -> None:
         """Trigger the checkpoint that makes the first of `steps` that moves anything; a live
         rescale (`parallelism`) publishes its new parallelism once the last step is done, and
@@ -217,7 +219,7 @@ class Migrations:
         if not migration.awaiting and not self._ending(coordinator, migration.command):
             self._trigger(coordinator, migration)
 
-    def _ending(self, coordinator: CheckpointCoordinator, command: Command | None) -> bool:
+    def _ending(self, coordinator: CheckpointCoordinator, command: Ticket[Any] | None) -> bool:
         """Whether the job is ending (its final checkpoint triggered, as its sources ended between
         two steps or during a read-ahead): then no step starts, since a rerouting checkpoint after
         the final one is never taken over, and the move ends with an error."""
@@ -344,7 +346,7 @@ class Migration:
     awaiting: set[TaskId]
     started: float
     givers: set[TaskId]  # old owners whose snapshot of the rerouting checkpoint is not durable yet
-    command: Command | None = None
+    command: Ticket[Any] | None = None
     steps: list[dict[int, int]] = field(default_factory=list)  # batches still to move after this one
     parallelism: int | None = None  # a live rescale's new parallelism, published once all moved
     checkpoint_id: int | None = None  # the rerouting checkpoint, once triggered
@@ -360,7 +362,7 @@ class Migration:
         return self.checkpoint_id is not None and not self.awaiting
 
     @staticmethod
-    def plan(job: JobGraph, current: RoutingTable, table: RoutingTable, started: float, command: Command | None,
+    def plan(job: JobGraph, current: RoutingTable, table: RoutingTable, started: float, command: Ticket[Any] | None,
              steps: list[dict[int, int]] | None = None, parallelism: int | None = None) -> Migration:
         changes = current.changes(table).values()
         keyed = [v for v in job.keyed_vertices() if job.vertex(v).parallelism == table.parallelism]

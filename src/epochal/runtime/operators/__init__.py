@@ -46,16 +46,18 @@ from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from .co_process import CoProcessOperator, KeyedCoProcessOperator
 from .interval_join import IntervalJoinOperator
-from .io import SinkOperator, SourceOperator, SourcePositions
+from .io import SourceOperator, SourcePositions
 from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
 from .side_outputs import SideOutputOperator, Tagged
+from .sink import SinkOperator
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .temporal_join import TemporalJoinOperator
 from .time import AssignTimestampsOperator
 from .window_join import WindowJoinOperator
-from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator
+from .window_output import LateRecord, SplitLateOperator
+from .windows import KeyedWindowOperator
 
 __all__ = [
     "KeyedWindowOperator",
