@@ -36,6 +36,7 @@ from ..plan.two_inputs import (
     TemporalJoinSpec,
     TemporalMode,
     WindowJoinSpec,
+    join_schema,
 )
 from ..plan.windows import Sliding, Tumbling
 from .connected import add_two_input, side_output
@@ -82,13 +83,22 @@ def _signed_seconds(value: Duration | float, name: str) -> float:
     return out
 
 
-def _output(function: Any, process: bool, how: str) -> JoinOutput:
+def _output(function: Any, process: bool, how: str, schemas: Any = None) -> JoinOutput:
     how = check_choice("how", how, HOWS)
     if process:
         check_has_methods("function", function, "ProcessJoinFunction", ("process_element",))
     elif function is not None:
         check_callable("fn", function)
-    return JoinOutput(JoinType(how), function, process)
+    if schemas is None:
+        return JoinOutput(JoinType(how), function, process)
+    import pyarrow as pa
+
+    if function is not None:
+        raise GraphError("a join emits Arrow rows of `schemas` only without a function: pass one or the other")
+    if not (isinstance(schemas, tuple) and len(schemas) == 2 and all(isinstance(x, pa.Schema) for x in schemas)):
+        raise TypeError(f"schemas must be (left schema, right schema), two pyarrow.Schema, got {schemas!r}")
+    schema, width = join_schema(schemas[0], schemas[1], JoinType(how))
+    return JoinOutput(JoinType(how), None, False, schema, width)
 
 
 class _Terminal:
@@ -99,15 +109,20 @@ class _Terminal:
     _kind = "join"
 
     def apply(self, fn: Callable[[Any, Any], Any] | None = None, *, how: How = "inner", name: str | None = None,
-              on_error: OnErrorChoice = "fail") -> JoinResults:
+              on_error: OnErrorChoice = "fail", schemas: Any = None) -> JoinResults:
         """Emit `fn(left, right)` per pair (without `fn`: the pair `(left, right)`); `how="left"`:
         also `fn(left, None)` for each left record no right record met; `how="semi"`: each left
         record that met a right record, once (per window in a window join), as it is (with `fn`:
         `fn(left, None)`).
 
+        `schemas`: `(left schema, right schema)` of Arrow inputs, instead of `fn`: the results are
+        Arrow batches, one row per pair, the left's columns then the right's (a right column whose
+        name the left has gets `right_`; nulls for an unmatched left record; a semi join's rows
+        are the left's columns).
+
         `on_error`: what happens to a record whose key or time cannot be read, and to a pair
         `fn` fails on (see `DataStream.map`)."""
-        return self._build(_output(fn, False, how), name, on_error)
+        return self._build(_output(fn, False, how, schemas), name, on_error)
 
     def process(self, function: Any, *, how: How = "inner", name: str | None = None,
                 on_error: OnErrorChoice = "fail") -> JoinResults:

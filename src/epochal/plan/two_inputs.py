@@ -15,6 +15,12 @@ match for; the left record itself in a semi join), a callable `fn(left, right)` 
 record, or a `ProcessJoinFunction` (`process=True`) whose `process_element(left, right, ctx)`
 returns or yields records (`right` is None for an unmatched left record, and in a semi join).
 
+Columnar output: a join with no function may declare its output's Arrow schema
+(`JoinOutput.schema`, its first `left_width` fields the left record's): each result is then one
+row, the left record's fields followed by the right's (nulls for an unmatched left record; the
+left's alone in a semi join), and the operator emits Arrow batches of that schema. A front end
+that knows its inputs' schemas when it plans (SQL) gets columnar results without a function.
+
 Late records: a join's records too late to be joined correctly go to its side outputs tagged
 `LATE_TAGS[input]`, when the program reads them (`side_outputs` holds the tags read, as for any
 side output: `plan.side_outputs`); otherwise they are counted (`OperatorMetrics.late_records`).
@@ -97,6 +103,24 @@ class JoinOutput:
     how: JoinType = JoinType.INNER
     function: Any = None
     process: bool = False  # `function` is a ProcessJoinFunction
+    schema: Any = None  # a pyarrow.Schema: results as Arrow rows of it (no function; module docstring)
+    left_width: int = 0  # how many of `schema`'s fields are the left record's
+
+
+def join_schema(left: Any, right: Any, how: JoinType) -> tuple[Any, int]:
+    """The output schema of a columnar join of records of schemas `left` and `right`, and how
+    many of its fields are the left's: the left's fields, then the right's (none in a semi
+    join), a right field whose name the left has prefixed `right_`, every right field nullable
+    in a left outer join."""
+    import pyarrow as pa
+
+    fields = list(left)
+    if how is not JoinType.SEMI:
+        taken = set(left.names)
+        for field in right:
+            name = f"right_{field.name}" if field.name in taken else field.name
+            fields.append(pa.field(name, field.type, nullable=field.nullable or how is JoinType.LEFT))
+    return pa.schema(fields), len(left)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +179,6 @@ JoinSpec = IntervalJoinSpec | WindowJoinSpec | TemporalJoinSpec
 
 __all__ = [
     "LATE_TAGS", "BroadcastProcessSpec", "CoProcessSpec", "IntervalJoinSpec", "JoinInput", "JoinOutput",
-    "JoinSpec", "JoinType", "KeyedCoProcessSpec", "TemporalJoinSpec", "TemporalMode", "TwoInputSpec",
+    "JoinSpec", "JoinType", "KeyedCoProcessSpec", "join_schema", "TemporalJoinSpec", "TemporalMode", "TwoInputSpec",
     "WindowJoinSpec",
 ]

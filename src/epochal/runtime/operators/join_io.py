@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from ...errors import OperatorError, RecordError
 from ...plan.specs import OnError
@@ -79,8 +80,12 @@ class JoinOperator(KeyedOperator):
         self.jctx = JoinContext(self)
         self._letters: list[DeadLetter] = []
         function = spec.output.function
-        if function is None:
-            self._pair: Callable[[Any, Any, list[Any]], None] = _plain_pair
+        self.schema = spec.output.schema if function is None else None
+        if self.schema is not None:
+            self._pair: Callable[[Any, Any, list[Any]], None] = _flat_pair(
+                len(self.schema) - spec.output.left_width)
+        elif function is None:
+            self._pair = _plain_pair
         elif spec.output.process:
             self._pair = self._process_pair
         else:
@@ -179,7 +184,9 @@ class JoinOperator(KeyedOperator):
     def emit_semi(self, left: Any, out: list[Any], key: Any, lt: float) -> None:
         """A semi join's result for a left record that met a right one: the record itself, or
         what the function makes of `(left, None)`."""
-        if self.output.function is None:
+        if self.schema is not None:
+            out.append(_fields(left))
+        elif self.output.function is None:
             out.append(left)
         else:
             self.emit(left, None, out, key, lt, None)
@@ -193,8 +200,11 @@ class JoinOperator(KeyedOperator):
         if self.late_read[side]:
             self.side.emit(LATE_TAGS[side], record)
 
-    def finish(self, out: list[Any]) -> list[Any] | None:
-        """The output of one call: results, then tagged records, then dead letters."""
+    def finish(self, out: list[Any]) -> Any:
+        """The output of one call: results, then tagged records, then dead letters; with a
+        declared schema and nothing but results, one Arrow batch of it."""
+        if self.schema is not None and out and not self.side.out and not self._letters:
+            return _arrow(out, self.schema)
         if self.side.out:
             out.extend(self.side.take())
         if self._letters:
@@ -213,6 +223,29 @@ class JoinOperator(KeyedOperator):
 
 def _plain_pair(left: Any, right: Any, out: list[Any]) -> None:
     out.append((left, right))
+
+
+def _fields(record: Any) -> tuple[Any, ...]:
+    """A record's fields in order: an Arrow row is a tuple already; a dict gives its values."""
+    if type(record) is tuple:
+        return record
+    if isinstance(record, dict):
+        return tuple(record.values())
+    return tuple(record) if isinstance(record, (list, tuple)) else (record,)
+
+
+def _flat_pair(right_width: int) -> Callable[[Any, Any, list[Any]], None]:
+    """A columnar join's row: the left record's fields, then the right's (nulls for none)."""
+    nulls = (None,) * right_width
+
+    def pair(left: Any, right: Any, out: list[Any]) -> None:
+        out.append(_fields(left) + (nulls if right is None else _fields(right)))
+    return pair
+
+
+def _arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    columns = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
 def _function_pair(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any, list[Any]], None]:
