@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from two_input_jobs import (
     JITTER,
     JOBS,
+    RULES,
+    WINDOW,
+    PairWhenBothSeen,
+    RulesAtTime,
     SlowRecords,
+    WindowIds,
     committed,
     env_of,
     expected,
@@ -96,26 +101,68 @@ def test_a_crash_of_either_input_commits_the_output_of_a_run_without_it(tmp_path
 _FAILED: set[str] = set()
 
 
-def _fails_once(left: Any, right: Any) -> tuple[str, str | None]:
-    """A join function that fails the first time it meets `l50`: a bug that went away."""
-    if left["id"] == "l50" and "l50" not in _FAILED:
-        _FAILED.add("l50")
+def _fail_once(record_id: str) -> None:
+    """The user's function fails the first time it meets `record_id`: a bug that went away."""
+    if record_id not in _FAILED:
+        _FAILED.add(record_id)
         raise RuntimeError("the user's function failed")
+
+
+def _ids_failing(left: Any, right: Any) -> tuple[str, str | None]:
+    if left["id"] == "l50":
+        _fail_once("l50")
     return (left["id"], None if right is None else right["id"])
 
 
-def test_a_failure_of_the_user_function_restores_and_commits_every_pair_once(tmp_path: Path) -> None:
+class _WindowIdsFailing(WindowIds):
+    def process_element(self, left: Any, right: Any, ctx: Any) -> Any:
+        if left["id"] == "l50":
+            _fail_once("l50")
+        return super().process_element(left, right, ctx)
+
+
+class _PairFailing(PairWhenBothSeen):
+    def process_element2(self, value: Any, ctx: Any) -> Any:
+        if value["id"] == "r30":
+            _fail_once("r30")
+        return super().process_element2(value, ctx)
+
+
+class _RulesFailing(RulesAtTime):
+    def process_broadcast_element(self, value: Any, ctx: Any) -> None:
+        if value["id"] == "r30":
+            _fail_once("r30")
+        super().process_broadcast_element(value, ctx)
+
+
+FAILING = {
+    "interval": lambda a, b: a.key_by("k").interval_join(b.key_by("k")).between(-1.0, 2.0).apply(
+        _ids_failing, how="left"),
+    "window": lambda a, b: a.join(b).where("k").equal_to("k").window(WINDOW).process(_WindowIdsFailing()),
+    "temporal": lambda a, b: a.key_by("k").temporal_join(b.key_by("k")).apply(_ids_failing, how="left"),
+    "co_process": lambda a, b: a.key_by("k").connect(b.key_by("k")).process(_PairFailing()),
+    "broadcast": lambda a, b: a.key_by("k").connect(b.broadcast(RULES)).process(_RulesFailing()),
+}
+
+
+@pytest.mark.parametrize("job", sorted(FAILING))
+def test_a_failure_of_the_user_function_restores_and_commits_every_result_once(tmp_path: Path, job: str) -> None:
+    """The function fails once mid-stream (a join's pair function, a co-process or broadcast
+    function on the second input): the job restores its last checkpoint, both sides' state and
+    the broadcast state with it, and commits what a run without the failure commits."""
     _FAILED.clear()
     rng = random.Random(11)
     left, right = records(rng, 120, "l"), records(rng, 80, "r")
     env = env_of(2, str(tmp_path / "c"))
     sink = CollectSink()
     a, b = sources(env, left, right)
-    a.key_by("k").interval_join(b.key_by("k")).between(-1.0, 2.0).apply(_fails_once, how="left").sink_to(sink)
+    FAILING[job](a, b).sink_to(sink)
     result = _run(env, seed=1)
-    assert _FAILED == {"l50"} and result.restarts == 1
+    assert len(_FAILED) == 1 and result.restarts == 1
     assert "the user's function failed" in result.failures[0]
-    assert committed(sink.committed()) == expected("interval", left, right, "left")
+    assert result.restored_from[1] is not None, "restored from a checkpoint"
+    how = "left" if job in ("interval", "temporal") else "inner"
+    assert committed(sink.committed()) == expected(job, left, right, how)
 
 
 def _wait(handle: Any, parallelism: int) -> None:
