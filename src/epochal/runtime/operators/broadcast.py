@@ -26,7 +26,6 @@ from typing import Any
 from ...errors import OperatorError
 from ...plan.specs import OnError
 from ...plan.two_inputs import BroadcastProcessSpec
-from ...state.handles import ListState, MapState, ValueState
 from ..wire.batches import to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
@@ -174,14 +173,8 @@ class BroadcastProcessOperator(CoProcessOperator):
     """A `BroadcastProcessFunction`: a stream not keyed, and a broadcast stream."""
 
     def __init__(self, spec: BroadcastProcessSpec) -> None:
-        RuntimeOperator.__init__(self, spec)
-        self.function = spec.function
-        self.on_error = spec.on_error
-        from .side_outputs import SideOutputs
-
-        self.side = SideOutputs(spec.side_outputs, spec.name)
+        super().__init__(spec)
         self.broadcast = BroadcastStates(spec)
-        self.watermark = float("-inf")
 
     def open(self, ctx: OperatorContext) -> None:
         RuntimeOperator.open(self, ctx)
@@ -225,12 +218,9 @@ class KeyedBroadcastProcessOperator(KeyedProcessOperator):
             raise ValueError(f"operator {self.name!r}: keyed state {state!r} is not registered (ctx.value_state, "
                              "list_state or map_state in open)")
         backend = self.backend
-        kind = type(registered)
         for key_group, key in list(backend.keys(state)):
             backend.set_current_key(key, key_group)
-            handle: Any = (ValueState(backend, state, registered._default) if kind is ValueState
-                           else ListState(backend, state) if kind is ListState else MapState(backend, state))
-            fn(key, handle)
+            fn(key, registered)  # a handle acts on the current key
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         keyed = super().snapshot(checkpoint_id)

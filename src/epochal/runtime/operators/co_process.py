@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import OperatorError
 from ...plan.specs import OnError
-from ...plan.two_inputs import CoProcessSpec, KeyedCoProcessSpec
+from ...plan.two_inputs import BroadcastProcessSpec, CoProcessSpec, KeyedCoProcessSpec
 from ..watermarks import NO_WATERMARK
 from ..wire.batches import to_records
 from ..wire.elements import Batch
@@ -66,7 +66,7 @@ class CoContext:
 class CoProcessOperator(RuntimeOperator):
     """A `CoProcessFunction` on two streams that are not keyed."""
 
-    def __init__(self, spec: CoProcessSpec) -> None:
+    def __init__(self, spec: CoProcessSpec | BroadcastProcessSpec) -> None:
         super().__init__(spec)
         self.function = spec.function
         self.on_error = spec.on_error
