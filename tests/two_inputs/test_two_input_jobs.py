@@ -33,11 +33,18 @@ from two_input_jobs import (
     with_crash,
 )
 
-from epochal import CheckpointConfig, JobState, StreamEnvironment, WatermarkStrategy
+from epochal import (
+    CheckpointConfig,
+    JobState,
+    KeyedProcessFunction,
+    OutputTag,
+    StreamEnvironment,
+    WatermarkStrategy,
+)
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.runtime.result import JobResult
 from epochal.state.keygroups import RoutingTable
-from epochal.testing import CollectSink
+from epochal.testing import CollectSink, ListSource
 
 
 def _run(env: StreamEnvironment, seed: int, name: str = "two-inputs") -> JobResult:
@@ -200,3 +207,39 @@ def test_a_rescale_by_restore_and_live_moves_commit_every_result_once(tmp_path: 
     result = handle.result(timeout=120)
     assert result.restarts == 0
     assert committed(sink.committed()) == expected(job, left, right, how)
+
+
+ODD = OutputTag("odd")
+
+
+class _Split(KeyedProcessFunction):
+    """Even ids out, odd ids to a side output; a running count per key in keyed state."""
+
+    def open(self, ctx: Any) -> None:
+        self.count = ctx.value_state("count", default=0)
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        n = self.count.value() + 1
+        self.count.update(n)
+        if int(value["id"][1:]) % 2:
+            ctx.output(ODD, (value["id"], n))
+            return None
+        return [(value["id"], n)]
+
+
+def test_side_outputs_are_committed_exactly_once_across_a_crash(tmp_path: Path) -> None:
+    rng = random.Random(23)
+    items = records(rng, 300, "x")
+    outputs = []
+    for crash in (None, 200):
+        env = env_of(2, str(tmp_path / f"c{crash}"))
+        source = ListSource(items if crash is None else with_crash(items, crash), splits=1, batch_size=3)
+        split = env.from_source(source).key_by("k").process(_Split()).uid("split")
+        main, odd = CollectSink(), CollectSink()
+        split.sink_to(main)
+        split.side_output(ODD).sink_to(odd)
+        result = _run(env, seed=4)
+        assert result.restarts == (0 if crash is None else 1)
+        outputs.append((committed(main.committed()), committed(odd.committed())))
+    assert outputs[0] == outputs[1]
+    assert sum(outputs[0][0].values()) + sum(outputs[0][1].values()) == 300
