@@ -52,8 +52,9 @@ def _run(env: StreamEnvironment, seed: int, name: str = "two-inputs") -> JobResu
 
 
 def _job(job: str, tmp: Path, left: list[Any], right: list[Any], *, parallelism: int = 2, splits: int = 2,
-         batch_size: int = 3, how: str = "inner", interval: float = 0.004) -> tuple[StreamEnvironment, CollectSink]:
-    env = env_of(parallelism, str(tmp), interval=interval)
+         batch_size: int = 3, how: str = "inner", interval: float = 0.004,
+         mode: str = "aligned") -> tuple[StreamEnvironment, CollectSink]:
+    env = env_of(parallelism, str(tmp), interval=interval, mode=mode)
     sink = CollectSink()
     a, b = sources(env, left, right, splits=splits, batch_size=batch_size)
     JOBS[job](a, b, how=how).sink_to(sink)
@@ -92,14 +93,17 @@ def _semi_windows(left: list[Any], right: list[Any]) -> Any:
 
 
 @pytest.mark.parametrize("job", sorted(JOBS))
-@pytest.mark.parametrize("crash", ["left", "right"])
-def test_a_crash_of_either_input_commits_the_output_of_a_run_without_it(tmp_path: Path, job: str, crash: str) -> None:
+@pytest.mark.parametrize(("crash", "mode"), [("left", "aligned"), ("right", "aligned"), ("left", "unaligned")])
+def test_a_crash_of_either_input_commits_the_output_of_a_run_without_it(tmp_path: Path, job: str, crash: str,
+                                                                        mode: str) -> None:
+    """Unaligned checkpoints too: the records in flight on each input's channels are logged and
+    replayed to the input they came on."""
     rng = random.Random(7)
     left, right = records(rng, 120, "l"), records(rng, 60, "r")
     how = "left" if job in ("interval", "temporal") else "inner"
     crashed_left = with_crash(left, 90) if crash == "left" else left
     crashed_right = with_crash(right, 45) if crash == "right" else right
-    env, sink = _job(job, tmp_path / "crash", crashed_left, crashed_right, how=how)
+    env, sink = _job(job, tmp_path / "crash", crashed_left, crashed_right, how=how, mode=mode)
     result = _run(env, seed=3)
     assert result.restarts == 1 and result.restored_from[1] is not None, "restored from a checkpoint"
     assert committed(sink.committed()) == expected(job, left, right, how)

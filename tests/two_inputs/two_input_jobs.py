@@ -43,9 +43,10 @@ def records(rng: random.Random, n: int, prefix: str, keys: int = 4, span: float 
             for i, b in enumerate(base)]
 
 
-def env_of(parallelism: int, checkpoints: str, restarts: int = 3, interval: float = 0.004) -> StreamEnvironment:
+def env_of(parallelism: int, checkpoints: str, restarts: int = 3, interval: float = 0.004,
+           mode: str = "aligned") -> StreamEnvironment:
     return StreamEnvironment(parallelism=parallelism, executor="inprocess",
-                             checkpoint=CheckpointConfig(interval=interval, directory=checkpoints),
+                             checkpoint=CheckpointConfig(interval=interval, directory=checkpoints, mode=mode),  # type: ignore[arg-type]
                              restart=RestartStrategy(max_restarts=restarts))
 
 
