@@ -100,5 +100,7 @@ class JobGraph:
         for v in self.vertices:
             lines.append(f"  v{v.id} x{v.parallelism}: {v.name}")
             for e in self.outputs_of(v.id):
-                lines.append(f"      --{e.partitioning.kind.value}--> v{e.target}")
+                two = any(x.input for x in self.inputs_of(e.target))  # a two-input operator: which input
+                which = f" (input {e.input + 1})" if two else ""
+                lines.append(f"      --{e.partitioning.kind.value}--> v{e.target}{which}")
         return "\n".join(lines)
