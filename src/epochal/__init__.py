@@ -19,6 +19,7 @@ from .api.connector import SplitReader as SplitReader
 from .api.context import ProcessContext as ProcessContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
+from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
 from .api.stream import DataStream as DataStream
@@ -45,6 +46,7 @@ from .state.handles import ValueState as ValueState
 __all__ = sorted(
     [
         "AggregateFunction",
+        "BatchAggregateFunction",
         "CheckpointConfig",
         "CheckpointError",
         "CorruptCheckpointError",

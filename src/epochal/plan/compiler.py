@@ -5,7 +5,8 @@ call) when nothing repartitions between them: a single forward input from an ope
 parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Loops are
 closed only by `iterate()`'s feedback edges; they become the job graph's back-edges, whose
 records the loop head logs during a checkpoint (ABS §4.3, Algorithm 2). Any other cycle is an
-error. Operators that dead-letter records get their dead-letter path first (`plan.dead_letters`).
+error. Keyed aggregates that combine get their local phase first (`plan.local_global`), then
+operators that dead-letter records their dead-letter path (`plan.dead_letters`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..config import JobConfig
 from ..errors import GraphError
 from .dead_letters import route_dead_letters
 from .job_graph import JobEdge, JobGraph, JobVertex
+from .local_global import insert_local_aggregates
 from .logical import LogicalGraph, LogicalNode
 from .specs import (
     FORWARD,
@@ -128,7 +130,7 @@ def compile_job(
     `dead_letter` is the job's dead-letter sink (an `epochal.Sink`), where operators with
     `on_error=DEAD_LETTER` send the records they fail on.
     """
-    graph = route_dead_letters(graph, dead_letter)
+    graph = route_dead_letters(insert_local_aggregates(graph), dead_letter)
     nodes = graph.nodes
     if not any(isinstance(n.spec, SinkSpec) for n in nodes):
         raise GraphError("the job has no sink: add one with DataStream.sink_to(...)")

@@ -88,23 +88,17 @@ class MapBatchesSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
-class KeyedCountSpec(OperatorSpec):
-    """Running count per key; emits `(key, count)` per record, or per changed key at each
-    checkpoint (`emit="on_checkpoint"`); vectorized on Arrow batches."""
-
-    key: KeySelector
-    emit: Emit = "per_record"
-
-
-@dataclass(frozen=True, slots=True)
 class KeyedReduceSpec(OperatorSpec):
     """Rolling reduce per key; emits the new reduced value per record, or per changed key at
-    each checkpoint (`emit="on_checkpoint"`)."""
+    each checkpoint (`emit="on_checkpoint"`). `combine`: reduce locally before the key exchange
+    too (`plan.local_global`; `fn` must be associative). Count, sum and the other aggregates are
+    `plan.aggregates.KeyedAggregateSpec`."""
 
     key: KeySelector
     fn: Callable[[Any, Any], Any]
     on_error: OnError = OnError.FAIL
     emit: Emit = "per_record"
+    combine: bool = False
 
 
 @dataclass(frozen=True, slots=True)

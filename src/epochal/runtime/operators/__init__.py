@@ -4,7 +4,9 @@
 - `io`: sources and sinks (operator state: split positions, prepared commits);
 - `stateless`: map/filter/flat_map, map_batches, union;
 - `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
-- `keyed`: count and reduce per key; `process`: a user's keyed process function with timers;
+- `keyed`: the keyed operators' base, and reduce per key; `aggregates`: count, sum, min, max,
+  mean and aggregate functions per key, local and global (columnar tables);
+- `process`: a user's keyed process function with timers;
 - `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
 """
 
@@ -15,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ...plan.aggregates import KeyedAggregateSpec, LocalAggregateSpec
 from ...plan.specs import (
     AssignTimestampsSpec,
     IterationHeadSpec,
-    KeyedCountSpec,
     KeyedProcessSpec,
     KeyedReduceSpec,
     KeyedWindowSpec,
@@ -30,9 +32,11 @@ from ...plan.specs import (
     SplitLateSpec,
     UnionSpec,
 )
+from .aggregates.keyed import KeyedAggregateOperator
+from .aggregates.local import LocalAggregateOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 from .io import SinkOperator, SourceOperator, SourcePositions
-from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
+from .keyed import KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
@@ -44,7 +48,8 @@ __all__ = [
     "LateRecord",
     "SplitLateOperator",
     "AssignTimestampsOperator",
-    "IterationHeadOperator", "KeyedCountOperator", "KeyedOperator", "KeyedProcessOperator",
+    "IterationHeadOperator", "KeyedAggregateOperator", "KeyedOperator", "LocalAggregateOperator",
+    "KeyedProcessOperator",
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
     "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
     "SourcePositions", "UnionOperator", "create_operator",
@@ -58,7 +63,8 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     MapBatchesSpec: MapBatchesOperator,
     UnionSpec: UnionOperator,
     IterationHeadSpec: IterationHeadOperator,
-    KeyedCountSpec: KeyedCountOperator,
+    KeyedAggregateSpec: KeyedAggregateOperator,
+    LocalAggregateSpec: LocalAggregateOperator,
     KeyedReduceSpec: KeyedReduceOperator,
     KeyedProcessSpec: KeyedProcessOperator,
     KeyedWindowSpec: KeyedWindowOperator,
