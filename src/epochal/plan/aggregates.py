@@ -35,8 +35,10 @@ from .specs import Emit, KeySelector, OnError, OperatorSpec
 # a dict key), a tuple index, or a function of the record.
 ValueSelector = str | int | Callable[[Any], Any] | None
 
-# Partials held by a local phase before it ships them regardless of the next barrier.
+# Keys (of records) and rows (of Arrow batches) a local phase holds before it ships partials
+# regardless of the next barrier.
 DEFAULT_MAX_KEYS = 1 << 18
+DEFAULT_MAX_ROWS = 1 << 20
 
 
 class AggregateKind(Enum):
@@ -109,7 +111,8 @@ class LocalAggregateSpec(OperatorSpec):
 
     `until_barrier`: hold partials until the next barrier, watermark or end of input (the
     committed output does not change); else ship them at the end of each batch. `max_keys`
-    bounds the keys held: past it the partials go early. `values_only`: ship the partial values
+    bounds the keys held of records, `max_rows` the rows of Arrow batches held: past them the
+    partials go early. `values_only`: ship the partial values
     alone (a reduce's partial is a record like the others), not `(key, partial)`.
     """
 
@@ -117,6 +120,7 @@ class LocalAggregateSpec(OperatorSpec):
     aggregates: tuple[AggregateCall, ...]
     until_barrier: bool = True
     max_keys: int = DEFAULT_MAX_KEYS
+    max_rows: int = DEFAULT_MAX_ROWS
     values_only: bool = False
     on_error: OnError = OnError.FAIL
 

@@ -72,6 +72,7 @@ class KeyedAggregateOperator(KeyedOperator):
         self.labels = labels_of(self.batch) if self.batch is not None else []
         self._count_only = len(self.calls) == 1 and self.calls[0].kind is AggregateKind.COUNT
         self._unemitted: dict[Any, int] = {}  # keys the per-key path changed this epoch -> key group
+        self._records_out = False  # records came last: emit records (tuples), not Arrow
         self.tables: TableState | None = None
 
     def open(self, ctx: Any) -> None:
@@ -84,10 +85,51 @@ class KeyedAggregateOperator(KeyedOperator):
     # -- records in -----------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
         if type(batch) is pa.RecordBatch and self.column is not None and self._columnar(batch):
-            return self._process_table(batch, self.column)
+            self._records_out = False
+            return self._process_table(batch, self.column, self.combined)
         if self.batch_only:
-            return self._process_table(*self._as_arrow(batch))
+            self._records_out = False
+            return self._process_table(*self._as_arrow(batch), False)
+        self._records_out = True
+        partials = self._as_partials(batch)
+        if partials is not None:
+            out = self._process_table(partials, partials.schema.names[0], True)
+            return _records(out) if out is not None else None
         return self._process_records(batch)
+
+    def _as_partials(self, batch: Batch) -> pa.RecordBatch | None:
+        """Records as an Arrow batch of partials, for the table, where that is cheap and exact:
+        behind a local phase (a few rows per key and epoch) or for a count once per epoch (one
+        row per key of the batch); keys of one type the table holds, partials numbers. None:
+        the per-key path takes the batch."""
+        if self.tables is None or self.batch is None or self.on_error is not OnError.FAIL or not (
+                self.combined or (self.per_epoch and self._count_only)):
+            return None
+        records = to_records(batch)
+        if not records:
+            return None
+        try:
+            if self.combined:
+                keys = pa.array([r[0] for r in records])
+                columns: list[pa.Array] = []
+                for i, agg in enumerate(self.batch):
+                    values = [r[i + 1] for r in records]
+                    if len(agg.names) == 1:
+                        columns.append(pa.array(values))
+                    else:
+                        columns.extend(pa.array(list(c)) for c in zip(*values))
+            else:
+                counts = Counter(map(record_key_fn(self.key), records))
+                keys, columns = pa.array(list(counts)), [pa.array(list(counts.values()), pa.int64())]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, IndexError, KeyError,
+                OverflowError, ValueError):
+            return None
+        if not KeyIndex.supports(keys.type) or not all(
+                (pa.types.is_integer(c.type) and not pa.types.is_uint64(c.type)) or pa.types.is_floating(c.type)
+                for c in columns):
+            return None
+        names = [self.column or "key", *(label for labels in self.labels for label in labels.values())]
+        return pa.RecordBatch.from_arrays([keys, *columns], names=names)
 
     def _columnar(self, batch: pa.RecordBatch) -> bool:
         if self.tables is None or self.batch is None:
@@ -116,7 +158,9 @@ class KeyedAggregateOperator(KeyedOperator):
         keys = pa.array(list(map(record_key_fn(self.key), records)))
         return arrow.append_column("key", keys), "key"
 
-    def _process_table(self, batch: pa.RecordBatch, column: str) -> Batch | None:
+    def _process_table(self, batch: pa.RecordBatch, column: str, partials: bool) -> Batch | None:
+        """Merge an Arrow batch into the table: rows of records, or (`partials`) rows of
+        partials in the accumulators' columns."""
         assert self.tables is not None and self.batch is not None
         distinct, indices = encode_key_column(batch, column, self.name)
         table = self.tables.ensure(distinct.type)
@@ -127,9 +171,9 @@ class KeyedAggregateOperator(KeyedOperator):
             self.tables.new_keys(table, slots[added])
         n = len(distinct)
         if self.per_epoch:
-            table.merge(slots, self._partials(batch, indices, n))
+            table.merge(slots, self._partials(batch, indices, n, partials))
             return None
-        rows = self._row_partials(batch)
+        rows = self._row_partials(batch, partials)
         order, starts, lengths = group_order(indices, n)
         present = table.present(slots)
         group = np.repeat(np.arange(n), lengths) if present.any() else None
@@ -151,19 +195,20 @@ class KeyedAggregateOperator(KeyedOperator):
         return pa.RecordBatch.from_arrays([batch.column(column), *map(arrow_column, results)],
                                           names=[column, *self.outputs])
 
-    def _partials(self, batch: pa.RecordBatch, codes: np.ndarray, groups: int) -> list[Accumulators]:
+    def _partials(self, batch: pa.RecordBatch, codes: np.ndarray, groups: int, partials: bool
+                  ) -> list[Accumulators]:
         """Each aggregate's partials of the batch's `groups` distinct keys."""
         assert self.batch is not None
-        if not self.combined:
+        if not partials:
             return [agg.add(batch, codes, groups) for agg in self.batch]
         return [{name: grouped(agg.merges[name], batch.column(labels[name]).to_numpy(zero_copy_only=False),
                                codes, groups) for name in agg.names}
                 for agg, labels in zip(self.batch, self.labels, strict=True)]
 
-    def _row_partials(self, batch: pa.RecordBatch) -> list[Accumulators]:
+    def _row_partials(self, batch: pa.RecordBatch, partials: bool) -> list[Accumulators]:
         """Each row's own partial (a row of partials, or a record lifted)."""
         assert self.batch is not None
-        if self.combined:
+        if partials:
             return [{name: batch.column(labels[name]).to_numpy(zero_copy_only=False) for name in agg.names}
                     for agg, labels in zip(self.batch, self.labels, strict=True)]
         rows = batch.num_rows
@@ -299,7 +344,8 @@ class KeyedAggregateOperator(KeyedOperator):
                 return None
             keys, accumulators = tables.results(slots)
             results = [arrow_column(agg.result(acc)) for agg, acc in zip(self.batch, accumulators, strict=True)]
-            return pa.RecordBatch.from_arrays([keys, *results], names=[self.column or "key", *self.outputs])
+            emitted = pa.RecordBatch.from_arrays([keys, *results], names=[self.column or "key", *self.outputs])
+            return _records(emitted) if self._records_out else emitted
         if not self._unemitted:
             return None
         assert self.records is not None
@@ -327,3 +373,8 @@ class KeyedAggregateOperator(KeyedOperator):
         if self.tables is not None:
             found.update(self.tables.query(key))
         return found
+
+
+def _records(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
+    """An output batch as the per-key path emits it: `(key, result, ...)` tuples."""
+    return list(zip(*(column.to_pylist() for column in batch.columns)))

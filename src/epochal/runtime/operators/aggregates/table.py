@@ -154,13 +154,16 @@ class AggregateTable:
         present = self._present.values
         if everything:
             rows = np.flatnonzero(present)
+            touched = np.zeros(0, dtype=np.int64)
         else:
-            touched = np.unique(groups[dirty])
+            touched_mask = np.bincount(groups[dirty], minlength=self.index.max_parallelism) > 0
+            touched = np.flatnonzero(touched_mask)
             if not len(touched):
                 return {}
-            rows = np.flatnonzero(present & np.isin(groups, touched))
+            rows = np.flatnonzero(present & touched_mask[groups])
         dirty[:] = False
-        order = np.argsort(groups[rows], kind="stable")
+        # key groups are below 2**15: a 16-bit stable argsort is a radix sort, in linear time
+        order = np.argsort(groups[rows].astype(np.int16), kind="stable")
         rows = rows[order]
         row_groups = groups[rows]
         bounds = np.flatnonzero(np.diff(row_groups)) + 1
@@ -170,12 +173,13 @@ class AggregateTable:
         starts = [0, *bounds.tolist()]
         ends = [*bounds.tolist(), len(rows)]
         for start, end in zip(starts, ends, strict=True):
-            if end > start:
+            if end > start:  # a compact copy: pickling a slice would write its parent's buffers
+                group_keys = pa.concat_arrays([keys.slice(start, end - start)])
                 out[int(row_groups[start])] = GroupTable(
-                    keys.slice(start, end - start), {label: v[start:end] for label, v in columns.items()}, states)
+                    group_keys, {label: v[start:end].copy() for label, v in columns.items()}, states)
         if not everything:  # touched groups left without rows: their entries go
             for group in touched.tolist():
-                out.setdefault(int(group), GroupTable(keys.slice(0, 0), {}, states))
+                out.setdefault(int(group), GroupTable(pa.array([], self.index.key_type), {}, states))
         return out
 
     def load(self, entries: Iterable[GroupTable]) -> None:
