@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .specs import Emit, KeySelector, OnError, OperatorSpec
+from .specs import Emit, KeyedWindowSpec, KeySelector, OnError, OperatorSpec, WindowFunctionKind
+from .time import EventTime
+from .windows import DeterministicWindow, Session
 
 # What an aggregate reads of a record: None (the record itself), a field name (an Arrow column or
 # a dict key), a tuple index, or a function of the record.
@@ -172,3 +174,37 @@ def state_names(calls: tuple[AggregateCall, ...]) -> tuple[str, ...]:
             return ("accumulator",)
         return (call.output or call.kind.value,)
     return tuple(c.name for c in calls)
+
+
+# -- windows ------------------------------------------------------------------------------------------
+WINDOW_WEIGHT = "__records"  # the column of a window partial holding how many records it stands for
+_COMBINED_WINDOW_KINDS = (WindowFunctionKind.COUNT, WindowFunctionKind.SUM, WindowFunctionKind.MIN,
+                          WindowFunctionKind.MAX)
+
+
+def window_combinable(spec: KeyedWindowSpec) -> bool:
+    """Whether a window operator can take partials per key and slice from a local phase: periodic
+    queries only (`Tumbling`, `Sliding`: slices are fixed by the queries, so a record's slice is
+    known before the exchange), a count, sum, min or max of a column (the columnar slice table
+    merges partials), keyed by a column with event time in a field, and no late records asked
+    for (they would come out as partials)."""
+    return (spec.kind in _COMBINED_WINDOW_KINDS and isinstance(spec.key, str) and spec.event_time.fn is None
+            and isinstance(spec.event_time.field, str)
+            and (isinstance(spec.value, str) or (spec.value is None and spec.kind is WindowFunctionKind.COUNT))
+            and not spec.emit_late and spec.on_error is OnError.FAIL
+            and not any(isinstance(q, (Session, DeterministicWindow)) for _, q in spec.queries))
+
+
+@dataclass(frozen=True, slots=True)
+class LocalWindowSpec(OperatorSpec):
+    """The local phase of a window aggregation: the rows of each key and slice (the pieces the
+    queries' windows are cut into, dissertation §5.3.1) folded into one partial row — the key,
+    the slice's start as the event time, how many records it stands for (`WINDOW_WEIGHT`) and the
+    partial value — shipped before every watermark, barrier and the end of the input."""
+
+    key: str
+    queries: tuple[tuple[str, Any], ...]
+    kind: WindowFunctionKind
+    event_time: EventTime
+    value: str | None = None
+    max_rows: int = DEFAULT_MAX_ROWS

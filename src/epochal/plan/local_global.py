@@ -1,10 +1,11 @@
 """Local-global aggregation: a local phase in front of the key exchange of every keyed aggregate
 that asks for one (`combine`), before the job graph is built.
 
-The local phase (`LocalAggregateSpec`) takes the upstream operator's input as it was (same
-parallelism, a forward edge: it chains onto the upstream operator and runs in its task, on its
-worker) and ships partials, keyed, over the exchange the aggregate had; the aggregate then merges
-partials (`KeyedAggregateSpec.combined`; a reduce folds reduced values as it folds records).
+The local phase (`LocalAggregateSpec`; `LocalWindowSpec` for windows) takes the upstream
+operator's input as it was (same parallelism, a forward edge: it chains onto the upstream operator
+and runs in its task, on its worker) and ships partials, keyed, over the exchange the aggregate
+had; the aggregate then merges partials (`KeyedAggregateSpec.combined`, `KeyedWindowSpec.combined`;
+a reduce folds reduced values as it folds records).
 Flink SQL's two-phase aggregation (`LocalGroupAggregate` / `GlobalGroupAggregate`) is the model.
 
 Which aggregates ask is decided where they are built (the API: by default where it cannot
@@ -20,25 +21,34 @@ from .aggregates import (
     AggregateKind,
     KeyedAggregateSpec,
     LocalAggregateSpec,
+    LocalWindowSpec,
     PartialKey,
     partial_key_column,
+    window_combinable,
 )
 from .logical import LogicalEdge, LogicalGraph, LogicalNode
-from .specs import KeyedReduceSpec, Partitioning, PartitionKind
+from .specs import KeyedReduceSpec, KeyedWindowSpec, OperatorSpec, Partitioning, PartitionKind
+
+Combinable = KeyedAggregateSpec | KeyedReduceSpec | KeyedWindowSpec
 
 
 def _wants_local(node: LogicalNode) -> bool:
     spec = node.spec
-    if not isinstance(spec, (KeyedAggregateSpec, KeyedReduceSpec)) or not spec.combine:
+    if not isinstance(spec, (KeyedAggregateSpec, KeyedReduceSpec, KeyedWindowSpec)) or not spec.combine:
         return False
-    if isinstance(spec, KeyedAggregateSpec) and spec.combined:
+    if isinstance(spec, (KeyedAggregateSpec, KeyedWindowSpec)) and spec.combined:
         return False
+    if isinstance(spec, KeyedWindowSpec) and not window_combinable(spec):
+        return False  # late records asked for after `combine` was chosen: records, not partials
     edges = node.inputs
     return len(edges) == 1 and not edges[0].feedback and edges[0].partitioning is not None and (
         edges[0].partitioning.kind is PartitionKind.KEY_GROUP)
 
 
-def _local_spec(spec: KeyedAggregateSpec | KeyedReduceSpec, name: str, uid: str) -> LocalAggregateSpec:
+def _local_spec(spec: Combinable, name: str, uid: str) -> OperatorSpec:
+    if isinstance(spec, KeyedWindowSpec):
+        assert isinstance(spec.key, str) and (spec.value is None or isinstance(spec.value, str))
+        return LocalWindowSpec(name, uid, spec.key, spec.queries, spec.kind, spec.event_time, spec.value)
     if isinstance(spec, KeyedReduceSpec):
         call = AggregateCall(AggregateKind.REDUCE, None, spec.fn)
         until_barrier = spec.emit == "on_checkpoint"
@@ -48,10 +58,11 @@ def _local_spec(spec: KeyedAggregateSpec | KeyedReduceSpec, name: str, uid: str)
                               on_error=spec.on_error)
 
 
-def _global_spec(spec: KeyedAggregateSpec | KeyedReduceSpec) -> tuple[KeyedAggregateSpec | KeyedReduceSpec,
-                                                                      Partitioning]:
+def _global_spec(spec: Combinable) -> tuple[Combinable, Partitioning]:
     if isinstance(spec, KeyedReduceSpec):  # reduced values are keyed like the records
         return spec, Partitioning(PartitionKind.KEY_GROUP, spec.key)
+    if isinstance(spec, KeyedWindowSpec):  # partial rows keep the key column
+        return replace(spec, combined=True), Partitioning(PartitionKind.KEY_GROUP, spec.key)
     key = PartialKey(partial_key_column(spec.key))
     return replace(spec, key=key, combined=True), Partitioning(PartitionKind.KEY_GROUP, key)
 
@@ -81,7 +92,7 @@ def insert_local_aggregates(graph: LogicalGraph) -> LogicalGraph:
         inputs = [LogicalEdge(new_id[e.source], e.partitioning, e.feedback) for e in node.inputs]
         spec = node.spec
         if node.id in wanting:
-            assert isinstance(spec, (KeyedAggregateSpec, KeyedReduceSpec))
+            assert isinstance(spec, (KeyedAggregateSpec, KeyedReduceSpec, KeyedWindowSpec))
             upstream = graph.nodes[node.inputs[0].source]
             local = out.add(_local_spec(spec, unique(f"{spec.name}-local"), unique(f"{spec.uid}-local")),
                             [LogicalEdge(inputs[0].source, None)])

@@ -144,6 +144,8 @@ class KeyedWindowSpec(OperatorSpec):
     record), a field name, or a function. `function` is the user's reduce function, aggregate
     function or process window function. Late records go to the operator's output wrapped in
     `LateRecord` when `emit_late` is set (`late_records()` asked for them), else they are counted.
+    `combine`: pre-aggregate per key and slice before the key exchange (`plan.local_global`,
+    `plan.aggregates.LocalWindowSpec`); `combined`: the input is those partials.
     """
 
     key: KeySelector
@@ -156,6 +158,8 @@ class KeyedWindowSpec(OperatorSpec):
     named: bool = False
     emit_late: bool = False
     on_error: OnError = OnError.FAIL
+    combine: bool = False  # a local phase (partials per key and slice) before the key exchange
+    combined: bool = False  # what arrives are such partials (`plan.local_global`)
 
 
 class OutputPart(Enum):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ...plan.aggregates import KeyedAggregateSpec, LocalAggregateSpec
+from ...plan.aggregates import KeyedAggregateSpec, LocalAggregateSpec, LocalWindowSpec
 from ...plan.specs import (
     AssignTimestampsSpec,
     IterationHeadSpec,
@@ -34,6 +34,7 @@ from ...plan.specs import (
 )
 from .aggregates.keyed import KeyedAggregateOperator
 from .aggregates.local import LocalAggregateOperator
+from .aggregates.local_windows import LocalWindowOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 from .io import SinkOperator, SourceOperator, SourcePositions
 from .keyed import KeyedOperator, KeyedReduceOperator
@@ -48,7 +49,7 @@ __all__ = [
     "LateRecord",
     "SplitLateOperator",
     "AssignTimestampsOperator",
-    "IterationHeadOperator", "KeyedAggregateOperator", "KeyedOperator", "LocalAggregateOperator",
+    "IterationHeadOperator", "KeyedAggregateOperator", "KeyedOperator", "LocalAggregateOperator", "LocalWindowOperator",
     "KeyedProcessOperator",
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
     "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
@@ -65,6 +66,7 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     IterationHeadSpec: IterationHeadOperator,
     KeyedAggregateSpec: KeyedAggregateOperator,
     LocalAggregateSpec: LocalAggregateOperator,
+    LocalWindowSpec: LocalWindowOperator,
     KeyedReduceSpec: KeyedReduceOperator,
     KeyedProcessSpec: KeyedProcessOperator,
     KeyedWindowSpec: KeyedWindowOperator,

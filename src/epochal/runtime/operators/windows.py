@@ -49,6 +49,7 @@ from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Admission, Aggregate, Count, FiredWindow, Max, Min, Process, Reduce, Sum, Windowing
 from ..wire.batches import to_records
 from ..wire.elements import Batch
+from .aggregates.local_windows import weights_of
 from .bad_records import DeadLetter, dead_letters_part, records_part, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
@@ -119,6 +120,9 @@ class KeyedWindowOperator(KeyedOperator):
         self._result_column = spec.kind.value if spec.kind.value in ("count", "sum", "min", "max") else "result"
         self._reduction = table_reduction(spec)
         self._mode = WindowMode.UNDECIDED if self._reduction is not None else WindowMode.STORES
+        if spec.combined:  # partials from a local phase: only the slice table merges them
+            assert self._reduction is not None, "a combined window operator needs the columnar table"
+            self._mode = WindowMode.TABLE
         self._table: TableWindows | None = None
 
     def open(self, ctx: OperatorContext) -> None:
@@ -290,7 +294,8 @@ class KeyedWindowOperator(KeyedOperator):
         try:
             if isinstance(batch, pa.RecordBatch):
                 values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
-                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark)
+                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark,
+                                            weights_of(batch) if self.spec.combined else None)
             else:
                 records, keys, _ = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
                 value_of = self.value_of

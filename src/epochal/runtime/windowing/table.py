@@ -352,9 +352,10 @@ class SliceTable:
     # -- adding ---------------------------------------------------------------------------------
 
     def add(self, keys: Any, ts: np.ndarray, values: np.ndarray | None, watermark: float,
-            group_of: Callable[[Any], int]) -> TableAdmission:
+            group_of: Callable[[Any], int], weights: np.ndarray | None = None) -> TableAdmission:
         """Add a batch: `keys` (Arrow, numpy or a list), `ts` (float64 seconds), `values`
-        (numeric numpy, None for a count) at the operator's `watermark`."""
+        (numeric numpy, None for a count) at the operator's `watermark`; `weights`: how many
+        records each row stands for (rows of partials from a local phase), else one each."""
         codes, distinct = key_codes(keys)
         if len(codes) != len(ts) or (values is not None and len(values) != len(ts)):
             raise ValueError(f"keys, timestamps and values differ in length: {len(codes)}, {len(ts)}, "
@@ -386,9 +387,9 @@ class SliceTable:
         if keep is not None:
             kept = np.flatnonzero(keep)
             self._accumulate(codes[kept], slots, ts[kept], None if values is None else values[kept],
-                             np.searchsorted(kept, updated))
+                             np.searchsorted(kept, updated), None if weights is None else weights[kept])
         else:
-            self._accumulate(codes, slots, ts, values, updated)
+            self._accumulate(codes, slots, ts, values, updated, weights)
         return TableAdmission(np.array(late_rows, dtype=np.int64), late_queries, bool(len(updated)))
 
     def _behind(self, ts: float, watermark: float) -> tuple[bool, tuple[str, ...]]:
@@ -408,8 +409,9 @@ class SliceTable:
         return accepted, tuple(late)
 
     def _accumulate(self, codes: np.ndarray, slots: np.ndarray, ts: np.ndarray, values: np.ndarray | None,
-                    updated: np.ndarray) -> None:
-        """Fold rows into their (key, slice) cells; rows `updated` (indices) also mark theirs."""
+                    updated: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """Fold rows into their (key, slice) cells; rows `updated` (indices) also mark theirs;
+        a row counts `weights[row]` records (one each without weights)."""
         if not len(ts):
             return
         index, slice_starts, slice_ends = self.edges.slices_of(ts)
@@ -432,7 +434,12 @@ class SliceTable:
             cell = local * nk + codes
             block = np.ix_(slots, cols)
         if block is not None:
-            counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nc, nk).T
+            if weights is None:
+                counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nc, nk).T
+            else:
+                added = np.zeros(nk * nc, dtype=counts.dtype)
+                np.add.at(added, cell, weights)
+                counts[block] += added.reshape(nc, nk).T
             if values is not None:
                 assert self.values is not None
                 dense = np.full(nk * nc, identity(reduction, self.values.dtype), dtype=self.values.dtype)
@@ -447,7 +454,7 @@ class SliceTable:
                     self.values[block] = np.maximum(self.values[block], dense.reshape(nc, nk).T)
         else:
             rows, at = slots[codes], cols[local]
-            np.add.at(counts, (rows, at), 1)
+            np.add.at(counts, (rows, at), 1 if weights is None else weights)
             if values is not None:
                 assert self.values is not None
                 ufunc = {Reduction.SUM: np.add, Reduction.MIN: np.minimum, Reduction.MAX: np.maximum}[reduction]
