@@ -16,7 +16,7 @@ and emit a batch with the key column and one result column (`count`, `sum`, `min
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..config import check_bool, check_callable, check_choice, check_has_methods
 from ..errors import GraphError
@@ -35,7 +35,7 @@ def _combine(combine: object, emit: Emit) -> bool:
 
 def _value(value: object) -> ValueSelector:
     if value is None or callable(value) or (isinstance(value, (str, int)) and not isinstance(value, bool)):
-        return value  # type: ignore[return-value]
+        return value
     raise TypeError(f"value must be a field name, a tuple index or a function of the record, got {value!r}")
 
 
@@ -139,6 +139,7 @@ class KeyedAggregates:
                              "function with merge(a, b), or a BatchAggregateFunction")
         on_error_policy(self._env, on_error, "aggregate")
         process = getattr(self, "process")  # noqa: B009 - KeyedStream's
+        per_record = _AggregateProcess(cast("AggregateFunction[Any, Any, Any]", aggregate))
         return process(  # type: ignore[no-any-return]
-            _AggregateProcess(aggregate), name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
+            per_record, name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
         )

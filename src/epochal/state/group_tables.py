@@ -43,7 +43,8 @@ class GroupTable:
         """Every key's value of state `name`, in row order."""
         columns = dict(self.states)[name]
         if len(columns) == 1:
-            return self.columns[columns[0]].tolist()
+            values: list[Any] = self.columns[columns[0]].tolist()
+            return values
         return list(zip(*(self.columns[c].tolist() for c in columns)))
 
     def rows(self) -> Iterator[tuple[Any, str, Any]]:

@@ -36,13 +36,15 @@ from .aggregates.keyed import KeyedAggregateOperator
 from .aggregates.local import LocalAggregateOperator
 from .aggregates.local_windows import LocalWindowOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
-from .io import SinkOperator, SourceOperator, SourcePositions
+from .io import SourceOperator, SourcePositions
 from .keyed import KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
+from .sink import SinkOperator
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .time import AssignTimestampsOperator
-from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator
+from .window_output import LateRecord, SplitLateOperator
+from .windows import KeyedWindowOperator
 
 __all__ = [
     "KeyedWindowOperator",

@@ -31,7 +31,7 @@ from ...key_index import KeyIndex
 from ...keys import batch_keys, encode_key_column, key_column, record_key_fn
 from ...wire.batches import to_arrow, to_records
 from ...wire.elements import Batch
-from ..bad_records import with_letters
+from ..bad_records import DeadLetter, with_letters
 from ..base import OperatorSnapshot
 from ..keyed import KeyedOperator
 from .functions import (
@@ -263,17 +263,16 @@ class KeyedAggregateOperator(KeyedOperator):
         """Per aggregate, each record's partial: read from the partials' columns (or tuple items)
         behind a local phase, else the aggregate's value of the record, lifted."""
         assert self.records is not None
+        out: list[list[Any]] = []
         if self.combined:
-            if type(batch) is pa.RecordBatch:
-                out = []
-                for agg, labels in zip(self.batch or [], self.labels, strict=True):
-                    columns = [batch.column(labels[n]).to_pylist() for n in agg.names]
+            if isinstance(batch, pa.RecordBatch):
+                for batched, labels in zip(self.batch or [], self.labels, strict=True):
+                    columns = [batch.column(labels[n]).to_pylist() for n in batched.names]
                     out.append(columns[0] if len(columns) == 1 else list(zip(*columns)))
                 return out
             return [[r[i + 1] for r in records] for i in range(len(self.calls))]
-        out = []
         for call, agg in zip(self.calls, self.records, strict=True):
-            if type(batch) is pa.RecordBatch:
+            if isinstance(batch, pa.RecordBatch):
                 values = arrow_values(batch, call.value)
             else:
                 values = record_values(records, call.value)
@@ -285,7 +284,9 @@ class KeyedAggregateOperator(KeyedOperator):
         """A record at a time: a record whose value, lift or merge fails changes no state and is
         failed, skipped or dead-lettered by the operator's policy."""
         assert self.records is not None
-        backend, letters, out = self.backend, [], []
+        backend = self.backend
+        letters: list[DeadLetter] = []
+        out: list[Any] = []
         calls = list(zip(self.calls, self.records, self.states, strict=True))
         for i, (record, key, group) in enumerate(zip(records, keys, groups, strict=True)):
             try:

@@ -56,7 +56,7 @@ class LocalWindowOperator(RuntimeOperator):
         self._rows = 0
 
     def process(self, batch: Batch) -> Batch | None:
-        arrow = batch if type(batch) is pa.RecordBatch else to_arrow(batch)
+        arrow = batch if isinstance(batch, pa.RecordBatch) else to_arrow(batch)
         columns = [self.key, self.time_column] + ([self.value] if self.value is not None else [])
         missing = [c for c in columns if c not in arrow.schema.names]
         if missing:
