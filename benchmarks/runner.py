@@ -38,6 +38,7 @@ _MODULES = [
     "benchmarks.logs",
     "benchmarks.postgres",
     "benchmarks.joins",
+    "benchmarks.wordcount", "benchmarks.exchange",
 ]
 
 

@@ -26,6 +26,7 @@ from .api.connector import SplitReader as SplitReader
 from .api.context import ProcessContext as ProcessContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
+from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
 from .api.keyed import KeyedStream as KeyedStream
@@ -54,6 +55,7 @@ __all__ = sorted(
         "AggregateFunction",
         "BroadcastProcessFunction",
         "CoProcessFunction",
+        "BatchAggregateFunction",
         "CheckpointConfig",
         "CheckpointError",
         "CorruptCheckpointError",
