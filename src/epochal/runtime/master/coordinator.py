@@ -338,9 +338,9 @@ class CheckpointCoordinator:
 
     def _abort(self, pending: PendingCheckpoint, reason: AbortReason, detail: str) -> None:
         del self.pending[pending.checkpoint_id]
-        if self.config.mode == "synchronous":  # sources halted for it must go on
-            for task in self.sources:
-                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
+        # sources halted for it go on (synchronous mode); loop heads drop the log they keep for it
+        for task in self.tasks:
+            self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
         aborted = pending.abort(reason, detail)
         self.aborted.append(aborted)

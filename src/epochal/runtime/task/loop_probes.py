@@ -1,19 +1,17 @@
-"""A task's part in a loop: termination probes, and a loop head's snapshots of its back edges.
+"""A task's part in a loop: termination probes, and a loop head's replay of its restored log.
 
 Termination: a head starts probe rounds round its loop, members forward them; the job master
 decides from the heads' verdicts (`master.loop_termination`, which says why no single head
-can). Snapshots: ABS §4.3, Algorithm 2 (the log itself: `in_flight.PendingSnapshots`).
+can). Snapshots: ABS §4.3, Algorithm 2, taken as an unaligned cut of the head (`task.loop_cut`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..operators import IterationHeadOperator, LoopLog, OperatorSnapshot
-from ..wire.elements import Batch, LoopProbe
+from ..operators import IterationHeadOperator
+from ..wire.elements import LoopProbe
 from .chain import OperatorChain
-from .checkpointer import Snapshots
-from .in_flight import PendingSnapshot, PendingSnapshots
 from .output_gate import OutputGate
 
 
@@ -68,8 +66,8 @@ class LoopProbes:
 
 
 class TaskLoop:
-    """A task's part in a loop: its probes in loop termination and, at a loop head, the
-    snapshots that log the back edges until the barrier came round (ABS §4.3, Algorithm 2).
+    """A task's part in a loop: its probes in loop termination and, at a loop head, the replay of
+    the restored log (the head's cut itself: `task.loop_cut`).
 
     Args:
         head: the loop head operator, if the task heads a loop.
@@ -78,19 +76,15 @@ class TaskLoop:
         num_inputs: all of the task's inputs.
         output: where probes go round the loop.
         verdict: sends a head's verdict on a probe round to the job master: `(round, clean)`.
-        write: writes a head's snapshot once the barrier came round.
     """
 
     def __init__(self, head: IterationHeadOperator | None, back_edges: frozenset[int], loop_inputs: frozenset[int],
-                 num_inputs: int, output: OutputGate, verdict: Callable[[int, bool], None],
-                 write: Callable[[int, Snapshots, float, float], None]) -> None:
+                 num_inputs: int, output: OutputGate, verdict: Callable[[int, bool], None]) -> None:
         self.head = head
         self.back_edges = back_edges
         self.probes = LoopProbes(head is not None, back_edges, loop_inputs, num_inputs)
-        self.snapshots = PendingSnapshots()
         self.output = output
         self.verdict = verdict
-        self.write = write
 
     def replay(self, chain: OperatorChain) -> None:
         """Feed the restored loop log back into the loop before anything else (ABS §4.3)."""
@@ -106,36 +100,6 @@ class TaskLoop:
         elif outcome is not None:  # a head's verdict: the job master decides
             self.verdict(*outcome)
 
-    def returned(self, channel: int, checkpoint_id: int) -> None:
-        """The barrier came back round on back edge `channel`."""
-        self._done(self.snapshots.arrived(channel, checkpoint_id))
-
-    def channel_ended(self, channel: int) -> None:
-        if channel in self.back_edges:
-            for pending in self.snapshots.channel_ended(channel):
-                self._done(pending)
-
-    def on_batch(self, idx: int, batch: Batch) -> None:
-        """The task processes `batch` from input `idx`: it was active, and feedback is logged."""
+    def on_batch(self) -> None:
+        """The task processes a batch: it was active."""
         self.probes.active = True
-        if idx in self.back_edges:
-            self.snapshots.log(idx, batch)
-
-    def hold(self, checkpoint_id: int, ended: frozenset[int], snapshots: Snapshots, alignment_ms: float,
-             sync_ms: float) -> bool:
-        """A head fixed its state while back edges are open: it logs them until the barrier came
-        round, and writes then (Algorithm 2). False if the snapshot can be written now."""
-        open_back_edges = set(self.back_edges) - ended
-        if self.head is None or not open_back_edges:
-            return False
-        self.snapshots.hold(PendingSnapshot(checkpoint_id, open_back_edges, snapshots, alignment_ms, sync_ms))
-        return True
-
-    def _done(self, pending: PendingSnapshot | None) -> None:
-        """Every back edge returned the barrier: the head's state is its logged feedback."""
-        if pending is None:
-            return
-        assert self.head is not None
-        log_state = OperatorSnapshot(state=LoopLog(tuple(batch for _, batch in pending.log)))
-        snapshots = [(uid, log_state if uid == self.head.uid else snap) for uid, snap in pending.snapshots]
-        self.write(pending.checkpoint_id, snapshots, pending.alignment_ms, pending.sync_ms)

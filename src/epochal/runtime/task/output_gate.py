@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ...plan.specs import PartitionKind
 from ...state.keygroups import RoutingTable
-from ..wire.elements import Batch
+from ..wire.elements import Barrier, Batch
 from .partition import Partitioner
 
 
@@ -25,11 +26,15 @@ class OutputGate:
         self,
         edges: Sequence[tuple[Partitioner, Sequence[OutputChannel]]],
         loop_edges: frozenset[int] = frozenset(),
+        head_edges: frozenset[int] = frozenset(),
     ) -> None:
         self.edges = list(edges)
         self.channels = [ch for _, chans in self.edges for ch in chans]
         # channels of edges inside a loop: where termination probes go
         self.loop_channels = [ch for i, (_, chans) in enumerate(self.edges) if i in loop_edges for ch in chans]
+        # channels into a loop head, which takes barriers ahead of its queue (`task.loop_cut`)
+        self.head_channels = [i in head_edges for i, (_, chans) in enumerate(self.edges) for _ in chans]
+        self._to_heads = any(self.head_channels)
 
     def emit(self, batch: Batch) -> None:
         for partitioner, channels in self.edges:
@@ -37,6 +42,11 @@ class OutputGate:
                 channels[target].send(piece)
 
     def broadcast(self, element: Any) -> None:
+        if self._to_heads and type(element) is Barrier:
+            marked = dataclasses.replace(element, at_loop_head=True)
+            for ch, to_head in zip(self.channels, self.head_channels):
+                ch.send(marked if to_head else element)
+            return
         for ch in self.channels:
             ch.send(element)
 

@@ -54,6 +54,7 @@ from .checkpointer import Snapshots, SubtaskCheckpointer
 from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
 from .key_group_owner import KeyGroupOwner
+from .loop_cut import LoopCut
 from .loop_probes import TaskLoop
 from .output_gate import OutputGate
 from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
@@ -99,7 +100,9 @@ class Task:
                                                 setup.background, self.chain.operators, setup.send, setup.state)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
         self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs), output,
-                             lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), self.write)
+                             lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)))
+        # a loop head takes every barrier ahead of its queues: an unaligned cut (`loop_cut`)
+        self.cut = LoopCut(self.gate, self, self.head.uid) if self.head is not None else None
         self.unaligned = UnalignedBarriers(self.gate, self, in_flight_uid(setup.vertex))
         # only a task outside loops takes unaligned barriers ahead of its input (`in_flight`)
         self._overtakes = setup.unaligned and not back_edges and not loop_inputs
@@ -159,6 +162,8 @@ class Task:
             return False
         if self._overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
             return True  # an unaligned barrier is taken even behind a full output
+        if self.cut is not None and self.state is not TaskState.ENDED and self.gate.priority_queued():
+            return True  # so is a barrier into a loop head
         if self.state is TaskState.ENDED or not self.output.has_capacity():
             return False
         if self.state is TaskState.DRAINING and not self.loop.probes.in_flight:
@@ -200,6 +205,8 @@ class Task:
             return
         if self._overtakes and self.state is TaskState.RUNNING:
             self.unaligned.take_priority_barriers()
+        if self.cut is not None and self.state is not TaskState.ENDED:
+            self.cut.take_barriers()
         if self.state not in (TaskState.RUNNING, TaskState.DRAINING) or not self.output.has_capacity():
             return
         if self.state is TaskState.DRAINING and not self.loop.probes.in_flight and self.gate.readable() is None:
@@ -223,19 +230,22 @@ class Task:
         idx, element = polled
         if self._overtakes:
             self.unaligned.log(idx, element)
+        elif self.cut:
+            self.cut.log(idx, element)
         self._on_element(idx, element)
 
     def _on_element(self, idx: int, element: Element) -> None:
         if is_batch(element):
-            self.loop.on_batch(idx, element)
+            self.loop.on_batch()
             self.chain.process(element)
         elif type(element) is Barrier:
+            if self.cut is not None:
+                self.cut.on_barrier(idx, [], element)
+                return
             step = self.gate.on_barrier(idx, element)
             self._decline_abandoned()
             if step is AlignStep.SNAPSHOT:
                 self._checkpoint(element)
-            elif step is AlignStep.LOOP_RETURN:
-                self.loop.returned(idx, element.checkpoint_id)
         elif type(element) is EndOfInput:
             self._on_end_of_input(idx)
         elif type(element) is LoopProbe:
@@ -255,7 +265,8 @@ class Task:
         if aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
             assert aligner.completed is not None
             self._checkpoint(aligner.completed)
-        self.loop.channel_ended(idx)
+        if self.cut is not None:
+            self.cut.channel_ended(idx)
         self.unaligned.channel_ended(idx)
         if aligner.all_ended:
             if self.state is not TaskState.ENDED:
@@ -275,6 +286,8 @@ class Task:
     def _on_end_loop(self, _: EndLoop) -> None:
         if self.state is TaskState.DRAINING:
             self._end_input()  # every head saw a clean round: the loop is empty
+            if self.cut is not None:
+                self.cut.loop_ended()
 
     # -- checkpoints -----------------------------------------------------------------------------
     def _decline_abandoned(self) -> None:
@@ -294,13 +307,13 @@ class Task:
 
     def _checkpoint(self, barrier: Barrier) -> None:
         """Fix state, forward the barrier, and write the snapshot in the background."""
+        if self.cut is not None:  # a loop head triggered directly (its input ended): log what is open
+            self.cut.fix(barrier, loop_ended=self.state is TaskState.ENDED)
+            return
         reroute = barrier.reroute
         if reroute is not None and self.source is not None and self.state is TaskState.RUNNING:
             self.source.before_reroute(reroute, self.output)
         snapshots, alignment_ms, sync_ms = self.fix_state(barrier)
-        if self.state is not TaskState.ENDED and self.loop.hold(
-                barrier.checkpoint_id, self.gate.aligner.ended, snapshots, alignment_ms, sync_ms):
-            return  # ABS Algorithm 2: the state copy is fixed; feedback is logged until the barrier is back
         self.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
         if barrier.reroute is not None:
             self.output.reroute(barrier.reroute)  # the barrier went out under the old table
@@ -353,11 +366,15 @@ class Task:
     def _on_aborted(self, message: NotifyCheckpointAborted) -> None:
         if self.source is not None:
             self.source.aborted(message.checkpoint_id)
+        if self.cut is not None:
+            self.cut.aborted(message.checkpoint_id)
 
     def _on_complete(self, message: NotifyCheckpointComplete) -> None:
         if self.source is not None:
             self.source.completed(message.checkpoint_id)
         self._notify_complete(message.checkpoint_id)
+        if self.cut is not None:
+            self.cut.completed(message.checkpoint_id)
         if message.is_final:
             self.state = TaskState.FINISHED
             self.close()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ...plan.job_graph import JobGraph, TaskId
-from ...plan.specs import PartitionKind
+from ...plan.specs import IterationHeadSpec, PartitionKind
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
 from ..clock import Clock
@@ -86,13 +86,15 @@ def build_tasks(
         back_edges = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].is_back_edge)
         loop_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].in_loop)
         gate_edges: list[tuple[Partitioner, list[OutputChannel]]] = []
-        loop_edges = set()
+        loop_edges, head_edges = set(), set()
         for e_idx, edge in enumerate(job.edges):
             if edge.source != vertex.id:
                 continue
             if edge.in_loop:
                 loop_edges.add(len(gate_edges))
             target = job.vertex(edge.target)
+            if isinstance(target.chain[0], IterationHeadSpec):
+                head_edges.add(len(gate_edges))
             if edge.partitioning.kind is PartitionKind.FORWARD:
                 outs = [_present(channels[ChannelKey(e_idx, i, i)].output)]
             else:
@@ -112,7 +114,8 @@ def build_tasks(
             vertex.id in keyed,
         )
         tasks[task_id] = Task(
-            setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs
+            setup, inputs, OutputGate(gate_edges, frozenset(loop_edges), frozenset(head_edges)), back_edges,
+            loop_inputs,
         )
     return tasks
 

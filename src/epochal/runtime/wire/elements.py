@@ -38,11 +38,14 @@ class Barrier:
     alignment: Alignment = Alignment.ALIGNED
     # key groups move at this barrier: the routing table from here on (`runtime.master.migrations`)
     reroute: RoutingTable | None = None
+    # on a channel into a loop head, which takes every barrier ahead of its queue (`task.loop_cut`)
+    at_loop_head: bool = False
 
     @property
     def overtakes(self) -> bool:
-        """An unaligned barrier jumps the queue of its input channel (`runtime.unaligned`)."""
-        return self.alignment is Alignment.UNALIGNED
+        """An unaligned barrier, or one into a loop head, jumps the queue of its input channel
+        (`task.in_flight`, `task.loop_cut`)."""
+        return self.alignment is Alignment.UNALIGNED or self.at_loop_head
 
 
 @dataclass(frozen=True, slots=True)
