@@ -5,7 +5,8 @@ call) when nothing repartitions between them: a single forward input from an ope
 parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Loops are
 closed only by `iterate()`'s feedback edges; they become the job graph's back-edges, whose
 records the loop head logs during a checkpoint (ABS §4.3, Algorithm 2). Any other cycle is an
-error. Operators that dead-letter records get their dead-letter path first (`plan.dead_letters`).
+error; loops may nest (`plan.loops` computes each loop's scope). Operators that dead-letter
+records get their dead-letter path first (`plan.dead_letters`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..errors import GraphError
 from .dead_letters import route_dead_letters
 from .job_graph import JobEdge, JobGraph, JobVertex
 from .logical import LogicalGraph, LogicalNode
+from .loops import check_loop_time
 from .specs import (
     FORWARD,
     REBALANCE,
@@ -208,7 +210,9 @@ def compile_job(
         JobEdge(a, b, part, is_back_edge=back, in_loop=a in reach[b])
         for a, b, part, back in raw
     ]
-    return JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+    job = JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+    check_loop_time(job)
+    return job
 
 
 def _check_unique(nodes: list[LogicalNode]) -> None:

@@ -33,7 +33,7 @@ from ..operators import (
     create_operator,
 )
 from ..splits import readers
-from ..watermarks import InputWatermarks
+from ..watermarks import InputWatermarks, WatermarkAdvance
 from ..wire.elements import END_OF_INPUT, Barrier, Element, EndOfInput, LoopProbe, Watermark, is_batch
 from ..wire.messages import (
     AdoptKeyGroups,
@@ -54,8 +54,9 @@ from .checkpointer import Snapshots, SubtaskCheckpointer
 from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
 from .key_group_owner import KeyGroupOwner
+from .loop_clock import LoopClock
 from .loop_cut import LoopCut
-from .loop_probes import TaskLoop
+from .loop_probes import ScopeRounds, TaskLoop
 from .output_gate import OutputGate
 from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
@@ -75,6 +76,7 @@ class Task:
         output: OutputGate,
         back_edges: frozenset[int] = frozenset(),
         loop_inputs: frozenset[int] = frozenset(),
+        scopes: dict[int, ScopeRounds] | None = None,
     ) -> None:
         self.setup = setup
         self.id = setup.task_id
@@ -99,8 +101,12 @@ class Task:
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
                                                 setup.background, self.chain.operators, setup.send, setup.state)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
-        self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs), output,
-                             lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)))
+        event_time = self.head.event_time if self.head is not None else None
+        self.loop = TaskLoop(
+            self.head, scopes or {}, setup.vertex.id if self.head is not None else None,
+            LoopClock(event_time, self.head.name) if self.head is not None and event_time is not None else None,
+            output, lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), setup.clock,
+        )
         # a loop head takes every barrier ahead of its queues: an unaligned cut (`loop_cut`)
         self.cut = LoopCut(self.gate, self, self.head.uid) if self.head is not None else None
         self.unaligned = UnalignedBarriers(self.gate, self, in_flight_uid(setup.vertex))
@@ -151,7 +157,11 @@ class Task:
 
     # -- scheduling ------------------------------------------------------------------------------
     def next_timer(self) -> float | None:
-        return self.chain.next_timer()
+        timer = self.chain.next_timer()
+        paced = self.loop.next_round_at()
+        if paced is None or self.state not in (TaskState.RUNNING, TaskState.DRAINING):
+            return timer
+        return paced if timer is None else min(timer, paced)
 
     def is_runnable(self) -> bool:
         if self.state is TaskState.FINISHED:
@@ -166,7 +176,7 @@ class Task:
             return True  # so is a barrier into a loop head
         if self.state is TaskState.ENDED or not self.output.has_capacity():
             return False
-        if self.state is TaskState.DRAINING and not self.loop.probes.in_flight:
+        if self.loop.wants_round(self.state is TaskState.DRAINING, True):
             return True
         timer = self.next_timer()
         now = self.setup.clock.now()
@@ -209,9 +219,11 @@ class Task:
             self.cut.take_barriers()
         if self.state not in (TaskState.RUNNING, TaskState.DRAINING) or not self.output.has_capacity():
             return
-        if self.state is TaskState.DRAINING and not self.loop.probes.in_flight and self.gate.readable() is None:
-            self.output.broadcast_loop(self.loop.probes.start_round())
-            return
+        draining = self.state is TaskState.DRAINING
+        if self.loop.wants_round(draining, self.gate.readable() is None):
+            self.loop.start_round()
+            if draining:
+                return
         timer = self.next_timer()
         now = self.setup.clock.now()
         if timer is not None and timer <= now:
@@ -236,7 +248,7 @@ class Task:
 
     def _on_element(self, idx: int, element: Element) -> None:
         if is_batch(element):
-            self.loop.on_batch()
+            self.loop.on_batch(element)
             self.chain.process(element)
         elif type(element) is Barrier:
             if self.cut is not None:
@@ -249,18 +261,20 @@ class Task:
         elif type(element) is EndOfInput:
             self._on_end_of_input(idx)
         elif type(element) is LoopProbe:
-            self.loop.on_probe(element, self.gate.aligner.ended)
+            emitted = self.loop.on_probe(idx, element, self.gate.aligner.ended, self.state is TaskState.DRAINING)
+            if emitted is not None:
+                self.chain.advance_watermark(emitted, 0)
         elif type(element) is Watermark:
             advance = self.watermarks.on_watermark(idx, element.timestamp, element.idle)
             if advance is not None:
-                self.chain.advance_watermark(advance, 0)
+                self._advance_watermark(advance)
         else:
             raise RuntimeError(f"task {self.name}: unexpected element {element!r}")
 
     def _on_end_of_input(self, idx: int) -> None:
         advance = self.watermarks.on_end(idx)
         if advance is not None and self.watermarks.has_seen:
-            self.chain.advance_watermark(advance, 0)
+            self._advance_watermark(advance)
         aligner = self.gate.aligner
         if aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
             assert aligner.completed is not None
@@ -275,6 +289,14 @@ class Task:
             # The loop's input ended; the loop itself may still hold records.
             self.state = TaskState.DRAINING
             self.setup.send(InputsEnded(self.id))
+
+    def _advance_watermark(self, advance: WatermarkAdvance) -> None:
+        """The inputs' watermark moved: on through the chain, unless an event-time loop head
+        holds it until a round proves the loop past it (`loop_clock`)."""
+        if self.loop.clock is not None:
+            self.loop.clock.on_input(advance)
+        else:
+            self.chain.advance_watermark(advance, 0)
 
     def _end_input(self) -> None:
         self.chain.end_input()

@@ -7,6 +7,7 @@ what makes a barrier cut the stream consistently (ABS §4.2, assumption of FIFO 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeAlias
@@ -70,16 +71,20 @@ END_OF_INPUT = EndOfInput()
 
 @dataclass(frozen=True, slots=True)
 class LoopProbe:
-    """A termination probe sent round a loop by its head once the loop's input has ended.
+    """A probe sent round loop `loop` (its head's vertex) by its head, one round at a time.
 
-    Each task of the loop forwards it after it arrived on all its loop inputs, marking it
+    Each task of the loop forwards it after it arrived on all its inputs in the loop, marking it
     `active` if it processed anything since it forwarded the previous round. A round that comes
     back clean proves the loop empty: every record of the loop was processed before the probe
-    passed, and none was sent after it (FIFO channels).
+    passed, and none was sent after it (FIFO channels); the head's input having ended, the loop
+    ends (`runtime.master.loop_termination`). `low` carries progress: the smallest event time
+    an inner loop it passed may still hold (`runtime.task.loop_clock`).
     """
 
     round: int
     active: bool
+    loop: int = 0
+    low: float = math.inf
 
 
 Element: TypeAlias = list[Any] | pa.RecordBatch | Barrier | Watermark | EndOfInput | LoopProbe
