@@ -260,3 +260,18 @@ def test_an_event_time_loop_needs_event_time_in_the_loops_inside_it() -> None:
     env.from_source(ListSource([(8, 0, 8)])).iterate(outer, name="timed", timestamp=0).sink_to(CollectSink())
     with pytest.raises(GraphError, match=r"'timed' tracks event time .* 'untimed' inside it does not"):
         env.job_graph("refused")
+
+
+def test_a_window_inside_an_event_time_loop_is_refused() -> None:
+    from epochal.windows import Tumbling
+
+    env = StreamEnvironment(parallelism=1, executor="inprocess")
+
+    def body(loop: DataStream) -> tuple[DataStream, DataStream]:
+        counted = loop.key_by(lambda r: r[0]).window(Tumbling(1.0)).count()
+        return counted.filter(lambda r: False), counted
+
+    (env.from_source(ListSource([("a", 1.0)]), watermarks=WatermarkStrategy.for_monotonous_timestamps(timestamp=1))
+        .iterate(body, name="timed", timestamp=1).sink_to(CollectSink()))
+    with pytest.raises(GraphError, match=r"inside loop 'timed', which tracks event time: windows"):
+        env.job_graph("refused")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import GraphError
 from .job_graph import JobGraph
-from .specs import IterationHeadSpec
+from .specs import AssignTimestampsSpec, IterationHeadSpec, KeyedWindowSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,8 @@ def scope_inputs(scope: LoopScope, job: JobGraph, vertex: int, inputs: list[int]
 
 def check_loop_time(job: JobGraph) -> None:
     """A loop with event time bounds what its inner loops hold by their own rounds: each of
-    them needs event time too (`runtime.task.loop_clock`).
+    them needs event time too (`runtime.task.loop_clock`); and what windows would hold inside
+    it for later is not in its rounds, so it holds none.
 
     Raises:
         GraphError: naming the loop with event time and the inner loop without.
@@ -115,6 +116,14 @@ def check_loop_time(job: JobGraph) -> None:
         outer = head(scope.head)
         if outer.event_time is None:
             continue
+        for v in sorted(scope.members):
+            for op in job.vertex(v).chain:
+                if isinstance(op, (KeyedWindowSpec, AssignTimestampsSpec)):
+                    raise GraphError(
+                        f"operator {op.name!r} is inside loop {outer.name!r}, which tracks event time: "
+                        "windows and timestamp assigners inside such a loop are not supported (what "
+                        "they hold for later is not in the loop's progress); put them before or after it"
+                    )
         for inner in scopes.values():
             if inner.head != scope.head and inner.head in scope.members and head(inner.head).event_time is None:
                 raise GraphError(

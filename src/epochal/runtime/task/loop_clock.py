@@ -17,9 +17,10 @@ of the loop's probes instead, with the event time of what it admits (`iterate(ti
   (records derived inside a loop are no older than what they derive from), nothing in the loop
   is older than the smallest admitted since the round began, and nothing to come is older than
   the input's watermark;
-- so at each round's end the head emits min(input watermark, smallest admitted since the
-  round began, the bounds the round collected from inner loops) into the loop, and it flows
-  on to whatever lies after the loop: the context "event time <= t" has terminated there.
+- so at each round's end the head emits min(input watermark, just below the smallest admitted
+  since the round began, the bounds the round collected from inner loops) into the loop, and it
+  flows on to whatever lies after the loop: the context "event time <= t" has terminated there,
+  and timers and windows at t after the loop fire once nothing of time t is left in it.
 
 Nested loops: a round of an outer loop passes an inner loop once (the inner head waits on its
 own back edges for the outer round before, `plan.loops.ScopeInputs`), so records may stay in
@@ -38,7 +39,7 @@ from __future__ import annotations
 import math
 
 from ...plan.time import EventTime
-from ..operators.base import batch_timestamps
+from ..operators.base import RuntimeOperator, batch_timestamps
 from ..watermarks import NO_WATERMARK, WatermarkAdvance
 from ..wire.batches import batch_len
 from ..wire.elements import Batch
@@ -49,16 +50,17 @@ class LoopClock:
 
     Args:
         event_time: where a record of the loop has its timestamp.
-        name: the head operator's name, in errors about records without a timestamp.
+        head: the head operator: named in errors about records without a timestamp, and where
+            records that come round late are counted (`late_records`).
     """
 
-    def __init__(self, event_time: EventTime, name: str) -> None:
+    def __init__(self, event_time: EventTime, head: RuntimeOperator) -> None:
         self.event_time = event_time
-        self.name = name
+        self.head = head
+        self.name = head.name
         self.input = NO_WATERMARK
         self.input_idle = False
         self.emitted = NO_WATERMARK
-        self.late_records = 0
         self._since_round = math.inf  # smallest event time admitted since the current round began
         self._since_completed = math.inf  # ... since the last complete round began: the loop's bound
         self._round_open = False
@@ -68,13 +70,15 @@ class LoopClock:
         if not batch_len(batch):
             return
         times = batch_timestamps(self.name, self.event_time, batch)
-        low = float(times.min())
+        # just below the record: a watermark at its time would fire timers and windows at that
+        # time downstream while it is still in the loop
+        low = math.nextafter(float(times.min()), -math.inf)
         if low < self._since_round:
             self._since_round = low
         if low < self._since_completed:
             self._since_completed = low
         if low < self.emitted:
-            self.late_records += int((times < self.emitted).sum())
+            self.head.late_records += int((times <= self.emitted).sum())
 
     def on_input(self, advance: WatermarkAdvance) -> None:
         """The head's input watermark moved (held here until a round proves the loop past it)."""

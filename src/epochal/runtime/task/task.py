@@ -104,7 +104,7 @@ class Task:
         event_time = self.head.event_time if self.head is not None else None
         self.loop = TaskLoop(
             self.head, scopes or {}, setup.vertex.id if self.head is not None else None,
-            LoopClock(event_time, self.head.name) if self.head is not None and event_time is not None else None,
+            LoopClock(event_time, self.head) if self.head is not None and event_time is not None else None,
             output, lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), setup.clock,
         )
         # a loop head takes every barrier ahead of its queues: an unaligned cut (`loop_cut`)
