@@ -32,7 +32,7 @@ from ..commands import Move, Ticket
 from ..metrics import TaskMetrics
 from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from ..routing import routing_for
-from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
+from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, PatchStaged, StateAnswer
 from .attempt import Attempt
 from .command_desk import CommandDesk, RescaleByRestore
 from .control import JobControl, JobState
@@ -40,6 +40,7 @@ from .enumerator import SplitEnumerators
 from .failure_manager import FailureManager
 from .metrics_collector import MetricsCollector
 from .migrations import Migrations
+from .patches import PatchLog
 from .recovery import recovery_plan
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 
@@ -98,6 +99,7 @@ class JobMaster:
         self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
         self.commands = CommandDesk(job, self.control, self.storage, self.migrations)
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        self.patches = self.commands.patches = PatchLog(job, self.restore_from)  # live logic patches
         check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
         if self.storage is not None:
             clear_checkpoints(self.storage, stale, job.name)
@@ -149,9 +151,10 @@ class JobMaster:
         if restored is not None:
             first_id = max(first_id, restored + 1)
         self.enumerators.start_attempt(self.job, send, self.restore_from)
+        self.patches.restored(self.restore_from)
         self.attempt = Attempt(
             self._attempts_before + len(self.restored_from), self.job, self.storage, self.clock, send, first_id,
-            self, self.enumerators,
+            self, self.enumerators, self.patches,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
         self.migrations.send = self.attempt.send
@@ -256,8 +259,14 @@ class JobMaster:
     def state_answered(self, answer: StateAnswer) -> None:
         self.commands.state_answered(answer)
 
+    def patch_staged(self, message: PatchStaged) -> None:
+        if self.attempt is not None:
+            coordinator = self.attempt.coordinator
+            self.patches.staged(message, self.attempt.send, lambda: coordinator.trigger(aligned=True))
+
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self.patches.completed(checkpoint.manifest)
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
@@ -273,6 +282,7 @@ class JobMaster:
         self.aborted.append(checkpoint)
         self.metrics.checkpoint_aborted(checkpoint)
         self.commands.checkpoint_aborted(checkpoint)
+        self.patches.aborted(checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         if self.attempt is not None:
             self.migrations.aborted(checkpoint.checkpoint_id, self.attempt.coordinator)

@@ -37,6 +37,7 @@ from ..watermarks import InputWatermarks, WatermarkAdvance
 from ..wire.elements import END_OF_INPUT, Barrier, Element, EndOfInput, LoopProbe, Watermark, is_batch
 from ..wire.messages import (
     AdoptKeyGroups,
+    DropPatch,
     EndLoop,
     InputsEnded,
     LoopRoundEnded,
@@ -45,6 +46,7 @@ from ..wire.messages import (
     OperatorMetrics,
     PrepareKeyGroups,
     QueryState,
+    StagePatch,
     TaskFinished,
     TriggerCheckpoint,
 )
@@ -58,6 +60,7 @@ from .loop_clock import LoopClock
 from .loop_cut import LoopCut
 from .loop_probes import ScopeRounds, TaskLoop
 from .output_gate import OutputGate
+from .patching import TaskPatches
 from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
@@ -116,8 +119,10 @@ class Task:
         self.times = StepTimes()  # where the task's time goes: two clock reads per step, none per record
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
+        self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
+            StagePatch: self.patches.stage, DropPatch: self.patches.drop,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, setup.background),
@@ -142,6 +147,8 @@ class Task:
                 return None, []
             return read_operator_restore(storage, manifest, op.uid, self.key_groups, setup.max_parallelism)
 
+        if manifest is not None:  # the functions live patches put in effect at the checkpoint
+            self.patches.restore(manifest, storage)
         self.chain.open(ctx, restored)
         if manifest is not None:
             self._replay.extend(read_in_flight(storage, manifest, setup.vertex, self.id.subtask))
@@ -361,6 +368,8 @@ class Task:
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.chain.pre_barrier(barrier.checkpoint_id)
         snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id)
+        if barrier.patch:  # a live patch takes effect for the records after this barrier
+            self.patches.switch(barrier.patch)
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.output.broadcast(barrier)
         # after the barrier left: downstream aligns while this task serialises a small state
@@ -376,13 +385,14 @@ class Task:
             self.gate.reset_alignment_clock()
             self._checkpoint(Barrier(
                 message.checkpoint_id, message.timestamp, message.synchronous, message.completed, message.alignment,
-                message.reroute,
+                message.reroute, patch=message.patch,
             ))
             if message.synchronous:
                 self.source.halt(message.checkpoint_id)
         elif self.state in (TaskState.ENDED, TaskState.DRAINING):
             self._checkpoint(Barrier(
-                message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute
+                message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute,
+                patch=message.patch,
             ))
 
     def _on_aborted(self, message: NotifyCheckpointAborted) -> None:

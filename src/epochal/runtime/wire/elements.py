@@ -41,6 +41,9 @@ class Barrier:
     reroute: RoutingTable | None = None
     # on a channel into a loop head, which takes every barrier ahead of its queue (`task.loop_cut`)
     at_loop_head: bool = False
+    # the newest live logic patch in effect from this barrier on: a task switches to the patches
+    # it staged up to it when it fixes its state (`runtime.patches`); 0: none
+    patch: int = 0
 
     @property
     def overtakes(self) -> bool:
