@@ -26,6 +26,7 @@ from .api.stream import KeyedStream as KeyedStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
+from .config import RecoveryConfig as RecoveryConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
 from .errors import CheckpointError as CheckpointError
@@ -63,6 +64,7 @@ __all__ = sorted(
         "MapState",
         "OperatorError",
         "ProcessContext",
+        "RecoveryConfig",
         "RestartStrategy",
         "Sink",
         "SinkWriter",

@@ -195,6 +195,7 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
+        self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -204,6 +205,7 @@ class CheckpointCoordinator:
             and not self.is_stopped
             and self.final_checkpoint is None
             and self.migrating is None
+            and not self.paused
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
             and now - self._last_completion >= c.min_pause
@@ -283,6 +285,31 @@ class CheckpointCoordinator:
                 ))
         self._trigger_final()
 
+    def restoring(self, tasks: set[TaskId]) -> None:
+        """A lost worker's `tasks` restore while the others run on (`master.survivors`): what is
+        pending can never complete (aborted, not counted as failed), the restored tasks may end
+        again, and no checkpoint starts until `resume`."""
+        self.paused = True
+        self.ended -= tasks
+        for pending in list(self.pending.values()):
+            del self.pending[pending.checkpoint_id]
+            for task in self.tasks:
+                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
+            self._recent.append(pending.checkpoint_id)
+            aborted = pending.abort(AbortReason.TASK_FAILED, "a worker was lost; its tasks restore")
+            self.aborted.append(aborted)
+            if self.storage is not None:
+                self.storage.discard(pending.checkpoint_id)
+            if pending.is_final:
+                self.final_checkpoint = None
+            self.on_aborted(aborted)
+
+    def resume(self) -> None:
+        """The survivors caught up with the restored tasks: checkpoints go on."""
+        self.paused = False
+        if not self.is_stopped:
+            self._trigger_final()
+
     def migrated(self) -> None:
         """The moved key groups were taken over: checkpoints go on (`trigger`'s `reroute`)."""
         self.migrating = None
@@ -292,7 +319,8 @@ class CheckpointCoordinator:
     def _trigger_final(self) -> None:
         """Every task ended: the last checkpoint, once no key groups are on their way (a new owner
         must hold them when it snapshots)."""
-        if len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None:
+        if (len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None
+                and not self.paused):
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:

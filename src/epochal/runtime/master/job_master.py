@@ -43,6 +43,7 @@ from .migrations import Migrations
 from .patches import PatchLog
 from .recovery import recovery_plan
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
+from .survivors import SurvivorPlan, survivor_plan
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,50 @@ class JobMaster:
         self._give_back.update(plan.give_back)
         log.info("job %r: the key groups of %s restore on their holders", self.job.name, sorted(lost))
         return plan.table
+
+    def worker_lost(self, lost: set[int]) -> None:
+        """Workers `lost` died (a host that keeps the survivors running says so at once): what is
+        pending cannot complete, and no checkpoint starts until the survivors caught up."""
+        if self.attempt is not None and not self.attempt.coordinator.is_stopped:
+            self.attempt.coordinator.restoring({t for t in self.job.task_ids() if t.subtask in lost})
+
+    def recover_survivors(self, lost: set[int], workers: int, cause: BaseException) -> SurvivorPlan | None:
+        """Workers `lost` died and were replaced: restore only their tasks, the others running on
+        (`runtime.master.survivors`); None where that is not sound (then `on_failure` rolls every
+        task back). Counts a restart like any failure.
+
+        Raises:
+            JobFailedError: the restart budget is spent.
+        """
+        attempt = self.attempt
+        if attempt is None or attempt.coordinator.is_stopped:
+            return None
+        restore = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.checkpoints})
+        busy = ("key groups are moving" if self.migrations.busy
+                else "a patch is under way" if self.patches.under_way is not None else None)
+        plan = survivor_plan(self.job, restore, lost, workers, discovering=bool(self.enumerators.logs), busy=busy)
+        if isinstance(plan, str):
+            log.warning("job %r: every task rolls back after losing worker(s) %s: %s", self.job.name,
+                        sorted(lost), plan)
+            return None
+        self.metrics.attempt_failed(attempt.number, cause)
+        try:
+            self.failure_manager.failed(cause, attempt.number, self.restore_from)
+        except JobFailedError:
+            self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
+            raise
+        self.restore_from = restore
+        self.commands.stop("a worker was lost")
+        self.worker_lost(lost)
+        self.control.publish(restarts=self.restarts, failures=tuple(self.failures))
+        log.warning("job %r: worker(s) %s restore checkpoint %d; the others run on", self.job.name, sorted(lost),
+                    plan.checkpoint_id)
+        return plan
+
+    def survivors_caught_up(self) -> None:
+        """Every survivor dropped what the restored tasks sent again: checkpoints go on."""
+        if self.attempt is not None:
+            self.attempt.coordinator.resume()
 
     def recovered(self) -> None:
         """Every task of the attempt runs: key groups a parallel recovery lent go back, live (the
