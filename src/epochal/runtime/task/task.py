@@ -396,6 +396,9 @@ class Task:
             ))
 
     def _on_aborted(self, message: NotifyCheckpointAborted) -> None:
+        pending = self.gate.aligner.pending
+        if pending is not None and pending.checkpoint_id == message.checkpoint_id:
+            self.abandon_alignment()  # its barrier may never come on some input (a lost worker's)
         if self.source is not None:
             self.source.aborted(message.checkpoint_id)
         if self.cut is not None:
