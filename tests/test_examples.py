@@ -243,3 +243,51 @@ def test_nested_pagerank_matches_power_iteration_and_runs_twice(
         assert summary.startswith("pagerank of 100 vertices")
         computed = pr.ranks(tuple(r) for r in read_committed(str(tmp_path / "out-pagerank")))
         assert pr.check(computed, pr.random_graph()) <= 5e-3  # and the total: nothing twice
+
+
+def test_orders_cdc_to_postgres_keeps_totals_equal_to_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres: Any
+) -> None:
+    """Runs twice (each run starts its own server unless given one: here the tests' server)."""
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS example_orders WITH (FORCE)")
+        admin.execute("CREATE DATABASE example_orders")
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", postgres.dsn.replace("dbname=postgres", "dbname=example_orders"))
+    for _ in range(2):
+        assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+    monkeypatch.delenv("EPOCHAL_EXAMPLE_DSN")
+    assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+
+
+def test_clickstream_sessions_runs_twice_on_given_servers_and_once_on_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any,
+    pg_dsn: str,
+) -> None:
+    import datetime as dt
+
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    summary = _run("clickstream_sessions", capsys, monkeypatch)  # no servers given: it starts its own
+    assert re.fullmatch(r"clickstream_sessions: [\d,]+ sessions of 7,998 clicks committed to the PostgreSQL table "
+                        r"click_sessions, 0 restart\(s\)", summary), summary
+
+    sys.path.insert(0, EXAMPLES)
+    try:
+        example: Any = importlib.import_module("clickstream_sessions")
+    finally:
+        sys.path.remove(EXAMPLES)
+    clicks = [json.loads(payload) for _, payload in example.clicks_of_a_day()]
+    day = [(c["user"], dt.datetime.fromisoformat(c["ts"]).replace(tzinfo=dt.UTC).timestamp()) for c in clicks]
+    expected = _sessions(day, gap=30 * 60.0)
+    monkeypatch.setenv("NATS_URL", nats_server.url)
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", pg_dsn)
+    for run in range(2):  # the second run makes the table anew and commits the same sessions
+        summary = _run("clickstream_sessions", capsys, monkeypatch)
+        assert summary.startswith(f"clickstream_sessions: {len(expected):,} sessions of 7,998 clicks"), (run, summary)
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute("SELECT user_id, session_start, session_end, clicks FROM click_sessions").fetchall()
+        assert sorted(rows) == expected

@@ -30,6 +30,16 @@ def test_an_in_flight_log_written_before_the_wings_restores():
     assert decode_operator_state(old) == state
 
 
+def test_a_late_record_logged_before_the_window_operator_split_restores():
+    from epochal.runtime.operators.window_output import LateRecord
+
+    state = InFlight(((1, LateRecord("r", ("q",))),))
+    old = _as_written_before(state, {"epochal.runtime.operators.window_output": "epochal.runtime.operators.windows",
+                                     "epochal.runtime.channel_state": "epochal.runtime.in_flight"})
+    assert b"epochal.runtime.operators.windows\nLateRecord" in old
+    assert decode_operator_state(old) == state
+
+
 def test_garbage_is_still_refused():
     with pytest.raises(CorruptCheckpointError):
         decode_operator_state(b"\x80\x05garbage")

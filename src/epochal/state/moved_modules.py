@@ -23,10 +23,16 @@ MOVED: dict[str, str] = {
     "epochal.runtime.columnar_count": "epochal.runtime.operators.columnar_count",
 }
 
+# (old module path, name) -> the module that holds it now, for a type that left a module that stays
+MOVED_NAMES: dict[tuple[str, str], str] = {
+    ("epochal.runtime.operators.windows", "LateRecord"): "epochal.runtime.operators.window_output",
+    ("epochal.runtime.operators.windows", "Window"): "epochal.plan.windows",
+}
+
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        return super().find_class(MOVED.get(module, module), name)
+        return super().find_class(MOVED_NAMES.get((module, name), MOVED.get(module, module)), name)
 
 
 def loads_moved(data: bytes) -> Any:
