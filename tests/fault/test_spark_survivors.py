@@ -68,7 +68,7 @@ def test_only_the_lost_worker_restores_and_every_update_commits_once(spark: Any,
         rng = random.Random(trial)
         victim = rng.randrange(2)
 
-        def kill(executor: SparkExecutor) -> None:
+        def kill(executor: SparkExecutor, rng: random.Random = rng, victim: int = victim) -> None:
             time.sleep(rng.uniform(0.0, 1.0))
             _kill(executor, victim)
 
@@ -87,10 +87,11 @@ def test_a_kill_during_recovery_with_survivors_running(spark: Any, tmp_path: Pat
         rng = random.Random(10 + trial)
         victim = rng.randrange(2)
 
-        def kill(executor: SparkExecutor) -> None:
+        def kill(executor: SparkExecutor, rng: random.Random = rng, victim: int = victim) -> None:
             time.sleep(rng.uniform(0.0, 0.5))
             first = _kill(executor, victim)
-            wait_until(lambda: executor.worker_pids[victim] != first, "the lost worker's new process said hello")
+            replaced = lambda: executor.worker_pids[victim] != first  # noqa: E731
+            wait_until(replaced, "the lost worker's new process said hello")
             time.sleep(rng.uniform(0.0, 0.3))  # while it restores, or replays
             _kill(executor, victim)
 
