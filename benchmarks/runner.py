@@ -39,6 +39,7 @@ _MODULES = [
     "benchmarks.postgres",
     "benchmarks.joins",
     "benchmarks.wordcount", "benchmarks.exchange",
+    "benchmarks.loops", "benchmarks.patch",
 ]
 
 

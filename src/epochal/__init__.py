@@ -34,6 +34,7 @@ from .api.stream import DataStream as DataStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
+from .config import RecoveryConfig as RecoveryConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
 from .errors import CheckpointError as CheckpointError
@@ -79,6 +80,7 @@ __all__ = sorted(
         "OutputTag",
         "ProcessContext",
         "ProcessJoinFunction",
+        "RecoveryConfig",
         "RestartStrategy",
         "Sink",
         "SinkWriter",

@@ -195,10 +195,13 @@ class IterationHeadSpec(OperatorSpec):
 
     Its task consumes the loop's back-edges and logs them during checkpoints (ABS §4.3,
     Algorithm 2); `feedback_threshold` batches of buffered feedback make it read feedback only
-    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels.
+    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels. With
+    `event_time`, the head holds the watermark until the loop holds nothing older
+    (`runtime.task.loop_clock`).
     """
 
     feedback_threshold: int = 8
+    event_time: EventTime | None = None
 
 
 @dataclass(frozen=True, slots=True)
