@@ -44,6 +44,7 @@ __all__ = [
     "OperatorState",
     "TaskCheckpointStats",
     "SplitLogState",
+    "PatchState",
     "Manifest",
     "checkpoint_dir_name",
     "checkpoint_of_path",
@@ -154,6 +155,17 @@ class SplitLogState:
 
 
 @dataclass(frozen=True, slots=True)
+class PatchState:
+    """A live logic patch in effect at this checkpoint: operator `uid` runs the function pickled
+    in `file` from checkpoint `since` on (`runtime.patches`)."""
+
+    uid: str
+    patch_id: int
+    since: int
+    file: FileHandle
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """The commit record of one checkpoint; its presence makes the checkpoint complete."""
 
@@ -172,6 +184,7 @@ class Manifest:
     merged: tuple[FileHandle, ...] = field(default=(), metadata={_SPARSE: True})
     # the job master's CPU time for the checkpoint (trigger, acknowledgements, this manifest)
     coordinator_ms: float = 0.0
+    patches: tuple[PatchState, ...] = ()  # live logic patches in effect (`runtime.patches`)
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 
@@ -200,6 +213,8 @@ class Manifest:
                         yield handle
         for split_log in self.split_logs:
             yield from split_log.segments
+        for patch in self.patches:
+            yield patch.file
 
     def stored_files(self) -> list[FileHandle]:
         """The files as they lie in storage, each once: the files its handles name, and the

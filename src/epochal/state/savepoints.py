@@ -49,7 +49,8 @@ def rebase(manifest: Manifest, prefix: str) -> Manifest:
     )
     split_logs = tuple(replace(log, segments=tuple(moved(h) for h in log.segments)) for log in manifest.split_logs)
     merged = tuple(moved(h) for h in manifest.merged)
-    return replace(manifest, operators=operators, split_logs=split_logs, merged=merged)
+    patches = tuple(replace(patch, file=moved(patch.file)) for patch in manifest.patches)
+    return replace(manifest, operators=operators, split_logs=split_logs, merged=merged, patches=patches)
 
 
 def _copy_files(manifest: Manifest, dest: CheckpointStorage, prefix: str) -> None:
