@@ -92,12 +92,13 @@ def test_the_body_is_the_stored_fields_as_asdict_gives_them(manifest: Manifest) 
 
 
 def _without_sparse_defaults(plain: object) -> object:
-    """What `to_plain` leaves out: a handle's offset when it names a whole file, no merged files."""
+    """What `to_plain` leaves out: a handle's offset when it names a whole file, no merged files
+    and no patches."""
     if isinstance(plain, list):
         return [_without_sparse_defaults(v) for v in plain]
     if isinstance(plain, dict):
         return {k: _without_sparse_defaults(v) for k, v in plain.items()
-                if not (k == "offset" and v is None) and not (k == "merged" and v == [])}
+                if not (k == "offset" and v is None) and not (k in ("merged", "patches") and v == [])}
     return plain
 
 
@@ -140,7 +141,7 @@ def test_a_version_2_manifest_loads_and_is_written_byte_for_byte_the_same() -> N
     assert manifest.tasks == (TaskCheckpointStats("v1[0]", 0.25, 1.5, 3.0, 467),)
     assert manifest.split_logs == ()
     # written again, it is version 5: the same fields, no split logs, no routing table, no key
-    # group sets (contiguous ranges), no merged files (left out) and no costs it did not record
+    # group sets (contiguous ranges), no merged files or patches (left out) and no costs it did not record
     old, new = json.loads(data)["manifest"], json.loads(manifest.to_json())["manifest"]
     assert (old.pop("format_version"), new.pop("format_version")) == (2, 5)
     assert new.pop("split_logs") == [] and new.pop("routing") is None

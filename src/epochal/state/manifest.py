@@ -184,7 +184,7 @@ class Manifest:
     merged: tuple[FileHandle, ...] = field(default=(), metadata={_SPARSE: True})
     # the job master's CPU time for the checkpoint (trigger, acknowledgements, this manifest)
     coordinator_ms: float = 0.0
-    patches: tuple[PatchState, ...] = ()  # live logic patches in effect (`runtime.patches`)
+    patches: tuple[PatchState, ...] = field(default=(), metadata={_SPARSE: True})  # live logic patches in effect
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 
