@@ -1,7 +1,8 @@
 """One measured run of the scale benchmark (`benchmarks/scale.py`), each in a process of its own.
 
 In-process (`inprocess_point`): the issue's word count, 200,000 lines (`flat_map(str.split)`,
-`key_by`, `count(emit="on_checkpoint")`, a sink that discards), checkpoints every 0.5 s, every
+`key_by`, `count(emit="on_checkpoint", combine=False)`: every word through the shuffle, as when
+the issue measured it, before local-global aggregation; a sink that discards), checkpoints every 0.5 s, every
 operator at one parallelism, on one thread. On Spark (`spark_point`): the same shape of job fed
 slowly (`workloads.PacedSource`: a fixed number of records a second over all splits), so that the
 cores are not what limits it, one worker process per subtask.
@@ -89,7 +90,7 @@ def inprocess_point(parallelism: int, lines: int, interval: float, merge_files: 
                                         merge_files=merge_files),
         )
         source = env.from_source(w.CorpusSource(corpus, parallelism, False), name="lines")
-        source.flat_map(str.split).key_by(w.identity).count(emit="on_checkpoint", name="count") \
+        source.flat_map(str.split).key_by(w.identity).count(emit="on_checkpoint", combine=False, name="count") \
             .sink_to(w.NullSink(), name="discard")
         job = env.job_graph(f"scale-{parallelism}")
         before = _rss_mb()
@@ -174,7 +175,8 @@ def spark_point(session: Any, parallelism: int, seconds: float, rate: int, inter
             checkpoint=CheckpointConfig(interval=interval, directory=directory, retain=1_000_000),
         )
         env.from_source(w.PacedSource(records, parallelism, 10_000, rate), name="paced") \
-            .key_by(w.first).count(emit="on_checkpoint", name="count").sink_to(w.NullSink(), name="discard")
+            .key_by(w.first).count(emit="on_checkpoint", combine=False, name="count") \
+            .sink_to(w.NullSink(), name="discard")
         job = env.job_graph(f"scale-spark-{parallelism}")
         executor = SparkExecutor(session)
         sampler = _WorkerSampler(executor)

@@ -79,7 +79,8 @@ def summary(result: dict[str, Any]) -> str:
     loads = [x for pt in result["points"] for x in pt.get("load", ())]
     lines = [
         f"In-process: the word count of {result['lines']:,} lines ({result['lines'] * 8:,} words), "
-        f"`count(emit=\"on_checkpoint\")` into a sink that discards, checkpoints every "
+        f"`count(emit=\"on_checkpoint\", combine=False)` (every word through the shuffle) into a sink that "
+        f"discards, checkpoints every "
         f"{result['interval']:g} s, every task on one thread; {result['rounds']} round(s) per parallelism "
         f"(run time: their median; checkpoints: pooled). Load average during the runs "
         f"{min(loads, default=0):.1f} to {max(loads, default=0):.1f} on 2 cores. Parts of a checkpoint (medians, ms): "
