@@ -42,7 +42,7 @@ def test_one_step_takes_the_barriers_heading_every_input_and_none_is_lost(
     steps = _steps(task)
     assert task.last_checkpoint == 2
     assert task.chain.records_in[0] == P  # every record after the barriers, once
-    assert steps == 2 + P  # a step per checkpoint's P barriers, a step per record list
+    assert steps == 3  # a step per checkpoint's P barriers, one for the P record lists (joined)
     assert task.gate.queued() == (0, 0)
 
 
@@ -56,3 +56,33 @@ def test_watermarks_and_ends_of_input_heading_the_inputs_are_taken_in_a_step(
     steps = _steps(task)
     assert steps <= 3 and task.gate.aligner.all_ended
     assert task.watermarks.current == float("inf")
+
+
+def test_record_lists_heading_the_inputs_are_joined_but_never_across_a_barrier(
+    open_tasks: Callable[[JobGraph], dict[TaskId, Task]],
+) -> None:
+    """A keyed edge cuts batches into a piece per consumer; a step joins the pieces heading its
+    inputs (`input_joining`), but a list behind a barrier waits for the alignment to end."""
+    task = _count_task(open_tasks)
+    owned = [k for k in range(10_000) if key_group_of(k, 128) in task.key_groups][: 2 * P]
+    batches: list[int] = []
+    process = task.chain.process
+
+    def counted(batch: object) -> None:
+        batches.append(len(batch))  # type: ignore[arg-type]
+        process(batch)  # type: ignore[arg-type]
+
+    task.chain.process = counted  # type: ignore[method-assign]
+    channels = task.gate.channels
+    channels[0].send([owned[0]])  # ahead of its barrier
+    channels[0].send(Barrier(1, 0.0))
+    channels[0].send([owned[1]])
+    for i, channel in enumerate(channels[1:], start=1):
+        channel.send(Barrier(1, 0.0))
+        channel.send([owned[2 * i]])
+        channel.send([owned[2 * i + 1]])
+    _steps(task)
+    assert task.last_checkpoint == 1 and task.chain.records_in[0] == 2 * P
+    # the one list ahead of the barriers alone; after the alignment, all the others joined
+    # (a channel's two lists back to back by the gate, the channels' by the step)
+    assert batches == [1, 2 * P - 1]

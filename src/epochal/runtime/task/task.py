@@ -55,6 +55,7 @@ from .chain import OperatorChain
 from .checkpointer import Snapshots, SubtaskCheckpointer
 from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
+from .input_joining import join_across_inputs
 from .key_group_owner import KeyGroupOwner
 from .loop_clock import LoopClock
 from .loop_cut import LoopCut
@@ -268,6 +269,8 @@ class Task:
                 self.unaligned.log(idx, element)
             elif self.cut:
                 self.cut.log(idx, element)
+            elif type(element) is list and len(element) < gate.batch_size:
+                element = join_across_inputs(gate, idx, element, self.second_inputs)
             self._on_element(idx, element)
             taken += 1
             if taken >= len(gate) or self.cut is not None or self.state is not TaskState.RUNNING or self.inbox \
