@@ -139,7 +139,10 @@ def _spark_lines(result: dict[str, Any]) -> list[str]:
         "(slow input: the cores are not the limit), checkpoints every second. Overhead: the run's time past "
         "the input's own; rendezvous: the barrier stage submitted to every worker running; job master CPU: "
         "its thread's, per second of the run; worker memory and links: the largest RSS (median over workers) "
-        "and established TCP connections of a worker process, sampled from /proc.",
+        "and established TCP connections of a worker process, sampled from /proc."
+        + (f" These points are of an earlier run ({result['spark_started']}; "
+           f"{result.get('spark_machine_load', 'load not recorded')}), kept beside the in-process ones."
+           if result.get("spark_started") else ""),
         "",
         "| Workers | Overhead | Rendezvous (s) | Checkpoint p50 / max (ms) | Fan-out | Alignment | Write | "
         "Coordinator CPU (ms) | Job master CPU (ms/s) | Files / checkpoint | Worker RSS (MB) | Links per worker |",
