@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from ..api.stream import DataStream
 from .catalog import Catalog
@@ -33,7 +34,15 @@ def parse(query: str) -> exp.Expr:
     if not isinstance(query, str) or not query.strip():
         raise SqlError("SQL: the query is empty")
     try:
-        statements = [s for s in sqlglot.parse(query, dialect="spark") if s is not None]
+        dialect = Dialect.get_or_raise("spark")
+        tokens = dialect.tokenize(query)
+        for token, following in zip(tokens, tokens[1:]):
+            # `GROUP BY window(ts, ...)`: Spark's window function, not the WINDOW clause's keyword
+            if token.token_type == TokenType.WINDOW and following.token_type == TokenType.L_PAREN:
+                token.token_type = TokenType.VAR
+        statements = [s for s in dialect.parser().parse(tokens, query) if s is not None]
+    except TokenError as error:
+        raise SqlError(f"SQL: syntax error: {error}".splitlines()[0]) from None
     except ParseError as error:
         first = error.errors[0] if error.errors else {}
         where = f"{first.get('line', '?')}:{first.get('col', '?')}"

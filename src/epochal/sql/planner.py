@@ -225,6 +225,7 @@ class Planner:
             name = output_name(node)
             inner = node.this if isinstance(node, exp.Alias) else node
             compiled = compile_expression(inner, scope)
+            self.type_of(inner, compiled, source)
             if isinstance(inner, exp.Column) and source.event_time is not None and name == source.event_time \
                     and scope.column(inner) == source.event_time:
                 event_time = name
