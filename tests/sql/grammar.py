@@ -81,8 +81,31 @@ def grouped(draw: Any) -> str:
     return f"SELECT {', '.join(items)} FROM t{where} GROUP BY {', '.join([*keys, window])}{having}"
 
 
+@st.composite
+def combined(draw: Any) -> str:
+    """WITH and UNION ALL over projections."""
+    first, second = draw(condition()), draw(condition())
+    if draw(st.booleans()):
+        return (f"WITH w AS (SELECT k, x + 1 AS x1, ts FROM t WHERE {first}) "
+                f"SELECT k AS c0, x1 * 2 AS c1 FROM w WHERE x1 > 0")
+    return f"SELECT k AS c0, x AS c1 FROM t WHERE {first} UNION ALL SELECT upper(k) AS c0, g AS c1 FROM t WHERE {second}"
+
+
+@st.composite
+def joined(draw: Any) -> str:
+    """An interval join of t and u (inner, left outer; an extra condition in an inner join's ON)."""
+    lower, upper = draw(st.integers(0, 5)), draw(st.integers(0, 10))
+    left = draw(st.booleans())
+    extra = "" if left or draw(st.booleans()) else " AND u.x > t.x"
+    keys = draw(st.sampled_from(["t.k = u.k", "t.g = u.g", "t.k = u.k AND t.g = u.g"]))
+    where = f" WHERE t.{draw(st.sampled_from(['x > 10', 'y IS NOT NULL', 'd < 1']))}" if draw(st.booleans()) else ""
+    return (f"SELECT t.k AS k, t.x AS x, t.ts AS ts, u.x AS ux, u.ts AS uts FROM t {'LEFT ' if left else ''}JOIN u "
+            f"ON {keys} AND u.ts BETWEEN t.ts - INTERVAL {lower} SECONDS AND t.ts + INTERVAL {upper} SECONDS"
+            f"{extra}{where}")
+
+
 def queries() -> st.SearchStrategy[str]:
-    return st.one_of(projection(), grouped())
+    return st.one_of(projection(), grouped(), combined(), joined())
 
 
 def normal(value: Any) -> Any:

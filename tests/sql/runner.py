@@ -25,9 +25,12 @@ def batches_of(committed: list[Any], schema: pa.Schema | None = None) -> list[di
 
 
 def epochal_rows(query: str, rows: list[dict[str, Any]], *, parallelism: int = 2, batch_size: int = 7,
-                 emit: str | None = None, delay: float = 0.0) -> list[dict[str, Any]]:
+                 emit: str | None = None, delay: float = 0.0,
+                 other: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     env = StreamEnvironment(parallelism=parallelism, executor="inprocess")
     env.create_view("t", env.from_source(ListSource(rows, batch_size=batch_size)), schema=DDL, event_time="ts",
+                    watermark_delay=delay)
+    env.create_view("u", env.from_source(ListSource(other or rows[:1], batch_size=3)), schema=DDL, event_time="ts",
                     watermark_delay=delay)
     sink = CollectSink()
     stream = env.sql(query, emit=emit)
@@ -51,7 +54,8 @@ def _rows(item: Any) -> list[dict[str, Any]]:
     raise AssertionError(f"a SQL stream emitted {item!r}, not an Arrow batch")
 
 
-def spark_rows(spark: Any, query: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def spark_rows(spark: Any, query: str, rows: list[dict[str, Any]],
+               other: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     from pyspark.sql import types as T
 
     schema = T.StructType([
@@ -59,6 +63,7 @@ def spark_rows(spark: Any, query: str, rows: list[dict[str, Any]]) -> list[dict[
         T.StructField("y", T.IntegerType()), T.StructField("d", T.DoubleType()),
         T.StructField("ts", T.TimestampNTZType()),
     ])
-    frame = spark.createDataFrame([tuple(r[n] for n in SCHEMA.names) for r in rows], schema)
-    frame.createOrReplaceTempView("t")
+    for view, data in (("t", rows), ("u", other or rows[:1])):
+        frame = spark.createDataFrame([tuple(r[n] for n in SCHEMA.names) for r in data], schema)
+        frame.createOrReplaceTempView(view)
     return [r.asDict() for r in spark.sql(query).collect()]

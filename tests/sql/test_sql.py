@@ -156,3 +156,47 @@ def test_a_view_s_batches_are_cast_to_its_schema_and_types_are_checked_before_ru
         env.sql("SELECT upper(a) AS u FROM v")
     with pytest.raises(SqlError, match="event_time 'ts' is not a column"):
         env.create_view("w", source, schema="a BIGINT", event_time="ts")
+
+
+def _two_views(people: list[dict[str, Any]], orders: list[dict[str, Any]], table_time: bool) -> StreamEnvironment:
+    env = StreamEnvironment(parallelism=2, executor="inprocess")
+    env.create_view("p", env.from_source(ListSource(people, batch_size=2)), schema="id BIGINT, name STRING, ts TIMESTAMP",
+                    event_time="ts" if table_time else None)
+    env.create_view("o", env.from_source(ListSource(orders, batch_size=3)),
+                    schema="oid BIGINT, person BIGINT, ts TIMESTAMP", event_time="ts")
+    return env
+
+
+def test_a_stream_table_join_joins_each_row_with_the_version_valid_at_its_time() -> None:
+    people = [{"id": 1, "name": "ann", "ts": EPOCH}, {"id": 2, "name": "bob", "ts": EPOCH},
+              {"id": 1, "name": "ann-2", "ts": EPOCH + dt.timedelta(seconds=10)}]
+    orders = [{"oid": 10 + i, "person": 1 + i % 3, "ts": EPOCH + dt.timedelta(seconds=4 * i)} for i in range(6)]
+    env = _two_views(people, orders, table_time=True)
+    from epochal.testing import CollectSink
+
+    sink = CollectSink()
+    query = "SELECT o.oid, p.name FROM o LEFT JOIN p ON o.person = p.id"
+    assert "TemporalJoin" in env.explain(query)
+    env.sql(query).sink_to(sink)
+    env.execute("temporal")
+    assert sorted(sink.committed()) == [(10, "ann"), (11, "bob"), (12, None), (13, "ann-2"), (14, "bob"),
+                                        (15, None)]
+
+
+JOIN_REFUSED = [
+    ("SELECT o.oid FROM o RIGHT JOIN p ON o.person = p.id", "swap the sides"),
+    ("SELECT o.oid FROM o JOIN p ON o.ts > p.ts", "needs equal keys"),
+    ("SELECT o.oid FROM o CROSS JOIN p", "needs ON with equal keys"),
+    ("SELECT o.oid FROM o JOIN p ON o.person = p.id AND o.ts >= p.ts", "bounded both ways"),
+    ("SELECT o.oid FROM o LEFT JOIN p ON o.person = p.id AND o.oid > 3", "only keys and a time bound"),
+    ("SELECT count(*) AS n FROM o JOIN p ON o.person = p.id AND o.ts BETWEEN p.ts AND p.ts + INTERVAL 1 SECOND "
+     "GROUP BY window(ts, '1 minute')", "event-time column (none)"),
+]
+
+
+@pytest.mark.parametrize("query,why", JOIN_REFUSED)
+def test_joins_that_cannot_run_on_streams_are_refused(query: str, why: str) -> None:
+    env = _two_views([], [], table_time=True)
+    with pytest.raises(SqlError, match=re.escape(why)) as raised:
+        env.sql(query)
+    assert re.search(r" at \d+:\d+: ", str(raised.value))

@@ -24,8 +24,9 @@ def utc_spark(spark: Any) -> Any:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-@given(data=rows(), query=queries())
-def test_epochal_equals_spark_sql_on_the_same_rows(utc_spark: Any, data: list[dict[str, Any]], query: str) -> None:
-    expected = canonical(spark_rows(utc_spark, query, data))
-    got = canonical(epochal_rows(query, data))
+@given(data=rows(), other=rows(), query=queries())
+def test_epochal_equals_spark_sql_on_the_same_rows(utc_spark: Any, data: list[dict[str, Any]],
+                                                   other: list[dict[str, Any]], query: str) -> None:
+    expected = canonical(spark_rows(utc_spark, query, data, other))
+    got = canonical(epochal_rows(query, data, other=other))
     assert got == expected, query

@@ -52,8 +52,11 @@ class Relation:
     event_time: str | None
     qualifiers: tuple[str, ...]
     conform: pa.Schema | None = None
+    columns: dict[tuple[str | None, str], str] | None = None  # a join's: qualified names of both sides
 
     def scope(self, query: str) -> Scope:
+        if self.columns is not None:
+            return Scope(dict(self.columns), query)
         return Scope.of(list(self.schema.names), query, self.qualifiers)
 
 
@@ -217,6 +220,8 @@ class Planner:
                 if qualifier is not None and qualifier not in {q.lower() for q in source.qualifiers}:
                     raise refuse(node, self.query, f"no table {qualifier} here")
                 for name in source.schema.names:
+                    if name in ("__jk", "right___jk"):  # a join's keys
+                        continue
                     names.append(name)
                     outputs.append(compile_expression(exp.column(name, quoted=True), scope))
                     if name == source.event_time:
