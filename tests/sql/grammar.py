@@ -88,7 +88,8 @@ def combined(draw: Any) -> str:
     if draw(st.booleans()):
         return (f"WITH w AS (SELECT k, x + 1 AS x1, ts FROM t WHERE {first}) "
                 f"SELECT k AS c0, x1 * 2 AS c1 FROM w WHERE x1 > 0")
-    return f"SELECT k AS c0, x AS c1 FROM t WHERE {first} UNION ALL SELECT upper(k) AS c0, g AS c1 FROM t WHERE {second}"
+    return (f"SELECT k AS c0, x AS c1 FROM t WHERE {first} "
+            f"UNION ALL SELECT upper(k) AS c0, g AS c1 FROM t WHERE {second}")
 
 
 @st.composite

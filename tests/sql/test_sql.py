@@ -160,8 +160,8 @@ def test_a_view_s_batches_are_cast_to_its_schema_and_types_are_checked_before_ru
 
 def _two_views(people: list[dict[str, Any]], orders: list[dict[str, Any]], table_time: bool) -> StreamEnvironment:
     env = StreamEnvironment(parallelism=2, executor="inprocess")
-    env.create_view("p", env.from_source(ListSource(people, batch_size=2)), schema="id BIGINT, name STRING, ts TIMESTAMP",
-                    event_time="ts" if table_time else None)
+    env.create_view("p", env.from_source(ListSource(people, batch_size=2)),
+                    schema="id BIGINT, name STRING, ts TIMESTAMP", event_time="ts" if table_time else None)
     env.create_view("o", env.from_source(ListSource(orders, batch_size=3)),
                     schema="oid BIGINT, person BIGINT, ts TIMESTAMP", event_time="ts")
     return env
