@@ -4,7 +4,7 @@ A view's stream carries Arrow batches (or records a batch can be made of: dicts 
 the first operator of every query over it casts each batch to the view's schema, so a query's
 expressions are typed before the job runs. A view with `event_time` gets its watermarks once, at
 its first use (`assign_timestamps`, bounded out-of-orderness by `watermark_delay`), and every query
-over it shares that operator.
+over it shares that operator; a stream whose watermarks follow that column already keeps them.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pyarrow as pa
 from ..api.stream import DataStream
 from ..api.time import WatermarkStrategy
 from ..config import check_name
+from ..plan.event_time import event_time_of
 from .errors import SqlError
 
 __all__ = ["View", "Catalog", "as_schema"]
@@ -64,6 +65,9 @@ class View:
         """The stream with its watermarks (assigned once, shared by every query over the view)."""
         if self.event_time is None:
             return self.stream
+        found = event_time_of(self.stream._env._graph, self.stream._node_id)
+        if found is not None and found.field == self.event_time:
+            return self.stream  # it has watermarks on this column already: they stay
         if self._timed is None:
             strategy = WatermarkStrategy.bounded_out_of_orderness(self.watermark_delay, timestamp=self.event_time)
             self._timed = self.stream.assign_timestamps(strategy, name=f"view-{self.name}-watermarks")

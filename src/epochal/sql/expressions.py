@@ -114,6 +114,10 @@ def _coalesce(*values: Value) -> Value:
     return pc.coalesce(*values)
 
 
+# Spark's datetime pattern letters -> strftime's (date_format)
+_SPARK_PATTERN = [("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"),
+                  ("yy", "%y")]
+
 # name -> (function of the compiled arguments, which arguments must be literals (constants))
 FUNCTIONS: dict[str, Callable[..., Value]] = {
     "upper": pc.utf8_upper, "lower": pc.utf8_lower, "length": pc.utf8_length, "char_length": pc.utf8_length,
@@ -219,6 +223,19 @@ def compile_expression(node: exp.Expr, scope: Scope) -> Expr:
         inner = compile_expression(node.this, scope)
         target = _type(node.to, scope.query)
         return lambda batch: pc.cast(inner(batch), target, safe=False)
+    if isinstance(node, exp.TimeToStr):  # date_format(t, pattern)
+        timed = node.this.this if isinstance(node.this, exp.TimeStrToTime) else node.this  # sqlglot's implicit cast
+        value = compile_expression(timed, scope)
+        pattern = node.args.get("format")
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise refuse(node, scope.query, "date_format needs a constant pattern")
+        spark = re.findall(r"'((?:[^']|'')*)'", str(node.sql(dialect="spark")))  # Spark's own pattern back
+        text = spark[-1] if spark else ""
+        for letters, code in _SPARK_PATTERN:
+            text = text.replace(letters, code)
+        if not spark or re.search(r"[A-Za-z]", re.sub(r"%[YmdHMSy]", "", text)):
+            raise refuse(node, scope.query, "date_format: only the letters yyyy, yy, MM, dd, HH, mm, ss are supported")
+        return lambda batch: pc.strftime(value(batch), format=text)
     if isinstance(node, exp.AggFunc):
         raise refuse(node, scope.query, "an aggregate is allowed only in the SELECT or HAVING of a grouped query")
     if isinstance(node, exp.Func):
