@@ -226,8 +226,8 @@ def compile_expression(node: exp.Expr, scope: Scope) -> Expr:
     if isinstance(node, exp.TimeToStr):  # date_format(t, pattern)
         timed = node.this.this if isinstance(node.this, exp.TimeStrToTime) else node.this  # sqlglot's implicit cast
         value = compile_expression(timed, scope)
-        pattern = node.args.get("format")
-        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        fmt = node.args.get("format")
+        if not (isinstance(fmt, exp.Literal) and fmt.is_string):
             raise refuse(node, scope.query, "date_format needs a constant pattern")
         spark = re.findall(r"'((?:[^']|'')*)'", str(node.sql(dialect="spark")))  # Spark's own pattern back
         text = spark[-1] if spark else ""
