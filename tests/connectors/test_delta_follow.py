@@ -184,6 +184,17 @@ def test_a_version_log_cleanup_deleted_fails_naming_the_table_and_the_oldest_ver
     assert "\n" not in str(failed.value)
     with pytest.raises(EpochalError, match="version 2 is no longer in the table's log"):  # nor when it runs
         lagging.open_split(lagging.splits()[-1], None)
+    from epochal.testing import CollectSink
+
+    env = StreamEnvironment(parallelism=1, executor="inprocess")
+    env.from_source(DeltaSource(path, follow=True, starting_version=1)).sink_to(CollectSink())
+    with pytest.raises(EpochalError, match="version 1 is no longer in the table's log"):  # before the job starts
+        env.execute("cleaned")
+    worker = pickle.loads(pickle.dumps(source))  # a process that reads the snapshot of version 0 now
+    with pytest.raises(EpochalError, match=(
+            rf"^DeltaSource: {path}: the table can no longer be read at version 0: log cleanup .* deleted the log "
+            r"before it; the oldest version the log still has is 4 \(oldest checkpoint: 4\); start a new job")):
+        worker.open_split(source.splits()[0], None).read(10)
     # a source that read versions 1 to 3 before the cleanup waits for version 5 as ever
     assert [s.error for s in source.splits() if isinstance(s, VersionFileSplit)][-3:] == ["", "", ""]
     assert not [s for s in source.splits() if getattr(s, "error", "")]

@@ -82,24 +82,58 @@ def last_checkpoint(fs: pafs.FileSystem, root: str) -> int | None:
         return None
 
 
-def gone(fs: pafs.FileSystem, root: str, version: int) -> str | None:
-    """None if `version`'s JSON is only not written yet; else, the version being gone from the
-    log (cleaned up), one line saying which versions the log still has."""
-    checkpoint = last_checkpoint(fs, root)
-    if checkpoint is None or checkpoint < version:
-        return None
+@dataclass(frozen=True, slots=True)
+class LogExtent:
+    """The versions a table's log still has: its commits' JSON and its checkpoints."""
+
+    commits: tuple[int, ...]
+    checkpoints: tuple[int, ...]
+
+    def readable(self, version: int) -> bool:
+        """Whether the table can still be read at `version`: from its first commit, or from a
+        checkpoint at or before it, with every commit after that checkpoint."""
+        base = max((c for c in self.checkpoints if c <= version), default=None)
+        if base == version:
+            return True
+        start = 0 if base is None else base + 1  # the first commit to replay (cleanup keeps a suffix)
+        return version in self.commits and min(self.commits) <= start
+
+    def describe(self) -> str:
+        oldest = min(self.commits, default=min(self.checkpoints, default=-1))
+        return (f"the oldest version the log still has is {oldest} "
+                f"(oldest checkpoint: {min(self.checkpoints) if self.checkpoints else 'none'})")
+
+
+def log_extent(fs: pafs.FileSystem, root: str) -> LogExtent:
     commits, checkpoints = [], []
     for info in fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/{LOG_DIR}")):
         if m := _COMMIT.match(info.base_name):
             commits.append(int(m.group(1)))
         elif m := _CHECKPOINT.match(info.base_name):
             checkpoints.append(int(m.group(1)))
-    if version in commits:  # written meanwhile, between the two looks
+    return LogExtent(tuple(sorted(commits)), tuple(sorted(checkpoints)))
+
+
+def gone(fs: pafs.FileSystem, root: str, version: int) -> str | None:
+    """None if `version`'s JSON is only not written yet; else, the version being gone from the
+    log (cleaned up), one line saying which versions the log still has."""
+    checkpoint = last_checkpoint(fs, root)
+    if checkpoint is None or checkpoint < version:
         return None
-    oldest = min(commits, default=checkpoint)
+    extent = log_extent(fs, root)
+    if version in extent.commits:  # written meanwhile, between the two looks
+        return None
     return (f"version {version} is no longer in the table's log: {LOG_DIR}/{version:020d}.json was cleaned up "
-            f"(log retention, delta.logRetentionDuration); the oldest version the log still has is {oldest} "
-            f"(oldest checkpoint: {min(checkpoints, default=checkpoint)})")
+            f"(log retention, delta.logRetentionDuration); {extent.describe()}")
+
+
+def unreadable(fs: pafs.FileSystem, root: str, version: int) -> str | None:
+    """None if the log can still rebuild the table at `version`; else one line saying why not."""
+    extent = log_extent(fs, root)
+    if extent.readable(version):
+        return None
+    return (f"the table can no longer be read at version {version}: log cleanup (delta.logRetentionDuration) "
+            f"deleted the log before it; {extent.describe()}")
 
 
 def parse_version(version: int, text: str) -> Version:

@@ -41,7 +41,7 @@ from ...errors import EpochalError
 from ...state.checked_files import resolve_uri
 from ..parquet_source import RowGroupReader, RowGroupSplit, one_batch
 from ..table import _DatasetSource
-from .log import AddedFile, Version, gone, read_version
+from .log import AddedFile, Version, gone, read_version, unreadable
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -149,7 +149,13 @@ class DeltaSource(_DatasetSource):
     def build(self) -> ds.Dataset:
         from deltalake import DeltaTable
 
-        table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
+        try:
+            table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
+        except Exception as exc:  # deltalake's own words ("No files in log segment") say little
+            fs, root = resolve_uri(self.path)
+            if (why := unreadable(fs, root, self.version)) is not None:
+                raise EpochalError(f"DeltaSource: {self.path}: {why}; start a new job from a version it has") from exc
+            raise
         return table.to_pyarrow_dataset()
 
     def discovery_interval(self) -> float | None:
