@@ -37,6 +37,7 @@ _MODULES = [
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
     "benchmarks.logs",
     "benchmarks.postgres",
+    "benchmarks.delta",
 ]
 
 
