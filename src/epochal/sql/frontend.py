@@ -99,18 +99,15 @@ class SqlLayer:
     def explain(self, env: Any, query: str) -> str:
         text = _strip_explain(query)
         node = parse(text)
-        graph = env._graph
         catalog = _catalog(env)
-        before = (len(graph.nodes), dict(graph._name_counts), dict(catalog.queries),
-                  {n: v._timed for n, v in catalog.views.items()})
+        mark = env._builder.mark()
+        queries, timed = dict(catalog.queries), {n: v._timed for n, v in catalog.views.items()}
         try:
             relation = self._plan(env, text, node, "per_record")
-            return describe(graph, before[0], relation, text)
+            return describe(env._graph, mark[0], relation, text)
         finally:
-            del graph.nodes[before[0]:]
-            graph._name_counts.clear()
-            graph._name_counts.update(before[1])
+            env._builder.rewind(mark)
             catalog.queries.clear()
-            catalog.queries.update(before[2])
-            for name, timed in before[3].items():
-                catalog.views[name]._timed = timed
+            catalog.queries.update(queries)
+            for name, stream in timed.items():
+                catalog.views[name]._timed = stream
