@@ -200,3 +200,19 @@ def test_joins_that_cannot_run_on_streams_are_refused(query: str, why: str) -> N
     with pytest.raises(SqlError, match=re.escape(why)) as raised:
         env.sql(query)
     assert re.search(r" at \d+:\d+: ", str(raised.value))
+
+
+def test_a_running_aggregate_skips_nulls_as_spark_does() -> None:
+    rows = _rows(12)
+    for r in rows:
+        if r["k"] == "b":
+            r["y"] = None  # every y of key b is NULL: its sum, min, max and avg are NULL
+    got = epochal_rows("SELECT k, sum(y) AS s, min(y) AS lo, max(y) AS hi, avg(y) AS a, count(y) AS c "
+                       "FROM t GROUP BY k", rows, emit="on_checkpoint")
+    last = {r["k"]: r for r in got}
+    ys = [r["y"] for r in rows if r["k"] == "a" and r["y"] is not None]
+    assert last["a"] == {"k": "a", "s": sum(ys), "lo": min(ys), "hi": max(ys), "a": pytest.approx(sum(ys) / len(ys)),
+                         "c": len(ys)}
+    assert last["b"] == {"k": "b", "s": None, "lo": None, "hi": None, "a": None, "c": 0}
+    with pytest.raises(SqlError, match=r"MIN\(k\) at 1:11: min of string without a window is not supported"):
+        _env().sql("SELECT k, min(k) AS m FROM t GROUP BY k", emit="per_record")

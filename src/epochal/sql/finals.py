@@ -63,6 +63,9 @@ class Derive:
                 total, count = values[0].cast(pa.float64()), values[1].cast(pa.float64())
                 out = pc.if_else(pc.fill_null(pc.equal(count, 0.0), True), pa.scalar(None, pa.float64()),
                                  pc.divide(total, count))
+            elif how.endswith("?"):  # a running sum/min/max: NULL where no value was counted
+                counted = pc.fill_null(pc.greater(values[1].cast(pa.int64()), 0), False)
+                out = pc.if_else(counted, values[0].cast(kind), pa.scalar(None, kind))
             else:
                 out = values[0].cast(kind)
             names.append(f"__a{i}")

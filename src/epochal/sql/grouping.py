@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
@@ -207,7 +208,8 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
                 names.append(f"__valid{column}")
                 outputs.append(ValidOf(outputs[names.index(column)]))
         elif isinstance(node, exp.Avg):
-            aggregate_parts.append(("avg", (grouping.part("sum", column), grouping.part("count", column)),
+            total = column if window is not None else _filled(names, outputs, column, "sum", kind, node, query)
+            aggregate_parts.append(("avg", (grouping.part("sum", total), grouping.part("count", column)),
                                     pa.float64()))
             if window is None and f"__valid{column}" not in names:
                 names.append(f"__valid{column}")
@@ -217,7 +219,15 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
             if name == "sum" and not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
                 raise refuse(node, query, f"sum of {kind}: a number is needed")
             result = (pa.int64() if pa.types.is_integer(kind) else pa.float64()) if name == "sum" else kind
-            aggregate_parts.append((name, (grouping.part(name, column),), result))
+            if window is not None:
+                aggregate_parts.append((name, (grouping.part(name, column),), result))
+            else:  # running: NULLs filled with what changes nothing; NULL out where no value counted
+                filled = _filled(names, outputs, column, name, kind, node, query)
+                if f"__valid{column}" not in names:
+                    names.append(f"__valid{column}")
+                    outputs.append(ValidOf(outputs[names.index(column)]))
+                aggregate_parts.append((f"{name}?", (grouping.part(name, filled), grouping.part("count", column)),
+                                        result))
     pre = planner.project(source, names, outputs, planner.where(select, source), role="group-input")
     if window is not None:
         merged, part_names = _windowed(planner, pre, grouping, window, source.event_time or "")
@@ -225,6 +235,41 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
         merged, part_names = _running(planner, pre, grouping)
     return _final(planner, select, source, grouping, merged, part_names, key_types, aggregate_parts,
                   window is not None, Relation)
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """An aggregate's argument with NULL replaced by `fill` (a running aggregate's columnar path
+    takes no NULLs)."""
+
+    expr: Expr
+    fill: Any
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Array:
+        from .expressions import evaluate
+
+        return pc.fill_null(evaluate(self.expr, batch), self.fill)
+
+
+def _filled(names: list[str], outputs: list[Expr], column: str, how: str, kind: pa.DataType, node: exp.Expr,
+            query: str) -> str:
+    """The column of `column` with NULLs filled for `how` (sum: 0, min: the largest value, max: the
+    smallest), added to the pre-projection once."""
+    name = f"__{how}{column}"
+    if name in names:
+        return name
+    if how == "sum":
+        fill = pa.scalar(0, kind)
+    elif pa.types.is_integer(kind):
+        info = np.iinfo(kind.to_pandas_dtype())
+        fill = pa.scalar(int(info.max if how == "min" else info.min), kind)
+    elif pa.types.is_floating(kind):
+        fill = pa.scalar(float("inf") if how == "min" else float("-inf"), kind)
+    else:  # the columnar keyed aggregates take numbers
+        raise refuse(node, query, f"{how} of {kind} without a window is not supported (with a window it is)")
+    names.append(name)
+    outputs.append(Filled(outputs[names.index(column)], fill))
+    return name
 
 
 def _windowed(planner: Planner, pre: DataStream, grouping: Grouping, window: Any,
