@@ -38,6 +38,9 @@ _MODULES = [
     "benchmarks.logs",
     "benchmarks.postgres",
     "benchmarks.joins",
+    "benchmarks.wordcount", "benchmarks.exchange",
+    "benchmarks.loops", "benchmarks.patch",
+    "benchmarks.delta",
 ]
 
 

@@ -61,10 +61,10 @@ def slow_split(line: str) -> list[str]:
 def wordcount_env(
     corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark: Any = None,
     executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
-    emit: str = "per_record", sink_format: str = "jsonl",
+    emit: str = "per_record", sink_format: str = "jsonl", recovery: Any = None,
 ) -> StreamEnvironment:
     env = StreamEnvironment(
-        parallelism=parallelism,
+        parallelism=parallelism, recovery=recovery,
         executor=executor,  # type: ignore[arg-type]
         spark=spark,
         checkpoint=CheckpointConfig(interval=interval, directory=ckpt),

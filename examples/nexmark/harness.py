@@ -78,6 +78,36 @@ def event_stream(env: StreamEnvironment, nexmark: NexmarkSource) -> DataStream:
     return env.from_source(nexmark, name="nexmark", watermarks=watermarks(nexmark))
 
 
+def write_files(directory: str, events: int, *, seed: int = 0, file_events: int = 500_000) -> list[str]:
+    """The generator's events (in id order) as Parquet files of `file_events` events, flattened
+    (`connectors.nexmark.flat`): the files Spark Structured Streaming reads in the benchmark."""
+    import pyarrow.parquet as pq
+
+    from epochal.connectors.nexmark.flat import flatten
+
+    nexmark = NexmarkSource(events=events, seed=seed)
+    os.makedirs(directory, exist_ok=True)
+    paths, first = [], time.time() - 3600
+    for i, start in enumerate(range(0, events, file_events)):
+        path = os.path.join(directory, f"part-{i:04d}.parquet")
+        pq.write_table(flatten(nexmark.slots(start, min(events, start + file_events))), path)
+        os.utime(path, (first + i, first + i))  # Spark's file source takes files by modification time
+        paths.append(path)
+    return paths
+
+
+def file_stream(env: StreamEnvironment, directory: str) -> DataStream:
+    """The stream a query takes, read from Parquet files `write_files` wrote: one row group per
+    split, read in order (the files are in event-time order), watermarks on `dateTime` with no
+    delay (the events are in id order), each batch back in the stream's layout (`unflatten`)."""
+    from epochal.connectors import ParquetSource
+    from epochal.connectors.nexmark.flat import unflatten
+
+    strategy = WatermarkStrategy.bounded_out_of_orderness(0.0, timestamp="dateTime")
+    return (env.from_source(ParquetSource(directory, in_order=True), name="nexmark", watermarks=strategy)
+            .map_batches(unflatten, name="nexmark-events"))
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """One run of a query: its sink, its wall time (execution only), its JobResult, and how

@@ -26,6 +26,7 @@ from .api.connector import SplitReader as SplitReader
 from .api.context import ProcessContext as ProcessContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
+from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
 from .api.keyed import KeyedStream as KeyedStream
@@ -33,6 +34,7 @@ from .api.stream import DataStream as DataStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
+from .config import RecoveryConfig as RecoveryConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
 from .errors import CheckpointError as CheckpointError
@@ -54,6 +56,7 @@ __all__ = sorted(
         "AggregateFunction",
         "BroadcastProcessFunction",
         "CoProcessFunction",
+        "BatchAggregateFunction",
         "CheckpointConfig",
         "CheckpointError",
         "CorruptCheckpointError",
@@ -77,6 +80,7 @@ __all__ = sorted(
         "OutputTag",
         "ProcessContext",
         "ProcessJoinFunction",
+        "RecoveryConfig",
         "RestartStrategy",
         "Sink",
         "SinkWriter",

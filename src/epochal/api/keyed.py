@@ -7,22 +7,19 @@ keyed streams (`connect`) are `DataStream.connect` on keyed streams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..config import check_callable, check_choice, check_has_methods
+from ..config import check_has_methods
 from ..plan.specs import (
-    EMITS,
-    Emit,
-    KeyedCountSpec,
     KeyedProcessSpec,
-    KeyedReduceSpec,
     KeySelector,
     Partitioning,
     PartitionKind,
 )
-from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
-from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .functions import KeyedProcessFunction
+from .keyed_aggregates import KeyedAggregates
+from .stream import DataStream, OnErrorChoice, on_error_policy
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
@@ -30,8 +27,9 @@ if TYPE_CHECKING:
     from .windows import WindowedStream
 
 
-class KeyedStream(DataStream):
-    """A stream partitioned by key: the keyed operators below keep state per key."""
+class KeyedStream(DataStream, KeyedAggregates):
+    """A stream partitioned by key: the keyed operators below keep state per key (the aggregates,
+    count, sum, min, max, mean, reduce and aggregate, come from `KeyedAggregates`)."""
 
     def __init__(self, env: StreamEnvironment, node_id: int, key: KeySelector) -> None:
         super().__init__(env, node_id, Partitioning(PartitionKind.KEY_GROUP, key))
@@ -52,49 +50,6 @@ class KeyedStream(DataStream):
         if not isinstance(windows, Mapping):
             raise TypeError(f"windows must map query names to window definitions, got {windows!r}")
         return windowed(self, windows)
-
-    def count(self, *, name: str | None = None, emit: Emit = "per_record") -> DataStream:
-        """Running count per key: emits `(key, count)` for every record.
-
-        On Arrow batches keyed by a column name the update is vectorized and emits a batch with
-        columns `<key>` and `count`, the same records as the per-record path.
-
-        `emit="on_checkpoint"`: instead of one update per record, each key that changed during an
-        epoch emits its newest count once, just before the epoch's checkpoint barrier (and at the
-        end of the input), so a sink commits one row per changed key per checkpoint.
-        """
-        key = self._key
-        emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
-        return self._add(lambda n: KeyedCountSpec(n, n, key, emit), "count", name)
-
-    def reduce(
-        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail",
-        emit: Emit = "per_record",
-    ) -> DataStream:
-        """Rolling reduce per key: emits `fn(previous, record)` (the first record as is).
-
-        `fn` should return a new value, not change `previous` in place: the emitted record and
-        the key's state are one object. `on_error`: what happens to a record `fn` fails on (see
-        `DataStream.map`); the key's value stays what it was before that record.
-        `emit="on_checkpoint"`: each key that changed during an epoch emits its newest value
-        once, just before the epoch's checkpoint barrier (and at the end of the input).
-        """
-        check_callable("fn", fn)
-        key = self._key
-        policy = on_error_policy(self._env, on_error, "reduce")
-        emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
-        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn, policy, emit), "reduce", name)
-
-    def aggregate(
-        self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None,
-        on_error: OnErrorChoice = "fail",
-    ) -> DataStream:
-        """Incremental aggregation per key: emits `(key, result)` for every record."""
-        check_has_methods("aggregate", aggregate, "AggregateFunction", ("create_accumulator", "add", "get_result"))
-        on_error_policy(self._env, on_error, "aggregate")
-        return self.process(
-            _AggregateProcess(aggregate), name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
-        )
 
     def process(
         self, function: KeyedProcessFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail"

@@ -189,19 +189,27 @@ class DataStream:
         *,
         name: str | None = None,
         feedback_threshold: int = 8,
+        timestamp: str | int | Callable[[Any], Any] | None = None,
     ) -> DataStream:
         """A loop: `body` maps the loop's stream to `(feedback, output)`; feedback flows back in.
 
         The loop's stream carries this stream's records and every feedback record. Checkpoints
-        stay exactly-once: the loop head logs the feedback in flight while a barrier goes round
+        stay exactly-once: the loop head logs what is in flight while a barrier goes round
         (ABS §4.3, Algorithm 2). A bounded job ends once its input is exhausted and no record is
-        left anywhere in the loop.
+        left anywhere in the loop. Loops nest: the body may call `iterate` itself, and each
+        loop ends, and tracks its event time, on its own (dissertation ch. 6).
 
         Args:
             body: builds the loop from its input stream; returns the stream to feed back (it may
                 be partitioned, e.g. `key_by`) and the stream that leaves the loop.
             feedback_threshold: batches of feedback buffered at the head past which the head
                 reads only feedback, so that a heavy loop drains instead of filling up.
+            timestamp: where a record of the loop has its event time (a field or column name,
+                a tuple index, or a function of the record), for a loop whose event time
+                matters: the loop then holds the watermark until no record older is left in
+                it, so nothing the loop emits is late, inside it or after it. Records the loop
+                derives must be no older than what they derive from. Without it, the watermark
+                passes the loop once, from its input.
 
         Example:
             >>> from epochal import StreamEnvironment
@@ -218,10 +226,14 @@ class DataStream:
         """
         check_callable("body", body)
         check_int("feedback_threshold", feedback_threshold)
+        from .time import _event_time
+
+        event_time = None if timestamp is None else _event_time(timestamp)
         graph = self._env._graph
         op_name = _name_or_unique(graph, name, "iterate")
         head = graph.add(
-            IterationHeadSpec(op_name, op_name, feedback_threshold), [LogicalEdge(self._node_id, self._partitioning)]
+            IterationHeadSpec(op_name, op_name, feedback_threshold, event_time),
+            [LogicalEdge(self._node_id, self._partitioning)],
         )
         result = body(DataStream(self._env, head.id))
         if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(s, DataStream) for s in result)):

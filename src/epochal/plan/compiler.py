@@ -5,9 +5,11 @@ call) when nothing repartitions between them: a single forward input from an ope
 parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Loops are
 closed only by `iterate()`'s feedback edges; they become the job graph's back-edges, whose
 records the loop head logs during a checkpoint (ABS §4.3, Algorithm 2). Any other cycle is an
-error. Operators whose side outputs are read get a split for their main output first
-(`plan.side_outputs`), then those that dead-letter records their dead-letter path
-(`plan.dead_letters`). A two-input operator's edges say which input they feed (`JobEdge.input`).
+error; loops may nest (`plan.loops` computes each loop's scope). Operators whose side outputs
+are read get a split for their main output first (`plan.side_outputs`), keyed aggregates that
+combine their local phase (`plan.local_global`), then operators that dead-letter records their
+dead-letter path (`plan.dead_letters`). A two-input operator's edges say which input they feed
+(`JobEdge.input`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from ..config import JobConfig
 from ..errors import GraphError
 from .dead_letters import route_dead_letters
 from .job_graph import JobEdge, JobGraph, JobVertex
+from .local_global import insert_local_aggregates
 from .logical import LogicalGraph, LogicalNode
+from .loops import check_loop_time
 from .side_outputs import route_side_outputs
 from .specs import (
     FORWARD,
@@ -131,7 +135,7 @@ def compile_job(
     `dead_letter` is the job's dead-letter sink (an `epochal.Sink`), where operators with
     `on_error=DEAD_LETTER` send the records they fail on.
     """
-    graph = route_dead_letters(route_side_outputs(graph), dead_letter)
+    graph = route_dead_letters(insert_local_aggregates(route_side_outputs(graph)), dead_letter)
     nodes = graph.nodes
     if not any(isinstance(n.spec, SinkSpec) for n in nodes):
         raise GraphError("the job has no sink: add one with DataStream.sink_to(...)")
@@ -213,7 +217,9 @@ def compile_job(
         JobEdge(a, b, part, is_back_edge=back, in_loop=a in reach[b], input=input_index)
         for a, b, part, back, input_index in raw
     ]
-    return JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+    job = JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+    check_loop_time(job)
+    return job
 
 
 def _check_unique(nodes: list[LogicalNode]) -> None:

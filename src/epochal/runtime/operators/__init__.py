@@ -9,6 +9,10 @@
 - `side_outputs`: tagged records in band, and the splits that keep them;
 - two inputs (`plan.two_inputs`): `co_process` (connected streams), `broadcast` (broadcast
   state), and the joins: `interval_join`, `window_join`, `temporal_join` (shared: `join_io`).
+- `keyed`: the keyed operators' base, and reduce per key; `aggregates`: count, sum, min, max,
+  mean and aggregate functions per key, local and global (columnar tables);
+- `process`: a user's keyed process function with timers;
+- `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ...plan.aggregates import KeyedAggregateSpec, LocalAggregateSpec, LocalWindowSpec
 from ...plan.specs import (
     AssignTimestampsSpec,
     IterationHeadSpec,
-    KeyedCountSpec,
     KeyedProcessSpec,
     KeyedReduceSpec,
     KeyedWindowSpec,
@@ -42,12 +46,15 @@ from ...plan.two_inputs import (
     TemporalJoinSpec,
     WindowJoinSpec,
 )
+from .aggregates.keyed import KeyedAggregateOperator
+from .aggregates.local import LocalAggregateOperator
+from .aggregates.local_windows import LocalWindowOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from .co_process import CoProcessOperator, KeyedCoProcessOperator
 from .interval_join import IntervalJoinOperator
 from .io import SourceOperator, SourcePositions
-from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
+from .keyed import KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
 from .side_outputs import SideOutputOperator, Tagged
@@ -64,7 +71,8 @@ __all__ = [
     "LateRecord",
     "SplitLateOperator",
     "AssignTimestampsOperator",
-    "IterationHeadOperator", "KeyedCountOperator", "KeyedOperator", "KeyedProcessOperator",
+    "IterationHeadOperator", "KeyedAggregateOperator", "KeyedOperator", "LocalAggregateOperator", "LocalWindowOperator",
+    "KeyedProcessOperator",
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
     "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
     "SourcePositions", "UnionOperator", "create_operator",
@@ -80,7 +88,9 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     MapBatchesSpec: MapBatchesOperator,
     UnionSpec: UnionOperator,
     IterationHeadSpec: IterationHeadOperator,
-    KeyedCountSpec: KeyedCountOperator,
+    KeyedAggregateSpec: KeyedAggregateOperator,
+    LocalAggregateSpec: LocalAggregateOperator,
+    LocalWindowSpec: LocalWindowOperator,
     KeyedReduceSpec: KeyedReduceOperator,
     KeyedProcessSpec: KeyedProcessOperator,
     KeyedWindowSpec: KeyedWindowOperator,

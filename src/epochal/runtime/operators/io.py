@@ -57,6 +57,10 @@ class SourceOperator(RuntimeOperator):
     subtask's is their minimum (`runtime.watermarks`), so no split runs ahead and turns another's
     records late.
 
+    A source whose splits are in event-time order (`in_order`, e.g. `ParquetSource(in_order=True)`)
+    is read one split after another with event time too, its watermark following the split read:
+    a split not yet opened holds nothing back, its events coming after the current one's.
+
     With standby subtasks, a live rescale hands splits over at its rerouting barrier
     (`runtime.splits`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
     end when it has nothing to read, but once told `no_more_splits`.
@@ -75,6 +79,7 @@ class SourceOperator(RuntimeOperator):
         self._waiting: dict[str, float] = {}  # split id -> when its reader, which had nothing, is due again
         self._turn = 0
         self.discovers = discovery_interval(spec.source) is not None
+        self.in_order = getattr(spec.source, "in_order", False) is True
         self.readers = 1  # subtasks that read: split i is subtask i % readers's
         self._index: dict[str, int] = {}  # split id -> its index in the split list (or log)
         self._known: list[Any] = []  # every split known, own or not, for a handover
@@ -201,7 +206,7 @@ class SourceOperator(RuntimeOperator):
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
 
     def _open_readers(self) -> None:
-        limit = len(self._splits) if self.watermarks is not None or self._endless else 1
+        limit = len(self._splits) if (self.watermarks is not None and not self.in_order) or self._endless else 1
         for split in self._unopened()[: max(0, limit - len(self._readers))]:
             with guard(self.name, f"<opening split {split.split_id}>"):
                 reader = self.source.open_split(split, self._state.positions.get(split.split_id))
@@ -301,6 +306,8 @@ class SourceOperator(RuntimeOperator):
         if self._pending is not None:  # splits on their way: event time waits for them, here
             return self._took(WatermarkAdvance(self._mark)) if self._said_idle else None
         unfinished = [s.split_id for s in self._splits if s.split_id not in self._state.finished]
+        if self.in_order:
+            unfinished = unfinished[:1]  # the one being read: the later ones' events come after its
         if not unfinished and self._may_get_more():  # waits for splits: holds no one back meanwhile
             return self._took(self.watermarks.idle())
         return self._took(self.watermarks.advance(unfinished, self.ctx.clock.now()))

@@ -39,6 +39,7 @@ from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Aggregate, Count, Max, Min, Process, Reduce, Sum, Windowing
 from ..wire.batches import to_records
 from ..wire.elements import Batch
+from .aggregates.local_windows import weights_of
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
@@ -92,6 +93,9 @@ class KeyedWindowOperator(KeyedOperator):
         self.output = WindowOutput(spec)
         self._reduction = table_reduction(spec)
         self._mode = WindowMode.UNDECIDED if self._reduction is not None else WindowMode.STORES
+        if spec.combined:  # partials from a local phase: only the slice table merges them
+            assert self._reduction is not None, "a combined window operator needs the columnar table"
+            self._mode = WindowMode.TABLE
         self._table: TableWindows | None = None
         self.side = SideOutputs(spec.side_outputs, spec.name)  # a process function's `ctx.output`
         self._process_args = context_args(spec.function, self) if spec.kind is WindowFunctionKind.PROCESS else ()
@@ -197,7 +201,8 @@ class KeyedWindowOperator(KeyedOperator):
         try:
             if isinstance(batch, pa.RecordBatch):
                 values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
-                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark)
+                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark,
+                                            weights_of(batch) if self.spec.combined else None)
             else:
                 records, keys, _ = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
                 value_of = self.value_of
