@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from two_input_jobs import (
 from epochal import (
     CheckpointConfig,
     JobState,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
     StreamEnvironment,
@@ -309,3 +311,45 @@ def test_the_disordered_inputs_do_make_late_records(tmp_path: Path, job: str) ->
     """The property above is not vacuous: its inputs do leave records late (seed 3 on each join)."""
     _, late_left, late_right, _, _ = _late_job(tmp_path, 3, 2, job)
     assert late_left or late_right
+
+
+class _RightWaitsForLeft(KeyedCoProcessFunction):
+    """A right record waits for the operator's watermark to pass its time, then emits the left
+    records of its key before it. Right if the watermark is the minimum of both inputs (no left
+    record before it can come any more); a left record missing if it followed the right alone."""
+
+    def open(self, ctx: Any) -> None:
+        self.lefts = ctx.list_state("lefts")
+        self.waiting = ctx.map_state("waiting")
+
+    def process_element1(self, value: Any, ctx: Any) -> None:
+        self.lefts.add((value["t"], value["id"]))
+
+    def process_element2(self, value: Any, ctx: Any) -> None:
+        self.waiting.put(value["t"], [*(self.waiting.get(value["t"]) or []), value["id"]])
+        ctx.timers.register_event_time(value["t"])
+
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any]:
+        assert ctx.current_watermark() >= timestamp
+        before = tuple(sorted(i for t, i in self.lefts.get() if t < timestamp))
+        for right in self.waiting.get(timestamp) or []:
+            yield (right, before)
+        self.waiting.remove(timestamp)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_two_input_operator_fires_timers_on_the_minimum_of_both_watermarks(tmp_path: Path, seed: int) -> None:
+    """The left input lags far behind the right (one record a batch, three times as many): a
+    timer set by a right record fires only once the left's watermark passed it too."""
+    rng = random.Random(seed)
+    left, right = records(rng, 150, "l", span=40.0), records(rng, 50, "r", span=40.0)
+    env = env_of(2, str(tmp_path / "c"))
+    watermarks = WatermarkStrategy.bounded_out_of_orderness(JITTER, timestamp="t")
+    a = env.from_source(ListSource(left, splits=1, batch_size=1), name="left", watermarks=watermarks)
+    b = env.from_source(ListSource(right, splits=1, batch_size=10), name="right", watermarks=watermarks)
+    sink = CollectSink()
+    a.key_by("k").connect(b.key_by("k")).process(_RightWaitsForLeft()).sink_to(sink)
+    _run(env, seed)
+    expect = committed((r["id"], tuple(sorted(a["id"] for a in left if a["k"] == r["k"] and a["t"] < r["t"])))
+                       for r in right)
+    assert committed(sink.committed()) == expect
