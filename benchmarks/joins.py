@@ -376,6 +376,11 @@ def _summary(result: dict[str, Any]) -> str:
         rate = "stopped" if not sp.get("events_per_s") else f"{sp['events_per_s']:,.0f}"
         lines.append(f"| Spark SS (local[2]) | {rate} | {sp['results']:,} | {sp['max_state_rows']:,} rows, "
                      f"{_mb(sp['max_state_bytes'])} in memory |")
+    lines += ["", "State: the records Epochal's join held at its largest full checkpoint (the watermark moves with "
+              "every batch of the file being read); Spark's state store rows at their largest (its watermark moves "
+              "between micro-batches, one 500,000-event file each, so it holds about a file's auctions and bids)."]
+    if result.get("note"):
+        lines += ["", result["note"]]
     return "\n".join(lines)
 
 
