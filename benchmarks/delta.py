@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .readers import source_rows
 from .runner import benchmark
 
 INTERVAL = 1.0
-BATCH = 1024
 USERS = 50_000
 
 _POLARS = r"""
@@ -83,16 +83,6 @@ def write_tables(work: str, snapshot_rows: int, versions: int, version_rows: int
     return paths
 
 
-def _source_rows(source: Any) -> int:
-    rows = 0
-    for split in source.splits():
-        reader = source.open_split(split, None)
-        while (batch := reader.read(BATCH)) is not None:
-            rows += batch.num_rows
-        reader.close()
-    return rows
-
-
 def readers(path: str) -> dict[str, Callable[[], int]]:
     """Each reader of the table at `path`: a function giving the rows it read."""
     import pyarrow.parquet as pq
@@ -104,8 +94,8 @@ def readers(path: str) -> dict[str, Callable[[], int]]:
         return int(DeltaTable(path).load_cdf(starting_version=0).read_all().num_rows)
 
     return {
-        "DeltaSource (snapshot)": lambda: _source_rows(DeltaSource(path)),
-        "DeltaSource(follow=True) from version 0": lambda: _source_rows(
+        "DeltaSource (snapshot)": lambda: source_rows(DeltaSource(path)),
+        "DeltaSource(follow=True) from version 0": lambda: source_rows(
             DeltaSource(path, follow=True, starting_version=0)),
         "deltalake to_pyarrow_dataset": lambda: DeltaTable(path).to_pyarrow_dataset().to_table(
             use_threads=False).num_rows,

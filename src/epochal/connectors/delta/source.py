@@ -39,8 +39,8 @@ import pyarrow.parquet as pq
 from ...api.connector import SplitReader
 from ...errors import EpochalError
 from ...state.checked_files import resolve_uri
+from ..datasets import DatasetSource
 from ..parquet_source import RowGroupReader, RowGroupSplit, one_batch
-from ..table import _DatasetSource
 from .log import AddedFile, Version, gone, read_version, unreadable
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class _VersionFileReader(RowGroupReader):
         return rows
 
 
-class DeltaSource(_DatasetSource):
+class DeltaSource(DatasetSource):
     """A Delta table, read at one version or followed as new versions are committed.
 
     Args:
