@@ -151,8 +151,8 @@ def _summary(result: dict[str, Any]) -> str:
         "alone. Records/s read before the change and from 3 s after it was answered; the change's own time; "
         "the longest stretch without progress after it was asked. `Neighbours`: cores other processes kept busy.",
         "",
-        "| Host | Way | Before (records/s) | After (records/s) | After / before | Change took (s) | Longest stall (s) | "
-        "Attempts | Neighbours (cores) |",
+        "| Host | Way | Before (records/s) | After (records/s) | After / before | Change took (s) | "
+        "Longest stall (s) | Attempts | Neighbours (cores) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["runs"]:
