@@ -47,6 +47,23 @@ class _Process:
     ready: bool = False
 
 
+def _dump(fn: Any) -> bytes:
+    """`fn` as a pool process can load it: by value when its module is no file a new process could
+    import (a notebook cell's, a doc page's namespace), else as a patch ships (`dump_function`)."""
+    module = sys.modules.get(str(getattr(fn, "__module__", None) or type(fn).__module__))
+    if module is None or getattr(module, "__file__", None) is not None or module.__name__ in sys.builtin_module_names:
+        return dump_function(fn)
+    from pyspark import cloudpickle
+
+    if module.__name__ == "__main__":  # cloudpickle ships __main__'s functions by value already
+        return dump_function(fn)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return dump_function(fn)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 def _start(payload: bytes) -> _Process:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     popen = subprocess.Popen(  # noqa: S603 - our own module, under this interpreter
@@ -96,7 +113,7 @@ class FunctionPool:
     def __init__(self, fn: Any, size: int, kind: str) -> None:
         self.fn = fn
         self.kind = kind
-        self._payload = dump_function(fn)
+        self._payload = _dump(fn)
         self.processes: list[_Process] = []
         self._finalizer = weakref.finalize(self, _stop_all, self.processes)
         self.resize(size)
@@ -120,7 +137,7 @@ class FunctionPool:
 
     def set_function(self, fn: Any) -> None:
         """A patch: every process runs `fn` from the next batch on."""
-        self.fn, self._payload = fn, dump_function(fn)
+        self.fn, self._payload = fn, _dump(fn)
         for process in self.processes:
             self._await_ready(process)
             process.inbox.send_bytes(pickle.dumps(("fn", self._payload)))

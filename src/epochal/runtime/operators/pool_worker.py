@@ -67,7 +67,10 @@ def serve(inbox: Connection, outbox: Connection) -> None:
             answer: tuple[Any, ...] = ("ok",)
         else:
             answer = apply(fn, frame[1], frame[2], frame[3])
-        outbox.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+        try:
+            outbox.send_bytes(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # the pool let this process go before it was ready (a shrink): done
+            return
 
 
 def main() -> None:
