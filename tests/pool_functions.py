@@ -40,3 +40,11 @@ class FailsOnceAfter:
                 pass
             raise RuntimeError("a failure after the resize")
         return (x, os.getpid())
+
+
+def tag_old(x: int) -> tuple[int, str]:
+    return (x, "old")
+
+
+def tag_new(x: int) -> tuple[int, str]:
+    return (x, "new")

@@ -19,7 +19,7 @@ from test_patches import EpochSink, _wait_for
 from epochal import CheckpointConfig, EpochalError, RestartStrategy, StreamEnvironment
 from epochal.runtime.operators.function_pool import FunctionPool
 from epochal.testing import CollectSink, ListSource
-from pool_functions import FailsOnceAfter, by_pid, fails_on_seven, odd, square, twice
+from pool_functions import FailsOnceAfter, by_pid, fails_on_seven, odd, square, tag_new, tag_old, twice
 from spark_jobs import EndlessSource
 
 RECORDS = 4_000
@@ -146,3 +146,19 @@ def test_a_restart_keeps_the_pool_size_and_commits_every_record_once(tmp_path: P
     assert values == list(range(RECORDS)), "every record once"
     late = {pid for _, (x, pid) in sink.committed if x >= RECORDS * 3 // 4}
     assert len(late) > 2, "after the restart each subtask runs three processes again"
+
+
+def test_a_patch_of_a_pooled_map_reaches_its_processes_at_one_checkpoint(tmp_path: Path) -> None:
+    sink = EpochSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "ckpt")))
+    env.from_source(EndlessSource(stop_at=RECORDS)).rebalance().map(tag_old, name="tag", processes=2).sink_to(sink)
+    handle = env.execute_async("patched-pool")
+    _wait_for(lambda: handle.status().last_checkpoint is not None)
+    at = handle.patch("tag", tag_new, timeout=60)
+    _wait_for(lambda: len(sink.committed) >= RECORDS)
+    _cancel(handle)
+    assert {tag for c, (_, tag) in sink.committed if c <= at} == {"old"}
+    assert {tag for c, (_, tag) in sink.committed if c > at} == {"new"}, "the pool runs the patch"
+    values = sorted(x for _, (x, _) in sink.committed)
+    assert values == list(range(RECORDS)), "every record once"
