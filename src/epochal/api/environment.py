@@ -60,6 +60,7 @@ class RunOverrides:
     executor: Executor | None = None
     allow_non_restored_state: bool = False
     web_port: int | None = None
+    on_result: Callable[[JobResult], None] | None = None  # told of every job that finished
 
     def __post_init__(self) -> None:
         if self.parallelism is not None:
@@ -76,6 +77,8 @@ class RunOverrides:
         check_bool("allow_non_restored_state", self.allow_non_restored_state)
         if self.web_port is not None:
             check_int("web_port", self.web_port, minimum=0)
+        if self.on_result is not None:
+            check_callable("on_result", self.on_result)
 
 
 _overrides: RunOverrides | None = None
@@ -336,9 +339,9 @@ class StreamEnvironment:
             _check_which_checkpoint(from_checkpoint)
         check_bool("allow_non_restored_state", allow_non_restored_state)
         job = self.job_graph(name)
-        progress = None
+        progress = on_result = None
         if _overrides is not None:
-            progress = _overrides.progress
+            progress, on_result = _overrides.progress, _overrides.on_result
             if _overrides.from_checkpoint is not None:
                 from_checkpoint = _overrides.from_checkpoint
             allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
@@ -357,6 +360,8 @@ class StreamEnvironment:
                         result: JobResult = self._host(progress).execute(
                             current, restore, control, recompile=lambda n, w=slots: self._compile(name, n, w)
                         )
+                        if on_result is not None:
+                            on_result(result)
                         return result
                     except Rescale as rescale:  # beyond the stage's slots: relaunch, with headroom
                         slots = headroom(control.status().parallelism, rescale.parallelism, slots,

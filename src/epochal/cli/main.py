@@ -22,22 +22,19 @@ docs/operations.md documents every flag (tests/docs checks it against `build_par
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import logging
+import importlib.metadata
 import os
-import runpy
 import sys
 import urllib.parse
 from collections.abc import Sequence
 
-from ..api.environment import RunOverrides, run_overrides
 from ..cluster.endpoint import call
-from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
+from ..cluster.session import SPARK_LOG_ENV
 from ..errors import EpochalError, NoCheckpointError
 from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
-from .progress import ProgressDisplay
+from .run import run as _run
 
 TOKEN_ENV = "EPOCHAL_TOKEN"
 
@@ -63,40 +60,6 @@ def _open_storage(directory: str) -> CheckpointStorage:
         raise NoCheckpointError(missing) from exc
     except (OSError, ValueError) as exc:  # pyarrow: a scheme it does not know, a host it cannot reach
         raise NoCheckpointError(f"{missing} ({exc})") from exc
-
-
-def _run(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.job):
-        raise EpochalError(f"no such job file: {args.job!r}")
-    if args.verbose:
-        os.environ.setdefault(SPARK_LOG_ENV, "WARN")
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("epochal").setLevel(logging.INFO)
-    master: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if args.master:
-        probe_master(args.master)  # seconds, not a minute of Spark's retries
-        master = use_master(args.master)  # the session is created when the job executes
-    # a log on stderr would tear through the panel: with --verbose, plain lines between log lines
-    display = ProgressDisplay(terminal=False if args.verbose else None)
-    overrides = RunOverrides(
-        parallelism=args.parallelism,
-        checkpoint_directory=args.checkpoint_dir,
-        from_checkpoint=args.from_checkpoint,
-        progress=display,
-        executor=args.executor,
-        allow_non_restored_state=args.allow_non_restored_state,
-        web_port=args.web_port,
-    )
-    argv, sys.argv = sys.argv, [args.job, *args.job_args]
-    try:
-        with run_overrides(overrides), master:
-            runpy.run_path(args.job, run_name="__main__")
-    finally:
-        sys.argv = argv
-        display.close()
-        if args.master:
-            stop_session()
-    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -207,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line: `run`, `status`, `cancel`, `rescale`, `move`, `query`, `checkpoints list`
     and `savepoint`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
+    parser.add_argument("--version", action="version", version=f"epochal {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a job file")
@@ -288,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the value now, from the subtask that owns the key (default: as of the last checkpoint)")
     query.set_defaults(func=_query)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (the package's own when it is not installed)."""
+    try:
+        return importlib.metadata.version("epochal")
+    except importlib.metadata.PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

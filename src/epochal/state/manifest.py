@@ -37,6 +37,7 @@ __all__ = [
     "OperatorState",
     "TaskCheckpointStats",
     "SplitLogState",
+    "OperatorCounts",
     "Manifest",
     "checkpoint_dir_name",
     "checkpoint_of_path",
@@ -44,9 +45,10 @@ __all__ = [
     "from_plain",
 ]
 
-FORMAT_VERSION = 4
-# 1: one keyed file per subtask, no chains; 2: no split logs; 3: no routing tables (contiguous ranges)
-READABLE_VERSIONS = frozenset({1, 2, 3, 4})
+FORMAT_VERSION = 5
+# 1: one keyed file per subtask, no chains; 2: no split logs; 3: no routing tables (contiguous
+# ranges); 4: no record counts
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5})
 CHECKPOINT_PREFIX = "chk-"
 _STORED = "stored"  # field metadata key: False keeps a field out of the JSON
 
@@ -131,6 +133,18 @@ class SplitLogState:
 
 
 @dataclass(frozen=True, slots=True)
+class OperatorCounts:
+    """What one operator (by uid) had processed in the whole job when the checkpoint was taken:
+    a job restored from it counts on from these (`runtime.master.job_counts`)."""
+
+    uid: str
+    records_in: int
+    records_out: int
+    late_records: int = 0
+    skipped_records: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """The commit record of one checkpoint; its presence makes the checkpoint complete."""
 
@@ -145,6 +159,9 @@ class Manifest:
     split_logs: tuple[SplitLogState, ...] = ()  # of sources whose splits are found as they run
     # who owns which key group from this checkpoint on, once key groups moved (`RoutingTable`)
     routing: RoutingTable | None = None
+    # per operator, the records of the whole job up to this checkpoint; None: not known (a
+    # checkpoint of an older version, or restored from one)
+    counts: tuple[OperatorCounts, ...] | None = None
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 

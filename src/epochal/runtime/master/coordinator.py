@@ -43,6 +43,7 @@ from ..wire.messages import (
     TriggerCheckpoint,
 )
 from .enumerator import SplitEnumerators
+from .job_counts import Base, checkpoint_counts
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.awaiting
 
-    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = ()) -> Manifest:
+    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (), base: Base = None) -> Manifest:
+        """The manifest of this checkpoint; `base`: the counts the attempt restored (`job_counts`)."""
         by_uid: dict[str, list[SubtaskState]] = {}
         for ack in self.acks.values():
             for entry in ack.states:
@@ -135,6 +137,7 @@ class PendingCheckpoint:
             is_final=self.is_final,
             split_logs=split_logs,
             routing=self.routing,
+            counts=checkpoint_counts(job, base, (a.counts for a in self.acks.values())),
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
@@ -209,6 +212,7 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
+        self.counts_base: Base = {}  # the whole job's counts at the restored checkpoint (`job_counts`)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -327,7 +331,7 @@ class CheckpointCoordinator:
             split_logs: tuple[SplitLogState, ...] = ()
             if self.enumerators is not None:
                 split_logs = self.enumerators.persist(self.storage, pending.checkpoint_id, pending.split_marks)
-            manifest = pending.manifest(self.job, split_logs)
+            manifest = pending.manifest(self.job, split_logs, self.counts_base)
             if self.storage is not None:
                 self.storage.write_manifest(manifest)
         except CheckpointError as exc:

@@ -11,7 +11,8 @@ One job master serves both hosts (the in-process executor and the Spark barrier 
   restores the latest complete checkpoint, until the restart budget (`RestartStrategy`) is spent,
   or until the same record fails the same way on two attempts in a row (`_recurs`: a poison pill
   fails again on every attempt, so retrying it only repeats the traceback);
-  a checkpoint found corrupt while restoring is refused and the one before it is used;
+  every checkpoint is verified, every byte, before an attempt restores it (`restore_point`), and
+  a corrupt one is refused before any task starts, so nothing it holds is committed;
 - the checkpoint history, live progress and metrics (`runtime.metrics`, published into the
   `JobControl` for the endpoint), and the `JobResult`.
 
@@ -48,17 +49,20 @@ from ...state.savepoints import create_savepoint
 from ...state.storage import CheckpointStorage
 from ..clock import Clock
 from ..in_flight import check_in_flight
-from ..metrics import MetricsCollector, TaskMetrics
+from ..metrics import JobMetrics, MetricsCollector, TaskMetrics
 from ..migration import routing_for
-from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
+from ..result import CheckpointSummary, JobProgress, JobResult, RefusedCheckpoint, merge_metrics
 from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
 from .attempt import Attempt
 from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
+from .job_counts import base_of, endpoints, whole_job
 from .live_queries import LiveQueries
 from .migrations import Migrations
+from .progress_view import progress_view
 from .recovery import recovery_plan
+from .restore_point import RestorePoint, resolve, verified
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 
 log = logging.getLogger(__name__)
@@ -114,7 +118,8 @@ class JobMaster:
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
-        self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        start = self._resolve(from_checkpoint)
+        self.restore_from: Manifest | None = start.manifest if start is not None else None
         check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
         if self.storage is not None:
             clear_checkpoints(self.storage, stale, job.name)
@@ -127,6 +132,8 @@ class JobMaster:
         self.checkpoints: list[CheckpointSummary] = []
         self.aborted: list[AbortedCheckpoint] = []
         self._refused: set[int] = set()  # checkpoints found corrupt: never restored again
+        # checkpoints found corrupt, and why (the JobResult says so)
+        self.refused: list[RefusedCheckpoint] = list(start.refused) if start is not None else []
         self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
@@ -139,12 +146,16 @@ class JobMaster:
         self._live_queries = LiveQueries()  # live state queries waiting for their task's answer
         self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
 
-    def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
+    def _resolve(self, from_checkpoint: str | int | None) -> RestorePoint | None:
+        """The checkpoint to start from, every byte verified (`restore_point`)."""
         if from_checkpoint is None:
             return None
         if self.storage is None:
             raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
-        manifest = self.storage.resolve(from_checkpoint)
+        point = resolve(self.storage, from_checkpoint)
+        manifest = point.manifest
+        if point.adopted:
+            self._oldest_ancestor = manifest.checkpoint_id
         check_in_flight(manifest, self.job)
         table = manifest.routing
         if table is not None and self.migrations.standby and table.active != self.job.parallelism:
@@ -152,11 +163,11 @@ class JobMaster:
             log.info("job %r: checkpoint %d ran at parallelism %d; starting at %d", self.job.name,
                      manifest.checkpoint_id, table.active, self.job.parallelism)
             manifest = dataclasses.replace(manifest, routing=None)
-        if manifest.is_savepoint:  # tasks restore by id from the job's own storage
-            manifest = self.storage.adopt(manifest)
-            self._oldest_ancestor = manifest.checkpoint_id
+        if point.refused:
+            log.warning("job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d (%s)", self.job.name,
+                        [r.checkpoint_id for r in point.refused], manifest.checkpoint_id, point.refused[0].reason)
         log.info("job %r restores checkpoint %d", self.job.name, manifest.checkpoint_id)
-        return manifest
+        return dataclasses.replace(point, manifest=manifest)
 
     # -- attempts --------------------------------------------------------------------------------
     def start_attempt(self, send: Callable[[TaskId, object], None]) -> Attempt:
@@ -177,6 +188,7 @@ class JobMaster:
             self, self.enumerators,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        self.attempt.coordinator.counts_base = base_of(self.restore_from)
         self.migrations.send = self.attempt.send
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts,
@@ -204,9 +216,11 @@ class JobMaster:
         self.metrics.attempt_failed(attempt, cause)
         log.warning("job %r: attempt %d failed: %s", self.job.name, attempt, cause)
         if isinstance(cause, CorruptCheckpointError) and self.restore_from is not None:
-            self._refused.add(self.restore_from.checkpoint_id)
+            self._refused.add(self.restore_from.checkpoint_id)  # changed since it was verified
+            self.refused.append(RefusedCheckpoint(self.restore_from.checkpoint_id, str(cause)))
         recurring = self._recurs(cause)
         if recurring or self.restarts >= self.job.config.restart.max_restarts:
+            self._final_report(JobState.FAILED)
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
             raise JobFailedError(self.job.name, self.restarts + 1, cause, recurring) from cause
         self.restarts += 1
@@ -271,10 +285,11 @@ class JobMaster:
             if checkpoint_id in self._refused:
                 continue
             try:
-                manifest = self.storage.resolve(checkpoint_id)
+                manifest = verified(self.storage, checkpoint_id)  # every byte, before a task sees it
             except CorruptCheckpointError as exc:
                 log.warning("job %r: checkpoint %d refused: %s", self.job.name, checkpoint_id, exc)
                 self._refused.add(checkpoint_id)
+                self.refused.append(RefusedCheckpoint(checkpoint_id, str(exc)))
                 continue
             except NoCheckpointError:  # dropped by retention meanwhile
                 continue
@@ -304,6 +319,7 @@ class JobMaster:
             if self.attempt is not None:
                 self.attempt.stop()
             log.warning("job %r: cancelled", self.job.name)
+            self._final_report(JobState.CANCELLED)
             control.publish(state=JobState.CANCELLED)
             raise JobCancelledError(self.job.name)
         if self._rescale is not None:
@@ -438,17 +454,21 @@ class JobMaster:
         attempt = self.attempt.number if self.attempt is not None else 0
         metrics = self.metrics.snapshot(tasks(), attempt)
         self.control.publish_metrics(metrics)
+        self._report(metrics)
+
+    def _report(self, metrics: JobMetrics, state: JobState | None = None) -> None:
+        """Tell the progress display (counts of the whole job: what the restored checkpoint held,
+        plus what came since); `state` for the last report, as the job ends."""
         if self.progress is not None:
-            newest = self.checkpoints[-1] if self.checkpoints else None
-            lags = [op.watermark_lag_s for op in metrics.operators if op.watermark_lag_s is not None]
-            marks = [op.watermark for op in metrics.operators if math.isfinite(op.watermark)]
-            status = self.control.status()
-            self.progress(JobProgress(
-                metrics.records_in, metrics.records_out, len(self.checkpoints),
-                newest.duration_ms if newest else None, self.restarts, metrics.in_rate,
-                max(lags) if lags else None, min(marks) if marks else None,
-                newest.checkpoint_id if newest else None, self.job.name, status.state.value, self.control.web_url,
-            ))
+            self.progress(progress_view(self.job, metrics, self.restore_from, self.checkpoints, self.restarts,
+                                        (state or self.control.status().state).value, self.control.web_url))
+
+    def _final_report(self, state: JobState) -> None:
+        """The last progress report, in the state the job ended in: a display's last frame is
+        the end, not the report a second before it."""
+        metrics = self.control.metrics()
+        if metrics is not None:
+            self._report(metrics, state)
 
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
@@ -456,14 +476,24 @@ class JobMaster:
         self._stop_commands("the job finished")  # a move waiting for tasks that finished, say
         final = {task: m.metrics for task, m in self.attempt.finished.items()}
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
+        self._final_report(JobState.FINISHED)
         self.control.publish(state=JobState.FINISHED)
+        since = merge_metrics([m.metrics for m in self.attempt.finished.values()])
+        base = base_of(self.restore_from)
+        sources, sinks = endpoints(self.job)
         return JobResult(
             self.job.name,
             self.restarts,
             tuple(self.checkpoints),
-            merge_metrics([m.metrics for m in self.attempt.finished.values()]),
+            whole_job(self.job, base, since),
             tuple(self.failures),
             tuple(self.restored_from),
+            operators_since=since,
+            since_checkpoint=self.restore_from.checkpoint_id if self.restore_from is not None else None,
+            counts_whole=base is not None,
+            refused=tuple(self.refused),
+            sources=sources,
+            sinks=sinks,
         )
 
 

@@ -25,7 +25,7 @@ from ...state.keygroups import KeyGroups
 from ...state.manifest import TaskCheckpointStats
 from ...state.storage import CheckpointStorage
 from ..operators import OperatorSnapshot, RuntimeOperator
-from ..wire.messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
+from ..wire.messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorMetrics, OperatorSubtaskState
 from .snapshots import serialise_small_snapshots, write_task_snapshot
 
 log = logging.getLogger(__name__)
@@ -100,9 +100,14 @@ class SubtaskCheckpointer:
         self.send = send
         self.inline_entries = state.inline_snapshot_entries
         self.is_closed = False  # results of writes that end after the task closed are dropped
+        self._counts: dict[int, tuple[OperatorMetrics, ...]] = {}  # checkpoint id → counts at its snapshot
 
-    def snapshot(self, chain: Sequence[RuntimeOperator], checkpoint_id: int) -> Snapshots:
-        """The synchronous part: fix every operator's state (cheap, copy-on-write)."""
+    def snapshot(
+        self, chain: Sequence[RuntimeOperator], checkpoint_id: int, counts: tuple[OperatorMetrics, ...] = ()
+    ) -> Snapshots:
+        """The synchronous part: fix every operator's state (cheap, copy-on-write). `counts`, the
+        task's record counts at this point, go with the acknowledgement (`master.job_counts`)."""
+        self._counts[checkpoint_id] = counts
         return [(op.uid, op.snapshot(checkpoint_id)) for op in chain]
 
     def serialise_small(self, snapshots: Snapshots) -> None:
@@ -143,6 +148,7 @@ class SubtaskCheckpointer:
         """On the task's thread: operators learn their written state, then acknowledge (or decline)."""
         if self.is_closed:
             return
+        counts = self._counts.pop(result.checkpoint_id, ())
         if type(result) is SnapshotFailed:
             for op in self.chain:
                 op.on_snapshot_written(result.checkpoint_id, None)
@@ -157,7 +163,7 @@ class SubtaskCheckpointer:
             "%s: checkpoint %d written (%d bytes, %.1f ms)",
             self.task_name, result.checkpoint_id, result.stats.bytes, result.stats.async_ms,
         )
-        self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats))
+        self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats, counts))
 
     def close(self) -> None:
         self.is_closed = True
@@ -165,4 +171,5 @@ class SubtaskCheckpointer:
     def decline(self, checkpoint_id: int, reason: str) -> None:
         """Decline a checkpoint this subtask will not take (e.g. its alignment was abandoned)."""
         log.info("%s: checkpoint %d declined: %s", self.task_name, checkpoint_id, reason)
+        self._counts.pop(checkpoint_id, None)
         self.send(DeclineCheckpoint(self.task_id, checkpoint_id, reason))

@@ -489,7 +489,7 @@ class Task:
         started = time.perf_counter()
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self._emit_pre_barrier(barrier.checkpoint_id)
-        snapshots: Snapshots = self.checkpointer.snapshot(self.chain, barrier.checkpoint_id)
+        snapshots: Snapshots = self.checkpointer.snapshot(self.chain, barrier.checkpoint_id, self.metrics())
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.output.broadcast(barrier)
         # after the barrier left: downstream aligns while this task serialises a small state

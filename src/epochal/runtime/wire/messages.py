@@ -93,6 +93,7 @@ class AcknowledgeCheckpoint:
     checkpoint_id: int
     states: tuple[OperatorSubtaskState, ...]
     stats: TaskCheckpointStats
+    counts: tuple[OperatorMetrics, ...] = ()  # the task's counts when it fixed its state (`job_counts`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,98 @@
+"""`epochal run JOB.py`: a job file run with overrides, a live progress display, and an end
+that says what happened in one line.
+
+- Every job the file executes reports its `JobResult` here (`RunOverrides.on_result`); its
+  summary is the last line on stderr, counting the whole job (a resumed job's counts go on
+  from its checkpoint: "of which ... since checkpoint N").
+- Exit status: 0 when every job finished; 1 for an `EpochalError` (a failed, cancelled or
+  refused job) or a mistake Epochal's argument checks found, printed as one line; 3 when a job
+  finished but had to restore an older checkpoint than the newest, found corrupt (its summary
+  says which and why).
+- A `TypeError` or `ValueError` raised by Epochal's own checks of what the job file passed it
+  (`StreamEnvironment(parallelism=0)`) is one line naming the job file's line, not a traceback;
+  one raised by the job file's own code keeps its traceback, as does every error with `--verbose`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import runpy
+import sys
+import traceback
+
+from ..api.environment import RunOverrides, run_overrides
+from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
+from ..errors import EpochalError
+from ..runtime.result import JobResult
+from .progress import ProgressDisplay
+
+FELL_BACK = 3  # exit status: finished, from an older checkpoint than the newest (found corrupt)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `args.job` under `args`' overrides; the exit status."""
+    if not os.path.isfile(args.job):
+        raise EpochalError(f"no such job file: {args.job!r}")
+    if args.verbose:
+        os.environ.setdefault(SPARK_LOG_ENV, "WARN")
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("epochal").setLevel(logging.INFO)
+    master: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.master:
+        probe_master(args.master)  # seconds, not a minute of Spark's retries
+        master = use_master(args.master)  # the session is created when the job executes
+    # a log on stderr would tear through the panel: with --verbose, plain lines between log lines
+    display = ProgressDisplay(terminal=False if args.verbose else None)
+    results: list[JobResult] = []
+    overrides = RunOverrides(
+        parallelism=args.parallelism,
+        checkpoint_directory=args.checkpoint_dir,
+        from_checkpoint=args.from_checkpoint,
+        progress=display,
+        executor=args.executor,
+        allow_non_restored_state=args.allow_non_restored_state,
+        web_port=args.web_port,
+        on_result=results.append,
+    )
+    argv, sys.argv = sys.argv, [args.job, *args.job_args]
+    try:
+        with run_overrides(overrides), master:
+            runpy.run_path(args.job, run_name="__main__")
+    except (TypeError, ValueError) as exc:
+        mistake = None if args.verbose else argument_mistake(exc, args.job)
+        if mistake is None:
+            raise
+        raise EpochalError(mistake) from None
+    finally:
+        sys.argv = argv
+        display.close()
+        if args.master:
+            stop_session()
+    for result in results:
+        print(f"epochal: {result.summary()}", file=sys.stderr, flush=True)
+    return FELL_BACK if any(r.refused for r in results) else 0
+
+
+def argument_mistake(exc: BaseException, job: str) -> str | None:
+    """`exc` as one line naming the job file's line, if Epochal raised it checking an argument
+    the job file passed (the error's last frame is Epochal's, a frame of the job file called it);
+    None for an error of the job file's own code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _ours(frames[-1].filename):
+        return None
+    job_path = os.path.abspath(job)
+    calls = [f for f in frames if os.path.abspath(f.filename) == job_path]
+    if not calls:
+        return None
+    return f"{exc} ({os.path.basename(job)}, line {calls[-1].lineno})"
+
+
+def _ours(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE + os.sep)
+
+
+__all__ = ["run", "argument_mistake", "FELL_BACK"]
