@@ -36,6 +36,7 @@ from epochal.connectors.nexmark import auctions, bids
 
 NAME = "q4"
 DESCRIPTION = "average closing price per category (auctions joined with their bids)"
+COLUMNS = ("category", "average", "auctions")  # of each result tuple, for the printed summary
 
 # The join's input: auctions (price null) and bids (expires_ms, category null), by auction.
 JOIN_COLUMNS = ["auction", "time_ms", "expires_ms", "category", "price"]
@@ -149,4 +150,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import harness
 
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

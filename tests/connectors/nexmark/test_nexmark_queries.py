@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import os
+import re
 import runpy
 import sys
 import time
@@ -91,8 +92,13 @@ def test_each_query_runs_as_a_script(
     runpy.run_path(os.path.join(EXAMPLES, f"{name}.py"), run_name="__main__")
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith(f"{name}: 2,000 events, "), out
+    # a result, not only a count (issue 40): the last one committed, its fields named
+    assert re.search(r"; last result: \w+=", out[0]) or out[0].endswith("; no result"), out
     if name == "q0":
         assert out[0].startswith("q0: 2,000 events, 1,840 results committed"), out  # the CountSink's count
+        # q0 passes bids through: the last is a bid, its time shown as its column has it (a UTC timestamp)
+        assert re.search(r"; last result: auction=\d+, bidder=\d+, price=\d+, dateTime=2015-07-15 "
+                         r"\d\d:\d\d:\d\d(\.\d+)?, extra=\w+$", out[0]), out
 
 
 def test_a_job_restored_from_a_checkpoint_commits_every_bid_once(tmp_path: Any) -> None:
