@@ -58,7 +58,7 @@ from ..state.keygroups import RoutingTable
 from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
-from .stage_task import describe_failure, unreachable_in, worker_function
+from .stage_task import describe_failure, raised_in_task, unreachable_in, worker_function
 from .worker import worker_of
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,27 @@ class _Launch:
         return not self.thread.is_alive()
 
 
+def _spark_pickle(obj: Any) -> bytes:
+    """`obj` pickled as the stage ships it to its workers (pyspark imported only when a check asks)."""
+    from pyspark import cloudpickle
+
+    data: bytes = cloudpickle.dumps(obj)
+    return data
+
+
 class WorkerLost(EpochalError):
     """A worker process died or its Spark stage failed; the job is relaunched."""
+
+
+class LaunchFailed(WorkerLost):
+    """A stage ended before every worker connected: its tasks could not start. The same failure
+    twice in a row (`fingerprint`, read by the job master) will recur: the job is not relaunched
+    again (a job graph the workers cannot unpickle, a module they cannot import)."""
+
+    def __init__(self, why: str, raised: bool) -> None:
+        super().__init__(f"the Spark stage ended before every worker connected: {why}")
+        if raised:  # a Python error the task raised (not a process killed, an executor lost): it recurs
+            self.fingerprint = ("<launch>", why, "")
 
 
 class JobMasterUnreachable(EpochalError):
@@ -127,8 +146,9 @@ class SparkExecutor:
         the rescale's checkpoint. Without it, or beyond them, the host leaves by `Rescale`.
         """
         workers = max(max(v.parallelism for v in job.vertices), job.config.max_workers or 0)
-        # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
-        master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control)
+        # first the job master's start checks (sources, every operator pickles, sinks, checkpoints):
+        # before Spark starts
+        master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control, ships=_spark_pickle)
         spark = self.spark or default_session(workers)
         slots = wait_for_slots(spark, workers)
         if slots is None:
@@ -230,8 +250,7 @@ class _StageHost:
                         f"reach it, or set {BIND_HOST_ENV} to an address of this machine they can reach "
                         "(docs/operations.md, Running on Spark Connect)"
                     )
-                why = describe_failure(launch.error)
-                raise WorkerLost(f"the Spark stage ended before every worker connected: {why}")
+                raise LaunchFailed(describe_failure(launch.error), raised_in_task(launch.error))
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
             hello = self._next_hello(launch)

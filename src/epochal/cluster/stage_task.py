@@ -69,13 +69,20 @@ def unreachable_in(errors: list[BaseException]) -> str | None:
     return None
 
 
+def raised_in_task(errors: list[BaseException]) -> bool:
+    """Whether a (Py4J-wrapped) Spark failure carries a Python error a task raised (its traceback),
+    rather than a process that died or an executor that was lost."""
+    return bool(errors) and "Traceback (most recent call last):" in str(errors[0])
+
+
 def describe_failure(errors: list[BaseException]) -> str:
     """What went wrong in a (Py4J-wrapped) Spark failure: the Python error when there is one."""
     if not errors:
         return "no error"
     lines = str(errors[0]).splitlines()
-    if "Traceback (most recent call last):" in lines:
-        start = lines.index("Traceback (most recent call last):")
+    # the traceback begins a line of its own, or ends Spark's "... from the Python worker: " line
+    start = next((i for i, line in enumerate(lines) if line.endswith("Traceback (most recent call last):")), None)
+    if start is not None:
         for line in lines[start + 1 :]:
             if line and not line[0].isspace():
                 return line.strip()[:500]

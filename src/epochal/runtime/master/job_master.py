@@ -63,7 +63,14 @@ from .migrations import Migrations
 from .progress_view import progress_view
 from .recovery import recovery_plan
 from .restore_point import RestorePoint, resolve, verified
-from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
+from .start_checks import (
+    check_checkpoint_directory,
+    check_picklable,
+    check_sinks,
+    check_sources,
+    checkpoints_to_clear,
+    clear_checkpoints,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +92,8 @@ class JobMaster:
             control endpoint's); a private one when None.
         attempts_before: attempts the run had before this job master took over (a rescale in
             place); its attempts are numbered after them.
+        ships: how the host ships the job to other processes (Spark's cloudpickle): every
+            operator is pickled with it first, so one that does not pickle fails here, named.
 
     Raises:
         NoCheckpointError: `from_checkpoint` names nothing restorable, or the job has no
@@ -101,6 +110,7 @@ class JobMaster:
         progress: Callable[[JobProgress], None] | None = None,
         control: JobControl | None = None,
         attempts_before: int = 0,
+        ships: Callable[[object], bytes] | None = None,
     ) -> None:
         self.job = job
         self.clock = clock
@@ -112,8 +122,12 @@ class JobMaster:
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
+        if ships is not None:  # a host that ships operators to other processes: each must pickle
+            check_picklable(job, ships)
         filesystem = job.config.checkpoint.filesystem
         self.storage = CheckpointStorage(directory, filesystem=filesystem) if directory else None
+        if self.storage is not None:
+            check_checkpoint_directory(self.storage)
         self.control.checkpoint_directory = directory
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
@@ -214,7 +228,7 @@ class JobMaster:
         self.failures.append(f"{type(cause).__name__}: {cause}")
         attempt = self.attempt.number if self.attempt is not None else 0
         self.metrics.attempt_failed(attempt, cause)
-        log.warning("job %r: attempt %d failed: %s", self.job.name, attempt, cause)
+        log.warning("job %r: %s failed: %s", self.job.name, f"attempt {attempt}" if attempt else "the start", cause)
         if isinstance(cause, CorruptCheckpointError) and self.restore_from is not None:
             self._refused.add(self.restore_from.checkpoint_id)  # changed since it was verified
             self.refused.append(RefusedCheckpoint(self.restore_from.checkpoint_id, str(cause)))
@@ -498,11 +512,15 @@ class JobMaster:
 
 
 def _record_failure(cause: BaseException | None) -> tuple[str, str, str] | None:
-    """The fingerprint of the user-code failure on a record behind `cause` (it, or what it wraps)."""
+    """The fingerprint of the user-code failure on a record behind `cause` (it, or what it wraps),
+    or of a host's failure that repeats itself (a Spark stage whose tasks cannot start)."""
     for _ in range(8):  # a short chain of causes: a host may wrap the task's error
         if cause is None:
             return None
         if isinstance(cause, RecordError):
             return cause.fingerprint
+        fingerprint = getattr(cause, "fingerprint", None)
+        if isinstance(fingerprint, tuple):
+            return fingerprint
         cause = cause.__cause__
     return None
