@@ -55,6 +55,12 @@ class CheckpointConfig:
             has no URI pyarrow resolves (an fsspec filesystem wrapped in
             `pyarrow.fs.PyFileSystem(FSSpecHandler(fs))`, a filesystem of your own). It must
             pickle: the workers open the directory through it. None: `directory` says.
+        resume: `"auto"`: a job executed without `from_checkpoint` resumes from the newest
+            complete checkpoint in `directory` if there is one, and starts fresh if there is
+            none, as Spark Structured Streaming resumes from its checkpoint location: the same
+            program is right the first time and after every restart of its driver, with no
+            flag. `None` (the default): a start without `from_checkpoint` is a fresh start, and
+            `existing` says what happens to an earlier run's checkpoints.
     """
 
     interval: float | None = None
@@ -67,6 +73,7 @@ class CheckpointConfig:
     mode: Literal["aligned", "unaligned", "at_least_once", "synchronous"] = "aligned"
     existing: Literal["error", "overwrite"] = "error"
     filesystem: Any = None
+    resume: Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         if self.interval is not None:
@@ -80,6 +87,10 @@ class CheckpointConfig:
         check_int("CheckpointConfig.retain", self.retain)
         check_choice("CheckpointConfig.mode", self.mode, ("aligned", "unaligned", "at_least_once", "synchronous"))
         check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
+        if self.resume is not None:
+            check_choice("CheckpointConfig.resume", self.resume, ("auto",))
+            if self.directory is None:
+                raise ValueError('CheckpointConfig.resume="auto" needs a directory to resume from')
         if self.filesystem is not None:
             import pyarrow.fs as pafs
 

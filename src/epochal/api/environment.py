@@ -345,6 +345,8 @@ class StreamEnvironment:
             if _overrides.from_checkpoint is not None:
                 from_checkpoint = _overrides.from_checkpoint
             allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
+        if from_checkpoint is None and job.config.checkpoint.resume == AUTO:
+            from_checkpoint = AUTO  # CheckpointConfig(resume="auto"): no flag needed
         if from_checkpoint == AUTO:
             from_checkpoint = _decide_auto_start(job)
         if from_checkpoint is not None:
@@ -426,14 +428,16 @@ def _check_which_checkpoint(which: object) -> None:
         )
 
 
-def _decide_auto_start(job: JobGraph) -> int | None:
-    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: the latest
-    complete checkpoint's id, or None (a fresh start, with every fresh-start check). The line
-    saying which is printed whatever the logging setup: after a supervisor restarted the
-    driver, it is how the driver's log tells a resume from a first start."""
+def _decide_auto_start(job: JobGraph) -> str | None:
+    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: `"latest"`
+    when there is a complete checkpoint (the job master restores the newest that verifies, and
+    says so if it had to pass over a corrupt one), or None (a fresh start, with every
+    fresh-start check). The line saying which is printed whatever the logging setup: after a
+    supervisor restarted the driver, it is how the driver's log tells a resume from a first
+    start."""
     start = auto_start(job)
     print(f"epochal: {describe_auto_start(job, start)}", file=sys.stderr, flush=True)
-    return None if start is None else start.checkpoint_id
+    return None if start is None else "latest"
 
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:

@@ -144,7 +144,8 @@ def checkpoints_to_clear(storage: CheckpointStorage, job: JobGraph) -> list[int]
         raise CheckpointError(
             f"checkpoint directory {where} already holds complete checkpoints of an earlier run "
             f"(latest: {latest}, {storage.checkpoint_dir_name(latest)}); resume it with "
-            'from_checkpoint="latest" (epochal run --from-checkpoint latest), or start over with '
+            'from_checkpoint="latest" (epochal run --from-checkpoint latest), or let every run resume '
+            'by itself with CheckpointConfig(resume="auto") (or --from-checkpoint auto), or start over with '
             'CheckpointConfig(existing="overwrite") or another checkpoint directory'
         )
     return storage.checkpoint_ids()
