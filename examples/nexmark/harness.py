@@ -16,8 +16,9 @@ This module builds the rest: `source` (a `NexmarkSource` with one split per subt
 `watermarks` (bounded out-of-orderness exactly as large as the source's out-of-order groups
 make it), `run` (1 s checkpoints, execution, timing) and `main` (arguments and the printed
 one-line summary: the count of results and the last one committed, e.g. `q5: 100,000 events,
-...; last result: auction=1012, num=9, window_start=2015-07-15 00:01:28, ...`). `load` imports a query module by its path so that its functions pickle by
-value (Spark's workers need not find the module on their path).
+...; last result: auction=1012, num=9, window_start=..., window_end=...`). `load` imports a
+query module by its path so that its functions pickle by value (Spark's workers need not find
+the module on their path).
 """
 
 from __future__ import annotations

@@ -231,7 +231,9 @@ def test_a_job_that_declares_resume_auto_needs_no_flag(
     assert _committed(tmp_path / "out") == EXPECTED
 
 
-def test_the_refusal_of_a_second_fresh_start_names_resume_auto(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_refusal_of_a_second_fresh_start_names_resume_auto(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = _job_file(tmp_path)
     assert main(["run", job, "--executor", "inprocess"]) == 0
     capsys.readouterr()

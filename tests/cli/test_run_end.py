@@ -37,8 +37,8 @@ def _job_file(tmp_path: Path) -> str:
 
 
 def _run(tmp_path: Path, executor: str) -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "epochal.cli.main", "run", _job_file(tmp_path), "--executor", executor],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    command = [sys.executable, "-m", "epochal.cli.main", "run", _job_file(tmp_path), "--executor", executor]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr.strip().splitlines()
 

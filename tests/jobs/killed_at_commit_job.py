@@ -9,9 +9,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from spark_jobs import wordcount_env  # noqa: E402
-
 from epochal.connectors import FileSink  # noqa: E402
+from spark_jobs import wordcount_env  # noqa: E402
 
 COMMITS = [0]
 

@@ -371,9 +371,9 @@ class StreamEnvironment:
                         current = self._compile(name, rescale.parallelism, slots)
                         restore = rescale.checkpoint_id
                         rescale.done(control, current)
-            except BaseException:
+            except BaseException as exc:
                 if not control.status().state.is_final:  # refused at start, or an error of ours
-                    control.publish(state=JobState.FAILED)
+                    control.publish(state=JobState.FAILED, failures=(f"{type(exc).__name__}: {exc}",))
                 raise
 
         return run, control

@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..api.connector import Source, SplitReader
 from ..errors import EpochalError
 from ..state.storage import resolve_uri
+from .delta import _deltalake
 from .parquet_source import RowGroupReader, RowGroupSplit
 
 if TYPE_CHECKING:
@@ -98,15 +99,14 @@ class DeltaSource(_DatasetSource):
         storage_options: dict[str, str] | None = None,
     ) -> None:
         super().__init__(columns)
-        from deltalake import DeltaTable
+        DeltaTable = _deltalake("DeltaSource").DeltaTable  # noqa: N806 - the library's class
 
         self.path, self.storage_options = str(path), storage_options
         self.version = DeltaTable(self.path, storage_options=storage_options).version() if version is None else version
 
     def build(self) -> ds.Dataset:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
+        delta_table = _deltalake("DeltaSource").DeltaTable
+        table = delta_table(self.path, version=self.version, storage_options=self.storage_options)
         return table.to_pyarrow_dataset()
 
 
