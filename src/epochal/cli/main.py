@@ -34,6 +34,7 @@ from ..cluster.session import SPARK_LOG_ENV
 from ..errors import EpochalError, NoCheckpointError
 from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
+from .history import history as _history
 from .run import run as _run
 
 TOKEN_ENV = "EPOCHAL_TOKEN"
@@ -243,6 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: steps of the job's StateConfig.migration_step_bytes of state)")
     move.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     move.set_defaults(func=_move)
+
+    hist = sub.add_parser("history", help="what a job's runs recorded in its checkpoint directory (after they ended)")
+    hist.add_argument("directory", help="the job's checkpoint directory (a path or a pyarrow filesystem URI)")
+    hist.add_argument("--run", metavar="RUN", help="the run to show (an id or its prefix; default: the newest)")
+    hist.add_argument("--json", action="store_true", help="print the run's record as stored (JSON)")
+    hist.add_argument("--web-port", type=int, metavar="N",
+                      help="serve the run's dashboard on 127.0.0.1:N (0: a free port) until interrupted")
+    hist.set_defaults(func=_history)
 
     query = sub.add_parser("query", help="look up a key's state in a running job")
     query.add_argument("url", help="the job's control endpoint")

@@ -230,8 +230,14 @@ function drawStatus(s) {
   $("restarts").textContent = s.restarts;
   $("parallelism").textContent = s.parallelism;
   $("last-checkpoint").textContent = s.last_checkpoint === null ? "none yet" : s.last_checkpoint;
-  const ended = ["finished", "failed", "cancelled"].includes(s.state);
+  const ended = s.archived || ["finished", "failed", "cancelled"].includes(s.state);
   for (const id of ["cancel", "savepoint", "rescale"]) $(id).disabled = ended;
+  if (s.archived) {  // served by `epochal history DIR`: what the job recorded last
+    const note = $("history");
+    note.hidden = false;
+    note.textContent = `The history of run ${s.run}, kept in the job's checkpoint directory` +
+      (s.summary ? `: ${s.summary}` : " (recorded while it ran: its driver may have died)");
+  }
 }
 
 function drawMetrics(m) {

@@ -57,6 +57,7 @@ from .attempt import Attempt
 from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
 from .enumerator import SplitEnumerators
+from .history import JobHistory
 from .job_counts import base_of, endpoints, whole_job
 from .live_queries import LiveQueries
 from .migrations import Migrations
@@ -155,6 +156,7 @@ class JobMaster:
         self._progress_interval = math.inf if every is None else every / 2  # progress and metrics snapshots
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
+        self.history = JobHistory.of(self.control, self.storage)  # kept in the checkpoint directory
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
         self._live_queries = LiveQueries()  # live state queries waiting for their task's answer
@@ -233,12 +235,16 @@ class JobMaster:
             self._refused.add(self.restore_from.checkpoint_id)  # changed since it was verified
             self.refused.append(RefusedCheckpoint(self.restore_from.checkpoint_id, str(cause)))
         recurring = self._recurs(cause)
+        self.control.publish_metrics(self.metrics.snapshot((), attempt))  # with this failure
         if recurring or self.restarts >= self.job.config.restart.max_restarts:
             self._final_report(JobState.FAILED)
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
-            raise JobFailedError(self.job.name, self.restarts + 1, cause, recurring) from cause
+            error = JobFailedError(self.job.name, self.restarts + 1, cause, recurring)
+            self._archive(str(error))
+            raise error from cause
         self.restarts += 1
         self.control.publish(state=JobState.RESTARTING, restarts=self.restarts, failures=tuple(self.failures))
+        self._archive()
         self.clock.sleep(self.job.config.restart.delay)
         self.restore_from = self._latest_restorable()
 
@@ -335,6 +341,7 @@ class JobMaster:
             log.warning("job %r: cancelled", self.job.name)
             self._final_report(JobState.CANCELLED)
             control.publish(state=JobState.CANCELLED)
+            self._archive(f"job {self.job.name!r} was cancelled")
             raise JobCancelledError(self.job.name)
         if self._rescale is not None:
             rescale, self._rescale = self._rescale, None
@@ -418,6 +425,7 @@ class JobMaster:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
+        self._archive(often=True)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         if self.attempt is not None:
             self.migrations.completed(checkpoint, self.attempt.send, self.attempt.coordinator)
@@ -495,7 +503,7 @@ class JobMaster:
         since = merge_metrics([m.metrics for m in self.attempt.finished.values()])
         base = base_of(self.restore_from)
         sources, sinks = endpoints(self.job)
-        return JobResult(
+        result = JobResult(
             self.job.name,
             self.restarts,
             tuple(self.checkpoints),
@@ -509,6 +517,13 @@ class JobMaster:
             sources=sources,
             sinks=sinks,
         )
+        self._archive(result.summary())
+        return result
+
+    def _archive(self, summary: str | None = None, often: bool = False) -> None:
+        """Keep the job's status and metrics in its history (`history`), if it has a directory."""
+        if self.history is not None:
+            self.history.record(self.control, summary, often=often)
 
 
 def _record_failure(cause: BaseException | None) -> tuple[str, str, str] | None:
