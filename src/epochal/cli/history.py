@@ -110,7 +110,7 @@ def _serve(r: RunRecord, port: int) -> None:
     from ..cluster.history_endpoint import HistoryEndpoint
 
     endpoint = HistoryEndpoint(r, port=port)
-    print(f"\nepochal: the dashboard of run {r.run} at {endpoint.url} (Ctrl-C ends)", file=sys.stderr, flush=True)
+    print(f"epochal: the dashboard of run {r.run} at {endpoint.url} (Ctrl-C ends)", file=sys.stderr, flush=True)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
