@@ -37,7 +37,7 @@ def _job_file(tmp_path: Path, fail_once: bool = False, records: int = 2_000) -> 
 
         env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(interval=0.1,
                                 directory={str(tmp_path / "ckpt")!r}, resume="auto"),
-                                restart=RestartStrategy(max_restarts=2))
+                                restart=RestartStrategy(max_restarts=2), batch_size=50)
         (env.from_source(ListSource(list(range({records})), splits=2)).map(parse, name="parse")
             .key_by(lambda x: x % 7).count().sink_to(FileSink({str(tmp_path / "out")!r})))
         if __name__ == "__main__":
@@ -87,7 +87,7 @@ def test_a_run_killed_mid_way_leaves_its_history_up_to_then_and_the_next_run_its
     assert main(["run", job, "--executor", "inprocess"]) == 0  # resume="auto": it resumes
     capsys.readouterr()
     killed, resumed = read_history(str(tmp_path / "ckpt"))
-    assert killed.state == "running" and killed.ended_at is None and killed.summary is None
+    assert killed.state == "running" and killed.ended_at is None and killed.summary is None, (killed, resumed)
     assert resumed.state == "finished" and "since checkpoint" in (resumed.summary or "")
     assert main(["history", str(tmp_path / "ckpt"), "--run", killed.run[:17]]) == 0
     out = capsys.readouterr().out

@@ -61,6 +61,7 @@ class RunOverrides:
     allow_non_restored_state: bool = False
     web_port: int | None = None
     on_result: Callable[[JobResult], None] | None = None  # told of every job that finished
+    spark: Any = None  # the SparkSession of environments that name none (`epochal serve`'s)
 
     def __post_init__(self) -> None:
         if self.parallelism is not None:
@@ -206,6 +207,8 @@ class StreamEnvironment:
                 self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
             if _overrides.web_port is not None:
                 self.web_port = _overrides.web_port
+            if _overrides.spark is not None and self.spark is None:
+                self.spark = _overrides.spark
 
     def from_source(
         self,

@@ -204,7 +204,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--web-port", type=int, default=0, metavar="N",
         help="port of the job's control endpoint on 127.0.0.1 (default 0: a free one; the URL and token are printed)",
     )
+    run.add_argument("--service", metavar="URL",
+                     help="run the job on a running `epochal serve` (its warm SparkSession) instead of here")
+    run.add_argument("--service-token", metavar="TOKEN",
+                     help="the token `epochal serve` printed (or set EPOCHAL_SERVICE_TOKEN)")
     run.set_defaults(func=_run)
+
+    serve = sub.add_parser("serve", help="keep a SparkSession warm and run the job files sent to it")
+    serve.add_argument("--master", metavar="URL", help="Spark master URL (default: the embedded local[*])")
+    serve.add_argument("--host", default="127.0.0.1", help="the interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8787, metavar="N", help="the port (default 8787; 0: a free one)")
+    serve.add_argument("--token", help="the token clients send (default: a fresh one, printed)")
+    serve.add_argument("--verbose", action="store_true", help="Spark's WARN log and Epochal's INFO log")
+    serve.set_defaults(func=_serve)
 
     status = sub.add_parser("status", help="show a running job's state (its URL was printed at start)")
     status.add_argument("url", help="the job's control endpoint, e.g. http://127.0.0.1:41234")
@@ -261,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the value now, from the subtask that owns the key (default: as of the last checkpoint)")
     query.set_defaults(func=_query)
     return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .service import serve
+
+    return serve(args)
 
 
 def version() -> str:

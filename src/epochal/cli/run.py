@@ -34,7 +34,11 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `args.job` under `args`' overrides; the exit status."""
+    """Run `args.job` under `args`' overrides (or on a service, `--service`); the exit status."""
+    if args.service:
+        from .submit import submit  # a client of `epochal serve`: no Spark here
+
+        return submit(args)
     if not os.path.isfile(args.job):
         raise EpochalError(f"no such job file: {args.job!r}")
     if args.verbose:
@@ -58,22 +62,46 @@ def run(args: argparse.Namespace) -> int:
         web_port=args.web_port,
         on_result=results.append,
     )
-    argv, sys.argv = sys.argv, [args.job, *args.job_args]
     try:
-        with run_overrides(overrides), master:
-            runpy.run_path(args.job, run_name="__main__")
+        with master:
+            run_job_file(args.job, args.job_args, overrides, tracebacks=args.verbose)
+    finally:
+        display.close()
+        if args.master:
+            stop_session()
+    for line in summaries(results):
+        print(line, file=sys.stderr, flush=True)
+    return exit_status(results)
+
+
+def run_job_file(job: str, job_args: list[str], overrides: RunOverrides, tracebacks: bool = False) -> None:
+    """Run the job file `job` as `__main__` with `job_args` as its arguments, every environment
+    it creates under `overrides`.
+
+    Raises:
+        EpochalError: also for a `TypeError` or `ValueError` Epochal's checks raised on what the
+            job file passed (one line naming the file's line), unless `tracebacks`.
+    """
+    argv, sys.argv = sys.argv, [job, *job_args]
+    try:
+        with run_overrides(overrides):
+            runpy.run_path(job, run_name="__main__")
     except (TypeError, ValueError) as exc:
-        mistake = None if args.verbose else argument_mistake(exc, args.job)
+        mistake = None if tracebacks else argument_mistake(exc, job)
         if mistake is None:
             raise
         raise EpochalError(mistake) from None
     finally:
         sys.argv = argv
-        display.close()
-        if args.master:
-            stop_session()
-    for result in results:
-        print(f"epochal: {result.summary()}", file=sys.stderr, flush=True)
+
+
+def summaries(results: list[JobResult]) -> list[str]:
+    """The last lines of a run: each job's summary."""
+    return [f"epochal: {result.summary()}" for result in results]
+
+
+def exit_status(results: list[JobResult]) -> int:
+    """0, or `FELL_BACK` when a job restored an older checkpoint than the newest (found corrupt)."""
     return FELL_BACK if any(r.refused for r in results) else 0
 
 
@@ -95,4 +123,4 @@ def _ours(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE + os.sep)
 
 
-__all__ = ["run", "argument_mistake", "FELL_BACK"]
+__all__ = ["run", "run_job_file", "argument_mistake", "summaries", "exit_status", "FELL_BACK"]

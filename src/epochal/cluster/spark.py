@@ -55,7 +55,7 @@ from ..runtime.result import JobProgress, JobResult
 from ..runtime.wire.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
-from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import FromTask, Hello, Peers, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
 from .stage_task import describe_failure, raised_in_task, unreachable_in, worker_function
@@ -134,6 +134,7 @@ class SparkExecutor:
         self.local_restore_bytes: list[int] = []  # per attempt: restored from backups' copies
         self.recovery_tables: list[RoutingTable] = []  # parallel recoveries' restore tables
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
+        self.task_started: dict[int, float] = {}  # worker → when its Spark task began (wall clock)
 
     def execute(
         self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None,
@@ -148,8 +149,11 @@ class SparkExecutor:
         workers = max(max(v.parallelism for v in job.vertices), job.config.max_workers or 0)
         # first the job master's start checks (sources, every operator pickles, sinks, checkpoints):
         # before Spark starts
+        self.timeline.append(("execute", time.monotonic()))
         master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control, ships=_spark_pickle)
+        self.timeline.append(("checked", time.monotonic()))
         spark = self.spark or default_session(workers)
+        self.timeline.append(("session", time.monotonic()))
         slots = wait_for_slots(spark, workers)
         if slots is None:
             log.warning("cannot tell the task slots of %s; Spark checks them when the stage starts", master_of(spark))
@@ -180,6 +184,7 @@ class _StageHost:
         self.address = (host, self.server.getsockname()[1])
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}
+        self.addresses: dict[int, tuple[str, int]] = {}  # where each worker's task listens (`Peers`)
         self.incarnations = [0] * workers  # of each worker's process in this launch
         self.launches = 0
         self.running: set[int] = set()
@@ -237,9 +242,10 @@ class _StageHost:
         """Wait for every worker of `launch` to say hello on the control port."""
         for link in self.links.values():
             self._drop(link)
-        self.links = {}
+        self.links, self.addresses = {}, {}
+        self.executor.task_started.clear()
         self.incarnations = [0] * self.workers
-        self.server.settimeout(0.2)
+        self.server.settimeout(0.05)
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links) < self.workers:
             if launch.is_done:
@@ -257,6 +263,9 @@ class _StageHost:
             if hello is not None:
                 self._add_worker(*hello)
         self._event("connected")
+        if self.executor.task_started:  # when the first Spark task began, on this clock
+            first = min(self.executor.task_started.values())
+            self.executor.timeline.append(("task started", time.monotonic() - (time.time() - first)))
 
     def _next_hello(self, launch: _Launch) -> tuple[Hello, socket.socket] | None:
         """A worker process's `Hello` of `launch` on the control port, if one comes soon."""
@@ -284,6 +293,18 @@ class _StageHost:
         self.executor.worker_pids[hello.worker] = hello.pid
         self.executor.supervisor_pids[hello.worker] = hello.supervisor
         self.selector.register(link, selectors.EVENT_READ, hello.worker)
+        if hello.task_started:
+            self.executor.task_started[hello.worker] = hello.task_started
+        if hello.address is not None:
+            known = len(self.addresses) == self.workers  # all were: a replaced process
+            self.addresses[hello.worker] = hello.address
+            if len(self.addresses) == self.workers:  # the rendezvous: everyone learns everyone
+                peers = Peers(tuple(self.addresses[w] for w in range(self.workers)))
+                for worker in [hello.worker] if known else list(self.links):
+                    self.links[worker].send_object(peers)
+                    self.links[worker].flush_blocking(5.0)
+                if not known:
+                    self._event("rendezvous")
 
     def _replace_workers(self, launch: _Launch, lost: set[int], cause: BaseException) -> None:
         """Worker processes died while their Spark tasks live on: wait for the processes their

@@ -135,4 +135,4 @@ def read_history(directory: str) -> list[RunRecord]:
                                   body.get("summary"), body["status"], body.get("metrics")))
         except (OSError, ValueError, KeyError) as exc:
             log.warning("history file %s unreadable: %s", info.path, exc)
-    return runs
+    return sorted(runs, key=lambda r: r.started_at)  # two runs may start within a second
