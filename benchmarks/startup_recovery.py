@@ -1,5 +1,6 @@
 """Start-up and recovery times of the Spark host (issue: run on Spark), on a classic session and
-on a Spark Connect session (`remote("local[*]")`, issue 22):
+on a Spark Connect session (`remote("local[*]")`, issue 22), and where a cold `epochal run`
+spends its time against a warm `epochal serve` (issue 40, `benchmarks.startup_phases`):
 
 - cold start: a new process → every worker of a job running (session start included);
 - warm start: a job on a live session, submit → every worker running;
@@ -24,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from . import startup_phases
 from .runner import ROOT, benchmark, pyplot, save_figure
 
 _COLD_SCRIPT = r"""
@@ -192,9 +194,11 @@ def run(quick: bool) -> dict[str, Any]:
                                          connect=kind == "connect")
             cold[kind].append(_last_json(script))
 
+    phases = startup_phases.cold_runs(1 if quick else 3)  # before this process holds a session
     session = default_session(2)
     _ship()
     classic = _measure(session, tmp, reps)
+    service = startup_phases.service_runs(session, reps)
     session.stop()  # one local driver at a time: the Connect server's process starts its own
     connect = _last_json(_CONNECT_SCRIPT.format(root=ROOT, tmp=tempfile.mkdtemp(prefix="epochal-connect-"),
                                                 reps=reps))
@@ -203,6 +207,8 @@ def run(quick: bool) -> dict[str, Any]:
         "host": "spark local[2]",
         **_phases(cold["classic"], classic),  # the classic figures keep their keys
         "connect": {"host": "spark connect, remote(local[*]) on 2 cores", **_phases(cold["connect"], connect)},
+        "cold_run_phases": phases,
+        "service": service,
     }
     _plot(result)
     lines = [
@@ -226,7 +232,10 @@ def run(quick: bool) -> dict[str, Any]:
         "Spark does not retry, so the job master cancels it and submits a new one; most of that "
         "time is Spark's task scheduling and the barrier rendezvous (`allGather`, about 1 s). "
         "Through Connect the stage is a DataFrame's `mapInArrow(barrier=True)`, planned by the "
-        "server, and the session start includes the Connect server and the client's connection.\n"
+        "server, and the session start includes the Connect server and the client's connection.\n\n"
+        "Where a cold `epochal run job.py` spends its time, for a job that takes about a second of its "
+        "own, and the same job file sent to a warm `epochal serve`:\n\n"
+        + startup_phases.markdown(phases, service)
     )
     return result
 
