@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,6 +66,7 @@ def test_a_run_s_history_shows_its_checkpoints_restarts_and_final_counts(tmp_pat
     assert "attempt 1 failed at" in out and "ValueError: a record the parser did not expect" in out
     assert "(operator 'parse', record 1500)" in out
     assert "completed" in out and "final" in out
+    assert "operators (the whole job):" in out and re.search(r"\n    parse +in 2,000, out 2,000\n", out)
 
     assert main(["history", str(tmp_path / "ckpt"), "--json"]) == 0
     stored = json.loads(capsys.readouterr().out)
@@ -107,7 +109,6 @@ def test_an_unknown_run_is_named(tmp_path: Path, capsys: Any) -> None:
 
 
 def test_history_serves_the_run_s_dashboard_until_stopped(tmp_path: Path, capsys: Any) -> None:
-    import re
     import urllib.request
 
     assert main(["run", _job_file(tmp_path, records=200), "--executor", "inprocess"]) == 0

@@ -92,9 +92,9 @@ def _details(r: RunRecord) -> None:
     for failure in m.get("restarts") or []:
         where = f" (operator {failure['operator']!r}, record {failure['record']})" if failure.get("operator") else ""
         print(f"  attempt {failure['attempt']} failed at {_when(failure['at'])}: {failure['cause']}{where}")
-    operators = m.get("operators") or []
+    operators = list(r.operators) or m.get("operators") or []
     if operators:
-        print("  operators (the last attempt's counts):")
+        print("  operators (the whole job):" if r.operators else "  operators (the last attempt, as recorded):")
         width = max(len(o["name"]) for o in operators)
         for o in operators:
             extra = "".join(f", {o[k]:,} {k.split('_')[0]}" for k in ("late_records", "skipped_records") if o.get(k))
@@ -103,7 +103,8 @@ def _details(r: RunRecord) -> None:
 
 def _as_json(r: RunRecord) -> dict[str, Any]:
     return {"run": r.run, "job": r.job, "state": r.state, "started_at": r.started_at, "ended_at": r.ended_at,
-            "written_at": r.written_at, "summary": r.summary, "status": r.status, "metrics": r.metrics}
+            "written_at": r.written_at, "summary": r.summary, "operators": list(r.operators), "status": r.status,
+            "metrics": r.metrics}
 
 
 def _serve(r: RunRecord, port: int) -> None:

@@ -16,6 +16,7 @@ touched by retention or by `existing="overwrite"` (which delete `chk-*` director
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -30,6 +31,7 @@ import pyarrow.fs as pafs
 
 from ...errors import CheckpointError, NoCheckpointError
 from ...state.storage import CheckpointStorage
+from ..wire.messages import OperatorMetrics
 from .control import JobControl
 
 log = logging.getLogger(__name__)
@@ -64,10 +66,12 @@ class JobHistory:
             history = _runs[control] = JobHistory(storage, control.status().job)
         return history
 
-    def record(self, control: JobControl, summary: str | None = None, *, often: bool = False) -> None:
-        """Write what `control` holds now (its status and newest metrics); `often`: only if the
-        last write is `EVERY_S` old (a checkpoint completed). A failed write is logged: the
-        history never fails a job."""
+    def record(self, control: JobControl, summary: str | None = None, *, often: bool = False,
+               operators: tuple[OperatorMetrics, ...] = ()) -> None:
+        """Write what `control` holds now (its status and newest metrics), and, at the end, the
+        summary and the whole job's counts per operator; `often`: only if the last write is
+        `EVERY_S` old (a checkpoint completed). A failed write is logged: the history never
+        fails a job."""
         now = time.monotonic()
         if often and now - self._written < EVERY_S:
             return
@@ -83,6 +87,7 @@ class JobHistory:
             "ended_at": time.time() if ended else None,
             "written_at": time.time(),
             "summary": summary,
+            "operators": [dataclasses.asdict(m) for m in operators],  # the whole job's, at its end
             "status": status.to_json(),
             "metrics": metrics.to_json() if metrics is not None else None,
         }
@@ -105,6 +110,7 @@ class RunRecord:
     summary: str | None
     status: dict[str, Any]
     metrics: dict[str, Any] | None
+    operators: tuple[dict[str, Any], ...] = ()  # the whole job's counts, once it ended
 
     @property
     def seconds(self) -> float | None:
@@ -132,7 +138,8 @@ def read_history(directory: str) -> list[RunRecord]:
                 body = json.loads(f.read())
             runs.append(RunRecord(body["run"], body["job"], body["status"]["state"], body["started_at"],
                                   body.get("ended_at"), body.get("written_at", body["started_at"]),
-                                  body.get("summary"), body["status"], body.get("metrics")))
+                                  body.get("summary"), body["status"], body.get("metrics"),
+                                  tuple(body.get("operators") or ())))
         except (OSError, ValueError, KeyError) as exc:
             log.warning("history file %s unreadable: %s", info.path, exc)
     return sorted(runs, key=lambda r: r.started_at)  # two runs may start within a second

@@ -52,7 +52,13 @@ from ..in_flight import check_in_flight
 from ..metrics import JobMetrics, MetricsCollector, TaskMetrics
 from ..migration import routing_for
 from ..result import CheckpointSummary, JobProgress, JobResult, RefusedCheckpoint, merge_metrics
-from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
+from ..wire.messages import (
+    AcknowledgeCheckpoint,
+    KeyGroupsAdopted,
+    KeyGroupsPrepared,
+    OperatorMetrics,
+    StateAnswer,
+)
 from .attempt import Attempt
 from .control import Command, JobControl, JobState, MoveRequest, Rescale
 from .coordinator import AbortedCheckpoint, CompletedCheckpoint
@@ -517,13 +523,14 @@ class JobMaster:
             sources=sources,
             sinks=sinks,
         )
-        self._archive(result.summary())
+        self._archive(result.summary(), operators=result.operators)
         return result
 
-    def _archive(self, summary: str | None = None, often: bool = False) -> None:
+    def _archive(self, summary: str | None = None, often: bool = False,
+                 operators: tuple[OperatorMetrics, ...] = ()) -> None:
         """Keep the job's status and metrics in its history (`history`), if it has a directory."""
         if self.history is not None:
-            self.history.record(self.control, summary, often=often)
+            self.history.record(self.control, summary, often=often, operators=operators)
 
 
 def _record_failure(cause: BaseException | None) -> tuple[str, str, str] | None:
