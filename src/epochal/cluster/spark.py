@@ -309,8 +309,11 @@ class _StageHost:
             if len(self.addresses) == self.workers:  # the rendezvous: everyone learns everyone
                 peers = Peers(tuple(self.addresses[w] for w in range(self.workers)))
                 for worker in [hello.worker] if known else list(self.links):
-                    self.links[worker].send_object(peers)
-                    self.links[worker].flush_blocking(5.0)
+                    try:
+                        self.links[worker].send_object(peers)
+                        self.links[worker].flush_blocking(5.0)
+                    except LinkClosed:  # died since its hello: its replacement says hello again
+                        pass
                 if not known:
                     self._event("rendezvous")
 
