@@ -152,3 +152,6 @@ def s3() -> Iterator[S3Server]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+from postgres_server import pg_dsn, postgres  # noqa: E402,F401 - fixtures: a real PostgreSQL server

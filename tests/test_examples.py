@@ -252,3 +252,20 @@ def test_the_delta_connectors_name_the_extra_they_need(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "deltalake", None)
     with pytest.raises(EpochalError, match=r"DeltaSource needs the deltalake library: pip install 'epochal\[delta\]'"):
         DeltaSource("some-table")
+
+
+def test_orders_cdc_to_postgres_keeps_totals_equal_to_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres: Any
+) -> None:
+    """Runs twice (each run starts its own server unless given one: here the tests' server)."""
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS example_orders WITH (FORCE)")
+        admin.execute("CREATE DATABASE example_orders")
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", postgres.dsn.replace("dbname=postgres", "dbname=example_orders"))
+    assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+    monkeypatch.delenv("EPOCHAL_EXAMPLE_DSN")
+    assert _run("orders_cdc_to_postgres", capsys, monkeypatch, times=1) == (
+        "6 customers, totals match the orders table: True")

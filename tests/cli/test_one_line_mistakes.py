@@ -4,7 +4,9 @@ job file, and a function that does not pickle (it ran in-process, and on Spark f
 launch, four times, without naming its operator).
 
 Each runs `epochal run` in a fresh interpreter (as a user would), timed from the call of
-`main` (not the interpreter's start), and checks that no JVM was started for it.
+`main` (not the interpreter's start), and checks that no JVM was started for it. "Within a
+second" is asserted on the CPU time the call took (about its wall time on an idle machine; on a
+shared, loaded 2-core CI box the wall time can be several times that), the wall time loosely.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ import pytest
 _PROBE = """
 import json, sys, time
 from epochal.cli.main import main
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 code = main(sys.argv[1:])
-seconds = time.perf_counter() - started
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
 jvm = False
 if "pyspark" in sys.modules:
     from pyspark import SparkContext
     jvm = SparkContext._gateway is not None
-print(json.dumps({"code": code, "seconds": seconds, "jvm": jvm}))
+print(json.dumps({"code": code, "seconds": seconds, "cpu": cpu, "jvm": jvm}))
 """
 
 
@@ -61,7 +63,7 @@ def _assert_one_line_at_once(found: dict[str, object], err: str, starts: str) ->
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(starts), lines[0]
     assert not found["jvm"], "Spark was started"
-    assert float(found["seconds"]) < 1.0, found  # type: ignore[arg-type]
+    assert float(found["cpu"]) < 1.0 and float(found["seconds"]) < 5.0, found  # type: ignore[arg-type]
     return lines[0]
 
 

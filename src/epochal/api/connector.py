@@ -63,6 +63,12 @@ class SplitReader(ABC):
     def position(self) -> Any:
         """Where to resume: just past the last record `read` returned (picklable)."""
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: Any) -> None:  # noqa: B027 - optional hook
+        """Checkpoint `checkpoint_id`, which holds `position` for this split, completed: no
+        restore of this job goes back before it, so a log may let go of what lies before it (a
+        replication slot advances). Called on the reader's task, for the newest complete
+        checkpoint only; never needed for recovery, which starts from the checkpoint's position."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the split's resources."""
 

@@ -1,22 +1,27 @@
-"""`epochal`: run job files and inspect checkpoints.
+"""`epochal`: run job files, inspect checkpoints and history, keep a SparkSession warm.
 
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
                        [--from-checkpoint auto|latest|ID|PATH] [--allow-non-restored-state]
-                       [--executor spark|inprocess] [--verbose] [-- ARGS]
-                       [--web-port N]
+                       [--executor spark|inprocess] [--verbose] [--web-port N]
+                       [--service URL [--service-token TOKEN]] [-- ARGS]
+    epochal serve [--master URL] [--host H] [--port N] [--token TOKEN] [--verbose]
     epochal status URL
     epochal cancel URL [--token TOKEN]
     epochal rescale URL N [--token TOKEN]
     epochal move URL GROUPS SUBTASK [--batch N] [--token TOKEN]
     epochal query URL UID KEY [--live]
     epochal checkpoints list D
+    epochal history D [--run RUN] [--json] [--web-port N]
     epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
+    epochal --version
 
 Mistakes a user makes (a missing job file or checkpoint directory, a URI no filesystem
-serves, a Spark master that cannot be reached, a job that must not start over earlier output)
-end with one line, `epochal: <message>`, and status 1, not a traceback. Spark starts only when
-the job executes, after its start checks; its start-up logging stays quiet unless `--verbose`.
-docs/operations.md documents every flag (tests/docs checks it against `build_parser`).
+serves, a Spark master that cannot be reached or is no URL, a job that must not start over
+earlier output, an argument Epochal's checks refuse) end with one line, `epochal: <message>`,
+and status 1, not a traceback; a job that finished from an older checkpoint than the newest
+(found corrupt) ends with status 3 (`cli.run`). Spark starts only when the job executes, after
+its start checks; its start-up logging stays quiet unless `--verbose`. docs/operations.md
+documents every flag (tests/docs checks it against `build_parser`).
 """
 
 from __future__ import annotations

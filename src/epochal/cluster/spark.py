@@ -48,14 +48,26 @@ from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
 from ..runtime.master.attempt import Attempt
-from ..runtime.master.control import JobControl, Rescale
+from ..runtime.master.command_desk import RescaleByRestore
+from ..runtime.master.control import JobControl
 from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
 from ..runtime.wire.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
-from .protocol import FromTask, Hello, Peers, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    Peers,
+    Progress,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
 from .stage_task import describe_failure, raised_in_task, unreachable_in, worker_function
@@ -104,10 +116,6 @@ class LaunchFailed(WorkerLost):
             self.fingerprint = ("<launch>", why, "")
 
 
-class JobMasterUnreachable(EpochalError):
-    """The workers cannot connect back to the job master: relaunching would not help."""
-
-
 class SparkExecutor:
     """Runs a job graph on Spark: one barrier stage, a worker per task slot.
 
@@ -144,7 +152,7 @@ class SparkExecutor:
 
         `recompile(n)`: the job at parallelism `n`; given it, a rescale within the stage's workers
         (`JobConfig.max_workers`) happens in place: the tasks restart in the running stage from
-        the rescale's checkpoint. Without it, or beyond them, the host leaves by `Rescale`.
+        the rescale's checkpoint. Without it, or beyond them, the host leaves by `RescaleByRestore`.
         """
         workers = max(max(v.parallelism for v in job.vertices), job.config.max_workers or 0)
         # first the job master's start checks (sources, every operator pickles, sinks, checkpoints):
@@ -162,7 +170,7 @@ class SparkExecutor:
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
                 f"({master_of(spark)}) has {slots}; lower the parallelism or add executors/cores"
             )
-        master.control.max_workers = slots  # a rescale beyond them is refused, not launched
+        master.control.task_slots = slots  # a rescale beyond them is refused, not launched
         host = self.bind_host or bind_host(spark)
         return _StageHost(master, spark, workers, host, self, recompile).run()
 
@@ -301,8 +309,11 @@ class _StageHost:
             if len(self.addresses) == self.workers:  # the rendezvous: everyone learns everyone
                 peers = Peers(tuple(self.addresses[w] for w in range(self.workers)))
                 for worker in [hello.worker] if known else list(self.links):
-                    self.links[worker].send_object(peers)
-                    self.links[worker].flush_blocking(5.0)
+                    try:
+                        self.links[worker].send_object(peers)
+                        self.links[worker].flush_blocking(5.0)
+                    except LinkClosed:  # died since its hello: its replacement says hello again
+                        pass
                 if not known:
                     self._event("rendezvous")
 
@@ -389,10 +400,10 @@ class _StageHost:
         for link in self.links.values():
             link.send_object(start)
 
-    def _rescale_in_place(self, rescale: Rescale) -> bool:
+    def _rescale_in_place(self, rescale: RescaleByRestore) -> bool:
         """Restart the tasks at the new parallelism in this stage, from the rescale's checkpoint,
         if the stage has the workers the job wants, `max(parallelism, max_workers)` (a job without
-        standby slots that scales down frees its slots); else False: the host leaves by `Rescale`
+        standby slots that scales down frees its slots); else False: the host leaves by `RescaleByRestore`
         and the job is relaunched in a new stage (so too when nobody can compile it anew)."""
         wanted = max(rescale.parallelism, self.job.config.max_workers or 0)
         if self.recompile is None or wanted != self.workers:
@@ -408,7 +419,7 @@ class _StageHost:
         self.job = job
         self._event("rescaled")
         self._start_attempt(cloudpickle.dumps(job))
-        rescale.done(self.master.control, job)
+        rescale.done(self.master.control, job.parallelism)
         log.warning("job %r: rescaled in place to %d (of %d workers)", job.name, rescale.parallelism, self.workers)
         return True
 
@@ -436,7 +447,7 @@ class _StageHost:
                         try:
                             self._supervise(launch)
                             break
-                        except Rescale as rescale:
+                        except RescaleByRestore as rescale:
                             if not self._rescale_in_place(rescale):
                                 raise
                 except WorkerLost as exc:

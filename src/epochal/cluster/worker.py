@@ -35,7 +35,8 @@ from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
-from ..runtime.task.task import Task, TaskState
+from ..runtime.task.setup import TaskState
+from ..runtime.task.task import Task
 from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..runtime.wire.channel import LocalChannel
 from ..runtime.wire.messages import AcknowledgeCheckpoint
@@ -58,7 +59,18 @@ from ..runtime.wire.network import (
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
-from .protocol import FromTask, Hello, Peers, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    Peers,
+    Progress,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .snapshot_thread import SnapshotThread
 
 log = logging.getLogger(__name__)
@@ -73,10 +85,6 @@ UNREACHABLE = "the Spark workers cannot reach the job master"
 
 def worker_of(task: TaskId) -> int:
     return task.subtask
-
-
-class JobMasterUnreachable(ConnectionError):
-    """This worker cannot connect to the job master (its message starts with `UNREACHABLE`)."""
 
 
 def connect_to_job_master(address: tuple[str, int], worker: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:

@@ -37,7 +37,8 @@ from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .time import AssignTimestampsOperator
-from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator
+from .window_output import LateRecord, SplitLateOperator
+from .windows import KeyedWindowOperator
 
 __all__ = [
     "KeyedWindowOperator",

@@ -14,7 +14,7 @@ from typing import Any
 from ...errors import OperatorError
 from ...plan.specs import OnError, SinkSpec, SourceSpec
 from ..fault_points import fault_point
-from ..split_handover import PendingSplits, discovery_interval, split_move
+from ..splits import PendingSplits, discovery_interval, split_move
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
 from ..wire.batches import batch_len
 from ..wire.elements import Batch
@@ -56,7 +56,7 @@ class SourceOperator(RuntimeOperator):
     records late.
 
     With standby subtasks, a live rescale hands splits over at its rerouting barrier
-    (`runtime.split_handover`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
+    (`runtime.splits`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
     end when it has nothing to read, but once told `no_more_splits`.
     """
 
@@ -76,6 +76,7 @@ class SourceOperator(RuntimeOperator):
         self.hands_over = False  # a live rescale may hand it splits (set by the task)
         self.no_more_splits = False  # the job master said none will come: end when read
         self._pending: PendingSplits | None = None  # handed over, read once their checkpoint completed
+        self._acks: dict[int, dict[str, Any]] = {}  # checkpoint -> its positions of the open readers
         self._mark = NO_WATERMARK  # the last watermark taken, and whether it said idle
         self._said_idle = False
         self.on_error = spec.on_error
@@ -128,7 +129,7 @@ class SourceOperator(RuntimeOperator):
         """Whether splits may still come: found by the enumerator, or handed over."""
         return self.discovers or self._pending is not None or (self.hands_over and not self.no_more_splits)
 
-    # -- live rescale (`runtime.split_handover`) ---------------------------------------------------
+    # -- live rescale (`runtime.splits`) ---------------------------------------------------
     def hand_over(self, checkpoint_id: int, readers: int) -> WatermarkAdvance | None:
         """The rerouting barrier `checkpoint_id` went out, this subtask's snapshot fixed: from
         now on `readers` subtasks read. Give up the splits that are no longer this subtask's,
@@ -306,6 +307,10 @@ class SourceOperator(RuntimeOperator):
         by a subtask that does not read the split would go stale, and win the next union."""
         state = self._state
         mine = {s.split_id for s in self._splits}
+        acks = {k: state.positions[k] for k, r in self._readers.items()
+                if k in state.positions and hasattr(r, "notify_checkpoint_complete")}
+        if acks:
+            self._acks[checkpoint_id] = acks
         return OperatorSnapshot(
             state=SourcePositions(
                 {k: v for k, v in state.positions.items() if k in mine},
@@ -314,6 +319,21 @@ class SourceOperator(RuntimeOperator):
                 not self.discovers and self._pending is None and mine <= state.finished,
             )
         )
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Tell the readers that want it where the newest complete checkpoint has their split
+        (`SplitReader.notify_checkpoint_complete`), once; older checkpoints' entries go."""
+        done = [cid for cid in self._acks if cid <= checkpoint_id]
+        if not done:
+            return
+        newest = self._acks[max(done)]
+        for cid in done:
+            del self._acks[cid]
+        for split_id, position in newest.items():
+            reader = self._readers.get(split_id)
+            if reader is not None:
+                with guard(self.name, f"<split {split_id}: checkpoint {checkpoint_id} complete>"):
+                    reader.notify_checkpoint_complete(max(done), position)
 
     def close(self) -> None:
         for reader in self._readers.values():
