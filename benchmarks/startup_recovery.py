@@ -186,6 +186,7 @@ def run(quick: bool) -> dict[str, Any]:
     from epochal.cluster.spark import default_session
 
     reps = 2 if quick else 5
+    load_before = os.getloadavg()[0]  # the 2 cores are shared: how busy the machine was says what figures mean
     tmp = tempfile.mkdtemp(prefix="epochal-bench-")
     cold: dict[str, list[dict[str, float]]] = {"classic": [], "connect": []}
     for _ in range(1 if quick else 3):  # the two kinds in turn, so that drift in load hits both
@@ -209,6 +210,7 @@ def run(quick: bool) -> dict[str, Any]:
         "connect": {"host": "spark connect, remote(local[*]) on 2 cores", **_phases(cold["connect"], connect)},
         "cold_run_phases": phases,
         "service": service,
+        "load_average": [load_before, os.getloadavg()[0]],
     }
     _plot(result)
     lines = [
@@ -222,15 +224,20 @@ def run(quick: bool) -> dict[str, Any]:
             f"| {b['median']:.2f} ({b['min']:.2f}–{b['max']:.2f}) | {a['n']} |"
         )
     result["summary"] = (
+        f"Load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end of the run, on 2 cores "
+        "(other work shares them: the start-up figures grow with it; compare within the run).\n\n"
         "Host: Spark `local[2]` (`local[*]` on 2 cores), 2 workers, `spark.python.task.killTimeout=200ms`; "
         "classic: a SparkSession in the job's process; Spark Connect: `SparkSession.builder.remote(\"local[*]\")`, "
         "a Connect server in the job's process and the job master in its client.\n\n"
         + "\n".join(lines)
         + "\n\n![start-up and recovery](img/startup_recovery.png)\n\n"
         "In-place recovery needs no Spark work: the workers keep their Spark tasks and rebuild "
-        "their operators from the latest checkpoint. A dead worker fails the barrier stage, which "
-        "Spark does not retry, so the job master cancels it and submits a new one; most of that "
-        "time is Spark's task scheduling and the barrier rendezvous (`allGather`, about 1 s). "
+        "their operators from the latest checkpoint. A SIGKILLed worker process is replaced inside "
+        "its Spark task (`cluster/supervisor.py`) and the attempt restarts in place; a lost Spark "
+        "task fails the barrier stage, which Spark does not retry, so the job master submits a new "
+        "one. A stage's workers meet through the job master (their hellos and the peers' addresses "
+        "on their control links), not the barrier context's `allGather`, which took about a second "
+        "(the JVM polls once a second). "
         "Through Connect the stage is a DataFrame's `mapInArrow(barrier=True)`, planned by the "
         "server, and the session start includes the Connect server and the client's connection.\n\n"
         "Where a cold `epochal run job.py` spends its time, for a job that takes about a second of its "
