@@ -38,6 +38,7 @@ __all__ = [
     "TaskCheckpointStats",
     "SplitLogState",
     "OperatorCounts",
+    "PatchState",
     "Manifest",
     "checkpoint_dir_name",
     "checkpoint_of_path",
@@ -145,6 +146,17 @@ class OperatorCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class PatchState:
+    """A live logic patch in effect at this checkpoint: operator `uid` runs the function pickled
+    in `file` from checkpoint `since` on (`runtime.patches`)."""
+
+    uid: str
+    patch_id: int
+    since: int
+    file: FileHandle
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """The commit record of one checkpoint; its presence makes the checkpoint complete."""
 
@@ -162,6 +174,7 @@ class Manifest:
     # per operator, the records of the whole job up to this checkpoint; None: not known (a
     # checkpoint of an older version, or restored from one)
     counts: tuple[OperatorCounts, ...] | None = None
+    patches: tuple[PatchState, ...] = ()  # live logic patches in effect (`runtime.patches`)
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 
@@ -189,6 +202,8 @@ class Manifest:
                         yield handle
         for split_log in self.split_logs:
             yield from split_log.segments
+        for patch in self.patches:
+            yield patch.file
 
     def written_size(self) -> int:
         """Bytes of the files that live in this checkpoint's own directory (new in it)."""

@@ -16,7 +16,7 @@ whole, and nothing it holds is ever committed.
   error (`CorruptCheckpointError`), in one line, before Spark starts.
 - A savepoint is verified as it is copied in (`savepoints.adopt`).
 - After a failure, the job master restores the newest checkpoint of the run that verifies
-  (`JobMaster._latest_restorable`), through `verified` here.
+  (`FailureManager.latest_restorable`; also when survivors restore only the lost workers), through `verified` here.
 """
 
 from __future__ import annotations
