@@ -8,6 +8,8 @@ that says what happened in one line.
   refused job) or a mistake Epochal's argument checks found, printed as one line; 3 when a job
   finished but had to restore an older checkpoint than the newest, found corrupt (its summary
   says which and why).
+- A job file that imports a library of one of the package's extras that is not installed
+  (`import psycopg`) ends with one line naming the extra to install (`connectors.extras`).
 - A `TypeError` or `ValueError` raised by Epochal's own checks of what the job file passed it
   (`StreamEnvironment(parallelism=0)`) is one line naming the job file's line, not a traceback;
   one raised by the job file's own code keeps its traceback, as does every error with `--verbose`.
@@ -25,6 +27,7 @@ import traceback
 
 from ..api.environment import RunOverrides, run_overrides
 from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
+from ..connectors.extras import install_hint, missing_extra
 from ..errors import EpochalError
 from ..runtime.result import JobResult
 from .progress import ProgressDisplay
@@ -80,12 +83,19 @@ def run_job_file(job: str, job_args: list[str], overrides: RunOverrides, traceba
 
     Raises:
         EpochalError: also for a `TypeError` or `ValueError` Epochal's checks raised on what the
-            job file passed (one line naming the file's line), unless `tracebacks`.
+            job file passed (one line naming the file's line), unless `tracebacks`; and for an
+            import of an extra's library that is not installed (naming the extra).
     """
     argv, sys.argv = sys.argv, [job, *job_args]
     try:
         with run_overrides(overrides):
             runpy.run_path(job, run_name="__main__")
+    except ModuleNotFoundError as exc:
+        missing = None if tracebacks else missing_extra(exc)
+        if missing is None:
+            raise
+        module, extra = missing
+        raise EpochalError(f"{os.path.basename(job)} needs the {module} library: {install_hint(extra)}") from None
     except (TypeError, ValueError) as exc:
         mistake = None if tracebacks else argument_mistake(exc, job)
         if mistake is None:
