@@ -124,7 +124,7 @@ class PendingCheckpoint:
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
         assert self.is_fully_acknowledged, "a checkpoint completes only when every task acknowledged"
-        return CompletedCheckpoint(self.checkpoint_id, manifest)
+        return CompletedCheckpoint(self.checkpoint_id, manifest, {t: a.counts for t, a in self.acks.items()})
 
     def abort(self, reason: AbortReason, detail: str = "") -> AbortedCheckpoint:
         return AbortedCheckpoint(self.checkpoint_id, reason, detail)

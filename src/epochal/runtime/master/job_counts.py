@@ -12,6 +12,11 @@ barrier in the checkpoint's counts, after it in the counts of the attempt that r
 counted into the downstream one when they are replayed. At-least-once checkpoints replay some
 records, and count them again.)
 
+With survivors (`master.survivors`), only a lost worker's tasks restore a checkpoint C; the
+others count on from their attempt's start. The attempt then counts on from C's counts less what
+the survivors had counted at C (`survivors_base`), so C's counts plus every task's records
+since C make the whole job's again.
+
 Pure functions: the coordinator folds acknowledgements into a manifest's counts, the job
 master folds an attempt's final counts onto the counts it restored.
 """
@@ -61,6 +66,41 @@ def checkpoint_counts(
                 t[2] += m.late_records
                 t[3] += m.skipped_records
     return tuple(OperatorCounts(uid, *t) for uid, t in totals.items())
+
+
+def survivors_base(
+    job: JobGraph, restored: Base, survivors_at: Iterable[tuple[OperatorMetrics, ...]]
+) -> Base:
+    """What an attempt counts on from once its lost tasks restored a checkpoint whose counts are
+    `restored`: those, less the survivors' counts at that checkpoint (`survivors_at`: they count
+    since the attempt began, and go on counting)."""
+    if restored is None:
+        return None
+    uids = _uids(job)
+    totals = {uid: [c.records_in, c.records_out, c.late_records, c.skipped_records] for uid, c in restored.items()}
+    for counts in survivors_at:
+        for m in counts:
+            t = totals.get(uids.get(m.name, ""))
+            if t is not None:
+                t[0] -= m.records_in
+                t[1] -= m.records_out
+                t[2] -= m.late_records
+                t[3] -= m.skipped_records
+    return {uid: OperatorCounts(uid, *t) for uid, t in totals.items()}
+
+
+def less(job: JobGraph, whole: tuple[OperatorMetrics, ...], base: Base) -> tuple[OperatorMetrics, ...]:
+    """The whole job's counts less a checkpoint's (`base`): the records since that checkpoint."""
+    if not base:
+        return whole
+    uids = _uids(job)
+    out = []
+    for m in whole:
+        b = base.get(uids.get(m.name, ""))
+        out.append(m if b is None else OperatorMetrics(
+            m.name, m.records_in - b.records_in, m.records_out - b.records_out,
+            m.late_records - b.late_records, m.skipped_records - b.skipped_records))
+    return tuple(out)
 
 
 def whole_job(job: JobGraph, base: Base, since: tuple[OperatorMetrics, ...]) -> tuple[OperatorMetrics, ...]:

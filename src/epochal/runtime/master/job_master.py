@@ -50,7 +50,7 @@ from .control import JobControl, JobState
 from .enumerator import SplitEnumerators
 from .failure_manager import FailureManager
 from .history import JobHistory
-from .job_counts import base_of, endpoints, whole_job
+from .job_counts import Base, base_of, endpoints, less, survivors_base, whole_job
 from .metrics_collector import MetricsCollector
 from .migrations import Migrations
 from .patches import PatchLog
@@ -149,6 +149,8 @@ class JobMaster:
         self.metrics = MetricsCollector(job, self.control.metrics())
         self.history = JobHistory.of(self.control, self.storage)  # kept in the checkpoint directory
         self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
+        self._counts_base: Base = {}  # what the attempt's counts go on from (`job_counts`)
+        self._task_counts: dict[int, dict[TaskId, tuple[OperatorMetrics, ...]]] = {}  # by checkpoint
 
     def _resolve(self, from_checkpoint: str | int | None) -> RestorePoint | None:
         """The checkpoint to start from, every byte verified (`restore_point`)."""
@@ -193,7 +195,8 @@ class JobMaster:
             self, self.enumerators, self.patches,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
-        self.attempt.coordinator.counts_base = base_of(self.restore_from)
+        self.attempt.coordinator.counts_base = self._counts_base = base_of(self.restore_from)
+        self._task_counts.clear()  # the counts of this attempt's checkpoints (survivors')
         self.migrations.send = self.attempt.send
         self.commands.attempt_started(self.attempt)
         self.metrics.attempt_started()
@@ -283,6 +286,7 @@ class JobMaster:
         except JobFailedError:
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
             raise
+        self._restored_by_survivors(restore, lost, attempt)
         self.restore_from = restore
         self.commands.stop("a worker was lost")
         self.worker_lost(lost)
@@ -290,6 +294,20 @@ class JobMaster:
         log.warning("job %r: worker(s) %s restore checkpoint %d; the others run on", self.job.name, sorted(lost),
                     plan.checkpoint_id)
         return plan
+
+    def _restored_by_survivors(self, restore: Manifest | None, lost: set[int], attempt: Attempt) -> None:
+        """The lost workers' tasks restore `restore`; the others count on: the counts go on from
+        `restore`'s less what the survivors had counted at it (unknown if that was not kept)."""
+        if restore is None:
+            base: Base = {}
+        elif restore.checkpoint_id == self.restored_from[-1]:  # the attempt's own start: nothing counted before
+            base = base_of(restore)
+        elif restore.checkpoint_id in self._task_counts:
+            at = self._task_counts[restore.checkpoint_id]
+            base = survivors_base(self.job, base_of(restore), (c for t, c in at.items() if t.subtask not in lost))
+        else:
+            base = None
+        attempt.coordinator.counts_base = self._counts_base = base
 
     def survivors_caught_up(self) -> None:
         """Every survivor dropped what the restored tasks sent again: checkpoints go on."""
@@ -354,6 +372,9 @@ class JobMaster:
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self._task_counts[checkpoint.checkpoint_id] = checkpoint.task_counts
+        for old in sorted(self._task_counts)[:-8]:  # survivors restore the newest that verifies
+            del self._task_counts[old]
         self.patches.completed(checkpoint.manifest)
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
@@ -392,7 +413,7 @@ class JobMaster:
         """Tell the progress display (the whole job's counts, `progress_view`); `state` for the
         last report, as the job ends: a display's last frame is the end, not a second before it."""
         if self.progress is not None:
-            self.progress(progress_view(self.job, metrics, self.restore_from, self.checkpoints, self.restarts,
+            self.progress(progress_view(self.job, metrics, self._counts_base, self.checkpoints, self.restarts,
                                         (state or self.control.status().state).value, self.control.web_url))
 
     def _final_report(self, state: JobState) -> None:
@@ -414,14 +435,16 @@ class JobMaster:
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
         self._final_report(JobState.FINISHED)
         self.control.publish(state=JobState.FINISHED)
-        since = merge_metrics([m.metrics for m in self.attempt.finished.values()])
-        base = base_of(self.restore_from)
+        counted = merge_metrics([m.metrics for m in self.attempt.finished.values()])
+        base = self._counts_base
+        whole = whole_job(self.job, base, counted)
+        since = counted if base is None else less(self.job, whole, base_of(self.restore_from))
         sources, sinks = endpoints(self.job)
         result = JobResult(
             self.job.name,
             self.restarts,
             tuple(self.checkpoints),
-            whole_job(self.job, base, since),
+            whole,
             tuple(self.failures),
             tuple(self.restored_from),
             operators_since=since,

@@ -10,21 +10,21 @@ from __future__ import annotations
 import math
 
 from ...plan.job_graph import JobGraph
-from ...state.manifest import Manifest
 from ..metrics import JobMetrics
 from ..result import CheckpointSummary, JobProgress
-from .job_counts import base_of, job_totals
+from .job_counts import Base, job_totals
 
 
 def progress_view(
-    job: JobGraph, metrics: JobMetrics, restored: Manifest | None, checkpoints: list[CheckpointSummary],
+    job: JobGraph, metrics: JobMetrics, base: Base, checkpoints: list[CheckpointSummary],
     restarts: int, state: str, web_url: str | None,
 ) -> JobProgress:
-    """What a display shows of `metrics`, the job in `state`."""
+    """What a display shows of `metrics`, the job in `state`; `base`: what the attempt counts on
+    from (`job_counts`)."""
     newest = checkpoints[-1] if checkpoints else None
     lags = [op.watermark_lag_s for op in metrics.operators if op.watermark_lag_s is not None]
     marks = [op.watermark for op in metrics.operators if math.isfinite(op.watermark)]
-    before_in, before_out = job_totals(job, base_of(restored))
+    before_in, before_out = job_totals(job, base)
     return JobProgress(
         before_in + metrics.records_in, before_out + metrics.records_out, len(checkpoints),
         newest.duration_ms if newest else None, restarts, metrics.in_rate,
