@@ -24,12 +24,11 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from ...errors import JobCancelledError, JobFailedError, NoCheckpointError
+from ...errors import JobCancelledError, JobFailedError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
-from ..channel_state import check_in_flight
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
 from ..clock import Clock
 from ..commands import Move, Ticket
@@ -45,18 +44,19 @@ from ..wire.messages import (
     StateAnswer,
 )
 from .attempt import Attempt
+from .attempt_counts import AttemptCounts
 from .command_desk import CommandDesk, RescaleByRestore
 from .control import JobControl, JobState
 from .enumerator import SplitEnumerators
 from .failure_manager import FailureManager
 from .history import JobHistory
-from .job_counts import Base, base_of, endpoints, less, survivors_base, whole_job
+from .job_counts import endpoints
 from .metrics_collector import MetricsCollector
 from .migrations import Migrations
 from .patches import PatchLog
 from .progress_view import progress_view
 from .recovery import recovery_plan
-from .restore_point import RestorePoint, resolve
+from .restore_point import start_point
 from .start_checks import (
     check_checkpoint_directory,
     check_picklable,
@@ -127,7 +127,11 @@ class JobMaster:
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
         self.commands = CommandDesk(job, self.control, self.storage, self.migrations)
-        start = self._resolve(from_checkpoint)
+        start = None
+        if from_checkpoint is not None:  # every byte verified (`restore_point`)
+            start = start_point(self.storage, job, from_checkpoint, self.migrations.standby)
+            if start.adopted:  # a savepoint copied in: no older checkpoint of the directory is its ancestor
+                self._oldest_ancestor = start.manifest.checkpoint_id
         self.restore_from: Manifest | None = start.manifest if start is not None else None
         self.patches = self.commands.patches = PatchLog(job, self.restore_from)  # live logic patches
         check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
@@ -149,31 +153,7 @@ class JobMaster:
         self.metrics = MetricsCollector(job, self.control.metrics())
         self.history = JobHistory.of(self.control, self.storage)  # kept in the checkpoint directory
         self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
-        self._counts_base: Base = {}  # what the attempt's counts go on from (`job_counts`)
-        self._task_counts: dict[int, dict[TaskId, tuple[OperatorMetrics, ...]]] = {}  # by checkpoint
-
-    def _resolve(self, from_checkpoint: str | int | None) -> RestorePoint | None:
-        """The checkpoint to start from, every byte verified (`restore_point`)."""
-        if from_checkpoint is None:
-            return None
-        if self.storage is None:
-            raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
-        point = resolve(self.storage, from_checkpoint)
-        manifest = point.manifest
-        if point.adopted:
-            self._oldest_ancestor = manifest.checkpoint_id
-        check_in_flight(manifest, self.job)
-        table = manifest.routing
-        if table is not None and self.migrations.standby and table.active != self.job.parallelism:
-            # the job was rescaled live since; it starts at the parallelism it is given now
-            log.info("job %r: checkpoint %d ran at parallelism %d; starting at %d", self.job.name,
-                     manifest.checkpoint_id, table.active, self.job.parallelism)
-            manifest = dataclasses.replace(manifest, routing=None)
-        if point.refused:
-            log.warning("job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d (%s)", self.job.name,
-                        [r.checkpoint_id for r in point.refused], manifest.checkpoint_id, point.refused[0].reason)
-        log.info("job %r restores checkpoint %d", self.job.name, manifest.checkpoint_id)
-        return dataclasses.replace(point, manifest=manifest)
+        self.counts = AttemptCounts(job)  # what the attempt's counts go on from: the whole job's
 
     # -- attempts --------------------------------------------------------------------------------
     def start_attempt(self, send: Callable[[TaskId, object], None]) -> Attempt:
@@ -195,8 +175,7 @@ class JobMaster:
             self, self.enumerators, self.patches,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
-        self.attempt.coordinator.counts_base = self._counts_base = base_of(self.restore_from)
-        self._task_counts.clear()  # the counts of this attempt's checkpoints (survivors')
+        self.attempt.coordinator.counts_base = self.counts.attempt_started(self.restore_from)
         self.migrations.send = self.attempt.send
         self.commands.attempt_started(self.attempt)
         self.metrics.attempt_started()
@@ -286,7 +265,7 @@ class JobMaster:
         except JobFailedError:
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
             raise
-        self._restored_by_survivors(restore, lost, attempt)
+        attempt.coordinator.counts_base = self.counts.survivors_restored(restore, lost)
         self.restore_from = restore
         self.commands.stop("a worker was lost")
         self.worker_lost(lost)
@@ -294,20 +273,6 @@ class JobMaster:
         log.warning("job %r: worker(s) %s restore checkpoint %d; the others run on", self.job.name, sorted(lost),
                     plan.checkpoint_id)
         return plan
-
-    def _restored_by_survivors(self, restore: Manifest | None, lost: set[int], attempt: Attempt) -> None:
-        """The lost workers' tasks restore `restore`; the others count on: the counts go on from
-        `restore`'s less what the survivors had counted at it (unknown if that was not kept)."""
-        if restore is None:
-            base: Base = {}
-        elif restore.checkpoint_id == self.restored_from[-1]:  # the attempt's own start: nothing counted before
-            base = base_of(restore)
-        elif restore.checkpoint_id in self._task_counts:
-            at = self._task_counts[restore.checkpoint_id]
-            base = survivors_base(self.job, base_of(restore), (c for t, c in at.items() if t.subtask not in lost))
-        else:
-            base = None
-        attempt.coordinator.counts_base = self._counts_base = base
 
     def survivors_caught_up(self) -> None:
         """Every survivor dropped what the restored tasks sent again: checkpoints go on."""
@@ -372,9 +337,7 @@ class JobMaster:
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
-        self._task_counts[checkpoint.checkpoint_id] = checkpoint.task_counts
-        for old in sorted(self._task_counts)[:-8]:  # survivors restore the newest that verifies
-            del self._task_counts[old]
+        self.counts.checkpoint_completed(checkpoint)
         self.patches.completed(checkpoint.manifest)
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
@@ -413,7 +376,7 @@ class JobMaster:
         """Tell the progress display (the whole job's counts, `progress_view`); `state` for the
         last report, as the job ends: a display's last frame is the end, not a second before it."""
         if self.progress is not None:
-            self.progress(progress_view(self.job, metrics, self._counts_base, self.checkpoints, self.restarts,
+            self.progress(progress_view(self.job, metrics, self.counts.base, self.checkpoints, self.restarts,
                                         (state or self.control.status().state).value, self.control.web_url))
 
     def _final_report(self, state: JobState) -> None:
@@ -435,10 +398,8 @@ class JobMaster:
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
         self._final_report(JobState.FINISHED)
         self.control.publish(state=JobState.FINISHED)
-        counted = merge_metrics([m.metrics for m in self.attempt.finished.values()])
-        base = self._counts_base
-        whole = whole_job(self.job, base, counted)
-        since = counted if base is None else less(self.job, whole, base_of(self.restore_from))
+        whole, since = self.counts.result(merge_metrics([m.metrics for m in self.attempt.finished.values()]),
+                                          self.restore_from)
         sources, sinks = endpoints(self.job)
         result = JobResult(
             self.job.name,
@@ -449,7 +410,7 @@ class JobMaster:
             tuple(self.restored_from),
             operators_since=since,
             since_checkpoint=self.restore_from.checkpoint_id if self.restore_from is not None else None,
-            counts_whole=base is not None,
+            counts_whole=self.counts.base is not None,
             refused=tuple(self.failure_manager.refused_reasons),
             sources=sources,
             sinks=sinks,

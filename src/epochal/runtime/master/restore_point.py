@@ -21,14 +21,20 @@ whole, and nothing it holds is ever committed.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
 
 from ...errors import CorruptCheckpointError, NoCheckpointError
+from ...plan.job_graph import JobGraph
 from ...state.manifest import Manifest
 from ...state.savepoints import adopt, load_savepoint
 from ...state.storage import CheckpointStorage
 from ...state.verify import verify_checkpoint
+from ..channel_state import check_in_flight
 from ..result import RefusedCheckpoint
+
+log = logging.getLogger(__name__)
 
 LATEST = "latest"
 
@@ -98,3 +104,30 @@ def resolve(storage: CheckpointStorage, which: str | int) -> RestorePoint:
             f"(from_checkpoint={LATEST!r} takes the newest that verifies)"
         ) from exc
     return RestorePoint(manifest)
+
+
+def start_point(storage: CheckpointStorage | None, job: JobGraph, which: str | int, standby: bool) -> RestorePoint:
+    """What a job started with `from_checkpoint=which` restores (`resolve`), checked against the
+    job; `standby`: the job runs standby subtasks (a checkpoint of a live rescale then restores
+    at the parallelism the job is given now).
+
+    Raises:
+        NoCheckpointError: as `resolve`, or the job has no checkpoint directory.
+        CorruptCheckpointError: as `resolve`.
+    """
+    if storage is None:
+        raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
+    point = resolve(storage, which)
+    manifest = point.manifest
+    check_in_flight(manifest, job)
+    table = manifest.routing
+    if table is not None and standby and table.active != job.parallelism:
+        # the job was rescaled live since; it starts at the parallelism it is given now
+        log.info("job %r: checkpoint %d ran at parallelism %d; starting at %d", job.name,
+                 manifest.checkpoint_id, table.active, job.parallelism)
+        manifest = dataclasses.replace(manifest, routing=None)
+    if point.refused:
+        log.warning("job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d (%s)", job.name,
+                    [r.checkpoint_id for r in point.refused], manifest.checkpoint_id, point.refused[0].reason)
+    log.info("job %r restores checkpoint %d", job.name, manifest.checkpoint_id)
+    return dataclasses.replace(point, manifest=manifest)
