@@ -345,3 +345,11 @@ def test_shop_totals_commits_each_shop_s_aggregates_from_partials(
         windows = list(read_committed(os.path.join("out-shops", "per-minute")))
         assert sum(r[-1] for r in windows) == sales.num_rows
         assert len(windows) == len({(r[0], r[1]) for r in windows})  # each (shop, minute) once
+
+
+def test_every_example_is_run_by_a_test() -> None:
+    """A new example gets a test that runs it twice (here, test_examples_*.py, or the Nexmark
+    queries' own), or it is an example nobody knows still runs."""
+    tests = "".join(p.read_text(encoding="utf-8") for p in Path(__file__).parent.glob("test_examples*.py"))
+    missing = [n for n in sorted(os.listdir(EXAMPLES)) if n.endswith(".py") and n[:-3] not in tests]
+    assert not missing, f"examples no test runs: {missing}"
