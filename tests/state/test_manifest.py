@@ -127,10 +127,11 @@ def test_a_version_2_manifest_loads_and_is_written_byte_for_byte_the_same() -> N
     assert manifest.tasks == (TaskCheckpointStats("v1[0]", 0.25, 1.5, 3.0, 467),)
     assert manifest.split_logs == ()
     # written again, it is version 5: the same fields, no split logs, no routing table, no
-    # record counts (not known), and no key group sets (contiguous ranges)
+    # record counts (not known), no patches, and no key group sets (contiguous ranges)
     old, new = json.loads(data)["manifest"], json.loads(manifest.to_json())["manifest"]
     assert (old.pop("format_version"), new.pop("format_version")) == (2, 5)
     assert new.pop("split_logs") == [] and new.pop("routing") is None and new.pop("counts") is None
+    assert new.pop("patches") == []
     for op in new["operators"]:
         for sub in op["subtasks"]:
             assert sub.pop("key_groups") is None
