@@ -46,7 +46,6 @@ CLAIMS = [
     Claim("docs/operations.md", "A client the cluster cannot reach", ("epochal.cluster.stage_master",)),
     Claim("docs/concepts/elasticity.md", "Cheaper moves of large state", ("text:ingest_external_file",)),
     Claim("docs/concepts/elasticity.md", "Copies on local disk", ("epochal.config.StateConfig.backup_directory",)),
-    Claim("docs/concepts/elasticity.md", "Survivors beyond single-split sources", ("text:survivors_replay_splits",)),
 ]
 
 
