@@ -347,6 +347,17 @@ def test_shop_totals_commits_each_shop_s_aggregates_from_partials(
         assert len(windows) == len({(r[0], r[1]) for r in windows})  # each (shop, minute) once
 
 
+def test_vertical_elasticity_resizes_a_pool_live_and_runs_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example checks its totals itself; the pool grew (more than one process computed)."""
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        summary = _run("vertical_elasticity", capsys, monkeypatch, times=1)
+        processes = int(summary.split("; ")[1].split()[0])
+        assert processes > 1 and summary.endswith("0 restart(s)"), summary
+
+
 def test_every_example_is_run_by_a_test() -> None:
     """A new example gets a test that runs it twice (here, test_examples_*.py, or the Nexmark
     queries' own), or it is an example nobody knows still runs."""
