@@ -120,11 +120,12 @@ class SessionCounter(KeyedProcessFunction):
 
 if __name__ == "__main__":
     env = StreamEnvironment(parallelism=2,
-                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt-sessions"))
+                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt-sessions",
+                                                        existing="overwrite"))  # every run starts over
     (env.from_source(ClickScript(SCRIPT, LINGER)).set_parallelism(1)  # one split: one reader
         .key_by("user")                        # a dict record: keyed by its "user" item
         .process(SessionCounter(GAP))
-        .sink_to(FileSink("out-sessions/")))
+        .sink_to(FileSink("out-sessions/", mode="overwrite")))
     result = env.execute("sessions")
 
     print(f"sessions: {result.operator('sink').records_in} sessions committed to out-sessions/ "

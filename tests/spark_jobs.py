@@ -61,7 +61,7 @@ def slow_split(line: str) -> list[str]:
 def wordcount_env(
     corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark: Any = None,
     executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
-    emit: str = "per_record", sink_format: str = "jsonl", recovery: Any = None,
+    emit: str = "per_record", sink_format: str = "jsonl", sink: Sink | None = None, recovery: Any = None,
 ) -> StreamEnvironment:
     env = StreamEnvironment(
         parallelism=parallelism, recovery=recovery,
@@ -76,7 +76,7 @@ def wordcount_env(
         .flat_map(slow_split if slow else str.split)
         .key_by(lambda w: w)
         .count(emit=emit)  # type: ignore[arg-type]
-        .sink_to(FileSink(out, format=sink_format))  # type: ignore[arg-type]
+        .sink_to(sink or FileSink(out, format=sink_format))  # type: ignore[arg-type]
     )
     return env
 

@@ -63,6 +63,8 @@ class RunOverrides:
     executor: Executor | None = None
     allow_non_restored_state: bool = False
     web_port: int | None = None
+    on_result: Callable[[JobResult], None] | None = None  # told of every job that finished
+    spark: Any = None  # the SparkSession of environments that name none (`epochal serve`'s)
 
     def __post_init__(self) -> None:
         if self.parallelism is not None:
@@ -79,6 +81,8 @@ class RunOverrides:
         check_bool("allow_non_restored_state", self.allow_non_restored_state)
         if self.web_port is not None:
             check_int("web_port", self.web_port, minimum=0)
+        if self.on_result is not None:
+            check_callable("on_result", self.on_result)
 
 
 _overrides: RunOverrides | None = None
@@ -213,6 +217,8 @@ class StreamEnvironment(SqlMethods):
                 self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
             if _overrides.web_port is not None:
                 self.web_port = _overrides.web_port
+            if _overrides.spark is not None and self.spark is None:
+                self.spark = _overrides.spark
 
     def from_source(
         self,
@@ -353,12 +359,14 @@ class StreamEnvironment(SqlMethods):
             _check_which_checkpoint(from_checkpoint)
         check_bool("allow_non_restored_state", allow_non_restored_state)
         job = self.job_graph(name)
-        progress = None
+        progress = on_result = None
         if _overrides is not None:
-            progress = _overrides.progress
+            progress, on_result = _overrides.progress, _overrides.on_result
             if _overrides.from_checkpoint is not None:
                 from_checkpoint = _overrides.from_checkpoint
             allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
+        if from_checkpoint is None and job.config.checkpoint.resume == AUTO:
+            from_checkpoint = AUTO  # CheckpointConfig(resume="auto"): no flag needed
         if from_checkpoint == AUTO:
             from_checkpoint = _decide_auto_start(job)
         if from_checkpoint is not None:
@@ -369,7 +377,10 @@ class StreamEnvironment(SqlMethods):
         def run() -> JobResult:
             from ..cluster.launcher import run_job
 
-            return run_job(lambda: self._host(progress), blueprint, job, start, control)
+            result = run_job(lambda: self._host(progress), blueprint, job, start, control)
+            if on_result is not None:
+                on_result(result)
+            return result
 
         return run, control
 
@@ -435,14 +446,16 @@ def _check_which_checkpoint(which: object) -> None:
         )
 
 
-def _decide_auto_start(job: JobGraph) -> int | None:
-    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: the latest
-    complete checkpoint's id, or None (a fresh start, with every fresh-start check). The line
-    saying which is printed whatever the logging setup: after a supervisor restarted the
-    driver, it is how the driver's log tells a resume from a first start."""
+def _decide_auto_start(job: JobGraph) -> str | None:
+    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: `"latest"`
+    when there is a complete checkpoint (the job master restores the newest that verifies, and
+    says so if it had to pass over a corrupt one), or None (a fresh start, with every
+    fresh-start check). The line saying which is printed whatever the logging setup: after a
+    supervisor restarted the driver, it is how the driver's log tells a resume from a first
+    start."""
     start = auto_start(job)
     print(f"epochal: {describe_auto_start(job, start)}", file=sys.stderr, flush=True)
-    return None if start is None else start.checkpoint_id
+    return None if start is None else "latest"
 
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:

@@ -54,12 +54,24 @@ from ..runtime.wire.network import (
     RemoteInputChannel,
     RemoteOutputChannel,
     parse_credit,
+    read_object_blocking,
     write_object_blocking,
 )
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
-from .protocol import FromTask, Hello, JobMasterUnreachable, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    Peers,
+    Progress,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .snapshot_thread import SnapshotThread
 from .survivors import SurvivorChannels
 
@@ -69,6 +81,7 @@ FLUSH_INTERVAL = 0.005
 WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
+RENDEZVOUS_TIMEOUT = 300.0  # seconds a worker waits for the others' addresses (the job master's wait)
 UNREACHABLE = "the Spark workers cannot reach the job master"
 
 
@@ -99,8 +112,9 @@ class Worker:
         launch: int,
         driver: tuple[str, int],
         listener: socket.socket,
-        peers: list[tuple[str, int]],
+        address: tuple[str, int],
         incarnation: int = 0,
+        task_started: float = 0.0,
     ) -> None:
         self.job = job
         self.index = index
@@ -123,7 +137,9 @@ class Worker:
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.background.wakeup, selectors.EVENT_READ, WAKEUP)
-        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector)
+        self.address = address  # where this worker's task listens for its peers
+        self.task_started = task_started
+        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, (), self.selector)
         self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
@@ -146,9 +162,15 @@ class Worker:
         """Connect to the driver and, at launch, to every peer (lower index accepts, higher
         connects); a later incarnation makes its peer links when its first `Start` names them."""
         sock = connect_to_job_master(self.driver_address, self.index)
-        sock.settimeout(60)
-        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid())
+        sock.settimeout(RENDEZVOUS_TIMEOUT)
+        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid(), self.address,
+                      self.task_started)
         write_object_blocking(sock, hello, kind=HELLO)
+        _, peers = read_object_blocking(sock, timeout=RENDEZVOUS_TIMEOUT)  # once every worker said hello
+        if not isinstance(peers, Peers):
+            raise ConnectionError(f"the job master answered {type(peers).__name__}, not the peers' addresses")
+        self.peers.addresses = list(peers.addresses)
+        sock.settimeout(60)
         self.driver = Link(sock, "driver")
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
         if self.incarnation == 0:

@@ -44,6 +44,7 @@ from ..wire.messages import (
     TriggerCheckpoint,
 )
 from .enumerator import SplitEnumerators
+from .job_counts import Base, checkpoint_counts
 from .patches import PatchLog
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,9 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.awaiting
 
-    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (),
+    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (), base: Base = None,
                  patches: tuple[PatchState, ...] = ()) -> Manifest:
+        """The manifest of this checkpoint; `base`: the counts the attempt restored (`job_counts`)."""
         started = time.thread_time()
         by_uid: dict[str, list[SubtaskState]] = {}
         merged: dict[str, FileHandle] = {}
@@ -131,12 +133,13 @@ class PendingCheckpoint:
             routing=self.routing,
             merged=tuple(merged[path] for path in sorted(merged)),
             coordinator_ms=(self.cpu_s + time.thread_time() - started) * 1000,
+            counts=checkpoint_counts(job, base, (a.counts for a in self.acks.values())),
             patches=patches,
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
         assert self.is_fully_acknowledged, "a checkpoint completes only when every task acknowledged"
-        return CompletedCheckpoint(self.checkpoint_id, manifest)
+        return CompletedCheckpoint(self.checkpoint_id, manifest, {t: a.counts for t, a in self.acks.items()})
 
     def abort(self, reason: AbortReason, detail: str = "") -> AbortedCheckpoint:
         return AbortedCheckpoint(self.checkpoint_id, reason, detail)
@@ -214,6 +217,7 @@ class CheckpointCoordinator:
         # and all of them by path (what every pending checkpoint looks segments up in)
         self._merged_of: dict[int, dict[str, FileHandle]] = {}
         self._merged_known: dict[str, FileHandle] = {}
+        self.counts_base: Base = {}  # the whole job's counts at the restored checkpoint (`job_counts`)
         self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     def remember_merged(self, manifest: Manifest | None) -> None:
@@ -383,7 +387,7 @@ class CheckpointCoordinator:
             if self.enumerators is not None:
                 split_logs = self.enumerators.persist(self.storage, pending.checkpoint_id, pending.split_marks)
             patches = self.patches.persist(self.storage, pending.checkpoint_id, pending.patch) if self.patches else ()
-            manifest = pending.manifest(self.job, split_logs, patches)
+            manifest = pending.manifest(self.job, split_logs, self.counts_base, patches)
             if self.storage is not None:
                 self.storage.write_manifest(manifest)
         except CheckpointError as exc:

@@ -401,7 +401,7 @@ class Task:
         started = time.perf_counter()
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.chain.pre_barrier(barrier.checkpoint_id)
-        snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id)
+        snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id, self.metrics())
         if barrier.patch:  # a live patch takes effect for the records after this barrier
             self.patches.switch(barrier.patch)
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):

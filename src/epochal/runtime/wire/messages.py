@@ -130,6 +130,7 @@ class AcknowledgeCheckpoint:
     states: tuple[OperatorSubtaskState, ...]
     stats: TaskCheckpointStats
     merged: tuple[FileHandle, ...] = ()  # the merged files its segments live in, whole (`state.merged_files`)
+    counts: tuple[OperatorMetrics, ...] = ()  # the task's counts when it fixed its state (`job_counts`)
 
 
 @dataclass(frozen=True, slots=True)
