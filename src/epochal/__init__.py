@@ -17,10 +17,16 @@ from .api.connector import SinkWriter as SinkWriter
 from .api.connector import Source as Source
 from .api.connector import SplitReader as SplitReader
 from .api.context import ProcessContext as ProcessContext
+from .api.context import RuntimeContext as RuntimeContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
+from .api.rich import FilterFunction as FilterFunction
+from .api.rich import FlatMapFunction as FlatMapFunction
+from .api.rich import MapFunction as MapFunction
+from .api.rich import ReduceFunction as ReduceFunction
+from .api.rich import RichFunction as RichFunction
 from .api.stream import DataStream as DataStream
 from .api.stream import KeyedStream as KeyedStream
 from .api.tables import register_table_resolver as _register_table_resolver
@@ -41,10 +47,18 @@ from .runtime.result import JobResult as JobResult
 from .state.handles import ListState as ListState
 from .state.handles import MapState as MapState
 from .state.handles import ValueState as ValueState
+from .state.operator_state import OperatorListState as OperatorListState
 
 __all__ = sorted(
     [
         "AggregateFunction",
+        "OperatorListState",
+        "RichFunction",
+        "ReduceFunction",
+        "MapFunction",
+        "FlatMapFunction",
+        "FilterFunction",
+        "RuntimeContext",
         "CheckpointConfig",
         "CheckpointError",
         "CorruptCheckpointError",

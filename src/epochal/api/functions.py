@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .context import ProcessContext
+from .rich import RichFunction
+
+if TYPE_CHECKING:
+    from ..runtime.operators.timers import PendingTimer
 
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
@@ -26,7 +30,12 @@ class KeyedProcessFunction(ABC):
     (`ctx.timers.register_processing_time(ts)`) once the clock does.
 
     Each subtask gets its own copy of the function object, so instance attributes are per
-    subtask; only state registered through `ctx` is checkpointed.
+    subtask; only state registered through `ctx` is checkpointed: keyed state, and operator
+    state (`ctx.operator_list_state(name)`: the subtask's, split or broadcast on rescale).
+    `snapshot_state(checkpoint_id)` runs at each checkpoint (copy fields into operator state
+    there); `close()` when the subtask ends or fails. When the input ends, event-time timers fire
+    with the last watermark, and `on_end_of_input(pending, ctx)` runs once per subtask with the
+    processing-time timers still pending (`process(..., timers_at_end="fire")` fires them first).
 
     Example:
         >>> class Dedup(KeyedProcessFunction):
@@ -48,6 +57,18 @@ class KeyedProcessFunction(ABC):
     def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
         """Handle a due timer of `ctx.key` (`ctx.time_domain` says which clock); return or yield records."""
         return None
+
+    def on_end_of_input(self, pending: Sequence[PendingTimer], ctx: ProcessContext) -> Iterable[Any] | None:
+        """The subtask's input ended: `pending` lists the processing-time timers that did not
+        fire (`key`, `timestamp`, `domain`), in time order; return or yield records to emit.
+        `ctx.key` is None here. Event-time timers registered here fire at once."""
+        return None
+
+    def snapshot_state(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
+        """A checkpoint is being taken: copy fields into operator state (`ctx.operator_list_state`)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what `open` set up; called once per subtask, also after a failure."""
 
 
 class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
@@ -98,8 +119,10 @@ class _AggregateProcess(KeyedProcessFunction):
 __test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": AggregateFunction}
 
 
-class ProcessWindowFunction(ABC):
+class ProcessWindowFunction(RichFunction, ABC):
     """Per-window logic over all of a window's records (they are kept, not pre-aggregated).
+
+    A rich function: `open(ctx)` once per subtask, `close()` at the end (`epochal.RichFunction`).
 
     `process(key, window, records)` runs once per window result: `window` has `query`, `start`
     and `end`; `records` are the window's records in event-time order. It returns (or yields) the

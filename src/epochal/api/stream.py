@@ -21,6 +21,7 @@ from ..plan.specs import (
     EMITS,
     FORWARD,
     REBALANCE,
+    TIMERS_AT_END,
     AssignTimestampsSpec,
     Emit,
     IterationHeadSpec,
@@ -37,6 +38,7 @@ from ..plan.specs import (
     RecordFnKind,
     RecordFnSpec,
     SinkSpec,
+    TimersAtEnd,
     UnionSpec,
 )
 from .connector import Sink
@@ -361,17 +363,22 @@ class KeyedStream(DataStream):
         )
 
     def process(
-        self, function: KeyedProcessFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, function: KeyedProcessFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        timers_at_end: TimersAtEnd = "report",
     ) -> DataStream:
         """Run a keyed process function (keyed state, timers) on every record.
 
         `on_error`: what happens to a record (or a timer) `process_element` (or `on_timer`)
         fails on (see `DataStream.map`); state it changed before it raised stays changed.
+        `timers_at_end`: what processing-time timers still pending when the input ends do:
+        `"report"` hands them to `on_end_of_input` unfired, `"fire"` fires them first (in time
+        order, as if the clock reached the last of them).
         """
         check_has_methods("function", function, "KeyedProcessFunction", ("process_element",))
         key = self._key
         policy = on_error_policy(self._env, on_error, "process")
-        return self._add(lambda n: KeyedProcessSpec(n, n, key, function, policy), "process", name)
+        at_end: TimersAtEnd = check_choice("timers_at_end", timers_at_end, TIMERS_AT_END)  # type: ignore[assignment]
+        return self._add(lambda n: KeyedProcessSpec(n, n, key, function, policy, at_end), "process", name)
 
 
 def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:

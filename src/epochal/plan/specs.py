@@ -107,6 +107,12 @@ class KeyedReduceSpec(OperatorSpec):
     emit: Emit = "per_record"
 
 
+# What a keyed process function's processing-time timers still pending at the end of its input
+# do: fire (as if the clock reached the last of them), or go to `on_end_of_input` unfired
+TimersAtEnd = Literal["fire", "report"]
+TIMERS_AT_END = ("fire", "report")
+
+
 @dataclass(frozen=True, slots=True)
 class KeyedProcessSpec(OperatorSpec):
     """A keyed process function with keyed state and processing-time timers."""
@@ -114,6 +120,7 @@ class KeyedProcessSpec(OperatorSpec):
     key: KeySelector
     function: Any
     on_error: OnError = OnError.FAIL
+    timers_at_end: TimersAtEnd = "report"
 
 
 @dataclass(frozen=True, slots=True)

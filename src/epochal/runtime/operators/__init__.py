@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ...plan.functions import RichFunction
 from ...plan.specs import (
     AssignTimestampsSpec,
     IterationHeadSpec,
@@ -68,9 +69,12 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
 
 
 def create_operator(spec: OperatorSpec) -> RuntimeOperator:
-    """A fresh running operator for `spec`; user function objects are copied per subtask."""
+    """A fresh running operator for `spec`; user function objects are copied per subtask (a
+    rich function keeps per-subtask fields: what its `open` set up)."""
     if isinstance(spec, KeyedProcessSpec):
         spec = replace(spec, function=copy.deepcopy(spec.function))
     elif isinstance(spec, KeyedWindowSpec) and spec.function is not None:
         spec = replace(spec, function=copy.deepcopy(spec.function))
+    elif isinstance(spec, (RecordFnSpec, MapBatchesSpec, KeyedReduceSpec)) and isinstance(spec.fn, RichFunction):
+        spec = replace(spec, fn=copy.deepcopy(spec.fn))
     return _FACTORIES[type(spec)](spec)

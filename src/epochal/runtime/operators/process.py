@@ -1,5 +1,11 @@
 """The keyed process operator: a user's `KeyedProcessFunction` with keyed state and timers.
 
+Lifecycle (Flink's rich function and `CheckpointedFunction`): the function's `open(ctx)` runs
+once per subtask after keyed and operator state were restored, `snapshot_state` at each
+checkpoint, `close()` at the end. When its input ends, event-time timers fire with the last
+watermark; processing-time timers still pending fire then too (`timers_at_end="fire"`) or are
+handed to `on_end_of_input` (`"report"`), which runs once per subtask either way.
+
 Under `on_error="skip"` or `"dead_letter"` a record (or a timer) the function fails on is
 skipped or dead-lettered; what the function emitted for it is dropped, but state it changed
 before it raised stays changed (as in Flink: state is not transactional per record).
@@ -9,17 +15,18 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from ...errors import OperatorError
 from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
 from ...state.handles import ListState, MapState, ValueState
+from ...state.operator_state import OperatorListState
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, extend
 from .keyed import KeyedOperator
-from .timers import KeyedTimers, TimeDomain
+from .lifecycle import UserFunctions
+from .timers import KeyedTimers, PendingTimer, TimeDomain
 
 H = TypeVar("H")  # a state handle
 
@@ -58,6 +65,7 @@ class ProcessContext:
         self._states: dict[str, Any] = {}
         self._timers = Timers(operator.timers)
         self._time_domain: TimeDomain | None = None  # of the timer firing, in `on_timer`
+        self._keyless = False  # in `on_end_of_input`: no current key
 
     @property
     def timers(self) -> Timers:
@@ -71,12 +79,25 @@ class ProcessContext:
 
     @property
     def key(self) -> Any:
-        """The key of the record (or timer) being processed."""
-        return self._backend.current_key
+        """The key of the record (or timer) being processed; None in `on_end_of_input`."""
+        return None if self._keyless else self._backend.current_key
 
     @property
     def subtask(self) -> int:
         return self._op.ctx.subtask
+
+    @property
+    def parallelism(self) -> int:
+        """How many subtasks the operator runs."""
+        return self._op.ctx.parallelism
+
+    def operator_list_state(self, name: str, mode: Any = "split") -> OperatorListState[Any]:
+        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        functions = self._op.functions
+        assert functions is not None
+        return functions.store.list_state(name, mode)
 
     def _register(self, name: str, handle: H) -> H:
         if name.startswith("__"):
@@ -122,18 +143,44 @@ class KeyedProcessOperator(KeyedOperator):
         self.function = spec.function
         self.key = spec.key
         self.on_error = spec.on_error
+        self.timers_at_end = spec.timers_at_end
         self.watermark = NO_WATERMARK
+        self.functions = UserFunctions(self.name, [self.function])
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.timers = KeyedTimers(self.backend)
         self.pctx = ProcessContext(self)
-        opener = getattr(self.function, "open", None)
-        if opener is not None:
+
+    def start(self, states: list[Any]) -> None:
+        """The function opens with keyed and operator state restored (`open(ctx)` registers it)."""
+        functions = self.functions
+        assert functions is not None
+        functions.restore(self.ctx, states)
+        functions.open(self.pctx)
+
+    def end_input(self) -> Batch | None:
+        """The input ended (event-time timers fired with the last watermark): pending
+        processing-time timers fire or are reported, then `on_end_of_input` runs once."""
+        out: list[Any] = []
+        pending = self.timers.pending(TimeDomain.PROCESSING_TIME)
+        if pending and self.timers_at_end == "fire":  # as if the clock reached the last of them
+            fired = self._fire(TimeDomain.PROCESSING_TIME, pending[-1].timestamp)
+            extend(out, fired)
+            pending = self.timers.pending(TimeDomain.PROCESSING_TIME)  # what firing registered later
+        hook = getattr(self.function, "on_end_of_input", None)
+        letters: list[DeadLetter] = []
+        if hook is not None:
+            self.pctx._keyless = True
             try:
-                opener(self.pctx)
+                extend(out, _listed(hook(pending, self.pctx)))
             except Exception as exc:
-                raise OperatorError(self.name, "<open>", exc) from exc
+                self.reject("<end of input>", exc, letters)
+            finally:
+                self.pctx._keyless = False
+        if self.timers.next(TimeDomain.EVENT_TIME) is not None:  # registered just now: due at once
+            extend(out, self._fire(TimeDomain.EVENT_TIME, END_OF_TIME))
+        return with_letters(out or None, letters)
 
     # -- timers ----------------------------------------------------------------------------------
     def next_timer(self) -> float | None:
@@ -166,6 +213,7 @@ class KeyedProcessOperator(KeyedOperator):
         super().restore(keyed, states)
         self.timers.restore()
 
+
     # -- records ---------------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
         records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
@@ -195,3 +243,9 @@ class KeyedProcessOperator(KeyedOperator):
                 out.extend(fired)  # its dead letters too: letters need not come last
         return with_letters(out, letters)
 
+
+def _listed(produced: Any) -> list[Any] | None:
+    return list(produced) if produced is not None else None
+
+
+__all__ = ["KeyedProcessOperator", "PendingTimer", "ProcessContext", "Timers"]

@@ -18,6 +18,7 @@ from ..wire.batches import batch_len, to_arrow, to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import RuntimeOperator, batch_repr
+from .lifecycle import UserFunctions, rich_functions
 
 
 class RecordFnOperator(RuntimeOperator):
@@ -29,6 +30,8 @@ class RecordFnOperator(RuntimeOperator):
         self.kind = spec.kind
         self.on_error = spec.on_error
         self._tolerant = spec.on_error is not OnError.FAIL
+        if rich := rich_functions(spec.fn):
+            self.functions = UserFunctions(self.name, rich)
 
     def process(self, batch: Batch) -> Batch | None:
         if self._tolerant:
@@ -109,6 +112,8 @@ class MapBatchesOperator(RuntimeOperator):
         super().__init__(spec)
         self.fn = spec.fn
         self.on_error = spec.on_error
+        if rich := rich_functions(spec.fn):
+            self.functions = UserFunctions(self.name, rich)
 
     def process(self, batch: Batch) -> Batch | None:
         try:

@@ -42,6 +42,7 @@ from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
+from .lifecycle import UserFunctions, rich_functions
 from .window_output import LateRecord, WindowOutput
 from .window_stores import STORE, StoreWindows
 from .window_table import TableWindows, table_reduction
@@ -92,6 +93,8 @@ class KeyedWindowOperator(KeyedOperator):
         self._reduction = table_reduction(spec)
         self._mode = WindowMode.UNDECIDED if self._reduction is not None else WindowMode.STORES
         self._table: TableWindows | None = None
+        if rich := rich_functions(spec.function):
+            self.functions = UserFunctions(self.name, rich)
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)

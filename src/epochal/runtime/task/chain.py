@@ -65,10 +65,12 @@ class OperatorChain:
              ) -> None:
         """Open every operator and restore it from what `restored` reads for it (keyed state by
         key group, operator states; `(None, [])` on a fresh start, when sinks clean up after a
-        failed run)."""
+        failed run); then the user's functions open, in chain order, their state restored."""
         for op in self.operators:
             op.open(ctx)
-            op.restore(*restored(op))
+            keyed, states = restored(op)
+            op.restore(keyed, states)
+            op.start(states)
 
     def close(self) -> None:
         for op in self.operators:
