@@ -12,6 +12,7 @@ hosts the runtime; connectors and cli at the edges):
 This module re-exports the public names; everything else is reachable from its subpackage.
 """
 
+from .api.async_io import AsyncFunction as AsyncFunction
 from .api.connector import Sink as Sink
 from .api.connector import SinkWriter as SinkWriter
 from .api.connector import Source as Source
@@ -48,10 +49,13 @@ from .state.handles import ListState as ListState
 from .state.handles import MapState as MapState
 from .state.handles import ValueState as ValueState
 from .state.operator_state import OperatorListState as OperatorListState
+from .state.ttl import StateTtlConfig as StateTtlConfig
 
 __all__ = sorted(
     [
         "AggregateFunction",
+        "StateTtlConfig",
+        "AsyncFunction",
         "OperatorListState",
         "RichFunction",
         "ReduceFunction",

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..state.handles import ListState, MapState, ValueState
 from ..state.operator_state import OperatorListState
+from ..state.ttl import StateTtlConfig
 
 Redistribution = Literal["split", "broadcast"]
 
@@ -114,24 +115,27 @@ class ProcessContext(Protocol):
         `broadcast` on a restore at another parallelism (see `RuntimeContext`)."""
         ...
 
-    def value_state(self, name: str, default: Any = None) -> ValueState[Any]:
+    def value_state(self, name: str, default: Any = None, *, ttl: StateTtlConfig | None = None) -> ValueState[Any]:
         """Register (or fetch) the keyed value state `name`; `value()` gives `default` for a new key.
 
-        Raises:
-            ValueError: `name` starts with `__` (reserved), or is registered as another kind.
-        """
-        ...
-
-    def list_state(self, name: str) -> ListState[Any]:
-        """Register (or fetch) the keyed list state `name`.
+        With `ttl` (a `StateTtlConfig`) the value expires that long after it was written (or
+        read), and expired values leave the state by themselves (`epochal.StateTtlConfig`).
 
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered as another kind.
         """
         ...
 
-    def map_state(self, name: str) -> MapState[Any, Any]:
-        """Register (or fetch) the keyed map state `name`.
+    def list_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> ListState[Any]:
+        """Register (or fetch) the keyed list state `name`; with `ttl` each element expires.
+
+        Raises:
+            ValueError: `name` starts with `__` (reserved), or is registered as another kind.
+        """
+        ...
+
+    def map_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> MapState[Any, Any]:
+        """Register (or fetch) the keyed map state `name`; with `ttl` each entry expires.
 
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered as another kind.

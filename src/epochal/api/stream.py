@@ -10,7 +10,7 @@ fails on (docs/bad-records.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import check_callable, check_choice, check_has_methods, check_int, check_name
@@ -45,6 +45,7 @@ from .connector import Sink
 from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
 
 if TYPE_CHECKING:
+    from .async_io import AsyncFunction
     from .environment import StreamEnvironment
     from .time import WatermarkStrategy
     from .windows import WindowedStream
@@ -159,6 +160,23 @@ class DataStream:
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "flat_map")
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy), "flat_map", name)
+
+    def map_async(
+        self, fn: Callable[[Any], Awaitable[Any]] | AsyncFunction[Any, Any], *, capacity: int = 100,
+        timeout: float | None = 5.0, ordered: bool = True, name: str | None = None, on_error: OnErrorChoice = "fail",
+    ) -> DataStream:
+        """Emit `await fn(record)` for every record, up to `capacity` requests in flight per
+        subtask, on the worker's asyncio event loop (`aiohttp` and other asyncio clients work).
+
+        `fn` is an `async def` or an `epochal.AsyncFunction` (`open`/`close` for a client).
+        `ordered`: results in input order, else as they complete (never across a watermark).
+        `timeout`: seconds a request may take (None: no limit); a request that times out or
+        raises follows `on_error`. Requests in flight at a checkpoint are made again after a
+        restore: each result is committed once, each request made at least once.
+        """
+        from .async_io import async_spec
+
+        return self._add(async_spec(self, fn, capacity, timeout, ordered, on_error), "map_async", name)
 
     def map_batches(
         self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"

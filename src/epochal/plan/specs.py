@@ -80,6 +80,19 @@ class RecordFnSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class AsyncMapSpec(OperatorSpec):
+    """An async function per record on the worker's event loop, at most `capacity` in flight
+    per subtask, each given `timeout` seconds (None: no limit); results in input order
+    (`ordered`) or as they complete (Flink's AsyncWaitOperator)."""
+
+    function: Any  # a `plan.functions.AsyncFunction`, or a coroutine function
+    capacity: int = 100
+    timeout: float | None = 5.0
+    ordered: bool = True
+    on_error: OnError = OnError.FAIL
+
+
+@dataclass(frozen=True, slots=True)
 class MapBatchesSpec(OperatorSpec):
     """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path)."""
 

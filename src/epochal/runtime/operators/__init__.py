@@ -2,7 +2,8 @@
 
 - `base`: the base class, its context and snapshot, and the guard around user code;
 - `io`: sources and sinks (operator state: split positions, prepared commits);
-- `stateless`: map/filter/flat_map, map_batches, union;
+- `stateless`: map/filter/flat_map, map_batches, union; `async_io`: map_async (`async_queue`);
+- `lifecycle`: the user's rich functions (open, close) and their operator state;
 - `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
 - `keyed`: count and reduce per key; `process`: a user's keyed process function with timers;
 - `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
@@ -18,6 +19,7 @@ from typing import Any
 from ...plan.functions import RichFunction
 from ...plan.specs import (
     AssignTimestampsSpec,
+    AsyncMapSpec,
     IterationHeadSpec,
     KeyedCountSpec,
     KeyedProcessSpec,
@@ -31,6 +33,7 @@ from ...plan.specs import (
     SplitLateSpec,
     UnionSpec,
 )
+from .async_io import AsyncWaitOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 from .io import SinkOperator, SourceOperator, SourcePositions
 from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
@@ -42,6 +45,7 @@ from .window_output import LateRecord, SplitLateOperator
 from .windows import KeyedWindowOperator
 
 __all__ = [
+    "AsyncWaitOperator",
     "KeyedWindowOperator",
     "LateRecord",
     "SplitLateOperator",
@@ -54,6 +58,7 @@ __all__ = [
 
 _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     SourceSpec: SourceOperator,
+    AsyncMapSpec: AsyncWaitOperator,
     AssignTimestampsSpec: AssignTimestampsOperator,
     SinkSpec: SinkOperator,
     RecordFnSpec: RecordFnOperator,
@@ -77,4 +82,6 @@ def create_operator(spec: OperatorSpec) -> RuntimeOperator:
         spec = replace(spec, function=copy.deepcopy(spec.function))
     elif isinstance(spec, (RecordFnSpec, MapBatchesSpec, KeyedReduceSpec)) and isinstance(spec.fn, RichFunction):
         spec = replace(spec, fn=copy.deepcopy(spec.fn))
+    elif isinstance(spec, AsyncMapSpec) and isinstance(spec.function, RichFunction):
+        spec = replace(spec, function=copy.deepcopy(spec.function))
     return _FACTORIES[type(spec)](spec)

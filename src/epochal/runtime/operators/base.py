@@ -62,6 +62,7 @@ class RuntimeOperator:
     """Base of the running operators; the defaults are those of a stateless operator."""
 
     generates_watermarks = False  # watermarks from upstream stop here; see `take_watermark`
+    is_async = False  # results come later, polled by the chain (`async_io.AsyncWaitOperator`)
     late_records = 0  # records too late for their windows (window operators count them)
     skipped_records = 0  # records user code failed on, dropped under on_error=SKIP
     on_error = OnError.FAIL  # operators that run user code take theirs from the spec

@@ -19,11 +19,13 @@ from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
 from ...state.handles import ListState, MapState, ValueState
 from ...state.operator_state import OperatorListState
+from ...state.ttl import StateKind, StateTtlConfig, TtlListState, TtlMapState, TtlValueState
+from ...state.ttl_cleanup import TtlStates
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
-from .base import OperatorContext, extend
+from .base import OperatorContext, OperatorSnapshot, extend
 from .keyed import KeyedOperator
 from .lifecycle import UserFunctions
 from .timers import KeyedTimers, PendingTimer, TimeDomain
@@ -108,17 +110,33 @@ class ProcessContext:
         self._states[name] = handle
         return handle
 
-    def value_state(self, name: str, default: Any = None) -> ValueState[Any]:
-        """Register (or fetch) the keyed value state `name`."""
-        return self._register(name, ValueState(self._backend, name, default))
+    def value_state(self, name: str, default: Any = None, *, ttl: StateTtlConfig | None = None) -> ValueState[Any]:
+        """Register (or fetch) the keyed value state `name`; with `ttl`, its value expires."""
+        if ttl is None:
+            return self._register(name, ValueState(self._backend, name, default))
+        self._ttl(name, StateKind.VALUE, ttl)
+        return self._register(name, TtlValueState(self._backend, name, default, ttl, self._op.ctx.clock.now))
 
-    def list_state(self, name: str) -> ListState[Any]:
-        """Register (or fetch) the keyed list state `name`."""
-        return self._register(name, ListState(self._backend, name))
+    def list_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> ListState[Any]:
+        """Register (or fetch) the keyed list state `name`; with `ttl`, each element expires."""
+        if ttl is None:
+            return self._register(name, ListState(self._backend, name))
+        self._ttl(name, StateKind.LIST, ttl)
+        return self._register(name, TtlListState(self._backend, name, ttl, self._op.ctx.clock.now))
 
-    def map_state(self, name: str) -> MapState[Any, Any]:
-        """Register (or fetch) the keyed map state `name`."""
-        return self._register(name, MapState(self._backend, name))
+    def map_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> MapState[Any, Any]:
+        """Register (or fetch) the keyed map state `name`; with `ttl`, each entry expires."""
+        if ttl is None:
+            return self._register(name, MapState(self._backend, name))
+        self._ttl(name, StateKind.MAP, ttl)
+        return self._register(name, TtlMapState(self._backend, name, ttl, self._op.ctx.clock.now))
+
+    def _ttl(self, name: str, kind: StateKind, ttl: object) -> None:
+        if not isinstance(ttl, StateTtlConfig):
+            raise TypeError(f"ttl must be a StateTtlConfig, got {ttl!r}")
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        self._op.ttl.register(name, kind, ttl)
 
     def current_processing_time(self) -> float:
         return self._op.ctx.clock.now()
@@ -150,7 +168,14 @@ class KeyedProcessOperator(KeyedOperator):
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.timers = KeyedTimers(self.backend)
+        self.ttl = TtlStates(self.backend, ctx.clock.now)  # the states registered with a TTL
         self.pctx = ProcessContext(self)
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        """Keyed state (expired entries of TTL states left out of it) and operator state."""
+        keyed = self.backend.snapshot(checkpoint_id)
+        return OperatorSnapshot(keyed=self.ttl.filtered(keyed) if self.ttl else keyed,
+                                state=self.operator_state(checkpoint_id))
 
     def start(self, states: list[Any]) -> None:
         """The function opens with keyed and operator state restored (`open(ctx)` registers it)."""
@@ -236,6 +261,8 @@ class KeyedProcessOperator(KeyedOperator):
                     extend(out, list(produced) if produced is not None else None)
                 except Exception as exc:
                     self.reject(record, exc, letters)
+        if self.ttl:  # expired entries of TTL states leave, a few per record (`state.ttl_cleanup`)
+            self.ttl.cleanup(len(records))
         if self.watermark == END_OF_TIME and self.timers.next(TimeDomain.EVENT_TIME) is not None:
             # a timer registered after the input ended: no watermark will come to fire it
             fired = self._fire(TimeDomain.EVENT_TIME, self.watermark)
