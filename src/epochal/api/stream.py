@@ -45,12 +45,14 @@ from .connector import Sink
 from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
 
 if TYPE_CHECKING:
+    from ..plan.triggers import Trigger
     from .async_io import AsyncFunction
     from .environment import StreamEnvironment
     from .time import WatermarkStrategy
     from .windows import WindowedStream
 
 OnErrorChoice = Literal["fail", "skip", "dead_letter"]
+WindowTimeChoice = Literal["event", "processing"]
 ON_ERROR_CHOICES: tuple[OnErrorChoice, ...] = ("fail", "skip", "dead_letter")
 
 
@@ -256,6 +258,24 @@ class DataStream:
         head.inputs.append(LogicalEdge(feedback._node_id, feedback._partitioning, feedback=True))
         return output
 
+    # -- windows over the whole stream -----------------------------------------------------------
+    def window_all(self, window: Any, *, time: WindowTimeChoice = "event", trigger: Trigger | None = None
+                   ) -> WindowedStream:
+        """Windows over every record of the stream, not keyed: one window operator with
+        parallelism 1 holds them all (Flink's `windowAll`); results leave the key out:
+        `(window_start, window_end, result)`. Takes what `KeyedStream.window` takes."""
+        from ..plan.triggers import one_key
+        from .windows import windowed
+
+        return windowed(KeyedStream(self._env, self._node_id, one_key), window, time, trigger, keyless=True)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> WindowedStream:
+        """Count windows over every record of the stream (parallelism 1; see `count_window`)."""
+        from ..plan.triggers import one_key
+        from .windows import count_windowed
+
+        return count_windowed(KeyedStream(self._env, self._node_id, one_key), size, slide, keyless=True)
+
     # -- partitioning ----------------------------------------------------------------------------
     def assign_timestamps(
         self, watermarks: WatermarkStrategy, *, name: str | None = None, on_error: OnErrorChoice = "fail"
@@ -321,21 +341,38 @@ class KeyedStream(DataStream):
         super().__init__(env, node_id, Partitioning(PartitionKind.KEY_GROUP, key))
         self._key = key
 
-    def window(self, window: Any) -> WindowedStream:
-        """Cut each key's records into event-time windows: `Tumbling(size)`, `Sliding(size,
-        slide)`, `Session(gap)`, or a `DeterministicWindow` (see `epochal.windows`)."""
+    def window(self, window: Any, *, time: WindowTimeChoice = "event", trigger: Trigger | None = None
+               ) -> WindowedStream:
+        """Cut each key's records into windows: `Tumbling(size)`, `Sliding(size, slide)`,
+        `Session(gap)`, or a `DeterministicWindow` (see `epochal.windows`).
+
+        `time`: `"event"` (the records' times; the watermark completes windows) or
+        `"processing"` (the task's clock when a record arrives). `trigger`: when windows emit
+        (`EventTimeTrigger()`, `ProcessingTimeTrigger()`, `CountTrigger(n)`, with early firings
+        or purging; `epochal.windows`).
+        """
         from .windows import windowed
 
-        return windowed(self, window)
+        return windowed(self, window, time, trigger)
 
-    def windows(self, windows: Mapping[str, Any]) -> WindowedStream:
+    def windows(self, windows: Mapping[str, Any], *, time: WindowTimeChoice = "event",
+                trigger: Trigger | None = None) -> WindowedStream:
         """Several window queries over this stream in one operator, sharing partial aggregates
         (dissertation ch. 5, Cutty); each result names its query."""
         from .windows import windowed
 
         if not isinstance(windows, Mapping):
             raise TypeError(f"windows must map query names to window definitions, got {windows!r}")
-        return windowed(self, windows)
+        return windowed(self, windows, time, trigger)
+
+    def count_window(self, size: int, slide: int | None = None) -> WindowedStream:
+        """Windows of each key's records by count (Flink's `countWindow`): every `slide` records
+        of a key (default `size`), a window of its last `size` (fewer at its start); results
+        `(key, first index, end index, result)`. A window not complete when the input ends does
+        not fire."""
+        from .windows import count_windowed
+
+        return count_windowed(self, size, slide)
 
     def count(self, *, name: str | None = None, emit: Emit = "per_record") -> DataStream:
         """Running count per key: emits `(key, count)` for every record.

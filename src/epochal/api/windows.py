@@ -1,4 +1,8 @@
-"""Windows for users: a keyed stream cut into event-time windows, and what each computes.
+"""Windows for users: a keyed stream cut into windows, and what each computes.
+
+In event time (the default), in processing time (`time="processing"`), or by count
+(`count_window`); `window_all` for a stream that is not keyed (one subtask); a trigger decides
+when windows emit (`plan.triggers`: early firings, count triggers, purging).
 
 `keyed.window(Sliding(60, 10))` (one query) or `keyed.windows({"1m": Tumbling(60), ...})` (several
 queries over one stream, sharing partial aggregates: the dissertation's ch. 5, Cutty), then
@@ -14,13 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import check_callable, check_has_methods, check_name
+from ..config import check_callable, check_choice, check_has_methods, check_name
 from ..errors import GraphError
 from ..plan.event_time import event_time_of
 from ..plan.logical import LogicalEdge
 from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunctionKind
 from ..plan.time import Duration, seconds
-from ..plan.windows import check_window
+from ..plan.triggers import WINDOW_TIMES, Trigger, WindowTime, check_trigger, count_window
+from ..plan.windows import DeterministicWindow, check_window
 from .functions import ProcessWindowFunction
 from .stream import DataStream, KeyedStream, OnErrorChoice, _name_or_unique, on_error_policy
 
@@ -37,15 +42,32 @@ class WindowedStream:
     it again with the updated result; a record past that goes to `late_records()`.
     """
 
-    def __init__(self, keyed: KeyedStream, queries: tuple[tuple[str, Any], ...], named: bool) -> None:
+    def __init__(self, keyed: KeyedStream, queries: tuple[tuple[str, Any], ...], named: bool,
+                 time: WindowTime = WindowTime.EVENT, keyless: bool = False) -> None:
         self._keyed = keyed
         self._queries = queries
         self._named = named
         self._lateness = 0.0
+        self._time = time
+        self._trigger: Trigger | None = None
+        self._keyless = keyless
 
     def allowed_lateness(self, lateness: Duration) -> WindowedStream:
         """Keep windows open for late records this long after their end (seconds or timedelta)."""
+        if self._time is not WindowTime.EVENT:
+            raise GraphError("allowed_lateness applies to event-time windows: in processing time and by "
+                             "count no record is late")
         self._lateness = seconds(lateness, "lateness")
+        return self
+
+    def trigger(self, trigger: Trigger) -> WindowedStream:
+        """When windows emit: `EventTimeTrigger()` (the default in event time),
+        `ProcessingTimeTrigger()` (in processing time), `CountTrigger(n)`, each with
+        `.with_early_firings(every=...)` and `.purging()` (`epochal.windows`)."""
+        try:
+            self._trigger = check_trigger(trigger, self._time, self._queries)
+        except ValueError as exc:
+            raise GraphError(str(exc)) from None
         return self
 
     def count(self, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
@@ -93,24 +115,27 @@ class WindowedStream:
         env = keyed._env
         graph = env._graph
         policy = on_error_policy(env, on_error, kind.value)
-        event_time = event_time_of(graph, keyed._node_id)
-        if event_time is None:
+        event_time = event_time_of(graph, keyed._node_id) if self._time is WindowTime.EVENT else None
+        if event_time is None and self._time is WindowTime.EVENT:
             raise GraphError(
                 "windows need event time: give the source a watermark strategy "
                 "(env.from_source(source, watermarks=WatermarkStrategy...)) or call assign_timestamps "
-                "before key_by"
+                "before key_by; or cut windows in processing time (time='processing') or by count"
             )
         op_name = _name_or_unique(graph, name, kind.value)
         spec = KeyedWindowSpec(
             op_name, op_name, keyed._key, self._queries, kind, event_time, value, function,
-            self._lateness, self._named, on_error=policy,
+            self._lateness, self._named, on_error=policy, time=self._time, trigger=self._trigger,
+            keyless=self._keyless,
         )
         window = graph.add(spec, [LogicalEdge(keyed._node_id, keyed._partitioning)])
         results_name = graph.unique_name(f"{op_name}-results")
         results = graph.add(
             SplitLateSpec(results_name, results_name, OutputPart.RESULTS), [LogicalEdge(window.id, None)]
         )
-        return WindowResults(env, results.id, window.id)
+        if self._keyless:  # every record in one window operator: one subtask (`window_all`)
+            graph.nodes[window.id].parallelism = graph.nodes[results.id].parallelism = 1
+        return WindowResults(env, results.id, window.id, keyless=self._keyless)
 
 
 def _value(value: Value) -> Value:
@@ -119,22 +144,49 @@ def _value(value: Value) -> Value:
     raise TypeError(f"value must be a field name, a tuple index or a function of the record, got {value!r}")
 
 
-def windowed(keyed: KeyedStream, windows: Any) -> WindowedStream:
-    """`keyed.window(spec)` and `keyed.windows({name: spec})`."""
+def windowed(keyed: KeyedStream, windows: Any, time: str = "event", trigger: Trigger | None = None,
+             keyless: bool = False) -> WindowedStream:
+    """`keyed.window(spec)` and `keyed.windows({name: spec})`, in event or processing time."""
+    domain = WindowTime(check_choice("time", time, WINDOW_TIMES))
     if isinstance(windows, Mapping):
         if not windows:
             raise ValueError("windows needs at least one window query")
         queries = tuple((str(n), check_window(s, f"windows[{n!r}]")) for n, s in windows.items())
-        return WindowedStream(keyed, queries, named=True)
-    return WindowedStream(keyed, (("window", check_window(windows, "window")),), named=False)
+        stream = WindowedStream(keyed, queries, named=True, time=domain, keyless=keyless)
+    else:
+        stream = WindowedStream(keyed, (("window", check_window(windows, "window")),), named=False, time=domain,
+                                keyless=keyless)
+    if domain is WindowTime.PROCESSING and any(isinstance(s, DeterministicWindow) for _, s in stream._queries):
+        raise GraphError("a user-defined window runs in event time (its records in event-time order)")
+    return stream if trigger is None else stream.trigger(trigger)
+
+
+def count_windowed(keyed: KeyedStream, size: int, slide: int | None, keyless: bool = False) -> WindowedStream:
+    """`keyed.count_window(size, slide)`: windows of a key's last `size` records, every `slide`."""
+    try:
+        window = count_window(size, slide)
+    except ValueError as exc:
+        raise GraphError(str(exc)) from None
+    return WindowedStream(keyed, (("window", window),), named=False, time=WindowTime.COUNT, keyless=keyless)
 
 
 class WindowResults(DataStream):
     """The results of a window operator; `late_records()` is the stream of records too late."""
 
-    def __init__(self, env: Any, node_id: int, window_node: int) -> None:
+    def __init__(self, env: Any, node_id: int, window_node: int, keyless: bool = False) -> None:
         super().__init__(env, node_id)
         self._window_node = window_node
+        self._keyless = keyless
+
+    def set_parallelism(self, parallelism: int) -> DataStream:
+        """Run the results with `parallelism` subtasks; `window_all` runs on one, always.
+
+        Raises:
+            GraphError: `window_all`'s results at another parallelism than 1.
+        """
+        if self._keyless and parallelism != 1:
+            raise GraphError("window_all collects every record in one window operator: its parallelism is 1")
+        return super().set_parallelism(parallelism)
 
     def uid(self, uid: str) -> DataStream:
         """Give the window operator a stable id: it names the windows' state in checkpoints (and

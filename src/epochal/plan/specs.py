@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from ..state.keygroups import stable_hash
 from .time import EventTime, WatermarkSpec
+from .triggers import Trigger, WindowTime
 
 KeySelector = Callable[[Any], Any] | str
 # When a keyed aggregation emits: one update per record, or the newest value of each key that
@@ -170,18 +171,23 @@ class KeyedWindowSpec(OperatorSpec):
     record), a field name, or a function. `function` is the user's reduce function, aggregate
     function or process window function. Late records go to the operator's output wrapped in
     `LateRecord` when `emit_late` is set (`late_records()` asked for them), else they are counted.
+    Outside event time (`time`) and with a `trigger` other than the default, the operator runs its
+    records one at a time (`runtime/operators/window_triggers.py`).
     """
 
     key: KeySelector
     queries: tuple[tuple[str, Any], ...]
     kind: WindowFunctionKind
-    event_time: EventTime
+    event_time: EventTime | None  # None outside event time
     value: Any = None
     function: Any = None
     allowed_lateness: float = 0.0
     named: bool = False
     emit_late: bool = False
     on_error: OnError = OnError.FAIL
+    time: WindowTime = WindowTime.EVENT  # event, processing or count (`plan.triggers`)
+    trigger: Trigger | None = None  # None: fire when the watermark (or clock) passes the end
+    keyless: bool = False  # `window_all`: one key for every record, left out of the results
 
 
 class OutputPart(Enum):

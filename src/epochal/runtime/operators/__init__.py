@@ -6,7 +6,8 @@
 - `lifecycle`: the user's rich functions (open, close) and their operator state;
 - `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
 - `keyed`: count and reduce per key; `process`: a user's keyed process function with timers;
-- `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
+- `windows`: event-time windows on shared slices; `window_triggers`: processing-time and count
+  windows, and triggers (early firings, count, purging); `timers`: keyed timers in both domains.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ...plan.specs import (
     SplitLateSpec,
     UnionSpec,
 )
+from ...plan.triggers import WindowTime
 from .async_io import AsyncWaitOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
 from .io import SinkOperator, SourceOperator, SourcePositions
@@ -42,11 +44,13 @@ from .process import KeyedProcessOperator, ProcessContext
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .time import AssignTimestampsOperator
 from .window_output import LateRecord, SplitLateOperator
+from .window_triggers import TriggeredWindowOperator
 from .windows import KeyedWindowOperator
 
 __all__ = [
     "AsyncWaitOperator",
     "KeyedWindowOperator",
+    "TriggeredWindowOperator",
     "LateRecord",
     "SplitLateOperator",
     "AssignTimestampsOperator",
@@ -84,4 +88,6 @@ def create_operator(spec: OperatorSpec) -> RuntimeOperator:
         spec = replace(spec, fn=copy.deepcopy(spec.fn))
     elif isinstance(spec, AsyncMapSpec) and isinstance(spec.function, RichFunction):
         spec = replace(spec, function=copy.deepcopy(spec.function))
+    if isinstance(spec, KeyedWindowSpec) and (spec.time is not WindowTime.EVENT or spec.trigger is not None):
+        return TriggeredWindowOperator(spec)
     return _FACTORIES[type(spec)](spec)

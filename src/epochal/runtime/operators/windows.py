@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from ...errors import RecordError
 from ...plan.specs import KeyedWindowSpec, OnError, WindowFunctionKind
+from ...plan.time import EventTime
 from ...plan.windows import Window
 from ...state.keygroups import KeyGroups
 from ...state.sections import GroupCopies
@@ -82,7 +83,8 @@ class KeyedWindowOperator(KeyedOperator):
         super().__init__(spec)
         self.spec = spec
         self.key = spec.key
-        self.event_time = spec.event_time
+        # outside event time records get their times elsewhere (`window_triggers`): a field never read
+        self.event_time = spec.event_time if spec.event_time is not None else EventTime(field=0)
         self.windowing = Windowing(dict(spec.queries), _aggregate(spec), spec.allowed_lateness)
         value = spec.value
         self.value_of = operator.itemgetter(value) if isinstance(value, (str, int)) else value
