@@ -215,6 +215,8 @@ def slow_server() -> Iterator[str]:
     SERVED.update(now=0, most=0)
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+
         def do_GET(self) -> None:  # noqa: N802 - the http.server API
             with lock:
                 SERVED["now"] += 1
@@ -231,7 +233,11 @@ def slow_server() -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        request_queue_size = 256  # the default backlog (5) drops connections made at once
+        daemon_threads = True
+
+    server = Server(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
