@@ -35,7 +35,11 @@ _MODULES = [
     "benchmarks.abs_eval", "benchmarks.abs_target", "benchmarks.windows",
     "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
+    "benchmarks.logs",
     "benchmarks.postgres", "benchmarks.async_io", "benchmarks.state_ttl",
+    "benchmarks.joins",
+    "benchmarks.wordcount", "benchmarks.exchange",
+    "benchmarks.loops", "benchmarks.patch",
 ]
 
 

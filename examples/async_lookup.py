@@ -32,7 +32,7 @@ ORDERS = [(i, list(PRICES)[i % 4], 1 + i % 5) for i in range(400)]
 
 SERVICE = r"""
 import http.server, sys, time
-PRICES = %r
+PRICES = PRICES_HERE
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a connection serves many lookups
@@ -56,7 +56,7 @@ class Server(http.server.ThreadingHTTPServer):
 server = Server(("127.0.0.1", 0), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()
-""" % PRICES
+""".replace("PRICES_HERE", repr(PRICES))
 
 
 def start_price_service(latency=0.02):

@@ -13,6 +13,13 @@ This module re-exports the public names; everything else is reachable from its s
 """
 
 from .api.async_io import AsyncFunction as AsyncFunction
+from .api.co_functions import BroadcastProcessFunction as BroadcastProcessFunction
+from .api.co_functions import CoProcessFunction as CoProcessFunction
+from .api.co_functions import KeyedBroadcastProcessFunction as KeyedBroadcastProcessFunction
+from .api.co_functions import KeyedCoProcessFunction as KeyedCoProcessFunction
+from .api.co_functions import MapStateDescriptor as MapStateDescriptor
+from .api.co_functions import OutputTag as OutputTag
+from .api.co_functions import ProcessJoinFunction as ProcessJoinFunction
 from .api.connector import Sink as Sink
 from .api.connector import SinkWriter as SinkWriter
 from .api.connector import Source as Source
@@ -21,18 +28,20 @@ from .api.context import ProcessContext as ProcessContext
 from .api.context import RuntimeContext as RuntimeContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
+from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
+from .api.keyed import KeyedStream as KeyedStream
 from .api.rich import FilterFunction as FilterFunction
 from .api.rich import FlatMapFunction as FlatMapFunction
 from .api.rich import MapFunction as MapFunction
 from .api.rich import ReduceFunction as ReduceFunction
 from .api.rich import RichFunction as RichFunction
 from .api.stream import DataStream as DataStream
-from .api.stream import KeyedStream as KeyedStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
+from .config import RecoveryConfig as RecoveryConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
 from .errors import CheckpointError as CheckpointError
@@ -63,6 +72,9 @@ __all__ = sorted(
         "FlatMapFunction",
         "FilterFunction",
         "RuntimeContext",
+        "BroadcastProcessFunction",
+        "CoProcessFunction",
+        "BatchAggregateFunction",
         "CheckpointConfig",
         "CheckpointError",
         "CorruptCheckpointError",
@@ -75,12 +87,18 @@ __all__ = sorted(
         "JobResult",
         "JobState",
         "JobStatus",
+        "KeyedBroadcastProcessFunction",
+        "KeyedCoProcessFunction",
         "KeyedProcessFunction",
         "KeyedStream",
         "ListState",
         "MapState",
+        "MapStateDescriptor",
         "OperatorError",
+        "OutputTag",
         "ProcessContext",
+        "ProcessJoinFunction",
+        "RecoveryConfig",
         "RestartStrategy",
         "Sink",
         "SinkWriter",

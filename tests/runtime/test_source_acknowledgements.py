@@ -58,3 +58,15 @@ def test_a_reader_is_told_the_positions_of_complete_checkpoints(tmp_path: Path) 
     assert all(cid in completed for cid, _ in ACKS)
     assert [c for c, _ in ACKS] == sorted({c for c, _ in ACKS})  # in order, once each
     assert [p for _, p in ACKS] == sorted(p for _, p in ACKS)
+
+
+def test_the_end_of_a_finished_split_is_acknowledged_once_a_checkpoint_covers_it(tmp_path: Path) -> None:
+    """A bounded source's reader hears of its split's end too (Flink acknowledges finished
+    splits): it stays open, reading nothing, until a checkpoint after its end completed."""
+    ACKS.clear()
+    env = StreamEnvironment(parallelism=1, batch_size=10,
+                            checkpoint=CheckpointConfig(interval=0.01, directory=str(tmp_path / "ckpt")))
+    env.from_source(_Source()).sink_to(CollectSink())
+    InProcessExecutor(seed=2, virtual_time=True).execute(env.job_graph("end"))
+    assert ACKS and ACKS[-1][1] == 2000, ACKS[-3:]
+    assert [p for _, p in ACKS].count(2000) == 1  # told once, then closed

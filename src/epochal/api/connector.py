@@ -105,6 +105,14 @@ class Source(ABC):
         """
         return None
 
+    # True: a split may never end (a log's partition), so a subtask reads all of its splits at
+    # once, a batch each in turn, instead of one after another
+    endless_splits: bool = False
+
+    def resumed(self, splits: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+        """A source that finds splits as it runs: the job resumed from a checkpoint whose split
+        log holds `splits` (called on the job master before its first listing)."""
+
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise an `EpochalError` if the job cannot read this source (e.g. its input is missing).
 

@@ -14,6 +14,7 @@ from ..config import (
     DEFAULT_GC_THRESHOLD,
     CheckpointConfig,
     JobConfig,
+    RecoveryConfig,
     RestartStrategy,
     StateConfig,
     check_bool,
@@ -135,6 +136,9 @@ class StreamEnvironment:
             splits: a rescale up to `max_workers` and back moves key groups live, no restart,
             no replay (`docs/concepts/elasticity.md`; jobs with loops or unaligned checkpoints
             restart in the running stage instead).
+        recovery: what survivors do when a worker is lost (`RecoveryConfig`): by default every
+            task restores the last checkpoint; with `RecoveryConfig(survivors=True)` only the
+            lost worker's tasks do, where that is sound.
     """
 
     def __init__(
@@ -157,6 +161,7 @@ class StreamEnvironment:
         web_host: str = "127.0.0.1",
         metrics_interval: float | None = 1.0,
         max_workers: int | None = None,
+        recovery: RecoveryConfig | None = None,
     ) -> None:
         self.max_parallelism = check_int("max_parallelism", max_parallelism)
         if parallelism is None:
@@ -188,6 +193,7 @@ class StreamEnvironment:
             None if metrics_interval is None else check_seconds("metrics_interval", metrics_interval, or_none=True)
         )
         self.max_workers = None if max_workers is None else check_int("max_workers", max_workers)
+        self.recovery = RecoveryConfig() if recovery is None else check_instance("recovery", recovery, RecoveryConfig)
         if self.max_workers is not None and self.max_workers < self.parallelism:
             raise ValueError(f"max_workers ({max_workers}) must be at least the parallelism ({self.parallelism})")
         if state_backend is not None:
@@ -266,7 +272,7 @@ class StreamEnvironment:
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval, self.max_workers,
+            self.metrics_interval, self.max_workers, self.recovery,
         )
         return JobBlueprint(self._graph, name, self.max_parallelism, config, self.dead_letter)
 

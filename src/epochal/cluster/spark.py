@@ -56,7 +56,20 @@ from ..runtime.result import JobProgress, JobResult
 from ..runtime.wire.network import CONTROL, Link, LinkClosed, read_object_blocking
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
-from .protocol import FromTask, Hello, JobMasterUnreachable, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    CaughtUp,
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    PeerLost,
+    Progress,
+    Rejoin,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
 from .stage_task import describe_failure, unreachable_in, worker_function
@@ -112,6 +125,7 @@ class SparkExecutor:
         self.local_restore_bytes: list[int] = []  # per attempt: restored from backups' copies
         self.recovery_tables: list[RoutingTable] = []  # parallel recoveries' restore tables
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
+        self.survivor_recoveries: list[tuple[list[int], int]] = []  # (lost workers, restored checkpoint)
 
     def execute(
         self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None,
@@ -165,6 +179,8 @@ class _StageHost:
         self.failed_at: float | None = None
         self.executor = executor
         self.live: dict[TaskId, TaskMetrics | tuple[Any, ...]] = {}
+        self.catching_up: set[int] = set()  # survivors dropping what restored workers send again
+        self.recovering = False  # lost workers restore while the others run on
 
     # -- launches --------------------------------------------------------------------------------
     def _event(self, name: str) -> None:
@@ -270,10 +286,15 @@ class _StageHost:
         if self.failed_at is None:
             self.failed_at = time.monotonic()
         self._event("worker lost")
+        survivors = self.job.config.recovery.survivors
+        told: set[int] = set()
         deadline = time.monotonic() + _HELLO_TIMEOUT
         self.server.settimeout(0.05)
         while True:
             lost |= self._closed_links()
+            if survivors and lost - told:  # the others run on, logging what they send the lost
+                self._tell_survivors(lost - told)
+                told |= lost
             for worker in lost:
                 if worker in self.links and self.links[worker].closed:
                     self._drop(self.links.pop(worker))
@@ -290,6 +311,8 @@ class _StageHost:
                 hello[1].close()
         self._event("replaced")
         workers = ", ".join(str(w) for w in sorted(lost))
+        if survivors and self._restore_lost(lost, WorkerLost(f"{cause}; worker {workers} replaced by a new process")):
+            return
         self._fail(WorkerLost(f"{cause}; worker {workers} replaced by a new process, restarted in place"))
         replicas = self.job.config.state.backup_replicas
         routing = None
@@ -298,6 +321,33 @@ class _StageHost:
             if routing is not None:
                 self.executor.recovery_tables.append(routing)
         self._start_attempt(routing=routing)
+
+    def _tell_survivors(self, lost: set[int]) -> None:
+        """Workers died: the survivors keep running (`runtime.master.survivors`); what the lost
+        tasks would have acknowledged is aborted meanwhile."""
+        self.master.worker_lost(lost)
+        for worker, link in self.links.items():
+            if worker not in lost and not link.closed:
+                for dead in sorted(lost):
+                    link.send_object(PeerLost(dead))
+
+    def _restore_lost(self, lost: set[int], cause: BaseException) -> bool:
+        """Restore only the lost workers' tasks, on their new processes; False where that is not
+        sound (every task then rolls back)."""
+        plan = self.master.recover_survivors(lost, self.workers, cause)
+        if plan is None or self.attempt is None:
+            return False
+        attempt, incarnations = self.attempt.number, tuple(self.incarnations)
+        self.running -= lost
+        self.catching_up, self.recovering = set(self.links) - lost, True
+        self.executor.survivor_recoveries.append((sorted(lost), plan.checkpoint_id))
+        for worker, link in self.links.items():
+            if worker in lost:
+                link.send_object(Start(attempt, plan.checkpoint_id, None, incarnations))
+            else:
+                for dead in sorted(lost):
+                    link.send_object(Rejoin(dead, attempt, plan.checkpoint_id, incarnations))
+        return True
 
     def _closed_links(self) -> set[int]:
         """The workers whose control link closed (what they sent meanwhile is stale: dropped)."""
@@ -461,9 +511,24 @@ class _StageHost:
                 if self.failed_at is not None:
                     self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
                     self.failed_at = None
+                self._caught_up(None)
+        elif kind is CaughtUp:
+            self._caught_up(message.worker)
         elif kind is WorkerFailed:
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
             self._restart_in_place(error)
+
+    def _caught_up(self, worker: int | None) -> None:
+        """A survivor dropped what restored workers sent again: once all did, and every worker
+        runs, checkpoints go on."""
+        if not self.recovering:
+            return
+        if worker is not None:
+            self.catching_up.discard(worker)
+        if not self.catching_up and len(self.running) == self.workers:
+            self.recovering = False
+            self._event("caught up")
+            self.master.survivors_caught_up()
 
     def _live_metrics(self) -> list[TaskMetrics]:
         """The workers' latest task metrics (a worker that sends only counts: counts only)."""

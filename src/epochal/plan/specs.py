@@ -102,23 +102,17 @@ class MapBatchesSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
-class KeyedCountSpec(OperatorSpec):
-    """Running count per key; emits `(key, count)` per record, or per changed key at each
-    checkpoint (`emit="on_checkpoint"`); vectorized on Arrow batches."""
-
-    key: KeySelector
-    emit: Emit = "per_record"
-
-
-@dataclass(frozen=True, slots=True)
 class KeyedReduceSpec(OperatorSpec):
     """Rolling reduce per key; emits the new reduced value per record, or per changed key at
-    each checkpoint (`emit="on_checkpoint"`)."""
+    each checkpoint (`emit="on_checkpoint"`). `combine`: reduce locally before the key exchange
+    too (`plan.local_global`; `fn` must be associative). Count, sum and the other aggregates are
+    `plan.aggregates.KeyedAggregateSpec`."""
 
     key: KeySelector
     fn: Callable[[Any, Any], Any]
     on_error: OnError = OnError.FAIL
     emit: Emit = "per_record"
+    combine: bool = False
 
 
 # What a keyed process function's processing-time timers still pending at the end of its input
@@ -135,6 +129,7 @@ class KeyedProcessSpec(OperatorSpec):
     function: Any
     on_error: OnError = OnError.FAIL
     timers_at_end: TimersAtEnd = "report"
+    side_outputs: tuple[str, ...] = ()  # the tags read with `side_output` (`plan.side_outputs`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +168,9 @@ class KeyedWindowSpec(OperatorSpec):
     `LateRecord` when `emit_late` is set (`late_records()` asked for them), else they are counted.
     Outside event time (`time`) and with a `trigger` other than the default, the operator runs its
     records one at a time (`runtime/operators/window_triggers.py`).
+
+    `combine`: pre-aggregate per key and slice before the key exchange (`plan.local_global`,
+    `plan.aggregates.LocalWindowSpec`); `combined`: the input is those partials.
     """
 
     key: KeySelector
@@ -188,6 +186,9 @@ class KeyedWindowSpec(OperatorSpec):
     time: WindowTime = WindowTime.EVENT  # event, processing or count (`plan.triggers`)
     trigger: Trigger | None = None  # None: fire when the watermark (or clock) passes the end
     keyless: bool = False  # `window_all`: one key for every record, left out of the results
+    side_outputs: tuple[str, ...] = ()  # tags a process window function's records go to
+    combine: bool = False  # a local phase (partials per key and slice) before the key exchange
+    combined: bool = False  # what arrives are such partials (`plan.local_global`)
 
 
 class OutputPart(Enum):
@@ -208,15 +209,26 @@ class SplitLateSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class SideOutputSpec(OperatorSpec):
+    """Keeps one side output of the operator before it (`ctx.output(tag, record)`), unwrapped, or
+    with `tag` None its main output: every record but the side outputs (`plan.side_outputs`)."""
+
+    tag: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class IterationHeadSpec(OperatorSpec):
     """The head of a loop: merges the loop's input with its feedback; records pass unchanged.
 
     Its task consumes the loop's back-edges and logs them during checkpoints (ABS §4.3,
     Algorithm 2); `feedback_threshold` batches of buffered feedback make it read feedback only
-    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels.
+    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels. With
+    `event_time`, the head holds the watermark until the loop holds nothing older
+    (`runtime.task.loop_clock`).
     """
 
     feedback_threshold: int = 8
+    event_time: EventTime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,16 @@ T = TypeVar("T")
 
 Redistribution = Literal["split", "broadcast"]
 REDISTRIBUTIONS: tuple[Redistribution, ...] = ("split", "broadcast")
+# under this key of an operator's own state dict, the operator lists of its user function (two-input
+# operators keep a dict of their own: broadcast maps, a join's watermark; `with_operator_lists`)
+LISTS_KEY = "__operator_lists__"
+
+
+def with_operator_lists(state: dict[str, Any] | None, lists: OperatorListSnapshot | None) -> dict[str, Any] | None:
+    """An operator's own state dict with its function's operator lists beside it."""
+    if lists is None:
+        return state
+    return {**(state or {}), LISTS_KEY: lists}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +151,8 @@ class OperatorStateStore:
     def restore(self, old: Sequence[Any], subtask: int, parallelism: int) -> None:
         """Take this subtask's part of the lists of every old subtask (`redistribute`); entries of
         `old` that are not operator lists (another operator's format) are skipped."""
-        snapshots = [s if isinstance(s, OperatorListSnapshot) else None for s in old]
+        snapshots = [s if isinstance(s, OperatorListSnapshot) else s.get(LISTS_KEY) if isinstance(s, dict) else None
+                     for s in old]
         self._restored = redistribute(snapshots, subtask, parallelism)
         for name, state in self._lists.items():
             state.update(self._restored.pop(name, ()))

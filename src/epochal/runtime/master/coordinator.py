@@ -29,7 +29,7 @@ from ...config import CheckpointConfig
 from ...errors import CheckpointError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
+from ...state.manifest import Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
 from ...state.storage import CheckpointStorage
 from ..channel_state import in_flight_uid
 from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
@@ -44,6 +44,7 @@ from ..wire.messages import (
     TriggerCheckpoint,
 )
 from .enumerator import SplitEnumerators
+from .patches import PatchLog
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class PendingCheckpoint:
     split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
     routing: RoutingTable | None = None  # the routing table from this checkpoint on
     reroutes: bool = False  # key groups move at this checkpoint (`runtime.master.migrations`)
+    patch: int = 0  # the newest live patch its barrier carries (`runtime.patches`)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
         if ack.task in self.acks:
@@ -88,7 +90,8 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.awaiting
 
-    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = ()) -> Manifest:
+    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (),
+                 patches: tuple[PatchState, ...] = ()) -> Manifest:
         by_uid: dict[str, list[SubtaskState]] = {}
         for ack in self.acks.values():
             for entry in ack.states:
@@ -113,6 +116,7 @@ class PendingCheckpoint:
             is_final=self.is_final,
             split_logs=split_logs,
             routing=self.routing,
+            patches=patches,
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
@@ -148,6 +152,8 @@ class CheckpointCoordinator:
             tolerated; the coordinator triggers nothing after that.
         enumerators: the split logs of sources that find splits as they run; the coordinator
             ticks them, and checkpoints them with every checkpoint (`runtime.master.enumerator`).
+        patches: the live logic patches: barriers carry the newest, manifests record them, and
+            the abort of a checkpoint that switched one fails the attempt (`master.patches`).
     """
 
     def __init__(
@@ -161,8 +167,10 @@ class CheckpointCoordinator:
         on_aborted: Callable[[AbortedCheckpoint], None] = _ignore,
         on_failure: Callable[[CheckpointError], None] = _ignore,
         enumerators: SplitEnumerators | None = None,
+        patches: PatchLog | None = None,
     ) -> None:
         self.job = job
+        self.patches = patches
         self.enumerators = enumerators or None
         self.on_completed = on_completed
         self.on_aborted = on_aborted
@@ -188,6 +196,7 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
+        self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -197,6 +206,7 @@ class CheckpointCoordinator:
             and not self.is_stopped
             and self.final_checkpoint is None
             and self.migrating is None
+            and not self.paused
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
             and now - self._last_completion >= c.min_pause
@@ -245,13 +255,15 @@ class CheckpointCoordinator:
         completed = self.completed[-1].checkpoint_id if self.completed else 0
         # splits found so far go out ahead of the trigger, so this checkpoint covers them
         marks = self.enumerators.mark() if self.enumerators is not None else {}
+        patch = self.patches.switch_id if self.patches is not None else 0
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks,
-            routing=self.routing, reroutes=reroute is not None,
+            routing=self.routing, reroutes=reroute is not None, patch=patch,
         )
         mode = self.config.mode
         alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
-        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment, reroute)
+        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment, reroute,
+                                    patch)
         for task in self.tasks:
             if task in self.sources or task in self.ended:
                 self.send(task, message)
@@ -271,9 +283,34 @@ class CheckpointCoordinator:
                 completed = self.completed[-1].checkpoint_id if self.completed else 0
                 self.send(message.task, TriggerCheckpoint(
                     pending.checkpoint_id, pending.triggered_at, pending.is_final, False, completed,
-                    reroute=pending.routing if pending.reroutes else None,
+                    reroute=pending.routing if pending.reroutes else None, patch=pending.patch,
                 ))
         self._trigger_final()
+
+    def restoring(self, tasks: set[TaskId]) -> None:
+        """A lost worker's `tasks` restore while the others run on (`master.survivors`): what is
+        pending can never complete (aborted, not counted as failed), the restored tasks may end
+        again, and no checkpoint starts until `resume`."""
+        self.paused = True
+        self.ended -= tasks
+        for pending in list(self.pending.values()):
+            del self.pending[pending.checkpoint_id]
+            for task in self.tasks:
+                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
+            self._recent.append(pending.checkpoint_id)
+            aborted = pending.abort(AbortReason.TASK_FAILED, "a worker was lost; its tasks restore")
+            self.aborted.append(aborted)
+            if self.storage is not None:
+                self.storage.discard(pending.checkpoint_id)
+            if pending.is_final:
+                self.final_checkpoint = None
+            self.on_aborted(aborted)
+
+    def resume(self) -> None:
+        """The survivors caught up with the restored tasks: checkpoints go on."""
+        self.paused = False
+        if not self.is_stopped:
+            self._trigger_final()
 
     def migrated(self) -> None:
         """The moved key groups were taken over: checkpoints go on (`trigger`'s `reroute`)."""
@@ -285,7 +322,7 @@ class CheckpointCoordinator:
         """Every task ended: the last checkpoint, once no key groups are on their way (a new owner
         must hold them when it snapshots)."""
         if (len(self.ended) == len(self.tasks) and not self.in_flight and self.final_checkpoint is None
-                and self.migrating is None):
+                and self.migrating is None and not self.paused):
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
@@ -308,7 +345,8 @@ class CheckpointCoordinator:
             split_logs: tuple[SplitLogState, ...] = ()
             if self.enumerators is not None:
                 split_logs = self.enumerators.persist(self.storage, pending.checkpoint_id, pending.split_marks)
-            manifest = pending.manifest(self.job, split_logs)
+            patches = self.patches.persist(self.storage, pending.checkpoint_id, pending.patch) if self.patches else ()
+            manifest = pending.manifest(self.job, split_logs, patches)
             if self.storage is not None:
                 self.storage.write_manifest(manifest)
         except CheckpointError as exc:
@@ -341,9 +379,10 @@ class CheckpointCoordinator:
 
     def _abort(self, pending: PendingCheckpoint, reason: AbortReason, detail: str) -> None:
         del self.pending[pending.checkpoint_id]
-        if self.config.mode == "synchronous":  # sources halted for it must go on
-            for task in self.sources:
-                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
+        switched = self.patches is not None and self.patches.switches_at(pending.checkpoint_id)
+        # sources halted for it go on (synchronous mode); loop heads drop the log they keep for it
+        for task in self.tasks:
+            self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
         aborted = pending.abort(reason, detail)
         self.aborted.append(aborted)
@@ -351,6 +390,13 @@ class CheckpointCoordinator:
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
         self.on_aborted(aborted)
+        if switched:  # tasks switched to the patch at its barrier: only a restore undoes that
+            self.stop(AbortReason.TASK_FAILED)
+            self.on_failure(CheckpointError(
+                f"checkpoint {pending.checkpoint_id}, which switched in a patch, was aborted ({reason.value}: "
+                f"{detail}); the job restores the checkpoint before it, with the old function"
+            ))
+            return
         if pending.reroutes:  # the tasks switched at its barrier: only a restore undoes that
             self.stop(AbortReason.TASK_FAILED)
             self.on_failure(CheckpointError(

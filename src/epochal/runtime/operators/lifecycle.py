@@ -160,3 +160,29 @@ class UserFunctions:
             raise
         except Exception as exc:
             raise OperatorError(self.operator, what, exc) from exc
+
+
+def adopt_function(operator: Any, old: Any, new: Any, *, opened: bool) -> None:
+    """A live patch replaced `operator`'s function `old` by `new` (`task.patching`): the rich
+    functions' lifecycle follows. `new` takes `old`'s place (the operator state stays with the
+    operator). On a running operator `new` opens, unless it was `opened` when staged (a process
+    function opens on the operator's context then), and `old` closes; before the operator opens
+    (a restore), `start` opens `new` as it would have opened `old`."""
+    hooked = any(callable(getattr(new, hook, None)) for hook in ("open", "snapshot_state", "close"))
+    functions: UserFunctions | None = operator.functions
+    if functions is None:
+        if not hooked:
+            return
+        functions = operator.functions = UserFunctions(operator.name, [])
+    running = getattr(operator, "ctx", None) is not None
+    if running and old in functions.functions and callable(close := getattr(old, "close", None)):
+        try:
+            close()
+        except Exception:
+            log.warning("operator %r: close() of the patched-out %s failed", operator.name, type(old).__name__,
+                        exc_info=True)
+    functions.functions = [f for f in functions.functions if f is not old] + ([new] if hooked else [])
+    if running:
+        functions.is_open = True
+        if not opened and callable(hook := getattr(new, "open", None)):
+            functions._call(hook, "<open>", None, RuntimeContext(operator.name, operator.ctx, functions.store))
