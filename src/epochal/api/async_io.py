@@ -22,7 +22,8 @@ from ..plan.specs import AsyncMapSpec
 from .rich import RichFunction
 
 if TYPE_CHECKING:
-    from .stream import DataStream, OnErrorChoice
+    from .checks import OnErrorChoice
+    from .stream import DataStream
 
 IN = TypeVar("IN")
 OUT = TypeVar("OUT")
@@ -49,10 +50,10 @@ class AsyncFunction(RichFunction, _PlanAsyncFunction[IN, OUT], Generic[IN, OUT])
         """The result for `value`."""
 
 
-def async_spec(stream: DataStream, fn: Any, capacity: int, timeout: float | None, ordered: bool,
+def async_spec(stream: DataStream[Any], fn: Any, capacity: int, timeout: float | None, ordered: bool,
                on_error: OnErrorChoice) -> Callable[[str], AsyncMapSpec]:
     """The spec factory of `DataStream.map_async`, its arguments checked."""
-    from .stream import on_error_policy
+    from .checks import on_error_policy
 
     if not isinstance(fn, _PlanAsyncFunction) and not callable(fn):
         raise TypeError(f"fn must be an async function (async def) or an AsyncFunction, got {fn!r}")

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..config import (
     DEFAULT_GC_THRESHOLD,
@@ -37,9 +37,10 @@ from ..runtime.master.control import JobControl, JobState, JobStatus
 from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
+from .checks import OnErrorChoice, on_error_policy
 from .connector import Sink, Source
 from .handle import JobHandle
-from .stream import DataStream, OnErrorChoice, on_error_policy
+from .stream import DataStream
 from .tables import resolve_table
 from .time import WatermarkStrategy
 
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 
 Executor = Literal["inprocess", "spark"]
 EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
+
+
+T = TypeVar("T")  # a source's records
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,12 +216,12 @@ class StreamEnvironment:
 
     def from_source(
         self,
-        source: Source,
+        source: Source[T],
         *,
         name: str | None = None,
         watermarks: WatermarkStrategy | None = None,
         on_error: OnErrorChoice = "fail",
-    ) -> DataStream:
+    ) -> DataStream[T]:
         """A stream of the records of a replayable source.
 
         Args:
@@ -237,7 +241,7 @@ class StreamEnvironment:
         policy = on_error_policy(self, on_error, "from_source")
         spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None, policy)
         node = self._graph.add(spec, [])
-        return DataStream(self, node.id)
+        return DataStream[T](self, node.id)
 
     def from_table(
         self,
@@ -247,7 +251,7 @@ class StreamEnvironment:
         columns: Sequence[str] | None = None,
         name: str | None = None,
         watermarks: WatermarkStrategy | None = None,
-    ) -> DataStream:
+    ) -> DataStream[Any]:
         """A stream of the rows of a Spark catalog table (Parquet or Delta), read through its
         files as a replayable source: Arrow batches, a row group per split, partition columns
         included. A Delta table is read at the version it has now, pinned for every restore.

@@ -15,11 +15,12 @@ if TYPE_CHECKING:
     from ..runtime.operators.timers import PendingTimer
 
 IN = TypeVar("IN")
+K = TypeVar("K")
 ACC = TypeVar("ACC")
 OUT = TypeVar("OUT")
 
 
-class KeyedProcessFunction(ABC):
+class KeyedProcessFunction(ABC, Generic[K, IN, OUT]):
     """Per-key logic with keyed state and processing-time timers.
 
     Every hook gets the same `ProcessContext` (`epochal.ProcessContext`). `open(ctx)` runs once
@@ -53,14 +54,14 @@ class KeyedProcessFunction(ABC):
         """Register state; called before the first record of each subtask."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+    def process_element(self, value: IN, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle one record of the current key; return or yield the records to emit."""
 
-    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
+    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle a due timer of `ctx.key` (`ctx.time_domain` says which clock); return or yield records."""
         return None
 
-    def on_end_of_input(self, pending: Sequence[PendingTimer], ctx: ProcessContext) -> Iterable[Any] | None:
+    def on_end_of_input(self, pending: Sequence[PendingTimer], ctx: ProcessContext) -> Iterable[OUT] | None:
         """The subtask's input ended: `pending` lists the processing-time timers that did not
         fire (`key`, `timestamp`, `domain`), in time order; return or yield records to emit.
         `ctx.key` is None here. Event-time timers registered here fire at once."""
@@ -139,7 +140,7 @@ class BatchAggregateFunction(ABC):
         """The results of accumulators (one element per key): a numpy array or an Arrow array."""
 
 
-class _AggregateProcess(KeyedProcessFunction):
+class _AggregateProcess(KeyedProcessFunction[Any, Any, Any]):
     """`KeyedStream.aggregate` as a keyed process function: emits `(key, result)` per record."""
 
     def __init__(self, aggregate: AggregateFunction[Any, Any, Any]) -> None:
@@ -162,7 +163,7 @@ __test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": A
             "BatchAggregateFunction": BatchAggregateFunction}
 
 
-class ProcessWindowFunction(RichFunction, ABC):
+class ProcessWindowFunction(RichFunction, ABC, Generic[K, IN, OUT]):
     """Per-window logic over all of a window's records (they are kept, not pre-aggregated).
 
     A rich function: `open(ctx)` once per subtask, `close()` at the end (`epochal.RichFunction`).
@@ -181,5 +182,5 @@ class ProcessWindowFunction(RichFunction, ABC):
     """
 
     @abstractmethod
-    def process(self, key: Any, window: Any, records: list[Any]) -> Iterable[Any] | None:
+    def process(self, key: K, window: Any, records: list[IN]) -> Iterable[OUT] | None:
         """Emit what one window of `key` produces."""

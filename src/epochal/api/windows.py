@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ..config import check_bool, check_callable, check_choice, check_has_methods, check_name
 from ..errors import GraphError
@@ -27,14 +27,24 @@ from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunct
 from ..plan.time import Duration, seconds
 from ..plan.triggers import WINDOW_TIMES, Trigger, WindowTime, check_trigger, count_window
 from ..plan.windows import DeterministicWindow, check_window
-from .functions import ProcessWindowFunction
+from .checks import OnErrorChoice, _name_or_unique, on_error_policy
+from .functions import AggregateFunction, ProcessWindowFunction
 from .keyed import KeyedStream
-from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .stream import DataStream
+
+if TYPE_CHECKING:
+    from .co_functions import OutputTag
 
 Value = str | int | Callable[[Any], Any] | None
+K = TypeVar("K")
+T = TypeVar("T")
+R = TypeVar("R")
+# a window's result row: `(key, window_start, window_end, result)` (`api.window_views` for the
+# rows of named queries and of `window_all`)
+Row = tuple[K, float, float, R]
 
 
-class WindowedStream:
+class WindowedStream(Generic[K, T]):
     """A keyed stream cut into windows; choose what each window computes.
 
     Results are `(key, window_start, window_end, result)` tuples, or with several named queries
@@ -44,7 +54,7 @@ class WindowedStream:
     it again with the updated result; a record past that goes to `late_records()`.
     """
 
-    def __init__(self, keyed: KeyedStream, queries: tuple[tuple[str, Any], ...], named: bool,
+    def __init__(self, keyed: KeyedStream[K, T], queries: tuple[tuple[str, Any], ...], named: bool,
                  time: WindowTime = WindowTime.EVENT, keyless: bool = False) -> None:
         self._keyed = keyed
         self._queries = queries
@@ -54,7 +64,7 @@ class WindowedStream:
         self._trigger: Trigger | None = None
         self._keyless = keyless
 
-    def allowed_lateness(self, lateness: Duration) -> WindowedStream:
+    def allowed_lateness(self, lateness: Duration) -> WindowedStream[K, T]:
         """Keep windows open for late records this long after their end (seconds or timedelta)."""
         if self._time is not WindowTime.EVENT:
             raise GraphError("allowed_lateness applies to event-time windows: in processing time and by "
@@ -62,7 +72,7 @@ class WindowedStream:
         self._lateness = seconds(lateness, "lateness")
         return self
 
-    def trigger(self, trigger: Trigger) -> WindowedStream:
+    def trigger(self, trigger: Trigger) -> WindowedStream[K, T]:
         """When windows emit: `EventTimeTrigger()` (the default in event time),
         `ProcessingTimeTrigger()` (in processing time), `CountTrigger(n)`, each with
         `.with_early_firings(every=...)` and `.purging()` (`epochal.windows`)."""
@@ -73,7 +83,7 @@ class WindowedStream:
         return self
 
     def count(self, *, name: str | None = None, on_error: OnErrorChoice = "fail",
-              combine: bool | None = None) -> WindowResults:
+              combine: bool | None = None) -> WindowResults[Row[K, int]]:
         """The number of records in each window.
 
         `combine`: count per key and slice before the key exchange too (a local phase: one row
@@ -84,39 +94,40 @@ class WindowedStream:
         return self._build(WindowFunctionKind.COUNT, None, None, name, on_error, combine)
 
     def sum(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail",
-            combine: bool | None = None) -> WindowResults:
+            combine: bool | None = None) -> WindowResults[Row[K, Any]]:
         """The sum of `value` (a field name, a tuple index, or a function; None: the record).
         `combine`: as for `count` (a numeric column `value`)."""
         return self._build(WindowFunctionKind.SUM, _value(value), None, name, on_error, combine)
 
     def min(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail",
-            combine: bool = False) -> WindowResults:
+            combine: bool = False) -> WindowResults[Row[K, Any]]:
         """The smallest `value` of each window. `combine=True`: as for `count`, for a numeric
         column (off by default: a column of strings has no columnar partials)."""
         return self._build(WindowFunctionKind.MIN, _value(value), None, name, on_error, combine)
 
     def max(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail",
-            combine: bool = False) -> WindowResults:
+            combine: bool = False) -> WindowResults[Row[K, Any]]:
         """The largest `value` of each window. `combine=True`: as for `min`."""
         return self._build(WindowFunctionKind.MAX, _value(value), None, name, on_error, combine)
 
     def reduce(
-        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
-    ) -> WindowResults:
+        self, fn: Callable[[T, T], T], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> WindowResults[Row[K, T]]:
         """`fn` folded over each window's records; associative and commutative, since windows
         combine the partial results of the slices they share."""
         check_callable("fn", fn)
         return self._build(WindowFunctionKind.REDUCE, None, fn, name, on_error)
 
-    def aggregate(self, function: Any, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
+    def aggregate(self, function: AggregateFunction[T, Any, R], *, name: str | None = None,
+                  on_error: OnErrorChoice = "fail") -> WindowResults[Row[K, R]]:
         """An `AggregateFunction` with `merge(a, b)`, which combines the accumulators of slices."""
         check_has_methods("function", function, "AggregateFunction",
                           ("create_accumulator", "add", "merge", "get_result"))
         return self._build(WindowFunctionKind.AGGREGATE, None, function, name, on_error)
 
     def process(
-        self, function: ProcessWindowFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail"
-    ) -> WindowResults:
+        self, function: ProcessWindowFunction[K, T, R], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+    ) -> WindowResults[R]:
         """Call `function.process(key, window, records)` with each window's records, in
         event-time order; it returns (or yields) the records to emit."""
         check_has_methods("function", function, "ProcessWindowFunction", ("process",))
@@ -125,7 +136,7 @@ class WindowedStream:
     def _build(
         self, kind: WindowFunctionKind, value: Value, function: Any, name: str | None, on_error: OnErrorChoice,
         combine: bool | None = False,
-    ) -> WindowResults:
+    ) -> WindowResults[Any]:
         keyed = self._keyed
         env = keyed._env
         graph = env._graph
@@ -166,8 +177,8 @@ def _value(value: Value) -> Value:
     raise TypeError(f"value must be a field name, a tuple index or a function of the record, got {value!r}")
 
 
-def windowed(keyed: KeyedStream, windows: Any, time: str = "event", trigger: Trigger | None = None,
-             keyless: bool = False) -> WindowedStream:
+def windowed(keyed: KeyedStream[K, T], windows: Any, time: str = "event", trigger: Trigger | None = None,
+             keyless: bool = False) -> WindowedStream[K, T]:
     """`keyed.window(spec)` and `keyed.windows({name: spec})`, in event or processing time."""
     domain = WindowTime(check_choice("time", time, WINDOW_TIMES))
     if isinstance(windows, Mapping):
@@ -183,7 +194,8 @@ def windowed(keyed: KeyedStream, windows: Any, time: str = "event", trigger: Tri
     return stream if trigger is None else stream.trigger(trigger)
 
 
-def count_windowed(keyed: KeyedStream, size: int, slide: int | None, keyless: bool = False) -> WindowedStream:
+def count_windowed(keyed: KeyedStream[K, T], size: int, slide: int | None, keyless: bool = False
+                   ) -> WindowedStream[K, T]:
     """`keyed.count_window(size, slide)`: windows of a key's last `size` records, every `slide`."""
     try:
         window = count_window(size, slide)
@@ -192,7 +204,7 @@ def count_windowed(keyed: KeyedStream, size: int, slide: int | None, keyless: bo
     return WindowedStream(keyed, (("window", window),), named=False, time=WindowTime.COUNT, keyless=keyless)
 
 
-class WindowResults(DataStream):
+class WindowResults(DataStream[R]):
     """The results of a window operator; `late_records()` is the stream of records too late."""
 
     def __init__(self, env: Any, node_id: int, window_node: int, keyless: bool = False) -> None:
@@ -200,7 +212,7 @@ class WindowResults(DataStream):
         self._window_node = window_node
         self._keyless = keyless
 
-    def set_parallelism(self, parallelism: int) -> DataStream:
+    def set_parallelism(self, parallelism: int) -> Self:
         """Run the results with `parallelism` subtasks; `window_all` runs on one, always.
 
         Raises:
@@ -210,21 +222,21 @@ class WindowResults(DataStream):
             raise GraphError("window_all collects every record in one window operator: its parallelism is 1")
         return super().set_parallelism(parallelism)
 
-    def uid(self, uid: str) -> DataStream:
+    def uid(self, uid: str) -> Self:
         """Give the window operator a stable id: it names the windows' state in checkpoints (and
         in state queries); its results keep `<uid>-results`."""
         super().uid(f"{check_name('uid', uid)}-results")
         self._env._graph.rename(self._window_node, uid=uid)
         return self
 
-    def side_output(self, tag: Any, *, name: str | None = None) -> DataStream:
+    def side_output(self, tag: OutputTag | str, *, name: str | None = None) -> DataStream[Any]:
         """What the window's `ProcessWindowFunction` sent to `tag` (`ctx.output(tag, record)`,
         with `process(key, window, records, ctx)`), as a stream of its own."""
         from .connected import side_output
 
         return side_output(self, self._window_node, tag, name)
 
-    def late_records(self, *, name: str | None = None) -> DataStream:
+    def late_records(self, *, name: str | None = None) -> DataStream[Any]:
         """The records that came after their windows closed (end + allowed lateness), as they
         were; without this call they are only counted."""
         graph = self._env._graph
@@ -233,4 +245,4 @@ class WindowResults(DataStream):
         node.spec = replace(node.spec, emit_late=True)
         late_name = _name_or_unique(graph, name, "late_records")
         late = graph.add(SplitLateSpec(late_name, late_name, OutputPart.LATE), [LogicalEdge(self._window_node, None)])
-        return DataStream(self._env, late.id)
+        return DataStream[Any](self._env, late.id)

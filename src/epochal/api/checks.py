@@ -1,0 +1,37 @@
+"""What every operator-adding method of the API checks the same way: `on_error` and names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from ..config import check_choice, check_name
+from ..errors import GraphError
+from ..plan.logical import LogicalGraph
+from ..plan.specs import OnError
+
+if TYPE_CHECKING:
+    from .environment import StreamEnvironment
+
+OnErrorChoice = Literal["fail", "skip", "dead_letter"]
+WindowTimeChoice = Literal["event", "processing"]
+ON_ERROR_CHOICES: tuple[OnErrorChoice, ...] = ("fail", "skip", "dead_letter")
+
+
+def on_error_policy(env: StreamEnvironment, on_error: object, operator: str) -> OnError:
+    """The `OnError` an `on_error` argument names; `dead_letter` needs the environment's sink.
+
+    Raises:
+        GraphError: `on_error="dead_letter"` in an environment without a dead-letter sink.
+    """
+    policy = OnError(check_choice("on_error", on_error, ON_ERROR_CHOICES))
+    if policy is OnError.DEAD_LETTER and env.dead_letter is None:
+        raise GraphError(
+            f"{operator}(on_error='dead_letter') needs the job's dead-letter sink: "
+            "StreamEnvironment(dead_letter=<any Sink>), e.g. dead_letter=FileSink('dlq/')"
+        )
+    return policy
+
+
+def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:
+    """The operator name a user gave (checked), or a new unique one made from `base`."""
+    return graph.unique_name(base) if name is None else check_name("name", name)
