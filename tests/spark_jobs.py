@@ -95,7 +95,7 @@ def async_lookup_env(corpus: str, out: str, ckpt: str, *, spark: Any = None, ord
     in flight at every moment, checkpoints and kills included."""
     env = StreamEnvironment(
         parallelism=2, spark=spark, batch_size=64,
-        checkpoint=CheckpointConfig(interval=0.3, directory=ckpt),
+        checkpoint=CheckpointConfig(interval=0.3, directory=ckpt, retain=1000),  # the restored one kept to read
         restart=RestartStrategy(max_restarts=3),
     )
     (

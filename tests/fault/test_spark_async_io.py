@@ -41,7 +41,9 @@ def _in_flight_at(ckpt: str, checkpoint_id: int) -> int:
 @pytest.mark.parametrize("ordered", [True, False])
 def test_sigkill_with_lookups_in_flight_commits_every_result_once(spark: Any, tmp_path: Path, ordered: bool) -> None:
     corpus = str(tmp_path / "corpus")
-    write_corpus(corpus, files=4, lines=400)
+    # long enough that periodic checkpoints complete while it runs: on a loaded machine the first
+    # complete checkpoint of a 400-line corpus was its final one, the workers gone before the kill
+    write_corpus(corpus, files=4, lines=1500)
     expected = _words(corpus)
     restored_in_flight = 0
     for trial in range(3):
