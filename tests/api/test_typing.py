@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SAMPLE = Path(__file__).with_name("typing_sample.py")
-_MODULES = re.compile(r"\bepochal\.(?:api\.)?[a-z_]+\.")  # epochal.api.stream.DataStream -> DataStream
+_MODULES = re.compile(r"\bepochal(?:\.[a-z_]+)+\.")  # epochal.api.stream.DataStream -> DataStream
 _LINE = re.compile(r"^.*typing_sample\.py:(\d+): (error|note): (.*?)(?:  \[([a-z-]+)\])?$")
 
 

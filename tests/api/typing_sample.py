@@ -86,8 +86,14 @@ reveal_type(by_parity.aggregate(Average()))  # T: DataStream[tuple[bool, float]]
 
 
 class Tally(KeyedProcessFunction[bool, int, tuple[bool, int]]):
+    def open(self, ctx: ProcessContext) -> None:
+        self.total = ctx.value_state("total", default=0)
+        reveal_type(self.total)  # T: ValueState[int]
+        reveal_type(ctx.value_state("anything"))  # T: ValueState[Any]
+
     def process_element(self, value: int, ctx: ProcessContext) -> Iterable[tuple[bool, int]]:
-        yield (bool(ctx.key), value)
+        self.total.update(self.total.value() + value)
+        yield (bool(ctx.key), self.total.value())
 
 
 reveal_type(by_parity.process(Tally()))  # T: DataStream[tuple[bool, int]]

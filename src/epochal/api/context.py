@@ -10,11 +10,13 @@ processing time (when the task's clock does); `time_domain` says which one fired
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from ..state.handles import ListState, MapState, ValueState
 from ..state.operator_state import OperatorListState
 from ..state.ttl import StateTtlConfig
+
+V = TypeVar("V")  # a value state's values
 
 Redistribution = Literal["split", "broadcast"]
 
@@ -115,8 +117,15 @@ class ProcessContext(Protocol):
         `broadcast` on a restore at another parallelism (see `RuntimeContext`)."""
         ...
 
+    @overload
+    def value_state(self, name: str, default: None = None, *, ttl: StateTtlConfig | None = None
+                    ) -> ValueState[Any]: ...
+    @overload
+    def value_state(self, name: str, default: V, *, ttl: StateTtlConfig | None = None) -> ValueState[V]: ...
+
     def value_state(self, name: str, default: Any = None, *, ttl: StateTtlConfig | None = None) -> ValueState[Any]:
-        """Register (or fetch) the keyed value state `name`; `value()` gives `default` for a new key.
+        """Register (or fetch) the keyed value state `name`; `value()` gives `default` for a new key
+        (typed: `value_state("n", default=0)` is a `ValueState[int]`).
 
         With `ttl` (a `StateTtlConfig`) the value expires that long after it was written (or
         read), and expired values leave the state by themselves (`epochal.StateTtlConfig`).

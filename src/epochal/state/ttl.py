@@ -136,16 +136,16 @@ class TtlValueState(ValueState[T]):
         self._refresh = config.update_on == "read_and_write"
         self._hide = config.visibility == "never_return_expired"
 
-    def value(self) -> T | None:
+    def value(self) -> T:
         backend, name = self._backend, self._name
         stored = backend.get_for_read(name, None)
         if stored is None:
-            return self._default
+            return self._default  # type: ignore[return-value]  # None only for a ValueState[Any]
         now = self._now()
         if _expires(stored) <= now:
             if self._hide:
                 backend.delete(name)
-                return self._default
+                return self._default  # type: ignore[return-value]
             return _value(stored)  # type: ignore[no-any-return]
         value: T = _value(stored)
         if self._refresh:
