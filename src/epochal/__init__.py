@@ -37,6 +37,7 @@ from .api.rich import FlatMapFunction as FlatMapFunction
 from .api.rich import MapFunction as MapFunction
 from .api.rich import ReduceFunction as ReduceFunction
 from .api.rich import RichFunction as RichFunction
+from .api.sql import register_sql_frontend as _register_sql_frontend
 from .api.stream import DataStream as DataStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
@@ -127,3 +128,13 @@ def _table_source(spark: object, table: str, columns: object) -> Source:
 
 
 _register_table_resolver(_table_source)
+
+
+def _register_sql() -> None:
+    """`env.sql`'s frontend (`epochal.sql`, which imports sqlglot): registered now, cheap to import."""
+    from .sql import SqlLayer
+
+    _register_sql_frontend(SqlLayer())
+
+
+_register_sql()

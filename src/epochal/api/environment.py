@@ -37,9 +37,11 @@ from ..runtime.master.control import JobControl, JobState, JobStatus
 from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
+from .builder import GraphBuilder
 from .checks import OnErrorChoice, on_error_policy
 from .connector import Sink, Source
 from .handle import JobHandle
+from .sql import SqlMethods
 from .stream import DataStream
 from .tables import resolve_table
 from .time import WatermarkStrategy
@@ -97,7 +99,7 @@ def run_overrides(overrides: RunOverrides) -> Iterator[None]:
         _overrides = previous
 
 
-class StreamEnvironment:
+class StreamEnvironment(SqlMethods):
     """Builds a stream program and executes it.
 
     Every argument is checked here: a value the job could not run with raises `TypeError` or
@@ -203,7 +205,7 @@ class StreamEnvironment:
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
-        self._graph = LogicalGraph()
+        self._builder = GraphBuilder()
         if _overrides is not None:
             if _overrides.parallelism is not None:
                 self.parallelism = _overrides.parallelism
@@ -237,11 +239,10 @@ class StreamEnvironment:
         check_has_methods("source", source, "Source", ("splits", "open_split"))
         if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
             raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
-        op_name = self._graph.unique_name("source") if name is None else check_name("name", name)
         policy = on_error_policy(self, on_error, "from_source")
-        spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None, policy)
-        node = self._graph.add(spec, [])
-        return DataStream[T](self, node.id)
+        strategy = watermarks.spec if watermarks is not None else None
+        node = self._builder.add(lambda n: SourceSpec(n, n, source, strategy, policy), "source", name)
+        return DataStream[T](self, node)
 
     def from_table(
         self,
@@ -263,6 +264,11 @@ class StreamEnvironment:
         """
         source = resolve_table(spark, check_name("table", table), columns)
         return self.from_source(source, name=name, watermarks=watermarks)
+
+    @property
+    def _graph(self) -> LogicalGraph:
+        """The logical graph recorded so far (read only: streams write through `_builder`)."""
+        return self._builder.graph
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""

@@ -39,7 +39,7 @@ from ..plan.two_inputs import (
     join_schema,
 )
 from ..plan.windows import Sliding, Tumbling
-from .checks import OnErrorChoice, _name_or_unique, on_error_policy
+from .checks import OnErrorChoice, on_error_policy
 from .connected import add_two_input, side_output
 from .stream import DataStream
 
@@ -158,7 +158,7 @@ class _Terminal(Generic[L, R]):
     def _build(self, output: JoinOutput, name: str | None, on_error: OnErrorChoice) -> JoinResults[Any]:
         env = self._left._env
         policy = on_error_policy(env, on_error, self._kind)
-        op_name = _name_or_unique(env._graph, name, self._kind)
+        op_name = env._builder.name(name, self._kind)
         spec = self._spec(op_name, output, policy)
         return JoinResults[Any](env, add_two_input(self._left, self._right, spec))
 

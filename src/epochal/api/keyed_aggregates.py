@@ -147,7 +147,7 @@ class KeyedAggregates(Generic[K, T]):
         local phase: `combine` must stay off); with `merge`, or a `BatchAggregateFunction`, it
         aggregates locally before the key exchange by default with `emit="on_checkpoint"`.
         """
-        from .checks import _name_or_unique, on_error_policy
+        from .checks import on_error_policy
         from .functions import _AggregateProcess
 
         if is_batch_function(aggregate) or callable(getattr(aggregate, "merge", None)):
@@ -161,5 +161,5 @@ class KeyedAggregates(Generic[K, T]):
         process = getattr(self, "process")  # noqa: B009 - KeyedStream's
         per_record = _AggregateProcess(cast("AggregateFunction[Any, Any, Any]", aggregate))
         return process(  # type: ignore[no-any-return]
-            per_record, name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
+            per_record, name=self._env._builder.name(name, "aggregate"), on_error=on_error
         )

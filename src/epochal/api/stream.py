@@ -39,7 +39,7 @@ from ..plan.specs import (
     SinkSpec,
     UnionSpec,
 )
-from .checks import OnErrorChoice, WindowTimeChoice, _name_or_unique, on_error_policy
+from .checks import OnErrorChoice, WindowTimeChoice, on_error_policy
 from .connector import Sink
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class DataStream(Generic[T]):
     @property
     def name(self) -> str:
         """The operator's unique name."""
-        return self._env._graph.nodes[self._node_id].spec.name
+        return self._env._builder.spec(self._node_id).name
 
     def _operator_only(self, what: str) -> None:
         if self._partitioning is not None:
@@ -95,27 +95,25 @@ class DataStream(Generic[T]):
         """Run this operator with `parallelism` subtasks (at most the environment's `max_parallelism`)."""
         self._operator_only("set_parallelism")
         check_int("parallelism", parallelism, maximum=self._env.max_parallelism)
-        self._env._graph.nodes[self._node_id].parallelism = parallelism
+        self._env._builder.set_parallelism(self._node_id, parallelism)
         return self
 
     def uid(self, uid: str) -> Self:
         """Give the operator a stable id: it names the operator's state in checkpoints."""
         self._operator_only("uid")
-        self._env._graph.rename(self._node_id, uid=check_name("uid", uid))
+        self._env._builder.rename(self._node_id, uid=check_name("uid", uid))
         return self
 
     def named(self, name: str) -> Self:
         """Rename the operator (the uid follows unless set with `uid`)."""
         self._operator_only("named")
-        self._env._graph.rename(self._node_id, name=check_name("name", name))
+        self._env._builder.rename(self._node_id, name=check_name("name", name))
         return self
 
     # -- building blocks -------------------------------------------------------------------------
     def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> DataStream[Any]:
-        graph = self._env._graph
-        op_name = _name_or_unique(graph, name, base)
-        node = graph.add(spec_factory(op_name), [LogicalEdge(self._node_id, self._partitioning)])
-        return DataStream(self._env, node.id)
+        node = self._env._builder.add(spec_factory, base, name, LogicalEdge(self._node_id, self._partitioning))
+        return DataStream(self._env, node)
 
     def _partitioned(self, partitioning: Partitioning) -> DataStream[T]:
         return DataStream(self._env, self._node_id, partitioning)
@@ -185,17 +183,15 @@ class DataStream(Generic[T]):
 
     def union(self, *others: DataStream[T], name: str | None = None) -> DataStream[T]:
         """Merge this stream with others; records keep their per-input order."""
-        graph = self._env._graph
         for other in others:
             if not isinstance(other, DataStream):
                 raise TypeError(f"others must be DataStreams, got {other!r} ({type(other).__name__})")
             if other._env is not self._env:
                 raise ValueError("others must belong to this stream's environment: cannot union streams of "
                                  "different environments")
-        op_name = _name_or_unique(graph, name, "union")
         inputs = [LogicalEdge(s._node_id, s._partitioning) for s in (self, *others)]
-        node = graph.add(UnionSpec(op_name, op_name), inputs)
-        return DataStream(self._env, node.id)
+        node = self._env._builder.add(lambda n: UnionSpec(n, n), "union", name, *inputs)
+        return DataStream(self._env, node)
 
     def iterate(
         self,
@@ -243,19 +239,19 @@ class DataStream(Generic[T]):
         from .time import _event_time
 
         event_time = None if timestamp is None else _event_time(timestamp)
-        graph = self._env._graph
-        op_name = _name_or_unique(graph, name, "iterate")
-        head = graph.add(
-            IterationHeadSpec(op_name, op_name, feedback_threshold, event_time),
-            [LogicalEdge(self._node_id, self._partitioning)],
+        builder = self._env._builder
+        head = builder.add(
+            lambda n: IterationHeadSpec(n, n, feedback_threshold, event_time), "iterate", name,
+            LogicalEdge(self._node_id, self._partitioning),
         )
-        result = body(DataStream[T](self._env, head.id))
+        op_name = builder.spec(head).name
+        result = body(DataStream[T](self._env, head))
         if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(s, DataStream) for s in result)):
             raise GraphError(f"iterate {op_name!r}: the body must return (feedback, output) streams")
         feedback, output = result
         if feedback._env is not self._env:
             raise GraphError(f"iterate {op_name!r}: the feedback stream belongs to another environment")
-        head.inputs.append(LogicalEdge(feedback._node_id, feedback._partitioning, feedback=True))
+        builder.close_loop(head, LogicalEdge(feedback._node_id, feedback._partitioning, feedback=True))
         return output
 
     # -- windows over the whole stream -----------------------------------------------------------
@@ -321,11 +317,11 @@ class DataStream(Generic[T]):
         policy = on_error_policy(self._env, on_error, "key_by")
         if policy is OnError.FAIL:
             return KeyedStream(self._env, self._node_id, key)
-        graph = self._env._graph
+        builder = self._env._builder
         checked = self._add(
             lambda n: RecordFnSpec(n, n, RecordFnKind.KEY_CHECK, KeyCheck(key), policy), "key_by", None
         )
-        graph.nodes[checked._node_id].parallelism = graph.nodes[self._node_id].parallelism  # chains
+        builder.set_parallelism(checked._node_id, builder.parallelism(self._node_id))  # chains
         return KeyedStream(self._env, checked._node_id, key)
 
     def rebalance(self) -> DataStream[T]:

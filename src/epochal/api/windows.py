@@ -27,7 +27,7 @@ from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunct
 from ..plan.time import Duration, seconds
 from ..plan.triggers import WINDOW_TIMES, Trigger, WindowTime, check_trigger, count_window
 from ..plan.windows import DeterministicWindow, check_window
-from .checks import OnErrorChoice, _name_or_unique, on_error_policy
+from .checks import OnErrorChoice, on_error_policy
 from .functions import AggregateFunction, ProcessWindowFunction
 from .keyed import KeyedStream
 from .stream import DataStream
@@ -139,16 +139,16 @@ class WindowedStream(Generic[K, T]):
     ) -> WindowResults[Any]:
         keyed = self._keyed
         env = keyed._env
-        graph = env._graph
+        builder = env._builder
         policy = on_error_policy(env, on_error, kind.value)
-        event_time = event_time_of(graph, keyed._node_id) if self._time is WindowTime.EVENT else None
+        event_time = event_time_of(builder.graph, keyed._node_id) if self._time is WindowTime.EVENT else None
         if event_time is None and self._time is WindowTime.EVENT:
             raise GraphError(
                 "windows need event time: give the source a watermark strategy "
                 "(env.from_source(source, watermarks=WatermarkStrategy...)) or call assign_timestamps "
                 "before key_by; or cut windows in processing time (time='processing') or by count"
             )
-        op_name = _name_or_unique(graph, name, kind.value)
+        op_name = builder.name(name, kind.value)
         spec = KeyedWindowSpec(
             op_name, op_name, keyed._key, self._queries, kind, event_time, value, function,
             self._lateness, self._named, on_error=policy, time=self._time, trigger=self._trigger,
@@ -161,14 +161,14 @@ class WindowedStream(Generic[K, T]):
                 raise GraphError(f"{kind.value}(combine=True) needs periodic windows (Tumbling, Sliding) keyed by a "
                                  "column, event time in a field, a column as the value, and on_error='fail'")
             spec = replace(spec, combine=True)
-        window = graph.add(spec, [LogicalEdge(keyed._node_id, keyed._partitioning)])
-        results_name = graph.unique_name(f"{op_name}-results")
-        results = graph.add(
-            SplitLateSpec(results_name, results_name, OutputPart.RESULTS), [LogicalEdge(window.id, None)]
+        window = builder.add_spec(spec, LogicalEdge(keyed._node_id, keyed._partitioning))
+        results = builder.add(
+            lambda n: SplitLateSpec(n, n, OutputPart.RESULTS), f"{op_name}-results", None, LogicalEdge(window, None)
         )
         if self._keyless:  # every record in one window operator: one subtask (`window_all`)
-            graph.nodes[window.id].parallelism = graph.nodes[results.id].parallelism = 1
-        return WindowResults(env, results.id, window.id, keyless=self._keyless)
+            builder.set_parallelism(window, 1)
+            builder.set_parallelism(results, 1)
+        return WindowResults(env, results, window, keyless=self._keyless)
 
 
 def _value(value: Value) -> Value:
@@ -226,7 +226,7 @@ class WindowResults(DataStream[R]):
         """Give the window operator a stable id: it names the windows' state in checkpoints (and
         in state queries); its results keep `<uid>-results`."""
         super().uid(f"{check_name('uid', uid)}-results")
-        self._env._graph.rename(self._window_node, uid=uid)
+        self._env._builder.rename(self._window_node, uid=uid)
         return self
 
     def side_output(self, tag: OutputTag | str, *, name: str | None = None) -> DataStream[Any]:
@@ -239,10 +239,8 @@ class WindowResults(DataStream[R]):
     def late_records(self, *, name: str | None = None) -> DataStream[Any]:
         """The records that came after their windows closed (end + allowed lateness), as they
         were; without this call they are only counted."""
-        graph = self._env._graph
-        node = graph.nodes[self._window_node]
-        assert isinstance(node.spec, KeyedWindowSpec)
-        node.spec = replace(node.spec, emit_late=True)
-        late_name = _name_or_unique(graph, name, "late_records")
-        late = graph.add(SplitLateSpec(late_name, late_name, OutputPart.LATE), [LogicalEdge(self._window_node, None)])
-        return DataStream[Any](self._env, late.id)
+        builder = self._env._builder
+        builder.update(self._window_node, emit_late=True)
+        late = builder.add(lambda n: SplitLateSpec(n, n, OutputPart.LATE), "late_records", name,
+                           LogicalEdge(self._window_node, None))
+        return DataStream[Any](self._env, late)
