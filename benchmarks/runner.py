@@ -39,7 +39,7 @@ _MODULES = [
     "benchmarks.postgres", "benchmarks.async_io", "benchmarks.state_ttl",
     "benchmarks.joins",
     "benchmarks.wordcount", "benchmarks.exchange",
-    "benchmarks.loops", "benchmarks.patch",
+    "benchmarks.loops", "benchmarks.patch", "benchmarks.vertical",
     "benchmarks.delta",
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from ..config import check_choice, check_name
+from ..config import check_choice, check_int, check_name
 from ..errors import GraphError
 from ..plan.logical import LogicalGraph
 from ..plan.specs import OnError
@@ -35,3 +35,19 @@ def on_error_policy(env: StreamEnvironment, on_error: object, operator: str) -> 
 def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:
     """The operator name a user gave (checked), or a new unique one made from `base`."""
     return graph.unique_name(base) if name is None else check_name("name", name)
+
+
+def _processes(processes: int | None, fn: object) -> int:
+    """A function pool's size: None runs the function in line (0).
+
+    Raises:
+        GraphError: a pool for a rich function (its `open`, operator state and `close` belong to
+            the subtask, which a pool's processes are not).
+    """
+    if processes is None:
+        return 0
+    check_int("processes", processes, minimum=1)
+    if callable(getattr(fn, "open", None)) or callable(getattr(fn, "snapshot_state", None)):
+        raise GraphError("processes= runs plain functions: a rich function (open, operator state, close) runs in "
+                         "its subtask; open the client in each call or drop processes=")
+    return processes

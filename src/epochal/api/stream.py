@@ -7,11 +7,10 @@ stable `uid` with `.uid(...)` to keep state across program changes. Every operat
 user code takes `on_error="fail" | "skip" | "dead_letter"`: what happens to a record the code
 fails on (docs/bad-records.md).
 
-Streams are typed: `DataStream[T]` carries records of type `T`, and each method says what its
-result carries (`map(fn: Callable[[T], R]) -> DataStream[R]`, `key_by(f: Callable[[T], K]) ->
-KeyedStream[K, T]`), so mypy and pyright infer record types through a program
-(tests/api/test_typing.py). A stream is invariant in `T`, as Flink's `DataStream<T>`; what the
-types cannot know (a field-name key, Arrow batches from `map_batches`) is `Any`.
+Streams are typed: `DataStream[T]` carries records of type `T`, each method says what its result
+carries (`map(fn: Callable[[T], R]) -> DataStream[R]`), so mypy infers record types through a
+program (tests/api/test_typing.py). A stream is invariant in `T`, as Flink's `DataStream<T>`;
+what the types cannot know (a field-name key, Arrow batches from `map_batches`) is `Any`.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from ..plan.specs import (
     SinkSpec,
     UnionSpec,
 )
-from .checks import OnErrorChoice, WindowTimeChoice, on_error_policy
+from .checks import OnErrorChoice, WindowTimeChoice, _processes, on_error_policy
 from .connector import Sink
 
 if TYPE_CHECKING:
@@ -120,7 +119,8 @@ class DataStream(Generic[T]):
 
     # -- stateless operators ---------------------------------------------------------------------
     def map(
-        self, fn: Callable[[T], R], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, fn: Callable[[T], R], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        processes: int | None = None,
     ) -> DataStream[R]:
         """Emit `fn(record)` for every record.
 
@@ -128,26 +128,35 @@ class DataStream(Generic[T]):
         its restarts), naming the operator, the record and where it was read; `"skip"` drops
         and counts it (`OperatorMetrics.skipped_records`); `"dead_letter"` sends it to the
         environment's `dead_letter` sink, exactly once. The other operators take it too.
+
+        `processes`: run `fn` in a pool of that many processes of each subtask's own, which
+        `JobHandle.resize(name, n)` resizes while the job runs (vertical elasticity,
+        `docs/concepts/elasticity.md`); for a CPU-heavy function. `filter` and `flat_map` take it too.
         """
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "map")
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn, policy), "map", name)
+        pool = _processes(processes, fn)
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn, policy, pool), "map", name)
 
     def filter(
-        self, predicate: Callable[[T], object], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, predicate: Callable[[T], object], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        processes: int | None = None,
     ) -> DataStream[T]:
         """Keep the records for which `predicate(record)` is true."""
         check_callable("predicate", predicate)
         policy = on_error_policy(self._env, on_error, "filter")
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate, policy), "filter", name)
+        pool = _processes(processes, predicate)
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate, policy, pool), "filter", name)
 
     def flat_map(
-        self, fn: Callable[[T], Iterable[R]], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, fn: Callable[[T], Iterable[R]], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        processes: int | None = None,
     ) -> DataStream[R]:
         """Emit every record of the iterable `fn(record)` returns."""
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "flat_map")
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy), "flat_map", name)
+        pool = _processes(processes, fn)
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy, pool), "flat_map", name)
 
     def map_async(
         self, fn: Callable[[T], Awaitable[R]] | AsyncFunction[T, R], *, capacity: int = 100,
@@ -387,3 +396,5 @@ class DataStream(Generic[T]):
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
 __test__ = {"DataStream": DataStream}
+
+
