@@ -210,3 +210,11 @@ def test_process_function_end_of_input_fires_or_reports_pending_timers(timers_at
         assert out == sorted([("fired", 1), ("fired", 2), ("fired", 3), ("end", None, 3)], key=repr)
     else:
         assert out == sorted([("pending", k, "processing_time") for k in (1, 2, 3)] + [("end", None, 3)], key=repr)
+
+
+def test_a_rich_function_is_refused_in_a_process_pool() -> None:
+    from epochal import GraphError
+
+    env = StreamEnvironment(parallelism=1, executor="inprocess")
+    with pytest.raises(GraphError, match="processes= runs plain functions"):
+        env.from_source(ListSource([1])).map(Counting(), processes=2)
