@@ -1,6 +1,7 @@
 """Checkpoint storage: a directory per checkpoint on any pyarrow filesystem, manifest last.
 
-Layout: `<root>/chk-<id:08d>/` holds one file per subtask and operator, then `MANIFEST.json`.
+Layout: `<root>/chk-<id:08d>/` holds one merged file per worker (`merged_files`; or, with
+`CheckpointConfig(merge_files=False)`, one file per subtask and operator), then `MANIFEST.json`.
 A checkpoint is *complete* iff its manifest exists. Every file, data and manifest alike, is
 written under a temporary name and renamed into place, so a file under its own name is always
 whole; the manifest's rename is the commit point of the epoch (dissertation §4.1.3).
@@ -101,7 +102,7 @@ class CheckpointStorage(CheckedFiles):
         checkpoint would be unrestorable. It fails instead, and the job's next one is whole.
         """
         own = checkpoint_dir_name(manifest.checkpoint_id) + "/"
-        shared = [self._abs(h.path) for h in manifest.files() if not h.path.startswith(own)]
+        shared = [self._abs(h.path) for h in manifest.stored_files() if not h.path.startswith(own)]
         if not shared:
             return
         try:
@@ -173,12 +174,13 @@ class CheckpointStorage(CheckedFiles):
 
     # -- verification ----------------------------------------------------------------------------
     def check_files(self, manifest: Manifest) -> None:
-        """Check that every file of a checkpoint exists with its recorded size (metadata only).
+        """Check that every file of a checkpoint exists with its recorded size (metadata only;
+        a merged file's size is the manifest's `merged` entry's).
 
         Raises:
             CorruptCheckpointError: a file is missing or has another size (truncated, appended).
         """
-        handles = list(manifest.files())
+        handles = manifest.stored_files()
         if not handles:
             return
         try:
@@ -195,10 +197,13 @@ class CheckpointStorage(CheckedFiles):
                 )
 
     def verify(self, manifest: Manifest) -> None:
-        """Read every byte of every file of a checkpoint; raises CorruptCheckpointError on the
-        first bad one. For tools and tests: a restore verifies the bytes it reads anyway."""
+        """Read every byte of every file of a checkpoint, each segment of a merged file against
+        its own checksum and each merged file whole against its; raises CorruptCheckpointError
+        on the first bad one. For tools and tests: a restore verifies the bytes it reads anyway."""
         for handle in manifest.files():
             self.read_file(handle)
+        for whole in manifest.merged:
+            CheckedFiles.read_file(self, whole)
 
     def latest(self, before: int | None = None) -> Manifest | None:
         """The newest complete checkpoint (older than `before`, if given) whose manifest is

@@ -56,6 +56,8 @@ class OperatorChain:
             (i, op) for i, op in enumerate(operators) if isinstance(op, AsyncWaitOperator)
         ]
         self._end_from: int | None = None  # the end of input waits at this operator (in flight)
+        # the operators that may set timers: a host asks for the next one before every step
+        self._timed = [op for op in operators if type(op).next_timer is not RuntimeOperator.next_timer]
 
     def __iter__(self) -> Iterator[RuntimeOperator]:
         return iter(self.operators)
@@ -141,7 +143,10 @@ class OperatorChain:
         self.output.broadcast(Watermark(advance.timestamp, advance.idle))
 
     def next_timer(self) -> float | None:
-        times = [t for op in self.operators if (t := op.next_timer()) is not None]
+        timed = self._timed
+        if not timed:
+            return None
+        times = [t for op in timed if (t := op.next_timer()) is not None]
         return min(times) if times else None
 
     def fire_timers(self, now: float) -> None:
