@@ -289,6 +289,66 @@ def test_orders_cdc_to_postgres_keeps_totals_equal_to_the_table(
         "6 customers, totals match the orders table: True")
 
 
+def test_async_lookup_prices_every_order_once_run_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("aiohttp")
+    monkeypatch.chdir(tmp_path)
+    sys.path.insert(0, EXAMPLES)
+    try:
+        example: Any = importlib.import_module("async_lookup")
+    finally:
+        sys.path.remove(EXAMPLES)
+    expected = collections.Counter(
+        (n, item, q, example.PRICES[item], q * example.PRICES[item]) for n, item, q in example.ORDERS)
+    for _ in range(2):  # a second run starts over
+        summary = _run("async_lookup", capsys, monkeypatch)
+        assert re.fullmatch(r"async_lookup: 400 orders priced into out-priced/ \(4 s of lookups one at a time; "
+                            r"took [\d.]+ s\), 0 restart\(s\)", summary), summary
+        assert _committed("out-priced") == expected
+
+
+def test_rich_functions_and_ttl_run_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    visits = [f"user-{(i * 7) % 60}" for i in range(300)]
+    for _ in range(2):
+        assert _run("rich_functions_and_ttl", capsys, monkeypatch) == \
+            "rich_functions_and_ttl: 30 groups, 300 visits, 0 restart(s)"
+        groups = [r for r in read_committed("out-batches")]
+        assert sorted(x for _, group in groups for x in group) == sorted(visits)  # every record in one group
+        assert all(len(group) == 10 and subtask in (0, 1) for subtask, group in groups)
+        seen = collections.Counter(tuple(r) for r in read_committed("out-visits"))
+        assert seen == collections.Counter([(u, "new") for u in set(visits)]
+                                           + [(u, "returning") for u in visits[60:]])
+
+
+def test_windows_by_count_and_clock_run_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    readings = [{"sensor": f"s{i % 3}", "t": i * 0.5, "value": (i * 37) % 100} for i in range(600)]
+    for _ in range(2):
+        assert _run("windows_by_count_and_clock", capsys, monkeypatch) == \
+            "windows: 120 count windows, 5 minutes over all sensors, 0 restart(s)"
+        by_sensor: dict[str, list[int]] = collections.defaultdict(list)
+        for r in readings:
+            by_sensor[r["sensor"]].append(r["value"])
+        means = sorted((s, sum(vs[i:i + 5]) / 5) for s, vs in by_sensor.items() for i in range(0, len(vs), 5))
+        assert sorted((s, m) for s, _, _, m in read_committed("out-count")) == means
+        assert sum(n for *_, n in read_committed("out-clock")) == 600  # each reading in one clock window
+        assert sorted(tuple(r) for r in read_committed("out-all")) == [
+            (float(m), float(m + 60), max(r["value"] for r in readings if m <= r["t"] < m + 60))
+            for m in range(0, 300, 60)]
+        totals = {(s, m): sum(r["value"] for r in readings if r["sensor"] == s and m <= r["t"] < m + 60)
+                  for s in ("s0", "s1", "s2") for m in range(0, 300, 60)}
+        final: dict[tuple[str, float], int] = {}
+        for s, start, _, total in read_committed("out-early"):  # one sensor's results in emission order
+            final[(s, start)] = total
+        assert final == {(s, float(m)): t for (s, m), t in totals.items()}
+
+
 def test_clickstream_sessions_runs_twice_on_given_servers_and_once_on_its_own(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any,
     pg_dsn: str,

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..config import (
     DEFAULT_GC_THRESHOLD,
@@ -38,10 +38,11 @@ from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM, MAX_KEY_GROUPS
 from .builder import GraphBuilder
+from .checks import OnErrorChoice, on_error_policy
 from .connector import Sink, Source
 from .handle import JobHandle
 from .sql import SqlMethods
-from .stream import DataStream, OnErrorChoice, on_error_policy
+from .stream import DataStream
 from .tables import resolve_table
 from .time import WatermarkStrategy
 
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 
 Executor = Literal["inprocess", "spark"]
 EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
+
+
+T = TypeVar("T")  # a source's records
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +226,12 @@ class StreamEnvironment(SqlMethods):
 
     def from_source(
         self,
-        source: Source,
+        source: Source[T],
         *,
         name: str | None = None,
         watermarks: WatermarkStrategy | None = None,
         on_error: OnErrorChoice = "fail",
-    ) -> DataStream:
+    ) -> DataStream[T]:
         """A stream of the records of a replayable source.
 
         Args:
@@ -245,7 +249,8 @@ class StreamEnvironment(SqlMethods):
             raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
         policy = on_error_policy(self, on_error, "from_source")
         strategy = watermarks.spec if watermarks is not None else None
-        return DataStream(self, self._builder.add(lambda n: SourceSpec(n, n, source, strategy, policy), "source", name))
+        node = self._builder.add(lambda n: SourceSpec(n, n, source, strategy, policy), "source", name)
+        return DataStream[T](self, node)
 
     def from_table(
         self,
@@ -255,7 +260,7 @@ class StreamEnvironment(SqlMethods):
         columns: Sequence[str] | None = None,
         name: str | None = None,
         watermarks: WatermarkStrategy | None = None,
-    ) -> DataStream:
+    ) -> DataStream[Any]:
         """A stream of the rows of a Spark catalog table (Parquet or Delta), read through its
         files as a replayable source: Arrow batches, a row group per split, partition columns
         included. A Delta table is read at the version it has now, pinned for every restore.

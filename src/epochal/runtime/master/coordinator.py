@@ -201,6 +201,7 @@ class CheckpointCoordinator:
         self.tasks = job.task_ids()
         self.sources = {t for t in self.tasks if job.vertex(t.vertex).is_source}
         self.ended: set[TaskId] = set()
+        self.in_flight: set[TaskId] = set()  # ended tasks whose async requests have not all left
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[CompletedCheckpoint] = []
         self.aborted: list[AbortedCheckpoint] = []
@@ -313,6 +314,7 @@ class CheckpointCoordinator:
 
     # -- messages from tasks ---------------------------------------------------------------------
     def on_inputs_ended(self, message: InputsEnded) -> None:
+        (self.in_flight.add if message.in_flight else self.in_flight.discard)(message.task)
         self.ended.add(message.task)
         if self.is_stopped:
             return
@@ -360,8 +362,8 @@ class CheckpointCoordinator:
     def _trigger_final(self) -> None:
         """Every task ended: the last checkpoint, once no key groups are on their way (a new owner
         must hold them when it snapshots)."""
-        if (len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None
-                and not self.paused):
+        if (len(self.ended) == len(self.tasks) and not self.in_flight and self.final_checkpoint is None
+                and self.migrating is None and not self.paused):
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:

@@ -144,9 +144,12 @@ class DeclineCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class InputsEnded:
-    """Every input of the task has ended; it now waits for the final checkpoint."""
+    """Every input of the task has ended; it now waits for the final checkpoint. With
+    `in_flight`, async I/O requests are still to leave it: trigger it directly, but the job is
+    not over until the same task says so again without."""
 
     task: TaskId
+    in_flight: bool = False
 
 
 @dataclass(frozen=True, slots=True)
