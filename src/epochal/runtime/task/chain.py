@@ -120,10 +120,13 @@ class OperatorChain:
             return  # upstream event time ends at the assigner, which makes its own
         if start:  # the source or the assigner that generated it
             self.watermarks_seen[start - 1] = advance.timestamp
+        timestamp = advance.timestamp
         for i in range(start, len(self.operators)):
-            self.watermarks_seen[i] = advance.timestamp
-            self.emitted(i, self.operators[i].on_watermark(advance.timestamp))
-        self.output.broadcast(Watermark(advance.timestamp, advance.idle))
+            self.watermarks_seen[i] = timestamp
+            op = self.operators[i]
+            self.emitted(i, op.on_watermark(timestamp))
+            timestamp = op.output_watermark(timestamp)  # held back by what it may still emit
+        self.output.broadcast(Watermark(timestamp, advance.idle))
 
     def next_timer(self) -> float | None:
         times = [t for op in self.operators if (t := op.next_timer()) is not None]
