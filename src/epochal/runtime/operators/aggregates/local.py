@@ -121,7 +121,7 @@ class LocalAggregateOperator(RuntimeOperator):
 
     def _add_records(self, batch: Batch, letters: list[DeadLetter]) -> None:
         records = to_records(batch)
-        if type(batch) is pa.RecordBatch and self.column in batch.schema.names:
+        if isinstance(batch, pa.RecordBatch) and self.column in batch.schema.names:
             keys = batch.column(self.column).to_pylist()  # its rows are tuples: no item by name
         else:
             keys = self._keys(records)
