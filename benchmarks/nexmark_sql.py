@@ -30,7 +30,7 @@ def run(quick: bool) -> dict[str, Any]:
     directory = tempfile.mkdtemp(prefix="epochal-nexmark-sql-")
     try:
         load_before = os.getloadavg()
-        result = measure(events, directory, spark=False, reps=1 if quick else 2, only=sql_queries())
+        result = measure(events, directory, spark=False, reps=2, only=sql_queries())
         result["load_before"] = load_before
     finally:
         shutil.rmtree(directory, ignore_errors=True)
