@@ -33,7 +33,8 @@ _REGISTRY: dict[str, tuple[BenchFn, str]] = {}
 _MODULES = [
     "benchmarks.startup_recovery", "benchmarks.state_scale", "benchmarks.throughput",
     "benchmarks.abs_eval", "benchmarks.abs_target", "benchmarks.windows",
-    "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
+    "benchmarks.nexmark", "benchmarks.nexmark_sql", "benchmarks.metrics_cost", "benchmarks.sinks",
+    "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
     "benchmarks.logs",
     "benchmarks.postgres", "benchmarks.async_io", "benchmarks.state_ttl",

@@ -276,3 +276,22 @@ def test_bad_records_are_skipped_by_policy(tmp_path: Path) -> None:
     result = env.execute("skip")
     assert sorted(sink.committed()) == [("a", 1), ("a", 4), ("b", 2)]
     assert result.operator("sum").skipped_records == 1
+
+
+@pytest.mark.parametrize("emit", ["per_record", "on_checkpoint"])
+def test_a_column_name_reads_arrow_rows_on_the_per_record_path(tmp_path: Path, emit: str) -> None:
+    """Arrow rows are tuples: a value named by its column is read by position on the per-record
+    paths (skipping bad records; a non-numeric column the local phase cannot vectorize)."""
+    items = [{"k": f"k{i % 3}", "v": i, "name": f"n{(i * 7) % 10}"} for i in range(30)]
+    env = _env(tmp_path, parallelism=1)
+    summed, largest = CollectSink(), CollectSink()
+    keyed = env.from_source(ListSource(items, splits=2)).map_batches(lambda b: b).key_by("k")
+    keyed.sum("v", emit=emit, on_error="skip").uid("summed").sink_to(summed)
+    keyed.max("name", emit=emit, on_error="skip").uid("largest").sink_to(largest)
+    env.execute("columns")
+    sums = _expected("sum", [{"k": r["k"], "v": r["v"]} for r in items])
+    names = {k: max(r["name"] for r in items if r["k"] == k) for k in sums}
+    assert _last(_rows(summed.committed())) == sums
+    assert _last(_rows(largest.committed())) == names
+    if emit == "per_record":
+        assert len(summed.committed()) == len(largest.committed()) == len(items)

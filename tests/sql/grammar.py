@@ -2,7 +2,8 @@
 
 `rows()` draws a finite input (event time ascending, ties allowed); `queries()` draws a query
 over view `t`: a projection with a filter, or a grouped query over a tumbling, sliding or session
-window with keys and aggregates. Every query names its columns, so results compare by name.
+window with keys and aggregates; an interval join, also under a window. Every query names its
+columns, so results compare by name.
 """
 
 from __future__ import annotations
@@ -107,8 +108,23 @@ def joined(draw: Any) -> str:
             f"{extra}{where}")
 
 
+@st.composite
+def joined_windows(draw: Any) -> str:
+    """A window over an interval join's output, on the left's event time (inner or left outer)."""
+    lower, upper = draw(st.integers(0, 5)), draw(st.integers(0, 10))
+    left = draw(st.booleans())
+    keys = draw(st.sampled_from(["t.k = u.k", "t.g = u.g"]))
+    window = draw(st.sampled_from(["window(t.ts, '10 seconds')", "window(t.ts, '20 seconds', '5 seconds')"]))
+    aggregates = draw(st.lists(st.sampled_from(["count(*)", "count(u.x)", "sum(u.x)", "max(t.x)", "min(u.g)"]),
+                               min_size=1, max_size=3, unique=True))
+    items = ", ".join(f"{a} AS a{i}" for i, a in enumerate(aggregates))
+    return (f"SELECT t.k AS k, window.start AS ws, window.end AS we, {items} FROM t {'LEFT ' if left else ''}JOIN u "
+            f"ON {keys} AND u.ts BETWEEN t.ts - INTERVAL {lower} SECONDS AND t.ts + INTERVAL {upper} SECONDS "
+            f"GROUP BY t.k, {window}")
+
+
 def queries() -> st.SearchStrategy[str]:
-    return st.one_of(projection(), grouped(), combined(), joined())
+    return st.one_of(projection(), grouped(), combined(), joined(), joined_windows())
 
 
 def normal(value: Any) -> Any:

@@ -190,8 +190,30 @@ JOIN_REFUSED = [
     ("SELECT o.oid FROM o JOIN p ON o.person = p.id AND o.ts >= p.ts", "bounded both ways"),
     ("SELECT o.oid FROM o LEFT JOIN p ON o.person = p.id AND o.oid > 3", "only keys and a time bound"),
     ("SELECT count(*) AS n FROM o JOIN p ON o.person = p.id AND o.ts BETWEEN p.ts AND p.ts + INTERVAL 1 SECOND "
-     "GROUP BY window(ts, '1 minute')", "event-time column (none)"),
+     "GROUP BY window(p.ts, '1 minute')", "(after a join: the left side's)"),
+    ("SELECT count(*) AS n FROM o JOIN p ON o.person = p.id GROUP BY window(ts, '1 minute')",
+     "event-time column (none)"),
 ]
+
+
+def test_a_window_over_an_interval_join_counts_every_pair() -> None:
+    """The join holds its watermark back by its bounds: a pair made when its later row arrives,
+    behind the input watermark, still falls in its window (the batch answer)."""
+    left = _rows(40)
+    right = [dict(r, ts=r["ts"] + dt.timedelta(seconds=3), x=r["x"] * 10) for r in _rows(40)]
+    query = ("SELECT t.k AS k, window.start AS ws, count(*) AS n, sum(u.x) AS s FROM t JOIN u "
+             "ON t.k = u.k AND u.ts BETWEEN t.ts - INTERVAL 2 SECONDS AND t.ts + INTERVAL 6 SECONDS "
+             "GROUP BY t.k, window(t.ts, '5 seconds')")
+    got = {(r["k"], r["ws"]): (r["n"], r["s"]) for r in epochal_rows(query, left, other=right)}
+    expected: dict[tuple[str, Any], list[int]] = {}
+    for a in left:
+        for b in right:
+            if a["k"] == b["k"] and a["ts"] - dt.timedelta(seconds=2) <= b["ts"] <= a["ts"] + dt.timedelta(seconds=6):
+                start = EPOCH + dt.timedelta(seconds=(a["ts"] - EPOCH).seconds // 5 * 5)
+                cell = expected.setdefault((a["k"], start), [0, 0])
+                cell[0] += 1
+                cell[1] += b["x"]
+    assert got == {k: tuple(v) for k, v in expected.items()}
 
 
 @pytest.mark.parametrize("query,why", JOIN_REFUSED)

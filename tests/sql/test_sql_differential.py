@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from .grammar import canonical, queries, rows
+from .grammar import canonical, joined_windows, queries, rows
 from .runner import epochal_rows, spark_rows
 
 pytestmark = pytest.mark.spark
@@ -27,6 +27,16 @@ def utc_spark(spark: Any) -> Any:
 @given(data=rows(), other=rows(), query=queries())
 def test_epochal_equals_spark_sql_on_the_same_rows(utc_spark: Any, data: list[dict[str, Any]],
                                                    other: list[dict[str, Any]], query: str) -> None:
+    expected = canonical(spark_rows(utc_spark, query, data, other))
+    got = canonical(epochal_rows(query, data, other=other))
+    assert got == expected, query
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=rows(), other=rows(), query=joined_windows())
+def test_a_window_over_a_join_equals_spark_sql(utc_spark: Any, data: list[dict[str, Any]],
+                                               other: list[dict[str, Any]], query: str) -> None:
+    """The interval join holds its watermark back by its bounds: no pair is late for the window."""
     expected = canonical(spark_rows(utc_spark, query, data, other))
     got = canonical(epochal_rows(query, data, other=other))
     assert got == expected, query

@@ -65,7 +65,7 @@ def route_dead_letters(graph: LogicalGraph, sink: Any) -> LogicalGraph:
 
     letters: list[int] = []
     for node in graph.nodes:
-        inputs = [LogicalEdge(source_of(e.source), e.partitioning, e.feedback) for e in node.inputs]
+        inputs = [LogicalEdge(source_of(e.source), e.partitioning, e.feedback, e.input) for e in node.inputs]
         added = out.add(node.spec, inputs)
         assert added.id == new_id[node.id]
         added.parallelism = node.parallelism

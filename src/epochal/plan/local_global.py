@@ -90,7 +90,7 @@ def insert_local_aggregates(graph: LogicalGraph) -> LogicalGraph:
 
     out = LogicalGraph()
     for node in graph.nodes:
-        inputs = [LogicalEdge(new_id[e.source], e.partitioning, e.feedback) for e in node.inputs]
+        inputs = [LogicalEdge(new_id[e.source], e.partitioning, e.feedback, e.input) for e in node.inputs]
         spec = node.spec
         if node.id in wanting:
             assert isinstance(spec, (KeyedAggregateSpec, KeyedReduceSpec, KeyedWindowSpec))

@@ -172,6 +172,9 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
     grouping = collect(select, query)
     scope = source.scope(query)
     window = window_of(grouping.window, source.event_time, query) if grouping.window is not None else None
+    if grouping.window is not None and scope.column(grouping.window.expressions[0]) != source.event_time:
+        raise refuse(grouping.window, query, f"the window's time must be the event-time column {source.event_time} "
+                                             "(after a join: the left side's)")
     if window is None and planner.emit is None:
         raise refuse(select, query, "a GROUP BY without a window runs forever: env.sql(query, emit='per_record' "
                                     "or 'on_checkpoint') says when its running results go out")

@@ -192,10 +192,11 @@ def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
         joined = (left_keyed.stream.key_by(KEY).temporal_join(right_keyed.stream.key_by(KEY), as_of=as_of)
                   .apply(how=how, schemas=schemas, name=name))
     schema, width = join_schema(left_keyed.schema, right_keyed.schema, JoinType(how))
-    # A pair goes out when its second record arrives, after the watermark may have passed the
-    # left's time: a window over the join's output would drop it as late. The join's output
-    # carries no watermark-aligned event time for the SQL layer (windows after a join are refused).
-    event_time = None
+    # An interval join holds its output watermark back by its bounds (`IntervalJoinOperator.
+    # output_watermark`), so its output keeps the left's event time, which a window may then use,
+    # when both sides' watermarks follow a column of the same name (the join's output has one
+    # event time). A temporal join emits a row once the watermark passed it: no event time.
+    event_time = left.event_time if timed and left.event_time == right.event_time else None
     scope = _joined_scope(left_keyed, right_keyed, schema, width, query)
     result = Relation(joined, schema, event_time, (), columns=scope.columns)
     if residual:

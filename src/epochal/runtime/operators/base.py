@@ -108,6 +108,11 @@ class RuntimeOperator:
         """Event time reached `watermark`: fire what is due (windows, event-time timers)."""
         return None
 
+    def output_watermark(self, watermark: float) -> float:
+        """The watermark this operator forwards once event time reached `watermark`: the same,
+        unless what it holds can still emit records behind it (an interval join's bounds)."""
+        return watermark
+
     def take_watermark(self) -> Any:
         """For an operator that generates watermarks: its `WatermarkAdvance`, if it moved."""
         return None

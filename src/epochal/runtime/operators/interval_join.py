@@ -17,6 +17,11 @@ they arrive are late: they go to the late side output (`plan.two_inputs.LATE_TAG
 records they would have met may have been dropped already. The join's result is then exactly the
 join of the records that were not late, whatever the order of arrival and the batch boundaries.
 A semi join emits a left record once, when it first meets a right record.
+
+Its output watermark is its input watermark held back by `max(0, upper, -lower)`
+(`output_watermark`; Flink SQL's interval join delays its watermark the same way): a pair is made
+when its later record arrives, and may carry a time that far behind the input watermark, so a
+window downstream would otherwise count it late.
 """
 
 from __future__ import annotations
@@ -71,6 +76,15 @@ class IntervalJoinOperator(JoinOperator):
         self.lower_inclusive, self.upper_inclusive = spec.lower_inclusive, spec.upper_inclusive
         self.outer = spec.output.how is JoinType.LEFT
         self.flagged = self.outer or self.semi  # keeps `matched` per left record
+        self.hold = max(0.0, self.upper, -self.lower)  # see `output_watermark`
+
+    def output_watermark(self, watermark: float) -> float:
+        """The input watermark held back by the join's bounds (Flink SQL's interval join holds
+        its output watermark back by `max(-lower, upper)` the same way): a pair emitted after
+        watermark `W` has `l >= W - max(0, upper)` and `r >= W + min(0, lower)` (a new record is
+        not late; a buffered left one is kept while `l + upper >= W`, a right one while
+        `r >= W + lower`), so no time column of an output record is behind `W - hold`."""
+        return watermark - self.hold
 
     def on_side(self, batch: SideBatch, side: int, out: list[Any]) -> list[Any]:
         backend, watermark = self.backend, self.watermark

@@ -84,6 +84,13 @@ class WindowJoinOperator(JoinOperator):
         self.edges = SliceEdges([spec.window])
         self._slices: dict[float, tuple[float, float, int, int]] = {}
         self._last: tuple[float, float, int, int] | None = None
+        # a window fires once the watermark passes its end (again, for a late record, until
+        # `allowed_lateness` after it): its pairs are up to a window size plus that behind the
+        # watermark, which the join holds back by as much (`output_watermark`)
+        self.hold = spec.window.size + spec.allowed_lateness
+
+    def output_watermark(self, watermark: float) -> float:
+        return watermark - self.hold
 
     # -- records -------------------------------------------------------------------------------
     def _slice_of(self, t: float) -> tuple[float, float, int, int]:

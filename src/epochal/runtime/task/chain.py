@@ -134,13 +134,17 @@ class OperatorChain:
             return  # upstream event time ends at the assigner, which makes its own
         if start:  # the source or the assigner that generated it
             self.watermarks_seen[start - 1] = advance.timestamp
+        timestamp = advance.timestamp
         for i in range(start, len(self.operators)):
             op = self.operators[i]
+            if timestamp != advance.timestamp:  # an operator before it held event time back
+                advance = WatermarkAdvance(timestamp, advance.idle)
             if op.is_async and op.hold_watermark(advance):  # type: ignore[attr-defined]
                 return  # it goes on from there once the records before it left (`poll_async`)
-            self.watermarks_seen[i] = advance.timestamp
-            self.emitted(i, op.on_watermark(advance.timestamp))
-        self.output.broadcast(Watermark(advance.timestamp, advance.idle))
+            self.watermarks_seen[i] = timestamp
+            self.emitted(i, op.on_watermark(timestamp))
+            timestamp = op.output_watermark(timestamp)  # held back by what it may still emit
+        self.output.broadcast(Watermark(timestamp, advance.idle))
 
     def next_timer(self) -> float | None:
         timed = self._timed

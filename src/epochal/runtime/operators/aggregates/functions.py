@@ -255,6 +255,14 @@ def batch_aggregate(call: AggregateCall) -> BatchAggregate | None:
     return None
 
 
+def row_selector(batch: Any, selector: ValueSelector) -> ValueSelector:
+    """`selector` for the Python records of `batch` (`to_records`): on an Arrow batch, whose rows
+    are tuples (bare values for one column), a column name becomes the column's position."""
+    if isinstance(selector, str) and isinstance(batch, pa.RecordBatch) and selector in batch.schema.names:
+        return None if batch.num_columns == 1 else batch.schema.names.index(selector)
+    return selector
+
+
 def value_of(record: Any, selector: ValueSelector) -> Any:
     """What `selector` reads of one record."""
     if selector is None:

@@ -43,6 +43,7 @@ from .functions import (
     grouped,
     record_aggregate,
     record_values,
+    row_selector,
     value_of,
 )
 from .scan import group_order, running
@@ -288,15 +289,16 @@ class KeyedAggregateOperator(KeyedOperator):
         letters: list[DeadLetter] = []
         out: list[Any] = []
         calls = list(zip(self.calls, self.records, self.states, strict=True))
+        selectors = [row_selector(batch, call.value) for call in self.calls]
         for i, (record, key, group) in enumerate(zip(records, keys, groups, strict=True)):
             try:
                 merged = []
                 backend.set_current_key(key, group)
-                for j, (call, agg, state) in enumerate(calls):
+                for j, (_call, agg, state) in enumerate(calls):
                     if self.combined:
                         value = record[j + 1] if type(batch) is not pa.RecordBatch else self._partial_of(batch, i, j)
                     else:
-                        value = value_of(record, call.value)
+                        value = value_of(record, selectors[j])
                         value = value if agg.lift is None else agg.lift(value)
                     acc = backend.get_for_read(state, _ABSENT)
                     merged.append(value if acc is _ABSENT else agg.merge(acc, value))

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ....errors import KeySelectorError
-from ....plan.aggregates import AggregateKind, LocalAggregateSpec, is_batch_function, partial_key_column
+from ....plan.aggregates import AggregateKind, LocalAggregateSpec, ValueSelector, is_batch_function, partial_key_column
 from ....plan.specs import OnError
 from ...key_index import KeyIndex
 from ...keys import key_column, record_key_fn
@@ -38,7 +38,15 @@ from ...wire.batches import to_arrow, to_records
 from ...wire.elements import Batch
 from ..bad_records import DeadLetter, with_letters
 from ..base import OperatorSnapshot, RuntimeOperator
-from .functions import BatchAggregate, arrow_column, batch_aggregate, record_aggregate, record_values, value_of
+from .functions import (
+    BatchAggregate,
+    arrow_column,
+    batch_aggregate,
+    record_aggregate,
+    record_values,
+    row_selector,
+    value_of,
+)
 from .table import labels_of
 
 _ABSENT = object()
@@ -113,7 +121,10 @@ class LocalAggregateOperator(RuntimeOperator):
 
     def _add_records(self, batch: Batch, letters: list[DeadLetter]) -> None:
         records = to_records(batch)
-        keys = self._keys(records)
+        if isinstance(batch, pa.RecordBatch) and self.column in batch.schema.names:
+            keys = batch.column(self.column).to_pylist()  # its rows are tuples: no item by name
+        else:
+            keys = self._keys(records)
         if self._count_only:
             try:
                 self._counts.update(keys)
@@ -121,7 +132,7 @@ class LocalAggregateOperator(RuntimeOperator):
                 bad = next(r for r, k in zip(records, keys) if not _hashable(k))
                 raise KeySelectorError(self.name, bad, exc) from exc
             return
-        self._fold(records, keys, letters)
+        self._fold(records, keys, letters, [row_selector(batch, call.value) for call in self.calls])
 
     def _keys(self, records: list[Any]) -> list[Any]:
         try:
@@ -136,13 +147,15 @@ class LocalAggregateOperator(RuntimeOperator):
                 raise KeySelectorError(self.name, record, exc) from exc
         return keys
 
-    def _fold(self, records: list[Any], keys: list[Any], letters: list[DeadLetter]) -> None:
+    def _fold(self, records: list[Any], keys: list[Any], letters: list[DeadLetter],
+              selectors: list[ValueSelector]) -> None:
+        """Fold records into the held partials; `selectors` read each call's value of a record."""
         assert self.records is not None
         partials = self._partials
-        calls = list(zip(self.calls, self.records, strict=True))
+        calls = list(zip(selectors, self.records, strict=True))
         if len(calls) == 1 and self.on_error is OnError.FAIL:
-            (call, agg), = calls
-            values = record_values(records, call.value)
+            (selector, agg), = calls
+            values = record_values(records, selector)
             if agg.lift is not None:
                 values = list(map(agg.lift, values))
             merge = agg.merge
@@ -159,8 +172,8 @@ class LocalAggregateOperator(RuntimeOperator):
             held = partials.get(key, _ABSENT)
             try:
                 new = []
-                for i, (call, agg) in enumerate(calls):
-                    value = value_of(record, call.value)
+                for i, (selector, agg) in enumerate(calls):
+                    value = value_of(record, selector)
                     value = value if agg.lift is None else agg.lift(value)
                     if held is not _ABSENT:
                         value = agg.merge(held if single else held[i], value)
