@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..plan.job_graph import TaskId
+from ..runtime.wire.handshake import Refusal
 from ..state.keygroups import RoutingTable
 
 
@@ -23,6 +24,7 @@ class Hello:
     pid: int
     incarnation: int = 0
     supervisor: int = 0  # the Spark task's process, which outlives the worker's
+    listening: str = ""  # host:port of its data port (shown in the job's status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +86,22 @@ class WorkerFailed:
     worker: int
     attempt: int
     error: Any  # the exception when it pickles, else its text
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRefused:
+    """The worker closed a connection to its port that did not authenticate (the job master
+    counts it in the job's metrics)."""
+
+    worker: int
+    refusal: Refusal
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLost:
+    """The worker's link to `peer` broke while `attempt` ran (the network, or the peer's death)."""
+
+    worker: int
+    attempt: int
+    peer: int
+    reason: str

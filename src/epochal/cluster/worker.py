@@ -16,6 +16,12 @@ A worker that cannot connect to the job master (refused, or not within `CONNECT_
 its Spark task with `JobMasterUnreachable`, whose message starts with `UNREACHABLE`: the host
 recognises it in the stage's error and ends the job in one line instead of relaunching (the job
 master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
+So does a job master that does not prove it knows the job's secret (`runtime.wire.handshake`).
+
+Connections to the worker's port that fail the handshake are refused (`cluster.peers`) and
+reported to the job master (`LinkRefused`), which counts them; a link to a peer that breaks
+while both processes live (`PeerLost`) makes the job master restart the attempt in place,
+which links the two again.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from ..runtime.clock import WallClock
 from ..runtime.task.task import Task, TaskState
 from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..runtime.wire.channel import LocalChannel
+from ..runtime.wire.handshake import HandshakeRefused, Role, secure_client
 from ..runtime.wire.messages import AcknowledgeCheckpoint
 from ..runtime.wire.network import (
     BACKUP,
@@ -56,8 +63,9 @@ from ..runtime.wire.network import (
 )
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
+from .link_guard import LinkGuard
 from .peers import LISTENER, PeerLinks
-from .protocol import FromTask, Hello, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import FromTask, Hello, LinkRefused, PeerLost, Progress, Running, Start, Stop, ToTask, WorkerFailed
 from .snapshot_thread import SnapshotThread
 
 log = logging.getLogger(__name__)
@@ -77,16 +85,22 @@ class JobMasterUnreachable(ConnectionError):
     """This worker cannot connect to the job master (its message starts with `UNREACHABLE`)."""
 
 
-def connect_to_job_master(address: tuple[str, int], worker: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
-    """A connection to the job master, which listens before the stage is submitted: a refusal
-    or a timeout means this executor cannot reach it, and retrying would not change that."""
+def connect_to_job_master(
+    address: tuple[str, int], worker: int, guard: LinkGuard, timeout: float = CONNECT_TIMEOUT
+) -> socket.socket:
+    """A connection to the job master, which listens before the stage is submitted, once it
+    proved it knows the job's secret: a refusal, a timeout or a wrong proof means this executor
+    cannot reach the job's job master, and retrying would not change that."""
     try:
-        return socket.create_connection(address, timeout=timeout)
+        sock = socket.create_connection(address, timeout=timeout)
+        return secure_client(sock, guard.secret, Role.WORKER, Role.JOB_MASTER, guard.timeout, guard.client_tls())
+    except HandshakeRefused as exc:
+        reason = f"what answers there is not the job's job master: {exc}"
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
-        raise JobMasterUnreachable(
-            f"{UNREACHABLE} at {address[0]}:{address[1]} from worker {worker} on {socket.gethostname()} ({reason})"
-        ) from None
+    raise JobMasterUnreachable(
+        f"{UNREACHABLE} at {address[0]}:{address[1]} from worker {worker} on {socket.gethostname()} ({reason})"
+    )
 
 
 class Worker:
@@ -102,7 +116,11 @@ class Worker:
         listener: socket.socket,
         peers: list[tuple[str, int]],
         incarnation: int = 0,
+        guard: LinkGuard | None = None,
     ) -> None:
+        if guard is None:
+            raise TypeError("a worker needs the job's LinkGuard (its secret)")
+        self.guard = guard
         self.job = job
         self.index = index
         self.num_workers = num_workers
@@ -124,7 +142,7 @@ class Worker:
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.background.wakeup, selectors.EVENT_READ, WAKEUP)
-        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector)
+        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector, guard)
         self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
@@ -143,11 +161,12 @@ class Worker:
     def connect(self) -> None:
         """Connect to the driver and, at launch, to every peer (lower index accepts, higher
         connects); a later incarnation makes its peer links when its first `Start` names them."""
-        sock = connect_to_job_master(self.driver_address, self.index)
+        sock = connect_to_job_master(self.driver_address, self.index, self.guard)
         sock.settimeout(60)
-        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid())
+        host, port = self.peers.listener.getsockname()[:2]
+        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid(), f"{host}:{port}")
         write_object_blocking(sock, hello, kind=HELLO)
-        self.driver = Link(sock, "driver")
+        self.driver = Link(sock, "driver", self.guard.max_frame)
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
         if self.incarnation == 0:
             self.peers.connect_all()
@@ -267,6 +286,8 @@ class Worker:
                     self._to_driver(Progress(self.index, self.attempt, metrics))
                 self._flush_links()
                 self._poll_io(0.0 if busy else self._idle_timeout())
+                if self.peers.acceptor.pending and self.peers.acceptor.due(time.monotonic()):
+                    self.peers.accept()  # closes the connections that did not prove themselves in time
         finally:
             self._close_tasks()
             with contextlib.suppress(KeyError, ValueError):
@@ -312,6 +333,8 @@ class Worker:
         return busy
 
     def _drain_outbox(self) -> None:
+        while self.peers.refused:
+            self._to_driver(LinkRefused(self.index, self.peers.refused.pop(0)))
         if self.backups is not None:
             self.backups.ship(self.links)
         while True:
@@ -359,7 +382,7 @@ class Worker:
                             self._on_control(frame)
                         else:
                             self._on_frame(*frame)
-                except LinkClosed:
+                except LinkClosed as exc:
                     try:
                         self.selector.unregister(link)
                     except (KeyError, ValueError):
@@ -367,7 +390,10 @@ class Worker:
                     if key.data == "driver":
                         log.warning("worker %d: lost the driver; leaving", self.index)
                         self.stopped = True
-                    # a peer: its process died; the job master restarts the attempt with its next
+                    elif self.tasks and self.pending is None and self.links.get(key.data) is link:
+                        # a peer's link broke: its process died (the job master sees that too), or
+                        # the network dropped it; either way the attempt cannot go on without it
+                        self._to_driver(PeerLost(self.index, self.attempt, key.data, str(exc)))
 
     def _on_control(self, frame: tuple[int, int, int, bytes]) -> None:
         kind, _, _, payload = frame

@@ -34,6 +34,7 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..plan.specs import SinkSpec, SourceSpec
 from ..state.manifest import Manifest
 from .master.coordinator import AbortedCheckpoint
+from .wire.handshake import Refusal, Refusals
 from .wire.messages import OperatorMetrics
 
 HISTORY = 100  # checkpoints and restarts kept for the dashboard (counts go on past it)
@@ -212,6 +213,8 @@ class JobMetrics:
     restarts: tuple[RestartRecord, ...]  # the last `HISTORY`
     restart_count: int
     series: tuple[SeriesPoint, ...] = field(default=())
+    links_refused: int = 0  # connections to the job's ports that failed authentication (ever)
+    refused_links: tuple[Refusal, ...] = ()  # the newest of them
 
     @property
     def last_completed(self) -> CheckpointRecord | None:
@@ -286,6 +289,7 @@ class MetricsCollector:
         self.tasks: dict[TaskId, TaskMetrics] = {}  # the latest of every task of this attempt
         self.series: deque[SeriesPoint] = deque(maxlen=SERIES)
         self._previous: _Previous | None = None
+        self.refusals: Refusals | None = None  # the job's (`JobControl.refusals`), set by the job master
         if previous is not None:
             self.checkpoints.extend(previous.checkpoints)
             self.completed, self.aborted = previous.checkpoints_completed, previous.checkpoints_aborted
@@ -378,6 +382,7 @@ class MetricsCollector:
             self.job.name, wall, now - self.started, attempt, job_in, job_out, in_rate, out_rate,
             tuple(operators), tuple(task_stats.values()), self.edges, tuple(self.checkpoints),
             self.completed, self.aborted, tuple(self.restarts), self.restart_count, tuple(self.series),
+            *((self.refusals.count, self.refusals.recent()) if self.refusals is not None else ()),
         )
 
     def finished(self, final: dict[TaskId, tuple[OperatorMetrics, ...]], attempt: int) -> JobMetrics:

@@ -134,6 +134,7 @@ class JobMaster:
         self._progress_interval = math.inf if every is None else every / 2  # progress and metrics snapshots
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
+        self.metrics.refusals = self.control.refusals  # refused connections, counted by the hosts
         self._commands: dict[int, Command] = {}  # checkpoint id → the command waiting for it
         self._rescale: Rescale | None = None  # a rescale whose checkpoint is complete
         self._live_queries = LiveQueries()  # live state queries waiting for their task's answer

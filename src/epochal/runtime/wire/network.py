@@ -10,12 +10,20 @@ Records leave in batches, when a batch is full or after a flush timeout. Arrow b
 as Arrow IPC, Python lists as pickle protocol 5, control events (barriers, end-of-input) as
 pickle. Every frame carries the sender's *attempt*; frames of an older attempt (before a
 restart) are dropped, frames of a newer one wait until the receiver has restarted too.
+
+A `Link` is made only once its peer proved it knows the job's secret (`runtime.wire.handshake`),
+so what it unpickles comes from a process of the job; a frame's length is checked against the
+job's `max_frame_bytes` as soon as its header arrives, before anything is gathered for it. A
+link may run over TLS (`runtime.wire.tls`): an `ssl.SSLSocket` reads and writes a record at a
+time and may hold decrypted bytes the selector does not see, so a TLS link reads until the
+socket would block.
 """
 
 from __future__ import annotations
 
 import pickle
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -24,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...config import DEFAULT_MAX_FRAME_BYTES
 from .batches import batch_len
 from .channel import take_priority_barrier
 from .elements import Barrier, Element
@@ -40,6 +49,7 @@ HELLO = 6
 BACKUP = 7  # a chained backup's copy or notice between workers (`state.backups`)
 
 _PICKLE = 5
+_TLS_WRITE = 1 << 20  # bytes handed to an SSLSocket at once (it takes all of them or none)
 
 
 def encode_frame(kind: int, attempt: int, channel: int, payload: bytes) -> bytes:
@@ -62,16 +72,31 @@ class LinkClosed(ConnectionError):
     """The peer closed the connection (or died)."""
 
 
-class Link:
-    """One non-blocking TCP connection carrying frames both ways."""
+class FrameTooLarge(LinkClosed):
+    """A frame's header announced more bytes than the link accepts: the link is closed."""
 
-    def __init__(self, sock: socket.socket, peer: str = "") -> None:
+
+class Link:
+    """One non-blocking TCP (or TLS) connection carrying frames both ways.
+
+    Args:
+        sock: the connection, its peer authenticated.
+        peer: what the peer is, for messages.
+        max_frame: the largest payload accepted, checked at each header.
+        received: bytes already read past the handshake (the peer's first frames).
+    """
+
+    def __init__(
+        self, sock: socket.socket, peer: str = "", max_frame: int = DEFAULT_MAX_FRAME_BYTES, received: bytes = b""
+    ) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
         self.peer = peer
+        self.max_frame = max_frame
+        self._tls = isinstance(sock, ssl.SSLSocket)
         self._out = bytearray()
-        self._in = bytearray()
+        self._in = bytearray(received)
         self.closed = False
 
     def fileno(self) -> int:
@@ -92,8 +117,12 @@ class Link:
         """Send as much as the socket takes now."""
         while self._out:
             try:
-                n = self.sock.send(self._out)
-            except (BlockingIOError, InterruptedError):
+                if self._tls:  # a retried write must offer at least the bytes it offered before: it does
+                    with memoryview(self._out) as view, view[:_TLS_WRITE] as part:
+                        n = self.sock.send(part)
+                else:
+                    n = self.sock.send(self._out)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 return
             except OSError as exc:
                 self.closed = True
@@ -108,13 +137,18 @@ class Link:
                 time.sleep(0.001)
 
     def receive(self) -> Iterator[tuple[int, int, int, bytes]]:
-        """Read what is available; yield complete frames `(kind, attempt, channel, payload)`."""
+        """Read what is available; yield complete frames `(kind, attempt, channel, payload)`.
+
+        Raises:
+            LinkClosed: the peer closed the link or broke it.
+            FrameTooLarge: a header announced a frame above `max_frame` (the link is closed).
+        """
         while True:
             try:
                 chunk = self.sock.recv(1 << 20)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
-            except OSError as exc:
+            except OSError as exc:  # ssl.SSLError too: a record that does not decrypt
                 self.closed = True
                 raise LinkClosed(f"{self.peer}: {exc}") from exc
             if not chunk:
@@ -122,7 +156,7 @@ class Link:
                 yield from self._frames()
                 raise LinkClosed(f"{self.peer}: connection closed")
             self._in += chunk
-            if len(chunk) < (1 << 20):
+            if len(chunk) < (1 << 20) and not self._tls:
                 break
         yield from self._frames()
 
@@ -132,13 +166,17 @@ class Link:
         size = _HEADER.size
         while len(buf) - offset >= size:
             kind, attempt, channel, length = _HEADER.unpack_from(buf, offset)
+            if length > self.max_frame:
+                self.close()
+                raise FrameTooLarge(f"{self.peer}: a frame of {length} bytes, above the {self.max_frame} accepted")
             if len(buf) - offset - size < length:
                 break
             start = offset + size
-            yield kind, attempt, channel, bytes(buf[start : start + length])
+            frame = bytes(buf[start : start + length])
             offset = start + length
-        if offset:
-            del buf[:offset]
+            del buf[:offset]  # before the yield: a caller that stops iterating leaves only what follows
+            offset = 0
+            yield kind, attempt, channel, frame
 
     def close(self) -> None:
         self.closed = True
@@ -148,14 +186,19 @@ class Link:
             pass
 
 
-def read_object_blocking(sock: socket.socket, timeout: float | None = None) -> tuple[int, Any]:
-    """Read one CONTROL or HELLO frame from a blocking socket: `(attempt, object)`."""
+def read_object_blocking(
+    sock: socket.socket, timeout: float | None = None, max_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> tuple[int, Any]:
+    """Read one CONTROL or HELLO frame from a blocking socket whose peer is authenticated:
+    `(attempt, object)`. The kind and the length are checked before the payload is read."""
     sock.settimeout(timeout)
     header = _recv_exact(sock, _HEADER.size)
     kind, attempt, _, length = _HEADER.unpack(header)
-    payload = _recv_exact(sock, length)
     if kind not in (CONTROL, HELLO):
         raise ConnectionError(f"expected a control frame, got kind {kind}")
+    if length > max_bytes:
+        raise FrameTooLarge(f"a frame of {length} bytes, above the {max_bytes} accepted")
+    payload = _recv_exact(sock, length)
     return attempt, pickle.loads(payload)
 
 
