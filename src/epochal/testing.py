@@ -1,24 +1,29 @@
-"""Helpers for testing stream programs: a list source with crash injection, a collecting sink.
+"""Helpers for testing stream programs: a list source with crash injection, a collecting sink,
+and certificates for trying TLS.
 
-Both work with the in-process executor (`StreamEnvironment(executor="inprocess")`), where the
-objects are shared with the running job; on Spark use files (`TextFileSource`, `FileSink`).
+The source and the sink work with the in-process executor (`StreamEnvironment(executor=
+"inprocess")`), where the objects are shared with the running job; on Spark use files
+(`TextFileSource`, `FileSink`).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .api.connector import Sink, SinkWriter, Source, SplitReader
-from .config import check_int
+from .config import TlsConfig, check_int, check_path
 from .errors import InjectedFailure
 from .runtime.wire.batches import to_records
 from .runtime.wire.elements import Batch
 
-__all__ = ["Crash", "ListSource", "CollectSink"]
+__all__ = ["Crash", "ListSource", "CollectSink", "make_test_certificates"]
 
 
 class Crash:
@@ -142,3 +147,31 @@ class CollectSink(Sink):
         """The committed records, in commit order."""
         with self._lock:
             return list(self._committed)
+
+
+def make_test_certificates(directory: str | os.PathLike[str]) -> TlsConfig:
+    """A throw-away certificate authority and one certificate it signed, for every process of a
+    job, in `directory` (created); the `TlsConfig` that uses them. For tests and trying TLS on
+    one machine, never for production: the keys are unencrypted files. Needs the `openssl`
+    command (Debian's `openssl` package).
+    """
+    root = check_path("directory", directory)
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("make_test_certificates needs the openssl command")
+    os.makedirs(root, exist_ok=True)
+    names = ("ca.key", "ca.pem", "node.key", "node.csr", "node.pem")
+    ca_key, ca, key, csr, cert = (os.path.join(root, n) for n in names)
+    extensions = os.path.join(root, "node.ext")
+    with open(extensions, "w", encoding="ascii") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for command in (
+        [openssl, "req", "-x509", *curve, "-keyout", ca_key, "-out", ca, "-days", "30", "-subj", "/CN=epochal test CA"],
+        [openssl, "req", *curve, "-keyout", key, "-out", csr, "-subj", "/CN=epochal node"],
+        [openssl, "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+         "-days", "30", "-extfile", extensions],
+    ):
+        subprocess.run(command, check=True, capture_output=True)
+    return TlsConfig(cert, key, ca)

@@ -14,8 +14,10 @@ from ..config import (
     DEFAULT_GC_THRESHOLD,
     CheckpointConfig,
     JobConfig,
+    NetworkConfig,
     RestartStrategy,
     StateConfig,
+    TlsConfig,
     check_bool,
     check_callable,
     check_choice,
@@ -135,6 +137,13 @@ class StreamEnvironment:
             splits: a rescale up to `max_workers` and back moves key groups live, no restart,
             no replay (`docs/concepts/elasticity.md`; jobs with loops or unaligned checkpoints
             restart in the running stage instead).
+        tls: encrypt the links between the job's processes on Spark (`TlsConfig`: certificate,
+            key and authority files, at the same paths on the driver and every executor); None
+            takes `EPOCHAL_TLS_CERT` (with `EPOCHAL_TLS_KEY`, `EPOCHAL_TLS_CA`) if set. Links are
+            authenticated either way (docs/operations.md, Security); shorthand for
+            `network=NetworkConfig(tls=...)`.
+        network: the links' full configuration (`NetworkConfig`): TLS, the largest frame, the
+            handshake's timeout.
     """
 
     def __init__(
@@ -157,6 +166,8 @@ class StreamEnvironment:
         web_host: str = "127.0.0.1",
         metrics_interval: float | None = 1.0,
         max_workers: int | None = None,
+        tls: TlsConfig | None = None,
+        network: NetworkConfig | None = None,
     ) -> None:
         self.max_parallelism = check_int("max_parallelism", max_parallelism)
         if parallelism is None:
@@ -190,6 +201,11 @@ class StreamEnvironment:
         self.max_workers = None if max_workers is None else check_int("max_workers", max_workers)
         if self.max_workers is not None and self.max_workers < self.parallelism:
             raise ValueError(f"max_workers ({max_workers}) must be at least the parallelism ({self.parallelism})")
+        self.network = NetworkConfig() if network is None else check_instance("network", network, NetworkConfig)
+        if tls is not None:
+            self.network = replace(self.network, tls=check_instance("tls", tls, TlsConfig))
+        elif self.network.tls is None and (from_env := TlsConfig.from_environment()) is not None:
+            self.network = replace(self.network, tls=from_env)
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
@@ -262,7 +278,7 @@ class StreamEnvironment:
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval, max_workers or self.max_workers,
+            self.metrics_interval, max_workers or self.max_workers, self.network,
         )
         return compile_job(self._graph, name, parallelism, self.max_parallelism, config, self.dead_letter)
 

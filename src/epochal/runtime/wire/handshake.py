@@ -189,13 +189,20 @@ class Refusals:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.count = 0
+        self._by_port: dict[str, int] = {}
         self._recent: deque[Refusal] = deque(maxlen=REFUSALS_KEPT)
 
     def add(self, refusal: Refusal) -> None:
         log.warning("%s refused a connection from %s: %s", refusal.port, refusal.peer, refusal.reason)
         with self._lock:
             self.count += 1
+            self._by_port[refusal.port] = self._by_port.get(refusal.port, 0) + 1
             self._recent.append(refusal)
+
+    def by_port(self) -> dict[str, int]:
+        """How many each port refused."""
+        with self._lock:
+            return dict(self._by_port)
 
     def recent(self) -> tuple[Refusal, ...]:
         with self._lock:

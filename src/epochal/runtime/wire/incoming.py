@@ -73,14 +73,15 @@ class _Incoming:
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return None
             self._tls_pending = False
+        ended = False
         while True:
             try:
                 chunk = self.sock.recv(_CHUNK)
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 break
             if not chunk:
-                raise HandshakeRefused("closed before it was done" if not self._handshake.done
-                                       else "closed before its first frame")
+                ended = True  # what came before the end still counts: the link sees the end next
+                break
             if self._handshake.done:
                 self._received += chunk
             else:
@@ -88,7 +89,11 @@ class _Incoming:
                 self._unsent += self._handshake.outgoing
                 self._handshake.outgoing.clear()
         self._send()
-        return self._hello() if self._handshake.done else None
+        hello = self._hello() if self._handshake.done else None
+        if hello is None and ended:
+            done = self._handshake.done
+            raise HandshakeRefused("closed before its first frame" if done else "closed before it was done")
+        return hello
 
     def _send(self) -> None:
         while self._unsent:
