@@ -1,9 +1,13 @@
 """Checkpoint storage: a directory per checkpoint on any pyarrow filesystem, manifest last.
 
-Layout: `<root>/chk-<id:08d>/` holds one file per subtask and operator, then `MANIFEST.json`.
-A checkpoint is *complete* iff its manifest exists. Every file, data and manifest alike, is
-written under a temporary name and renamed into place, so a file under its own name is always
-whole; the manifest's rename is the commit point of the epoch (dissertation §4.1.3).
+Layout: `<root>/chk-<id:08d>/` holds one file per subtask and operator, then `MANIFEST.copy.json`
+and `MANIFEST.json`. A checkpoint is *complete* iff its manifest exists. Every file, data and
+manifest alike, is written under a temporary name and renamed into place, so a file under its
+own name is always whole; the manifest's rename is the commit point of the epoch (dissertation
+§4.1.3). The copy is written before it, so a complete checkpoint always has both: a manifest
+found corrupt (a flipped bit, a truncated write the rename did not catch) is repaired from its
+copy when the copy is intact, instead of costing the checkpoint (`load_manifest`); the copy alone
+never makes a checkpoint complete.
 
 Bytes are verified where they are read: `read_file` checks a file's SHA-256 against its handle
 and is the one place that does. Resolving a checkpoint (`latest`, `resolve`) checks only the
@@ -22,12 +26,10 @@ import logging
 import os
 import posixpath
 import uuid
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
@@ -39,6 +41,8 @@ from .manifest import (
     checkpoint_key,
     checkpoint_of_path,
 )
+from .manifest_copy import MANIFEST_COPY_NAME, repair_manifest
+from .ranged_file import RangedFile
 
 if TYPE_CHECKING:
     from .backups import BackupStore
@@ -47,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "MANIFEST.json"
-READ_CHUNK = 16 << 20  # bytes a `RangedFile` reads at once to check a whole file's CRC-32
 
 
 def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -139,11 +142,16 @@ class CheckpointStorage:
         return FileHandle(relative, size, digest.hexdigest())
 
     def write_manifest(self, manifest: Manifest) -> None:
-        """Complete a checkpoint: the manifest goes last, atomically."""
+        """Complete a checkpoint: the manifest goes last, atomically, after its copy."""
         self._check_shared_files(manifest)
-        self.write(posixpath.join(checkpoint_dir_name(manifest.checkpoint_id), MANIFEST_NAME), manifest.to_json())
+        self.write_manifest_pair(checkpoint_dir_name(manifest.checkpoint_id), manifest.to_json())
         if self._retention is not None:
             self._retention.add(manifest)
+
+    def write_manifest_pair(self, directory: str, data: bytes) -> None:
+        """`directory`'s copy of a manifest, then the manifest (the commit point)."""
+        self.write(posixpath.join(directory, MANIFEST_COPY_NAME), data)
+        self.write(posixpath.join(directory, MANIFEST_NAME), data)
 
     def _check_shared_files(self, manifest: Manifest) -> None:
         """Refuse to complete a checkpoint whose chains reference a file that is gone.
@@ -214,11 +222,13 @@ class CheckpointStorage:
         return bool(self.fs.get_file_info(self._abs(relative)).type == pafs.FileType.File)
 
     def read_manifest(self, relative: str) -> Manifest:
-        """The manifest at `relative`, its checksum checked, located at this storage.
+        """The manifest at `relative`, its checksum checked, located at this storage; if it is
+        corrupt and its copy beside it (`MANIFEST_COPY_NAME`) is intact, the copy's, and the
+        manifest is rewritten from it (repaired).
 
         Raises:
             NoCheckpointError: there is no file at `relative`.
-            CorruptCheckpointError: the file is not an intact manifest.
+            CorruptCheckpointError: the file is not an intact manifest, nor its copy.
         """
         path = self._abs(relative)
         try:
@@ -226,7 +236,13 @@ class CheckpointStorage:
                 data: bytes = f.read()
         except OSError as exc:
             raise NoCheckpointError(f"no manifest {relative!r} in {self.uri!r}") from exc
-        return replace(Manifest.from_json(data, source=path), location=self.uri)
+        try:
+            return replace(Manifest.from_json(data, source=path), location=self.uri)
+        except CorruptCheckpointError as exc:
+            repaired = repair_manifest(self, relative, exc)
+            if repaired is None:
+                raise
+            return repaired
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every checkpoint directory, complete or not, ascending."""
@@ -369,8 +385,9 @@ class CheckpointStorage:
             pass
 
     def delete_manifest(self, checkpoint_id: int) -> None:
-        """Make a checkpoint incomplete; its files stay."""
+        """Make a checkpoint incomplete (the manifest first, then its copy); its files stay."""
         self._delete_quietly(posixpath.join(self.checkpoint_path(checkpoint_id), MANIFEST_NAME))
+        self._delete_quietly(posixpath.join(self.checkpoint_path(checkpoint_id), MANIFEST_COPY_NAME))
 
     def delete_file(self, relative: str) -> None:
         self._delete_quietly(self._abs(relative))
@@ -398,30 +415,4 @@ def _checkpoint_label(path: str) -> str:
     return "" if checkpoint_id is None else f"checkpoint {checkpoint_id}: "
 
 
-__all__ = ["MANIFEST_NAME", "CheckpointStorage", "resolve_uri"]
-
-
-class RangedFile:
-    """An open data file read a range at a time (`snapshot_files.RangedBytes`); `release` closes it."""
-
-    def __init__(self, f: pa.NativeFile) -> None:
-        self._f = f
-        self._size: int = f.size()
-
-    def __len__(self) -> int:
-        return self._size
-
-    def slice(self, start: int, end: int) -> bytes:
-        data: bytes = self._f.read_at(end - start, start)
-        if len(data) != end - start:
-            raise CorruptCheckpointError(f"short read at {start} (truncated?)")
-        return data
-
-    def crc(self, end: int) -> int:
-        crc = 0
-        for start in range(0, end, READ_CHUNK):
-            crc = zlib.crc32(self.slice(start, min(end, start + READ_CHUNK)), crc)
-        return crc
-
-    def release(self) -> None:
-        self._f.close()
+__all__ = ["MANIFEST_COPY_NAME", "MANIFEST_NAME", "CheckpointStorage", "RangedFile", "resolve_uri"]
