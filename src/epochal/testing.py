@@ -106,9 +106,14 @@ class ListSource(Source):
 
 
 class _CollectWriter(SinkWriter):
-    def __init__(self, sink: CollectSink) -> None:
+    def __init__(self, sink: CollectSink, subtask: int) -> None:
         self.sink = sink
+        self.subtask = subtask
+        self.lineage: str | None = None
         self.staged: list[Any] = []
+
+    def set_lineage(self, lineage: str) -> None:
+        self.lineage = lineage
 
     def write(self, batch: Batch) -> None:
         self.staged.extend(to_records(batch))
@@ -117,31 +122,41 @@ class _CollectWriter(SinkWriter):
         if not self.staged:
             return None
         token = next(self.sink._tokens)
+        epoch = None if self.lineage is None else (self.lineage, self.subtask, checkpoint_id)
         with self.sink._lock:
-            self.sink._prepared[token] = self.staged
+            self.sink._prepared[token] = (epoch, self.staged)
         self.staged = []
         return token
 
 
 class CollectSink(Sink):
-    """Collects records in memory; `committed()` holds only what checkpoints committed."""
+    """Collects records in memory; `committed()` holds only what checkpoints committed, each
+    epoch once (idempotent per epoch, as `FileSink`: an epoch replayed after a fallback to an
+    older checkpoint is skipped)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tokens = itertools.count()
-        self._prepared: dict[int, list[Any]] = {}
+        self._prepared: dict[int, tuple[Any, list[Any]]] = {}
         self._committed_tokens: set[int] = set()
+        self._committed_epochs: set[Any] = set()  # (lineage, subtask, checkpoint id)
         self._committed: list[Any] = []
 
     def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
-        return _CollectWriter(self)
+        return _CollectWriter(self, subtask)
 
     def commit(self, committables: list[Any]) -> None:
         with self._lock:
             for token in committables:
-                if token not in self._committed_tokens:
-                    self._committed_tokens.add(token)
-                    self._committed.extend(self._prepared.pop(token))
+                if token in self._committed_tokens:
+                    continue
+                self._committed_tokens.add(token)
+                epoch, records = self._prepared.pop(token)
+                if epoch is not None and epoch in self._committed_epochs:
+                    continue  # a replayed epoch, committed before
+                if epoch is not None:
+                    self._committed_epochs.add(epoch)
+                self._committed.extend(records)
 
     def committed(self) -> list[Any]:
         """The committed records, in commit order."""

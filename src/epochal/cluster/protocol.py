@@ -12,6 +12,7 @@ from typing import Any
 from ..plan.job_graph import TaskId
 from ..runtime.wire.handshake import Refusal
 from ..state.keygroups import RoutingTable
+from ..state.replay import EpochReplay
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class Start:
     job: bytes | None = None
     incarnations: tuple[int, ...] = ()
     routing: RoutingTable | None = None  # in place of the checkpoint's: a parallel recovery's
+    replay: EpochReplay | None = None  # epochs after the checkpoint replayed at their cuts (`state.replay`)
 
 
 @dataclass(frozen=True, slots=True)

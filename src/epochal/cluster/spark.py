@@ -343,7 +343,8 @@ class _StageHost:
         self.attempt = self.master.start_attempt(self._send)
         restore = self.master.restore_from
         checkpoint = restore.checkpoint_id if restore is not None else None
-        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations), routing)
+        replay = restore.replay if restore is not None else None
+        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations), routing, replay)
         for link in self.links.values():
             link.send_object(start)
 

@@ -207,6 +207,8 @@ class Worker:
             manifest = self.storage.load_manifest(start.checkpoint_id)
             if start.routing is not None:  # a parallel recovery's table (`runtime.master.recovery`)
                 manifest = dataclasses.replace(manifest, routing=start.routing)
+            if start.replay is not None:  # epochs replayed at their cuts after a fallback (`state.replay`)
+                manifest = dataclasses.replace(manifest, replay=start.replay)
         read_before = self.backups.store.bytes_read if self.backups is not None else 0
         ends: dict[ChannelKey, ChannelEnds] = {}
         self.inputs, self.outputs = {}, {}

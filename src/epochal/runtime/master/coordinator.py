@@ -14,6 +14,12 @@ the protocol.
 Deviation (for bounded inputs): a task whose inputs have all ended can no longer receive
 barriers, so the coordinator triggers it directly, like a source; once every task has ended,
 a final checkpoint commits the last epoch and the job finishes.
+
+After a fallback to an older checkpoint, an attempt first replays the epochs since at their cuts
+(`state.replay`): the coordinator triggers those checkpoints, with their ids, one after the other
+and at once (each source holds the barrier until it reached the cut), and periodic checkpoints
+only after. A replayed checkpoint that does not complete fails the attempt: the cuts after it
+could not be kept.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ...config import CheckpointConfig
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ReplayAbandoned
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
@@ -209,6 +215,13 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
+        self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, not triggered yet
+        self.replayed: set[int] = set()  # ids of epochs replayed at their cuts
+
+    def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
+        """Trigger these checkpoints first, by these ids: epochs replayed at their cuts."""
+        self._replays = deque(sorted(checkpoint_ids))
+        self.replayed = set(checkpoint_ids)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -218,6 +231,7 @@ class CheckpointCoordinator:
             and not self.is_stopped
             and self.final_checkpoint is None
             and self.migrating is None
+            and not self._replays
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
             and now - self._last_completion >= c.min_pause
@@ -247,7 +261,9 @@ class CheckpointCoordinator:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
                 if self.is_stopped:  # the failure manager was told: the attempt is over
                     return
-        if self._periodic_due(now):
+        if self._replays and not self.pending and self.final_checkpoint is None:
+            self.trigger(aligned=True)  # the next replayed epoch: its sources hold its barrier until the cut
+        elif self._periodic_due(now):
             self.trigger()
 
     def trigger(self, is_final: bool = False, aligned: bool = False, reroute: RoutingTable | None = None) -> int:
@@ -257,10 +273,13 @@ class CheckpointCoordinator:
         they restore at any parallelism, and exactly once). `reroute`: key groups move to this
         routing table at the checkpoint (`runtime.migration`; always aligned); no other
         checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
+        if self._replays:
+            checkpoint_id = self._replays.popleft()
+        else:
+            checkpoint_id = self._next_id
+            self._next_id += 1
         if reroute is not None:
-            self.routing, self.migrating, aligned = reroute, self._next_id, True
-        checkpoint_id = self._next_id
-        self._next_id += 1
+            self.routing, self.migrating, aligned = reroute, checkpoint_id, True
         now = self.clock.now()
         self._last_trigger = now
         completed = self.completed[-1].checkpoint_id if self.completed else 0
@@ -370,6 +389,13 @@ class CheckpointCoordinator:
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
         self.on_aborted(aborted)
+        if pending.checkpoint_id in self.replayed:  # its cut is lost: so are the cuts after it
+            self.stop(AbortReason.TASK_FAILED)
+            self.on_failure(ReplayAbandoned(
+                f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was aborted ({reason.value}: "
+                f"{detail}); the job restores the checkpoint before it again, without replaying at the cuts"
+            ))
+            return
         if pending.reroutes:  # the tasks switched at its barrier: only a restore undoes that
             self.stop(AbortReason.TASK_FAILED)
             self.on_failure(CheckpointError(

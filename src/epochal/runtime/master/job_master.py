@@ -40,6 +40,7 @@ from ...errors import (
     JobFailedError,
     NoCheckpointError,
     RecordError,
+    ReplayAbandoned,
 )
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
@@ -59,6 +60,7 @@ from .enumerator import SplitEnumerators
 from .live_queries import LiveQueries
 from .migrations import Migrations
 from .recovery import recovery_plan
+from .replay import Replays
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
 
 log = logging.getLogger(__name__)
@@ -126,7 +128,8 @@ class JobMaster:
         self.restored_from: list[int | None] = []
         self.checkpoints: list[CheckpointSummary] = []
         self.aborted: list[AbortedCheckpoint] = []
-        self._refused: set[int] = set()  # checkpoints found corrupt: never restored again
+        self._refused: set[int] = set()  # checkpoints found corrupt: never restored again (unless replayed anew)
+        self.replays = Replays(job, self.storage)  # after a fallback: epochs replayed at their cuts
         self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
@@ -172,12 +175,17 @@ class JobMaster:
             first_id = max(first_id, max(self.storage.checkpoint_ids(), default=0) + 1)
         if restored is not None:
             first_id = max(first_id, restored + 1)
+        replay = self.restore_from.replay if self.restore_from is not None else None
+        if replay is not None:
+            first_id = max(first_id, *(k + 1 for k in replay.checkpoint_ids))
         self.enumerators.start_attempt(self.job, send, self.restore_from)
         self.attempt = Attempt(
             self._attempts_before + len(self.restored_from), self.job, self.storage, self.clock, send, first_id,
             self, self.enumerators,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        if replay is not None:
+            self.attempt.coordinator.replay(replay.checkpoint_ids)
         self.migrations.send = self.attempt.send
         self.metrics.attempt_started()
         self.control.publish(state=JobState.RUNNING, attempt=self.attempt.number, restarts=self.restarts,
@@ -213,7 +221,11 @@ class JobMaster:
         self.restarts += 1
         self.control.publish(state=JobState.RESTARTING, restarts=self.restarts, failures=tuple(self.failures))
         self.clock.sleep(self.job.config.restart.delay)
+        if isinstance(cause, ReplayAbandoned) and self.restore_from is not None:
+            self.replays.abandoned(self.restore_from.replay)
         self.restore_from = self._latest_restorable()
+        if self.restore_from is not None:
+            self.restore_from = self.replays.restore(self.restore_from, self._refused)
 
     def recover_on_holders(self, lost: set[int], holders_of: Callable[[int], list[int]]) -> RoutingTable | None:
         """After `on_failure`: restore the key groups of the `lost` subtasks on the peers holding
@@ -390,6 +402,8 @@ class JobMaster:
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
+        self._refused.discard(checkpoint.checkpoint_id)  # an epoch replayed at its cut: written anew
+        self.replays.completed(checkpoint.checkpoint_id)
         if self.attempt is not None:
             self.migrations.completed(checkpoint, self.attempt.send, self.attempt.coordinator)
         for older in [cid for cid in self._commands if cid < checkpoint.checkpoint_id]:  # subsumed: never completes

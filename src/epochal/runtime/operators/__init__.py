@@ -31,10 +31,11 @@ from ...plan.specs import (
     UnionSpec,
 )
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
-from .io import SinkOperator, SourceOperator, SourcePositions
+from .io import SourceOperator, SourcePositions
 from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
+from .sink import SinkOperator
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .time import AssignTimestampsOperator
 from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator

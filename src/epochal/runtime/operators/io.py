@@ -1,18 +1,20 @@
-"""Sources and sinks: where records enter and leave a job, exactly once.
+"""Sources: where records enter a job, exactly once (sinks, where they leave: `sink`).
 
-Sources keep split positions and sinks their prepared commits as operator state (dissertation
-§2.2.1, keyed state versus operator state).
+Sources keep split positions as operator state (dissertation §2.2.1, keyed state versus
+operator state).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import OperatorError
-from ...plan.specs import OnError, SinkSpec, SourceSpec
+from ...plan.specs import OnError, SourceSpec
+from ...state.replay import SplitCut
 from ..fault_points import fault_point
 from ..split_handover import PendingSplits, discovery_interval, split_move
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
@@ -37,6 +39,9 @@ class SourcePositions:
     # nothing left to read and nothing on its way: once every subtask says so in one
     # checkpoint, the job master ends them (`runtime.master.split_handovers`); absent before
     exhausted: bool = False
+    # records read from each split not finished: where an epoch replayed after a fallback stops
+    # (`state.replay`); absent before
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 class SourceOperator(RuntimeOperator):
@@ -58,6 +63,10 @@ class SourceOperator(RuntimeOperator):
     With standby subtasks, a live rescale hands splits over at its rerouting barrier
     (`runtime.split_handover`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
     end when it has nothing to read, but once told `no_more_splits`.
+
+    After a fallback to an older checkpoint, it replays the epochs since at their cuts
+    (`state.replay`, `replay_to`): it reads each split up to the records the cut says, never
+    further, and holds the checkpoint's barrier (`at_cut`) until every split is there.
     """
 
     def __init__(self, spec: SourceSpec) -> None:
@@ -82,6 +91,7 @@ class SourceOperator(RuntimeOperator):
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
+        self._cuts: deque[tuple[int, SplitCut]] = deque()  # epochs replayed at their cuts, in order
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
@@ -116,6 +126,7 @@ class SourceOperator(RuntimeOperator):
             self._state.positions.update(old.positions)
             self._state.finished |= old.finished
             self._state.max_timestamp.update(getattr(old, "max_timestamp", {}))
+            self._state.counts.update(getattr(old, "counts", {}))
         if self.watermarks is not None:
             mine = {s.split_id for s in self._splits}
             self.watermarks.restore({k: v for k, v in self._state.max_timestamp.items() if k in mine})
@@ -144,6 +155,7 @@ class SourceOperator(RuntimeOperator):
             self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
+            self._state.counts.pop(split_id, None)
             if self.watermarks is not None:  # what it no longer reads holds nothing back here
                 self.watermarks.max_timestamp.pop(split_id, None)
         self._state.finished -= lost
@@ -185,10 +197,46 @@ class SourceOperator(RuntimeOperator):
             state.positions.update((k, v) for k, v in old.positions.items() if k in ids)
             state.finished |= old.finished & ids
             state.max_timestamp.update((k, v) for k, v in getattr(old, "max_timestamp", {}).items() if k in ids)
+            state.counts.update((k, v) for k, v in getattr(old, "counts", {}).items() if k in ids)
         self._splits = sorted([*self._splits, *gained], key=lambda s: self._index[s.split_id])
         if self.watermarks is not None:
             self.watermarks.restore({k: v for k, v in state.max_timestamp.items() if k in ids})
         return gained
+
+    # -- epochs replayed at their cuts (`state.replay`) ----------------------------------------------
+    def replay_to(self, cuts: list[tuple[int, SplitCut]]) -> None:
+        """Read no further than each cut, in turn, until its checkpoint's barrier went out."""
+        self._cuts = deque(cuts)
+
+    def holds(self, checkpoint_id: int) -> bool:
+        """Whether checkpoint `checkpoint_id`'s barrier must wait until this source reached its cut."""
+        return bool(self._cuts) and self._cuts[0][0] == checkpoint_id and not self.at_cut()
+
+    def at_cut(self) -> bool:
+        """Every split of this subtask is where the first cut says (finished, or that many read)."""
+        if not self._cuts:
+            return False
+        cut = self._cuts[0][1]
+        state = self._state
+        return all(
+            split.split_id in state.finished if split.split_id in cut.finished
+            else state.counts.get(split.split_id, 0) >= cut.count(split.split_id)
+            for split in self._splits
+        )
+
+    def cut_passed(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id`'s barrier went out: on to the next cut, or read freely."""
+        while self._cuts and self._cuts[0][0] <= checkpoint_id:
+            self._cuts.popleft()
+
+    def _room(self, split_id: str) -> int | None:
+        """Records `split_id` may still give before the cut (None: no limit)."""
+        if not self._cuts:
+            return None
+        cut = self._cuts[0][1]
+        if split_id in cut.finished:
+            return None
+        return max(0, cut.count(split_id) - self._state.counts.get(split_id, 0))
 
     def _unopened(self) -> list[Any]:
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
@@ -205,6 +253,8 @@ class SourceOperator(RuntimeOperator):
     def ready(self, now: float) -> bool:
         """Whether `poll` may have something now: not every open split is waiting for data."""
         waiting = self._waiting
+        if self._cuts and self.at_cut():
+            return False  # at the cut: the barrier goes first (the task is woken by its trigger)
         if self._may_get_more() and not self._readers and not self._unopened():
             # until a split comes; once to say idle, so it holds no one back meanwhile
             return self.watermarks is not None and self._pending is None and not self._said_idle
@@ -221,15 +271,16 @@ class SourceOperator(RuntimeOperator):
             self._open_readers()
             if not self._readers:
                 return [] if self._may_get_more() else None
-            ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now]
+            ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now and self._room(i) != 0]
             if not ids:
-                return []  # every split waits for data
+                return []  # every split waits for data, or is at the cut
             split_id = ids[self._turn % len(ids)]
             self._turn += 1
             reader = self._readers[split_id]
             start = self._state.positions.get(split_id)
+            room = self._room(split_id)
             try:
-                batch = reader.read(max_records)
+                batch = reader.read(max_records if room is None else min(max_records, room))
             except OperatorError:
                 raise
             except Exception as exc:
@@ -242,6 +293,7 @@ class SourceOperator(RuntimeOperator):
                         wait = reader.retry_after() if hasattr(reader, "retry_after") else _RETRY_AFTER
                         self._waiting[split_id] = now + max(0.0, float(wait))
                 self._state.positions[split_id] = end = reader.position()
+                self._state.counts[split_id] = self._state.counts.get(split_id, 0) + batch_len(batch)
                 self.ctx.origin.at(split_id, start, end)  # errors downstream in this task name it
                 if self.watermarks is not None:
                     self._observe(split_id, batch)
@@ -251,6 +303,7 @@ class SourceOperator(RuntimeOperator):
             self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
+            self._state.counts.pop(split_id, None)
             reader.close()
             del self._readers[split_id]
             if letters:
@@ -312,6 +365,7 @@ class SourceOperator(RuntimeOperator):
                 state.finished & mine,
                 {k: v for k, v in state.max_timestamp.items() if k in mine},
                 not self.discovers and self._pending is None and mine <= state.finished,
+                {k: v for k, v in state.counts.items() if k in mine},
             )
         )
 
@@ -319,65 +373,3 @@ class SourceOperator(RuntimeOperator):
         for reader in self._readers.values():
             reader.close()
         self._readers = {}
-
-
-class SinkOperator(RuntimeOperator):
-    """Writes to a sink in two phases (dissertation §4.1.3, two-phase epoch commit).
-
-    Pre-commit at a checkpoint: the writer seals what it wrote since the last one into a
-    *committable*, kept as operator state. Commit on the coordinator's notification that the
-    checkpoint is complete. Committables found in restored state belong to a complete checkpoint
-    and are committed on restore, so commits cut short by a failure are finished, once.
-    """
-
-    def __init__(self, spec: SinkSpec) -> None:
-        super().__init__(spec)
-        self.sink = spec.sink
-        self._pending: dict[int, Any] = {}
-        self._writer: Any = None
-
-    def open(self, ctx: OperatorContext) -> None:
-        super().open(ctx)
-        with guard(self.name, "<creating the writer>"):
-            self._writer = self.sink.create_writer(ctx.subtask, ctx.parallelism)
-
-    def process(self, batch: Batch) -> None:
-        try:
-            self._writer.write(batch)
-        except Exception as exc:
-            raise OperatorError(self.name, f"<batch of {batch_len(batch)} records>", exc) from exc
-        return None
-
-    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        with guard(self.name, f"<preparing the commit of checkpoint {checkpoint_id}>"):
-            committable = self._writer.prepare_commit(checkpoint_id)
-        if committable is not None:
-            self._pending[checkpoint_id] = committable
-        # nothing pending: no state, and no file (restore treats None and {} alike)
-        return OperatorSnapshot(state=dict(self._pending) if self._pending else None)
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        ready = [cid for cid in sorted(self._pending) if cid <= checkpoint_id]
-        if ready:
-            with guard(self.name, f"<committing checkpoint(s) {ready}>"):
-                self.sink.commit([self._pending[cid] for cid in ready])
-            for cid in ready:
-                del self._pending[cid]
-
-    def restore(self, keyed: Any, states: list[Any]) -> None:
-        # Old subtask j's commits go to subtask j % parallelism: the same subtask when the
-        # parallelism is unchanged, so no other subtask touches its staged data meanwhile.
-        mine = [
-            c
-            for j, old in enumerate(states)
-            if old and j % self.ctx.parallelism == self.ctx.subtask
-            for _, c in sorted(old.items())
-        ]
-        with guard(self.name, "<committing restored checkpoints>"):
-            if mine:
-                self.sink.commit(mine)
-            self._writer.recover()
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()

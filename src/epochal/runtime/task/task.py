@@ -171,6 +171,7 @@ class Task:
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
         self._halted_for: int | None = None  # a synchronous checkpoint this source waits for
+        self._held: TriggerCheckpoint | None = None  # a replayed epoch's trigger, until its cut (`state.replay`)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -191,6 +192,8 @@ class Task:
                     storage, manifest, op.uid, self.key_groups, self.setup.max_parallelism
                 )
             op.restore(keyed, states)  # also on a fresh start: sinks clean up after a failed run
+        if manifest is not None and manifest.replay is not None and self.source is not None:
+            self.source.replay_to(manifest.replay.cuts_of(self.source.uid))  # epochs replayed at their cuts
         if manifest is not None:
             self._replay.extend(read_in_flight(storage, manifest, self.setup.vertex, self.id.subtask))
             self.last_checkpoint = self.last_notified = manifest.checkpoint_id
@@ -312,11 +315,14 @@ class Task:
             if source.watermarks is not None:
                 self._advance_watermark(WatermarkAdvance(END_OF_TIME), 1)
             self._end_input()
-            return
-        self.records_out[0] += batch_len(batch)
-        self._run_chain(1, batch)
-        if source.watermarks is not None and (advance := source.take_watermark()) is not None:
-            self._advance_watermark(advance, 1)
+        else:
+            self.records_out[0] += batch_len(batch)
+            self._run_chain(1, batch)
+            if source.watermarks is not None and (advance := source.take_watermark()) is not None:
+                self._advance_watermark(advance, 1)
+        if self._held is not None and (self.state is not TaskState.RUNNING or source.at_cut()):
+            held, self._held = self._held, None
+            self._on_trigger(held)  # the replayed epoch's cut: its barrier goes now
 
     def _step_input(self) -> None:
         polled = self.gate.poll()
@@ -582,6 +588,11 @@ class Task:
     def _on_trigger(self, message: TriggerCheckpoint) -> None:
         if message.checkpoint_id <= self.last_checkpoint:
             return  # the barrier reached this task through its inputs already
+        if self.source is not None and self.state is TaskState.RUNNING and self.source.holds(message.checkpoint_id):
+            self._held = message  # a replayed epoch: its barrier waits for the cut (`_step_source`)
+            return
+        if self.source is not None:
+            self.source.cut_passed(message.checkpoint_id)
         if self.source is not None and self.state is TaskState.RUNNING:
             self.gate.reset_alignment_clock()
             self._checkpoint(Barrier(
