@@ -71,7 +71,7 @@ class SinkOperator(RuntimeOperator):
             committable = self._writer.prepare_commit(checkpoint_id)
         if committable is not None:
             self._pending[checkpoint_id] = committable
-        if not self._pending and getattr(getattr(self._writer, "set_lineage", None), "ignored", True):
+        if not self._pending and self._ignores_lineage():
             return OperatorSnapshot(state=None)  # nothing to keep: no file (restore takes None as none)
         return OperatorSnapshot(state=SinkCommits(dict(self._pending), self._lineage, checkpoint_id))
 
@@ -103,6 +103,11 @@ class SinkOperator(RuntimeOperator):
             if mine:
                 self.sink.commit(mine)
             self._writer.recover()
+
+    def _ignores_lineage(self) -> bool:
+        """The writer has no `set_lineage` of its own: nothing needs its lineage kept."""
+        method = getattr(self._writer, "set_lineage", None)
+        return method is None or getattr(method, "ignored", False)
 
     def _set_lineage(self, lineage: str) -> None:
         self._lineage = lineage
