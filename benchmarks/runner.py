@@ -35,6 +35,7 @@ _MODULES = [
     "benchmarks.abs_eval", "benchmarks.abs_target", "benchmarks.windows",
     "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
+    "benchmarks.link_security",
 ]
 
 

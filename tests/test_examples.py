@@ -225,3 +225,18 @@ def test_live_migration_commits_every_update_once_without_a_restart(
     summary = _run("live_migration", capsys, monkeypatch)
     assert "moved to subtask 1 by checkpoint" in summary and summary.endswith("0 restart(s)")
     assert _committed("out-live-migration") == _running_counts([f"user-{c % 500}" for c in range(40_000)])
+
+
+def test_secure_wordcount_commits_the_quick_starts_updates_twice_in_a_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the example makes its certificates with the openssl command")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # an example must run twice in a row
+        summary = _run("secure_wordcount", capsys, monkeypatch)
+        assert summary.startswith("secure_wordcount: 96,000 updates committed to out-secure/ over TLS links")
+    assert _committed("out-secure") == _corpus_updates()
+    assert sorted(os.listdir("tls")) >= ["ca.pem", "node.key", "node.pem"]

@@ -47,6 +47,7 @@ class _Incoming:
     def __init__(self, sock: socket.socket, address: str, handshake: ServerHandshake,
                  tls: ssl.SSLContext | None, deadline: float) -> None:
         sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the challenge must not wait for an ACK
         if tls is not None:
             sock = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         self.sock = sock
