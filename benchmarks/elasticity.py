@@ -7,7 +7,7 @@ per key group, the longest stretch without output. Three set-ups, each loaded at
 its *own* maximum (probed first, unpaced, in the same set-up), each changed twice:
 
 - **standby slot** (parallelism 1, `max_workers=2`): rescaled 1 → 2 and 2 → 1 live: key groups
-  move onto the standby subtask and back at a checkpoint barrier (`runtime.migration`);
+  move onto the standby subtask and back at a checkpoint barrier (`runtime.master.migrations`);
 - **rescale by restore** (parallelism 1, no standby slot): each rescale stops the tasks at a
   checkpoint and restores them at the new parallelism in a new Spark stage (today's way);
 - **live move** (parallelism 2): a quarter of the key groups (32 of 128) move to the other
@@ -123,7 +123,7 @@ def quarter(subtask: int = 0, parallelism: int = 2) -> tuple[int, ...]:
 def spread(parallelism: int, subtasks: int = 2) -> dict[int, int]:
     """The moves that rescale `subtasks` standby-slotted subtasks live to `parallelism` active
     ones (what `JobHandle.rescale` moves), from contiguous ranges over the others."""
-    from epochal.runtime.migration import balanced_moves
+    from epochal.runtime.routing import balanced_moves
     from epochal.state.keygroups import RoutingTable
 
     return balanced_moves(RoutingTable.contiguous(subtasks + 1 - parallelism, 128, subtasks), parallelism)

@@ -33,7 +33,8 @@ import pyarrow as pa
 
 from epochal.plan.windows import Sliding
 from epochal.runtime.windowing import Count, SliceStore, Windowing
-from epochal.runtime.windowing.table import Reduction, SliceTable
+from epochal.runtime.windowing.table import SliceTable
+from epochal.runtime.windowing.table_partials import Reduction
 
 KEYS = 10
 RATE = 1000.0  # records per second of event time

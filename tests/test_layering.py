@@ -125,6 +125,43 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+# Inside runtime: the three wings (master: the job master's side; task: a task's side; wire: what
+# both exchange), the running operators and the window algebra they use, and the shared modules
+# directly in runtime/ (records and pure functions both wings read). Area -> areas it must not import.
+# The job master reads committed window state for queries (`master.control`), so it may import
+# `windowing`, the pure algebra, but never a task's or an operator's insides.
+RUNTIME_AREAS = ("master", "task", "wire", "operators", "windowing")
+RUNTIME_FORBIDDEN: dict[str, set[str]] = {
+    "wire": {"shared", "master", "task", "operators", "windowing"},
+    "shared": {"master", "task", "operators", "windowing"},
+    "windowing": {"master", "task", "operators"},
+    "operators": {"master", "task"},
+    "task": {"master"},
+    "master": {"task", "operators"},
+}
+
+
+def _runtime_area(module: str, root_name: str) -> str | None:
+    """The area of a runtime module: its wing or sub-package, or "shared" for runtime/*.py."""
+    parts = module.split(".")
+    if parts[:2] != [root_name, "runtime"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in RUNTIME_AREAS else "shared"
+
+
+def wing_violations(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / "runtime").rglob("*.py")):
+        area = _runtime_area(_module_name(path, root), root.name)
+        if area is None:
+            continue
+        for line, imported in _imports(path, root):
+            target = _runtime_area(imported, root.name)
+            if target is not None and target != area and target in RUNTIME_FORBIDDEN[area]:
+                found.append(f"{path.relative_to(root.parent)}:{line}: {area} imports {imported}")
+    return found
+
+
 def test_the_walk_sees_every_layer():
     layers = {_layer(_module_name(p, PACKAGE_ROOT), "epochal") for p in PACKAGE_ROOT.rglob("*.py")}
     assert {"api", "plan", "runtime", "state", "cluster", "connectors"} <= layers
@@ -136,6 +173,43 @@ def test_the_walk_sees_every_layer():
 def test_imports_point_one_way(layer):
     violations = [v for v in layering_violations(PACKAGE_ROOT) if f": {layer} imports " in v]
     assert violations == []
+
+
+def test_runtime_wings_keep_out_of_each_others_insides():
+    assert wing_violations(PACKAGE_ROOT) == []
+
+
+def test_the_walk_sees_every_wing():
+    areas = {_runtime_area(_module_name(p, PACKAGE_ROOT), "epochal") for p in (PACKAGE_ROOT / "runtime").rglob("*.py")}
+    assert areas - {None} == {*RUNTIME_AREAS, "shared"}
+
+
+def test_the_wing_checker_catches_a_wing_reaching_into_another(tmp_path):
+    root = _write(
+        tmp_path / "epochal",
+        {
+            "runtime/__init__.py": "",
+            "runtime/clock.py": "from .task.task import Task\n",
+            "runtime/wire/__init__.py": "",
+            "runtime/wire/elements.py": "from ..clock import Clock\n",
+            "runtime/task/__init__.py": "",
+            "runtime/task/task.py": "from ..master.job_master import JobMaster\nfrom ..wire.elements import Barrier\n",
+            "runtime/master/__init__.py": "",
+            "runtime/master/job_master.py": (
+                "def f():\n    from ..operators.keyed import KeyedOperator\n    from ..clock import Clock\n"
+            ),
+            "runtime/operators/__init__.py": "",
+            "runtime/operators/keyed.py": "from ..windowing.table import SliceTable\n",
+            "runtime/windowing/__init__.py": "",
+            "runtime/windowing/table.py": "",
+        },
+    )
+    assert sorted(v.split(": ", 1)[1] for v in wing_violations(root)) == [
+        "master imports epochal.runtime.operators.keyed",
+        "shared imports epochal.runtime.task.task",
+        "task imports epochal.runtime.master.job_master",
+        "wire imports epochal.runtime.clock",
+    ]
 
 
 def test_layers_form_no_cycle():

@@ -26,8 +26,10 @@ from .api.stream import KeyedStream as KeyedStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
+from .config import NetworkConfig as NetworkConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
+from .config import TlsConfig as TlsConfig
 from .errors import CheckpointError as CheckpointError
 from .errors import CorruptCheckpointError as CorruptCheckpointError
 from .errors import EpochalError as EpochalError
@@ -61,6 +63,7 @@ __all__ = sorted(
         "KeyedStream",
         "ListState",
         "MapState",
+        "NetworkConfig",
         "OperatorError",
         "ProcessContext",
         "RestartStrategy",
@@ -70,6 +73,7 @@ __all__ = sorted(
         "SplitReader",
         "StateConfig",
         "StreamEnvironment",
+        "TlsConfig",
         "ValueState",
         "WatermarkStrategy",
     ]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from epochal import CheckpointConfig, EpochalError, JobCancelledError, JobState, Source, SplitReader, StreamEnvironment
-from epochal.api.handle import headroom
+from epochal.cluster.launcher import headroom
 from epochal.testing import CollectSink
 
 N = 6000

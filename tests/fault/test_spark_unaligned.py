@@ -13,7 +13,7 @@ import pytest
 
 from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
 from epochal.connectors import FileSink, read_committed
-from epochal.runtime.in_flight import IN_FLIGHT
+from epochal.runtime.channel_state import IN_FLIGHT
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import ListSource
 from spark_jobs import run_and_kill

@@ -92,22 +92,25 @@ def test_a_store_slower_than_the_timeout_expires_the_checkpoint_and_the_job_goes
     assert sorted(sink.committed()) == _expected()
 
 
-def _crash_after_commits(tmp_path: Path, pattern: str, times: int = 1) -> tuple[Any, CollectSink, list[Any]]:
+def _crash_after_commits(
+    tmp_path: Path, pattern: str, times: int = 1, newest: bool = False
+) -> tuple[Any, CollectSink, list[Any]]:
     """The job, crashed once three checkpoints completed and the sink committed the newest's
-    epoch, with the next `times` reads of files whose path holds `pattern` corrupt: those of the
-    restore that follows."""
+    epoch, with the next `times` reads of files whose path holds `pattern` (in the newest
+    checkpoint's directory, with `newest`) corrupt: those of the restore that follows."""
     crashed: list[Any] = []
     sink = CollectSink()
     manifests = tmp_path / "ckpt"
 
-    def committed_newest() -> bool:
+    def committed_newest() -> int | None:
         complete = sorted(int(m.parent.name[4:]) for m in manifests.glob("chk-*/MANIFEST.json"))
         epochs = {checkpoint for _, _, checkpoint in sink._committed_epochs}
-        return len(complete) >= 3 and complete[-1] in epochs
+        return complete[-1] if len(complete) >= 3 and complete[-1] in epochs else None
 
     def crash_once(word: str) -> None:
-        if not crashed and committed_newest():
-            crashed.append(FAULTS.arm("flip", pattern, times=times))  # the next such file read is corrupt
+        if not crashed and (committed := committed_newest()) is not None:
+            where = f"chk-{committed:08d}/{pattern}" if newest else pattern
+            crashed.append(FAULTS.arm("flip", where, times=times))  # the next such file read is corrupt
             raise InjectedFailure("crash")
 
     result, _ = _run(tmp_path, on_record=crash_once, sink=sink)
@@ -154,7 +157,8 @@ def test_a_checkpoint_whose_manifest_and_copy_are_corrupt_is_refused_and_nothing
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        result, sink, crashed = _crash_after_commits(tmp_path, "MANIFEST", times=2)
+        # every read of the newest checkpoint's manifest and copy corrupt: damaged on disk, both
+        result, sink, crashed = _crash_after_commits(tmp_path, "MANIFEST", times=1000, newest=True)
     struck = _struck(crashed)
     messages = [r.getMessage() for r in caplog.records]
     restored = [c for c in result.restored_from if c is not None]

@@ -1,4 +1,4 @@
-"""`runtime.metrics.MetricsCollector`: rates, ratios, lags, checkpoint and restart history, from
+"""`runtime.master.metrics_collector.MetricsCollector`: rates, ratios, lags, checkpoint and restart history, from
 hand-made task reports (no job runs here)."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from epochal import StreamEnvironment
 from epochal.errors import RecordError
 from epochal.plan.job_graph import TaskId
-from epochal.runtime.master.coordinator import AbortedCheckpoint, AbortReason
-from epochal.runtime.metrics import CheckpointStatus, MetricsCollector, TaskMetrics
+from epochal.runtime.checkpoints import AbortedCheckpoint, AbortReason
+from epochal.runtime.master.metrics_collector import MetricsCollector
+from epochal.runtime.metrics import CheckpointStatus, TaskMetrics
 from epochal.runtime.wire.messages import OperatorMetrics
 from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState, TaskCheckpointStats
 from epochal.testing import CollectSink, ListSource

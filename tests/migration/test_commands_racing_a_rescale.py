@@ -2,7 +2,7 @@
 its answer at once, while the job runs.
 
 Before, a move begun while the checkpoint of a rescale by restore was under way waited for ever:
-the rescale's checkpoint completed first, the host left the attempt (`Rescale`) and a new job
+the rescale's checkpoint completed first, the host left the attempt (`RescaleByRestore`) and a new job
 master took over, and nobody ended the move. Its rerouting checkpoint could also complete first
 and subsume the rescale's, whose caller then waited until the job ended. A savepoint asked for
 meanwhile met either fate. Found by a seeded stress of moves and rescales near the end of input.
@@ -23,7 +23,9 @@ import pytest
 
 from epochal import CheckpointConfig, CheckpointError, EpochalError, Source, SplitReader, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
-from epochal.runtime.master.control import Command, JobControl, MoveRequest, Rescale
+from epochal.runtime.commands import Command, Move, Rescale, Savepoint, Ticket
+from epochal.runtime.master.command_desk import RescaleByRestore
+from epochal.runtime.master.control import JobControl
 from epochal.state.keygroups import RoutingTable, key_group_of
 from epochal.testing import CollectSink
 
@@ -68,11 +70,11 @@ class Endless(Source):
         return _Reader(split, position, self.stop)
 
 
-def _race(tmp_path: Path, seed: int, second: tuple[str, object]) -> tuple[str, BaseException | None,
+def _race(tmp_path: Path, seed: int, second: Command[Any]) -> tuple[str, BaseException | None,
                                                                          BaseException | None]:
     """Queue a rescale by restore (2 -> 1) and then `second`, run the job on a virtual clock, and
     wait for the callers' answers while it runs: the host's outcome, and the error each caller
-    got (None: it succeeded; the rescale's is None too once the host left by `Rescale`, whose
+    got (None: it succeeded; the rescale's is None too once the host left by `RescaleByRestore`, whose
     catcher answers it)."""
     stop = threading.Event()
     env = StreamEnvironment(parallelism=2, executor="inprocess",
@@ -80,15 +82,15 @@ def _race(tmp_path: Path, seed: int, second: tuple[str, object]) -> tuple[str, B
     env.from_source(Endless(stop)).key_by(lambda x: x % KEYS).count().uid("count").sink_to(CollectSink())
     job = env.job_graph("racing")
     control = JobControl(job.name, 2)
-    rescale = control.submit("rescale", 1)
-    other = control.submit(*second)
+    rescale = control.submit(Rescale(1))
+    other = control.submit(second)
     outcome: list[str] = []
 
     def host() -> None:
         try:
             InProcessExecutor(seed=seed, virtual_time=True).execute(job, None, control)
             outcome.append("finished")
-        except Rescale as exc:  # the caller of `execute` relaunches the job; here the test looks
+        except RescaleByRestore as exc:  # the caller of `execute` relaunches the job; here the test looks
             outcome.append(f"rescale from {exc.checkpoint_id}")
 
     thread = threading.Thread(target=host, daemon=True)
@@ -103,7 +105,7 @@ def _race(tmp_path: Path, seed: int, second: tuple[str, object]) -> tuple[str, B
     return outcome[0], rescale_error, other_error
 
 
-def _answer(command: Command, left: Callable[[], bool]) -> BaseException | None:
+def _answer(command: Ticket[Any], left: Callable[[], bool]) -> BaseException | None:
     """The error `command`'s caller gets (None: a result), within `ANSWER_WITHIN` seconds of a
     job that runs until the test stops it; None as well once `left()` (the host left)."""
     deadline = time.monotonic() + ANSWER_WITHIN
@@ -117,12 +119,12 @@ def _answer(command: Command, left: Callable[[], bool]) -> BaseException | None:
         except Exception as exc:  # noqa: BLE001 - what the caller gets
             return exc
         return None
-    raise AssertionError(f"the {command.kind} got no answer in {ANSWER_WITHIN} s while the job ran")
+    raise AssertionError(f"the {command.command.kind} got no answer in {ANSWER_WITHIN} s while the job ran")
 
 
-def _a_move() -> tuple[str, object]:
+def _a_move() -> Move:
     group = key_group_of(0)
-    return "move", MoveRequest(((group, 1 - RoutingTable.contiguous(2, 128).owners[group]),))
+    return Move(((group, 1 - RoutingTable.contiguous(2, 128).owners[group]),))
 
 
 @pytest.mark.parametrize("seed", [0, 6])  # before: 0 the rescale's checkpoint completed first, 6 the move's
@@ -135,7 +137,7 @@ def test_a_move_while_a_rescales_checkpoint_is_under_way_is_refused_at_once(tmp_
 @pytest.mark.parametrize("seed", [0, 10])  # before: 0 the rescale's checkpoint completed first, 10 the savepoint's
 def test_a_savepoint_while_a_rescales_checkpoint_is_under_way_gets_its_answer(tmp_path: Path, seed: int) -> None:
     target = tmp_path / "sp"
-    outcome, rescale_error, error = _race(tmp_path, seed, ("savepoint", str(target)))
+    outcome, rescale_error, error = _race(tmp_path, seed, Savepoint(str(target)))
     if outcome == "rescale from 1":  # the host left the attempt: the savepoint's checkpoint, unless done, never is
         assert (error is None and target.exists()) or (
             isinstance(error, EpochalError) and "abandoned: the job is rescaling" in str(error)), error

@@ -1,5 +1,5 @@
 """A live rescale that hands a lagging split to a subtask whose watermark is ahead of it: no
-record of the split turns late downstream (`runtime.split_handover`).
+record of the split turns late downstream (`runtime.splits`).
 
 Before, the subtask that gained the split held its watermark where it was, ahead of the split's,
 and the split's old owner stopped holding event time back (it went idle, or moved on with the

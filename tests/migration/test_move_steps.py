@@ -14,7 +14,8 @@ from tests.migration.test_live_migration import KEYS, _groups_of_keys, _wait_run
 
 from epochal import CheckpointConfig, EpochalError, StateConfig, StreamEnvironment
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.master.control import Command, JobControl, MoveRequest
+from epochal.runtime.commands import Move, Ticket
+from epochal.runtime.master.control import JobControl
 from epochal.runtime.master.migration_steps import group_bytes, plan_steps
 from epochal.runtime.master.migrations import Migrations
 from epochal.runtime.wire.messages import (
@@ -107,7 +108,7 @@ def _migrations(tmp_path: Path, name: str) -> tuple[JobGraph, Migrations, list[t
 
 def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tmp_path: Path) -> None:
     _, migrations, sent = _migrations(tmp_path, "steps")
-    command = Command("move", MoveRequest(((0, 1), (1, 1)), batch=1))
+    command = Ticket(Move(((0, 1), (1, 1)), batch=1))
     coordinator = _coordinator(5)
     migrations.move(command, coordinator)  # step 1: read ahead from 5
     (owner,) = migrations.current.new_owners
@@ -128,7 +129,7 @@ def test_the_next_step_waits_for_a_checkpoint_after_the_last_one_or_its_abort(tm
         command.wait(0)
 
 
-def _one_step_moved(tmp_path: Path, command: Command) -> tuple[Migrations, Any, int]:
+def _one_step_moved(tmp_path: Path, command: Ticket[int]) -> tuple[Migrations, Any, int]:
     """`command` (a move of one step) taken over by its new owner, on a job master of fakes."""
     _, migrations, _ = _migrations(tmp_path, "last step")
     coordinator = _coordinator(5)
@@ -144,7 +145,7 @@ def _one_step_moved(tmp_path: Path, command: Command) -> tuple[Migrations, Any, 
 def test_a_move_returns_once_a_checkpoint_wrote_its_last_step_at_the_new_owners(tmp_path: Path) -> None:
     # Else the next move reads ahead from the rerouting checkpoint, whose manifest still shows the
     # groups at their old owners, and reads them whole while its input waits (8.2 s at 1 GB).
-    command = Command("move", MoveRequest(((0, 1), (1, 1))))
+    command = Ticket(Move(((0, 1), (1, 1))))
     migrations, coordinator, rerouting = _one_step_moved(tmp_path, command)
     assert migrations.busy and coordinator.triggered[-1] is None  # a plain checkpoint after the step
     with pytest.raises(TimeoutError):
@@ -156,7 +157,7 @@ def test_a_move_returns_once_a_checkpoint_wrote_its_last_step_at_the_new_owners(
 
 def test_a_move_whose_last_step_was_taken_stands_when_the_attempt_ends_before_the_next_checkpoint(
         tmp_path: Path) -> None:
-    command = Command("move", MoveRequest(((0, 1), (1, 1))))
+    command = Ticket(Move(((0, 1), (1, 1))))
     migrations, _, rerouting = _one_step_moved(tmp_path, command)
     migrations.abandon("a worker died")  # the rerouting checkpoint completed: a restore keeps the move
     assert not migrations.busy and command.wait(0) == rerouting
@@ -165,7 +166,7 @@ def test_a_move_whose_last_step_was_taken_stands_when_the_attempt_ends_before_th
 def test_new_owners_take_over_once_the_old_owners_wrote_their_part_and_the_step_ends_once_it_completed(
         tmp_path: Path) -> None:
     job, migrations, sent = _migrations(tmp_path, "early")
-    command = Command("move", MoveRequest(((0, 1), (1, 1))))  # groups 0 and 1: subtask 0 to 1
+    command = Ticket(Move(((0, 1), (1, 1))))  # groups 0 and 1: subtask 0 to 1
     coordinator = _coordinator(5)
     migrations.move(command, coordinator)
     (owner,) = migrations.current.new_owners

@@ -8,8 +8,7 @@ from typing import Any
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.plan.job_graph import TaskId
 from epochal.runtime.master.control import JobControl
-from epochal.runtime.master.migrations import READ_AGAIN, Migrations
-from epochal.runtime.migration import Migration
+from epochal.runtime.master.migrations import READ_AGAIN, Migration, Migrations
 from epochal.runtime.wire.messages import KeyGroupsPrepared, PrepareKeyGroups
 from epochal.state.keygroups import RoutingTable
 from epochal.testing import CollectSink, ListSource

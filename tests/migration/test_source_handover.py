@@ -1,6 +1,6 @@
 """Source splits handed over in a live rescale: every split read by exactly one subtask in every
 epoch, the new readers really read, and the committed output is that of a run without rescales,
-through crashes on either side of the rerouting checkpoint (`runtime.split_handover`)."""
+through crashes on either side of the rerouting checkpoint (`runtime.splits`)."""
 
 from __future__ import annotations
 

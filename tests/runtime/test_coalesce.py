@@ -38,7 +38,7 @@ def _tasks(open_tasks: OpenTasks, arrow: bool, batch_size: int) -> tuple[Task, T
     counts.sink_to(CollectSink())
     source, count = sorted(open_tasks(env.job_graph("coalesce")).values(), key=lambda t: t.id.vertex)
     seen: list[Any] = []
-    operator = count.chain[0]
+    operator = count.chain.first
     process = operator.process
 
     def spy(batch: Any) -> Any:

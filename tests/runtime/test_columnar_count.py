@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
-from epochal.runtime.columnar_count import ColumnarCounts
+from epochal.runtime.operators.columnar_count import ColumnarCounts
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of, key_group_range
 from epochal.state.reader import read_state

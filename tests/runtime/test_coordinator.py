@@ -15,14 +15,9 @@ import epochal
 from epochal.config import CheckpointConfig
 from epochal.errors import CheckpointError
 from epochal.plan.job_graph import JobGraph, TaskId
+from epochal.runtime.checkpoints import AbortReason, CompletedCheckpoint
 from epochal.runtime.clock import VirtualClock
-from epochal.runtime.master.coordinator import (
-    AbortReason,
-    AckResult,
-    CheckpointCoordinator,
-    CompletedCheckpoint,
-    PendingCheckpoint,
-)
+from epochal.runtime.master.coordinator import AckResult, CheckpointCoordinator, PendingCheckpoint
 from epochal.runtime.wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -620,7 +615,7 @@ def test_retention_spares_the_base_of_a_checkpoint_still_in_flight(tmp_path):
     assert storage.complete_checkpoints() == [final]
 
 
-# -- checkpoints that move key groups (`runtime.migration`) -----------------------------------------
+# -- checkpoints that move key groups (`runtime.master.migrations`) -----------------------------------------
 def test_a_rerouting_checkpoint_holds_periodic_and_final_checkpoints_until_the_groups_moved() -> None:
     h = Harness(CheckpointConfig(interval=1.0, directory="unused", timeout=100.0))
     table = RoutingTable.contiguous(2, 128).moved({0: 1})

@@ -1,4 +1,4 @@
-"""Tests of `epochal.runtime.loops.LoopTermination`: the job master ends a loop only after one
+"""Tests of `epochal.runtime.master.loop_termination.LoopTermination`: the job master ends a loop only after one
 probe round that every head of the loop came back from clean, never after a round in which any
 head saw the loop active (a task of the loop processed records).
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from epochal import DataStream, StreamEnvironment
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.loops import LoopTermination
+from epochal.runtime.master.loop_termination import LoopTermination
 from epochal.runtime.wire.messages import EndLoop, LoopRoundEnded
 from epochal.testing import CollectSink, ListSource
 

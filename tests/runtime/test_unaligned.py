@@ -1,4 +1,4 @@
-"""Unaligned checkpoints and the at-least-once mode (`CheckpointConfig(mode=...)`, `runtime.in_flight`).
+"""Unaligned checkpoints and the at-least-once mode (`CheckpointConfig(mode=...)`, `runtime.task.in_flight`).
 
 Unaligned: a barrier overtakes the data queued ahead of it, the task snapshots at the first
 barrier of a checkpoint, and the data in flight is stored with the state and replayed on
@@ -19,7 +19,7 @@ from epochal import CheckpointConfig, StreamEnvironment
 from epochal.cluster.inprocess import InProcessExecutor
 from epochal.errors import CheckpointError
 from epochal.plan.job_graph import JobGraph, TaskId
-from epochal.runtime.in_flight import IN_FLIGHT
+from epochal.runtime.channel_state import IN_FLIGHT
 from epochal.runtime.task.task import Task
 from epochal.runtime.wire.channel import LocalChannel
 from epochal.runtime.wire.elements import Alignment, Barrier
@@ -177,4 +177,4 @@ def test_at_least_once_barriers_block_no_input(
     counter.step()  # the barrier
     assert not counter.gate.aligner.is_blocked(0)
     counter.step()
-    assert counter.records_in[0] == 2  # read behind the barrier before input 1 delivered it
+    assert counter.chain.records_in[0] == 2  # read behind the barrier before input 1 delivered it

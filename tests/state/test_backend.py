@@ -372,7 +372,7 @@ def _distinct(key: int) -> int:
 
 
 def test_write_tracking_holds_the_key_objects_of_the_state_itself() -> None:
-    """Tracking must keep probing the key objects the state map holds (see `_StateMap`).
+    """Tracking must keep probing the key objects the state map holds (see `StateMap`).
 
     Later records bring equal but distinct key objects; if tracking stored those (as sets
     rebuilt after every snapshot did), each write would touch two objects per key, and keyed
@@ -403,7 +403,7 @@ def test_write_tracking_holds_the_key_objects_of_the_state_itself() -> None:
     for key in restored:
         write(_distinct(key), 4)
 
-    for maps in backend._maps.values():
+    for maps in backend.maps.states.values():
         for m in maps:
             assert {id(k) for k in m.stamps} == {id(k) for k in m.data}
 
@@ -413,23 +413,23 @@ def test_batch_loops_write_in_place_once_every_snapshot_is_written() -> None:
     backend = full_backend()
     group = [key_group_of("k", MAX_PAR)]
     backend.reduce_into([], "r", [[1]], ["k"], group, _extend_in_place)
-    live = backend._maps["r"][group[0]].data
+    live = backend.maps.states["r"][group[0]].data
     first = backend.snapshot(1)
     backend.on_snapshot_written(1, ())
     assert first.released and first.groups == {}  # the frozen maps are dropped at once
     written = backend.snapshot(2)  # its writer is not done: protects its maps ...
     backend.reduce_into([], "r", [[2]], ["k"], group, _extend_in_place)
     assert snapshot_contents(written) == {"r": {"k": [1]}}
-    assert backend._maps["r"][group[0]].data is not live
+    assert backend.maps.states["r"][group[0]].data is not live
     backend.on_snapshot_written(2, ())  # ... until it is
-    live = backend._maps["r"][group[0]].data
+    live = backend.maps.states["r"][group[0]].data
     accumulator = live["k"]
     third = backend.snapshot(3)
     backend.on_snapshot_written(3, ())
     backend.reduce_into([], "r", [[3]], ["k"], group, _extend_in_place)
-    assert backend._maps["r"][group[0]].data is live  # the map is not copied
+    assert backend.maps.states["r"][group[0]].data is live  # the map is not copied
     assert live["k"] is accumulator == [1, 2, 3]  # nor the accumulator
-    assert backend._maps["r"][group[0]].stamps["k"] == backend.epoch  # and it is owned now
+    assert backend.maps.states["r"][group[0]].stamps["k"] == backend.epoch  # and it is owned now
     assert third.released
 
 

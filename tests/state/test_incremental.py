@@ -346,16 +346,16 @@ def test_a_heap_snapshot_is_released_for_in_place_batch_writes_only_after_on_sna
     snap = OperatorSnapshot(keyed=backend.snapshot(1))
     states, _ = write_task_snapshot(storage, 1, TaskId(0, 0), ALL, [("op", snap)])
     assert backend.snapshot_readers()  # written, but not reported: still guarded
-    live = backend._maps["r"][group[0]].data
+    live = backend.maps.states["r"][group[0]].data
     backend.reduce_into([], "r", [[2]], ["k"], group, lambda acc, r: acc + r)
-    assert backend._maps["r"][group[0]].data is not live  # copied on write
+    assert backend.maps.states["r"][group[0]].data is not live  # copied on write
     backend.on_snapshot_written(1, states[0].state.keyed_chain())
     assert not backend.snapshot_readers() and snap.keyed.released
     snap2 = OperatorSnapshot(keyed=backend.snapshot(2))
     backend.on_snapshot_written(2, None)
-    live = backend._maps["r"][group[0]].data
+    live = backend.maps.states["r"][group[0]].data
     backend.reduce_into([], "r", [[3]], ["k"], group, lambda acc, r: acc + r)
-    assert backend._maps["r"][group[0]].data is live  # in place
+    assert backend.maps.states["r"][group[0]].data is live  # in place
     assert snap2.keyed.released
 
 

@@ -89,7 +89,7 @@ class Job:
 
 
 def _move(job: Job, groups: list[int], to: int, checkpoint_id: int, pre_copy: bool) -> None:
-    """Steps 3-5 of `runtime.migration`: the rerouting checkpoint, then the adoption."""
+    """Steps 3-5 of `runtime.master.migrations`: the rerouting checkpoint, then the adoption."""
     source = 1 - to
     prepared = prepare_groups(job.storage, job.manifest, ["op"], key_group_set(groups)) if pre_copy else None
     manifest = job.checkpoint(checkpoint_id)

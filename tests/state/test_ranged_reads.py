@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from epochal.errors import CorruptCheckpointError
+from epochal.state.checked_files import RangedFile
 from epochal.state.snapshot_files import KeyedFile, encode_keyed_state
-from epochal.state.storage import CheckpointStorage, RangedFile
+from epochal.state.storage import CheckpointStorage
 
 GROUPS = {g: {"s": {f"k{i}": bytes(200) + g.to_bytes(2, "little") for i in range(100)}} for g in range(16)}
 

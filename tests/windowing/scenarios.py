@@ -29,8 +29,9 @@ from epochal.runtime.windowing import (
     WindowAggregate,
     Windowing,
 )
-from epochal.runtime.windowing.table import Reduction, SliceTable
-from epochal.runtime.windowing.table_fire import FiredColumns
+from epochal.runtime.windowing.table import SliceTable
+from epochal.runtime.windowing.table_firing import FiredColumns
+from epochal.runtime.windowing.table_partials import Reduction
 from epochal.state.keygroups import key_group_of
 
 # -- user-defined deterministic windows (dissertation §5.4.2) -------------------------------------

@@ -34,7 +34,8 @@ from scenarios import (
 from epochal.plan.windows import Sliding, Tumbling
 from epochal.runtime.windowing import Count
 from epochal.runtime.windowing.grid import Grid
-from epochal.runtime.windowing.table import Reduction, SliceTable
+from epochal.runtime.windowing.table import SliceTable
+from epochal.runtime.windowing.table_partials import Reduction
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 table_scenarios = scenarios(periodic_only=True, aggregates=TABLE_AGGREGATES)
@@ -155,7 +156,7 @@ def test_a_long_stream_reuses_purged_columns_in_place(aggregate: str) -> None:
     expected = canonical(run_reference(scenario))
     table = table_of(scenario)
     shifts = 0
-    shift = table._shift_left
+    shift = table.partials._shift_left
 
     def counted() -> None:
         nonlocal shifts
@@ -164,7 +165,7 @@ def test_a_long_stream_reuses_purged_columns_in_place(aggregate: str) -> None:
 
     assert canonical(run_table(scenario)) == expected
     assert canonical(run_table(scenario, restore_at=101, parallelism=2, rescale_to=3)) == expected
-    table._shift_left = counted  # type: ignore[method-assign]
+    table.partials._shift_left = counted  # type: ignore[method-assign]
     for event in events:  # the same trace on one table: it must have shifted
         if isinstance(event, Rec):
             table.add(pa.array([event.key]), np.array([event.ts]), None if aggregate == "count"

@@ -14,7 +14,8 @@ import pytest
 from epochal.plan.windows import Sliding, Tumbling
 from epochal.runtime.windowing import Count
 from epochal.runtime.windowing.grid import Grid
-from epochal.runtime.windowing.table import Reduction, SliceTable
+from epochal.runtime.windowing.table import SliceTable
+from epochal.runtime.windowing.table_partials import Reduction
 
 
 def _table(window: object, reduction: Reduction) -> SliceTable:
@@ -40,7 +41,7 @@ def test_keys_in_freed_slots_start_empty(window: object, fired_at: float, reduct
     _add(table, early + [("kept", 2.5), ("kept", 3.0)], -math.inf)
     _results(table, fired_at)
     table.compact_rows(force=True)  # as an export does: six slots freed, "kept" moves to slot 0
-    assert table.n == 1 and table.keys == ["kept"]
+    assert table.slots.n == 1 and table.slots.keys == ["kept"]
     newcomers = [(f"new{i}", 4.5) for i in range(6)]
     _add(table, newcomers, fired_at)
     fired = _results(table, math.inf)
@@ -58,20 +59,20 @@ def test_freed_slots_start_empty_in_purged_columns_used_again(reduction: Reducti
     appended as many as it holds, and new keys in the freed slots get columns where the old
     keys' partials were."""
     table = _table(Tumbling(2.0), reduction)
-    cap = table.first_columns
+    cap = table.partials.first_columns
     spread = cap // 2  # the old keys hold a record in each of this many slices
     _add(table, [(f"old{i}", 2 * j + 0.5) for j in range(spread) for i in range(6)] + [("kept", 2 * spread + 0.5)],
          -math.inf)
     _results(table, 2.0 * spread)
     table.compact_rows(force=True)
-    assert table.n == 1
+    assert table.slots.n == 1
     watermark = 2.0 * spread
     t = 2 * spread + 2
     moved = False
     while not moved:  # until the live column moves left, over the purged ones
-        end = table.c0 + table.ncols
+        end = table.partials.c0 + table.partials.ncols
         _add(table, [("kept", t + 0.5)], watermark)
-        moved = table.c0 + table.ncols < end
+        moved = table.partials.c0 + table.partials.ncols < end
         watermark = float(t)
         _results(table, watermark)
         t += 2

@@ -30,16 +30,16 @@ from ..config import (
     check_seconds,
 )
 from ..errors import EpochalError
-from ..plan.compiler import compile_job
+from ..plan.blueprint import JobBlueprint
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
-from ..runtime.master.control import JobControl, JobState, JobStatus, Rescale
+from ..runtime.master.control import JobControl, JobState, JobStatus
 from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .connector import Sink, Source
-from .handle import JobHandle, headroom
+from .handle import JobHandle
 from .stream import DataStream, OnErrorChoice, on_error_policy
 from .tables import resolve_table
 from .time import WatermarkStrategy
@@ -274,13 +274,17 @@ class StreamEnvironment:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
         return self._compile(name, self.parallelism)
 
-    def _compile(self, name: str, parallelism: int, max_workers: int | None = None) -> JobGraph:
+    def _compile(self, name: str, parallelism: int) -> JobGraph:
+        return self._blueprint(name).compile(parallelism)
+
+    def _blueprint(self, name: str) -> JobBlueprint:
+        """The program as recorded, with its configuration: what a rescale compiles again."""
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval, max_workers or self.max_workers, self.network,
+            self.metrics_interval, self.max_workers, self.network,
         )
-        return compile_job(self._graph, name, parallelism, self.max_parallelism, config, self.dead_letter)
+        return JobBlueprint(self._graph, name, self.max_parallelism, config, self.dead_letter)
 
     def execute(
         self,
@@ -363,27 +367,12 @@ class StreamEnvironment:
         if from_checkpoint is not None:
             _check_restored_state(job, from_checkpoint, allow_non_restored_state)
         control = JobControl(job.name, job.parallelism)
-        start = from_checkpoint
+        blueprint, start = self._blueprint(name), from_checkpoint
 
         def run() -> JobResult:
-            current, restore, slots = job, start, self.max_workers
-            try:
-                while True:
-                    try:
-                        result: JobResult = self._host(progress).execute(
-                            current, restore, control, recompile=lambda n, w=slots: self._compile(name, n, w)
-                        )
-                        return result
-                    except Rescale as rescale:  # beyond the stage's slots: relaunch, with headroom
-                        slots = headroom(control.status().parallelism, rescale.parallelism, slots,
-                                         control.max_workers)
-                        current = self._compile(name, rescale.parallelism, slots)
-                        restore = rescale.checkpoint_id
-                        rescale.done(control, current)
-            except BaseException:
-                if not control.status().state.is_final:  # refused at start, or an error of ours
-                    control.publish(state=JobState.FAILED)
-                raise
+            from ..cluster.launcher import run_job
+
+            return run_job(lambda: self._host(progress), blueprint, job, start, control)
 
         return run, control
 
@@ -449,7 +438,7 @@ def _decide_auto_start(job: JobGraph) -> int | None:
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:
     """Fail before starting if the checkpoint holds state that no operator of `job` claims."""
-    from ..runtime.task.snapshots import check_restored_operators
+    from ..runtime.master.start_checks import check_restored_operators
     from ..state.savepoints import load_savepoint
     from ..state.storage import CheckpointStorage
 

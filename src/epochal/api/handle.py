@@ -6,7 +6,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..runtime.master.control import JobControl, JobStatus, MoveRequest
+from ..runtime.commands import Move, Rescale, Savepoint
+from ..runtime.master.control import JobControl, JobStatus
 from ..runtime.metrics import JobMetrics
 from ..runtime.result import JobResult
 
@@ -93,9 +94,7 @@ class JobHandle:
             EpochalError: the job has no checkpoint directory, or ended, or its checkpoint failed.
             TimeoutError: not done after `timeout` seconds (the rescale may still happen).
         """
-        checkpoint_id = self._control.submit("rescale", parallelism).wait(timeout)
-        assert checkpoint_id is None or isinstance(checkpoint_id, int)
-        return checkpoint_id
+        return self._control.submit(Rescale(parallelism)).wait(timeout)
 
     def move_key_groups(self, moves: Mapping[int, int], *, batch: int | None = None,
                         timeout: float | None = None) -> int:
@@ -120,10 +119,7 @@ class JobHandle:
                 every key group where it was.
             TimeoutError: not done after `timeout` seconds (the move may still happen).
         """
-        request = MoveRequest(tuple(sorted(dict(moves).items())), batch)
-        checkpoint_id = self._control.submit("move", request).wait(timeout)
-        assert isinstance(checkpoint_id, int)
-        return checkpoint_id
+        return self._control.submit(Move.of(moves, batch)).wait(timeout)
 
     def savepoint(self, target: str, timeout: float | None = None) -> str:
         """Take a savepoint of the running job into `target` (a new or empty directory).
@@ -136,7 +132,7 @@ class JobHandle:
             EpochalError: the job has no checkpoint directory, or ended, or the checkpoint failed.
             TimeoutError: not done after `timeout` seconds.
         """
-        return str(self._control.submit("savepoint", target).wait(timeout))
+        return self._control.submit(Savepoint(target)).wait(timeout)
 
     def result(self, timeout: float | None = None) -> JobResult:
         """The `JobResult` once the job ended.
@@ -161,13 +157,3 @@ class JobHandle:
     def __repr__(self) -> str:
         status = self.status()
         return f"JobHandle({status.job!r}, {status.state.value}, parallelism={status.parallelism})"
-
-
-def headroom(current: int, parallelism: int, max_workers: int | None, slots: int | None) -> int | None:
-    """The workers (`max_workers`) a rescale to `parallelism` beyond the running stage's launches
-    with: room for one more step as large as this one (2 -> 4 launches 6), so the next rescale is
-    live, within the cluster's task slots (unknown: no more than asked for)."""
-    wanted = parallelism + max(0, parallelism - current)
-    if slots is None:
-        wanted = parallelism
-    return max(min(wanted, slots or wanted), parallelism, max_workers or 0)

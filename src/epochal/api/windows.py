@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..config import check_callable, check_has_methods, check_name
 from ..errors import GraphError
@@ -23,15 +23,6 @@ from ..plan.time import Duration, seconds
 from ..plan.windows import check_window
 from .functions import ProcessWindowFunction
 from .stream import DataStream, KeyedStream, OnErrorChoice, _name_or_unique, on_error_policy
-
-
-class Window(NamedTuple):
-    """The window a `ProcessWindowFunction` is called for: `[start, end)` of query `query`."""
-
-    query: str
-    start: float
-    end: float
-
 
 Value = str | int | Callable[[Any], Any] | None
 

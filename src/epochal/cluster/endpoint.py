@@ -43,7 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import EpochalError, NoCheckpointError
-from ..runtime.master.control import JobControl, JobState, MoveRequest
+from ..runtime.commands import Command, Move, Rescale, Savepoint
+from ..runtime.master.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 from ..runtime.wire.handshake import refusal
 from ..state.keygroups import parse_key_groups
@@ -170,23 +171,28 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
             if not given:
                 self._reply(HTTPStatus.BAD_REQUEST, {"error": f"{kind} needs ?{name}=..."})
                 return
-            argument: object = given
-            if kind == "move":
-                try:
-                    to, batch = int(query.get("to", [""])[0]), query.get("batch", [""])[0]
-                    groups = parse_key_groups(given)
-                    argument = MoveRequest(tuple((g, to) for g in groups), int(batch) if batch else None)
-                except ValueError as exc:
-                    self._reply(HTTPStatus.BAD_REQUEST, {"error": f"move needs ?groups=0-3,7&to=SUBTASK: {exc}"})
-                    return
-            if kind == "rescale":
-                try:
-                    argument = int(given)
-                except ValueError:
-                    self._reply(HTTPStatus.BAD_REQUEST, {"error": f"parallelism must be an integer, got {given!r}"})
-                    return
+            command: Command[object]
             try:
-                result = endpoint.control.submit(kind, argument).wait(_COMMAND_TIMEOUT)
+                if kind == "move":
+                    try:
+                        to, batch = int(query.get("to", [""])[0]), query.get("batch", [""])[0]
+                        groups = parse_key_groups(given)
+                        command = Move(tuple((g, to) for g in groups), int(batch) if batch else None)
+                    except ValueError as exc:
+                        raise ValueError(f"move needs ?groups=0-3,7&to=SUBTASK: {exc}") from exc
+                elif kind == "rescale":
+                    try:
+                        parallelism = int(given)
+                    except ValueError:
+                        raise ValueError(f"parallelism must be an integer, got {given!r}") from None
+                    command = Rescale(parallelism)
+                else:
+                    command = Savepoint(given)
+            except ValueError as exc:
+                self._reply(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+                return
+            try:
+                result = endpoint.control.submit(command).wait(_COMMAND_TIMEOUT)
             except TimeoutError as exc:
                 self._reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
             except (EpochalError, ValueError) as exc:

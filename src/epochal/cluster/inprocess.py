@@ -24,11 +24,13 @@ from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.gc_tuning import tuned_gc
 from ..runtime.master.attempt import Attempt
-from ..runtime.master.control import JobControl, Rescale
+from ..runtime.master.command_desk import RescaleByRestore
+from ..runtime.master.control import JobControl
 from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
-from ..runtime.task.task import STEPS_IN_A_ROW, Task
+from ..runtime.task.setup import STEPS_IN_A_ROW
+from ..runtime.task.task import Task
 from ..runtime.task.wiring import build_tasks, local_channels
 
 log = logging.getLogger(__name__)
@@ -80,16 +82,16 @@ class InProcessExecutor:
         recompile: Callable[[int], JobGraph] | None = None,
     ) -> JobResult:
         """Run `job` to its end (`recompile` is for hosts that rescale in place; here a rescale
-        rebuilds every task anyway, so it leaves by `Rescale`)."""
+        rebuilds every task anyway, so it leaves by `RescaleByRestore`)."""
         with tuned_gc(job.config.gc_threshold):
             clock: Clock = VirtualClock() if self.virtual_time else WallClock()
             master = JobMaster(job, clock, from_checkpoint, self.progress, control)
-            master.control.max_workers = job.max_parallelism  # one process: no task slots to run out of
+            master.control.task_slots = job.max_parallelism  # one process: no task slots to run out of
             rng = random.Random(self.seed)
             while True:
                 try:
                     self._run_attempt(master, clock, rng)
-                except (JobCancelledError, Rescale):  # the job's controllers asked: not a failure
+                except (JobCancelledError, RescaleByRestore):  # the job's controllers asked: not a failure
                     raise
                 except Exception as exc:  # any failure of the attempt: the job master decides
                     master.on_failure(exc)  # raises JobFailedError once the budget is spent

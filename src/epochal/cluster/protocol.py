@@ -9,10 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import EpochalError
 from ..plan.job_graph import TaskId
 from ..runtime.wire.handshake import Refusal
 from ..state.keygroups import RoutingTable
 from ..state.replay import EpochReplay
+
+
+class JobMasterUnreachable(EpochalError):
+    """The Spark workers cannot connect back to the job master: relaunching would not help.
+
+    A worker raises it in its Spark task (the message starts with `UNREACHABLE`); the driver reads
+    it back from the stage's failure and raises it to the caller."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,8 @@ from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
 from ..runtime.master.attempt import Attempt
-from ..runtime.master.control import JobControl, Rescale
+from ..runtime.master.command_desk import RescaleByRestore
+from ..runtime.master.control import JobControl
 from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
@@ -63,7 +64,19 @@ from ..state.backups import holders
 from ..state.keygroups import RoutingTable
 from .link_guard import LinkGuard
 from .master_port import MasterPort
-from .protocol import FromTask, Hello, LinkRefused, PeerLost, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    LinkRefused,
+    PeerLost,
+    Progress,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
 from .stage_task import describe_failure, unreachable_in, worker_function
@@ -92,10 +105,6 @@ class _Launch:
 
 class WorkerLost(EpochalError):
     """A worker process died or its Spark stage failed; the job is relaunched."""
-
-
-class JobMasterUnreachable(EpochalError):
-    """The workers cannot connect back to the job master: relaunching would not help."""
 
 
 class SparkExecutor:
@@ -133,7 +142,7 @@ class SparkExecutor:
 
         `recompile(n)`: the job at parallelism `n`; given it, a rescale within the stage's workers
         (`JobConfig.max_workers`) happens in place: the tasks restart in the running stage from
-        the rescale's checkpoint. Without it, or beyond them, the host leaves by `Rescale`.
+        the rescale's checkpoint. Without it, or beyond them, the host leaves by `RescaleByRestore`.
         """
         workers = max(max(v.parallelism for v in job.vertices), job.config.max_workers or 0)
         # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
@@ -147,7 +156,7 @@ class SparkExecutor:
                 f"job {job.name!r} needs {workers} task slots for its workers but the cluster "
                 f"({master_of(spark)}) has {slots}; lower the parallelism or add executors/cores"
             )
-        master.control.max_workers = slots  # a rescale beyond them is refused, not launched
+        master.control.task_slots = slots  # a rescale beyond them is refused, not launched
         host = self.bind_host or bind_host(spark)
         return _StageHost(master, spark, workers, host, self, recompile).run()
 
@@ -348,10 +357,10 @@ class _StageHost:
         for link in self.links.values():
             link.send_object(start)
 
-    def _rescale_in_place(self, rescale: Rescale) -> bool:
+    def _rescale_in_place(self, rescale: RescaleByRestore) -> bool:
         """Restart the tasks at the new parallelism in this stage, from the rescale's checkpoint,
         if the stage has the workers the job wants, `max(parallelism, max_workers)` (a job without
-        standby slots that scales down frees its slots); else False: the host leaves by `Rescale`
+        standby slots that scales down frees its slots); else False: the host leaves by `RescaleByRestore`
         and the job is relaunched in a new stage (so too when nobody can compile it anew)."""
         wanted = max(rescale.parallelism, self.job.config.max_workers or 0)
         if self.recompile is None or wanted != self.workers:
@@ -367,7 +376,7 @@ class _StageHost:
         self.job = job
         self._event("rescaled")
         self._start_attempt(cloudpickle.dumps(job))
-        rescale.done(self.master.control, job)
+        rescale.done(self.master.control, job.parallelism)
         log.warning("job %r: rescaled in place to %d (of %d workers)", job.name, rescale.parallelism, self.workers)
         return True
 
@@ -395,7 +404,7 @@ class _StageHost:
                         try:
                             self._supervise(launch)
                             break
-                        except Rescale as rescale:
+                        except RescaleByRestore as rescale:
                             if not self._rescale_in_place(rescale):
                                 raise
                 except WorkerLost as exc:

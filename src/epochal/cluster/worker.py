@@ -41,7 +41,8 @@ from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
-from ..runtime.task.task import Task, TaskState
+from ..runtime.task.setup import TaskState
+from ..runtime.task.task import Task
 from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..runtime.wire.channel import LocalChannel
 from ..runtime.wire.handshake import HandshakeRefused, Role, secure_client
@@ -65,7 +66,19 @@ from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .link_guard import LinkGuard
 from .peers import LISTENER, PeerLinks
-from .protocol import FromTask, Hello, LinkRefused, PeerLost, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    LinkRefused,
+    PeerLost,
+    Progress,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .snapshot_thread import SnapshotThread
 
 log = logging.getLogger(__name__)
@@ -79,10 +92,6 @@ UNREACHABLE = "the Spark workers cannot reach the job master"
 
 def worker_of(task: TaskId) -> int:
     return task.subtask
-
-
-class JobMasterUnreachable(ConnectionError):
-    """This worker cannot connect to the job master (its message starts with `UNREACHABLE`)."""
 
 
 def connect_to_job_master(

@@ -46,7 +46,7 @@ from ..api.connector import Sink, SinkWriter
 from ..config import check_choice, check_instance, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.wire.elements import Batch
-from ..state.storage import resolve_uri
+from ..state.checked_files import resolve_uri
 from .arrow_files import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, delete_quietly, probe_writable
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 from ..api.connector import Source, SourceSplit
 from ..config import check_path, check_seconds
 from ..errors import EpochalError
-from ..state.storage import resolve_uri
+from ..state.checked_files import resolve_uri
 
 __all__ = ["FileSource", "check_watch"]
 

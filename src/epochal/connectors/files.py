@@ -53,7 +53,7 @@ from ..errors import CheckpointError, EpochalError
 from ..runtime.fault_points import fault_point
 from ..runtime.wire.batches import batch_len, binary_buffers, to_records
 from ..runtime.wire.elements import Batch
-from ..state.storage import resolve_uri
+from ..state.checked_files import resolve_uri
 from .arrow_files import (
     ROW_GROUP_ROWS,
     ArrowConformer,

@@ -44,7 +44,7 @@ from ..api.connector import Sink, SinkWriter
 from ..config import check_bool, check_choice, check_instance, check_int, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.wire.elements import Batch
-from ..state.storage import resolve_uri
+from ..state.checked_files import resolve_uri
 from .arrow_files import (
     ROW_GROUP_ROWS,
     ArrowConformer,

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..api.connector import Source, SplitReader
 from ..errors import EpochalError
-from ..state.storage import resolve_uri
+from ..state.checked_files import resolve_uri
 from .parquet_source import RowGroupReader, RowGroupSplit
 
 if TYPE_CHECKING:

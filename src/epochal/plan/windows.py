@@ -20,12 +20,23 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from .time import Duration, seconds
 
 S = TypeVar("S")
 
+
+
+class Window(NamedTuple):
+    """The window a `ProcessWindowFunction` is called for: `[start, end)` of query `query`.
+
+    One public type, made by the running window operator and read by user code
+    (`epochal.windows.Window`)."""
+
+    query: str
+    start: float
+    end: float
 
 class _Shape(Protocol):
     @property

@@ -11,7 +11,7 @@ it. When everything is idle, the watermark moves to the largest any split or inp
 Flink's watermark valve does), so what was read is not held back by inputs that have nothing.
 Watermarks only move forward, but for one case: a source subtask handed splits in a live rescale
 sends `NO_WATERMARK`, which sets its channel back, as its new splits may be behind what it sent
-(`runtime.split_handover`); the task's own watermark then waits. Pure bookkeeping: no I/O, times
+(`runtime.splits`); the task's own watermark then waits. Pure bookkeeping: no I/O, times
 passed in.
 """
 
@@ -55,7 +55,7 @@ class SplitWatermarks:
 
     def take_back(self) -> None:
         """Forget what was sent: a live rescale hands this subtask splits that may be behind it,
-        and it sent NO_WATERMARK, which sets its channels back (`runtime.split_handover`)."""
+        and it sent NO_WATERMARK, which sets its channels back (`runtime.splits`)."""
         self._emitted = NO_WATERMARK
 
     def on_records(self, split_id: str, max_timestamp: float | None, now: float) -> None:

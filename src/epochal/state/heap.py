@@ -2,10 +2,10 @@
 
 A snapshot must not stop the stream (ABS §4; dissertation §4.5, asynchronous snapshot
 invocation): the synchronous part only *fixes* the state, and serialising it happens elsewhere.
-Here fixing is O(key groups × states): every per-key-group map is marked frozen and handed to the
-snapshot as is. The first write to a frozen map after that copies the map (once per key group
-per checkpoint), and the first in-place access to a mutable value copies that value, so the
-snapshot never sees a later write. Once the writer is done (`on_snapshot_written`, on the task's
+Here fixing is O(key groups × states): every per-key-group map (`heap_maps`) is marked frozen and
+handed to the snapshot as is. The first write to a frozen map after that copies the map (once per
+key group per checkpoint), and the first in-place access to a mutable value copies that value, so
+the snapshot never sees a later write. Once the writer is done (`on_snapshot_written`, on the task's
 thread) nothing reads the frozen maps any more, and the batch loops write in place again.
 
 Deviation: the copy granularity is the key group, not the entry (Flink's CopyOnWriteStateMap is
@@ -23,8 +23,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .heap_maps import KeyGroupMaps
 from .heap_snapshot import HeapSnapshot
-from .incremental import ChangedKeys, IncrementalTracker
+from .incremental import IncrementalTracker
 from .keygroups import KeyGroups, owned_key_group
 from .manifest import FileHandle
 from .reaper import free_gradually
@@ -34,56 +35,12 @@ from .values import IMMUTABLE_EXACT, is_immutable
 _ABSENT = object()
 
 
-class _StateMap:
-    """The entries of one state in one key group; frozen while a snapshot holds it.
-
-    `stamps` says, per key, in which epoch (the backend's count of freezes) the key was last
-    written: a key stamped with the current epoch is *owned*, i.e. its value was put or copied
-    since the freeze and no snapshot shares it. The first write in an epoch also adds the key to
-    `changed`, the delta of the next snapshot; `changed` is None in an epoch whose changes go
-    unrecorded (`IncrementalTracker.tracks_changes`).
-
-    Why stamps and not per-snapshot sets, probed per record: a set rebuilt from empty after a
-    snapshot stores the key objects of the first records after it, not the ones `data` holds, so
-    every later probe touches two objects per key. Measured: keyed operators 5-15 % slower for
-    the rest of the run after the first checkpoint. `stamps` is never rebuilt (only copied), so
-    it holds the very key objects `data` does; `changed` is added to once per key and epoch.
-    """
-
-    __slots__ = ("data", "frozen", "stamps", "changed")
-
-    def __init__(self, tracked: bool = True) -> None:
-        self.data: dict[Any, Any] = {}
-        self.frozen = False
-        self.stamps: dict[Any, int] = {}  # key -> epoch of its last write; only live keys
-        # keys written or deleted since the last snapshot; None while changes go unrecorded
-        self.changed: set[Any] | None = set() if tracked else None
-
-    def writable(self, shared: bool = True) -> dict[Any, Any]:
-        """`data`, safe to write: copied first if frozen and a snapshot may still read it."""
-        if self.frozen:
-            if shared:
-                self.data = self.data.copy()  # keeps the key objects: see the class docstring
-            self.frozen = False
-        return self.data
-
-    def mark(self, key: Any, epoch: int) -> None:
-        """`key` was written: it is owned in `epoch`, and changed."""
-        if self.stamps.get(key) != epoch:
-            self.stamps[key] = epoch
-            if self.changed is not None:
-                self.changed.add(key)
-
-    def freeze(self) -> dict[Any, Any]:
-        self.frozen = True
-        return self.data
-
-
 class HeapKeyedStateBackend:
     """In-memory keyed state of one subtask: the key groups it owns (`KeyGroups`).
 
-    A state's maps are a list indexed by key group, None where this subtask owns none; a
-    migration (`reassign`) adds and drops key groups while the task runs.
+    The maps per state and key group are `maps` (`KeyGroupMaps`); a migration (`reassign`) adds
+    and drops key groups while the task runs. This class keeps what snapshots need besides: the
+    epoch, the incremental tracker, the snapshots that may still read frozen maps.
 
     Implements `KeyedStateBackend` and, alone of the backends, `RawKeyGroupMaps` (`contract.py`).
     The operator sets the current key before user code runs; state handles then read and write
@@ -101,12 +58,11 @@ class HeapKeyedStateBackend:
     ) -> None:
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
-        self._maps: dict[str, list[_StateMap | None]] = {}
         self.current_key: Any = None
         self.current_key_group = -1
-        self.epoch = 1  # bumped by every snapshot; see `_StateMap`
+        self.epoch = 1  # bumped by every snapshot; see `StateMap`
         self.tracker = IncrementalTracker(incremental, compact_every, compact_ratio)
-        self._tracking = self.tracker.tracks_changes  # whether this epoch records changed keys
+        self.maps = KeyGroupMaps(key_groups, max_parallelism, self.tracker.tracks_changes)
         self._readers: list[weakref.ref[HeapSnapshot]] = []  # snapshots that may read maps
         self._resets: GroupCopies = {}  # key groups moved away or here since the last snapshot
         # maps of groups moved away, freed by the reaper once the snapshots then taken are released
@@ -132,34 +88,12 @@ class HeapKeyedStateBackend:
         self.current_key = key
 
     # -- entries of the current key ------------------------------------------------------------
-    def _new_maps(self) -> list[_StateMap | None]:
-        owned, tracking = self.key_groups, self._tracking
-        return [_StateMap(tracking) if g in owned else None for g in range(self.max_parallelism)]
-
-    def _state_maps(self, name: str) -> list[_StateMap | None]:
-        """One state's maps, indexed by key group, None for groups not owned (made on first use)."""
-        maps = self._maps.get(name)
-        if maps is None:
-            maps = self._maps[name] = self._new_maps()
-        return maps
-
-    def _map(self, name: str, key_group: int) -> _StateMap:
-        # `_state_maps`, inlined: this runs for every state access of a record
-        maps = self._maps.get(name)
-        if maps is None:
-            maps = self._maps[name] = self._new_maps()
-        m = maps[key_group]
-        if m is None:
-            owned_key_group(None, key_group, self.key_groups, self.max_parallelism)  # raises
-            raise AssertionError
-        return m
-
     def get(self, name: str, default: Any = None) -> Any:
-        return self._map(name, self.current_key_group).data.get(self.current_key, default)
+        return self.maps.map(name, self.current_key_group).data.get(self.current_key, default)
 
     def get_mutable(self, name: str, factory: Callable[[], Any]) -> Any:
         """The current key's value, safe to change in place (copied once if a snapshot shares it)."""
-        m = self._map(name, self.current_key_group)
+        m = self.maps.map(name, self.current_key_group)
         key, epoch = self.current_key, self.epoch
         data = m.writable()
         value = data.get(key, _ABSENT)
@@ -177,7 +111,7 @@ class HeapKeyedStateBackend:
 
         A missing value reads as a private copy of a mutable `default`, never the shared object.
         """
-        m = self._map(name, self.current_key_group)
+        m = self.maps.map(name, self.current_key_group)
         value = m.data.get(self.current_key, _ABSENT)
         if value is _ABSENT:
             return default if is_immutable(default) else copy.deepcopy(default)
@@ -186,12 +120,12 @@ class HeapKeyedStateBackend:
         return self.get_mutable(name, dict)
 
     def put(self, name: str, value: Any) -> None:
-        m = self._map(name, self.current_key_group)
+        m = self.maps.map(name, self.current_key_group)
         m.writable()[self.current_key] = value
         m.mark(self.current_key, self.epoch)
 
     def delete(self, name: str) -> None:
-        m = self._map(name, self.current_key_group)
+        m = self.maps.map(name, self.current_key_group)
         key = self.current_key
         if key in m.data:
             del m.writable()[key]
@@ -210,7 +144,7 @@ class HeapKeyedStateBackend:
         access to a key after a snapshot copies a mutable value before `fn` may change it in
         place, as `get_for_read` does.
         """
-        maps = self._state_maps(name)
+        maps = self.maps.of_state(name)
         epoch = self.epoch
         immutable, absent, append = IMMUTABLE_EXACT, _ABSENT, out.append
         shared = self.snapshot_readers()
@@ -241,7 +175,7 @@ class HeapKeyedStateBackend:
         The per-record count's loop, fused like `reduce_into` (which would cost a call of `fn`
         per record, and a tuple per record after it: measured 13 % slower on the word count).
         """
-        maps = self._state_maps(name)
+        maps = self.maps.of_state(name)
         epoch, append = self.epoch, out.append
         shared = self.snapshot_readers()
         for key, key_group in zip(keys, key_groups, strict=False):
@@ -266,11 +200,11 @@ class HeapKeyedStateBackend:
         The caller must pass every key it writes to `mark_changed`, or an incremental checkpoint
         misses the change. Values must be immutable (e.g. numbers).
         """
-        return self._map(name, key_group).writable()
+        return self.maps.map(name, key_group).writable()
 
     def mark_changed(self, name: str, key_group: int, keys: list[Any]) -> None:
         """Record keys of one key group written through `raw_map`: `mark` for each, in bulk."""
-        m = self._map(name, key_group)
+        m = self.maps.map(name, key_group)
         m.stamps.update(dict.fromkeys(keys, self.epoch))  # an existing entry keeps its key object
         if m.changed is not None:
             m.changed.update(keys)
@@ -278,17 +212,15 @@ class HeapKeyedStateBackend:
     def changed_keys(self, name: str, key_group: int) -> set[Any]:
         """The keys of one key group changed since the last snapshot (a copy; for inspection);
         empty in an epoch that records no changes."""
-        return set(self._map(name, key_group).changed or ())
+        return set(self.maps.map(name, key_group).changed or ())
 
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
-        for key_group, m in enumerate(self._maps.get(name, ())):
-            if m is not None:
-                for key in m.data:
-                    yield key_group, key
+        return self.maps.keys(name)
 
     def entries(self, key: Any) -> dict[str, Any]:
         group = owned_key_group(key, None, self.key_groups, self.max_parallelism)
-        found = {name: m.data.get(key, _ABSENT) for name, maps in self._maps.items() if (m := maps[group]) is not None}
+        found = {name: m.data.get(key, _ABSENT) for name, maps in self.maps.states.items()
+                 if (m := maps[group]) is not None}
         return {name: copy.deepcopy(value) for name, value in found.items() if value is not _ABSENT}
 
     def snapshot(self, checkpoint_id: int | None = None) -> HeapSnapshot:
@@ -297,39 +229,18 @@ class HeapKeyedStateBackend:
         With a `checkpoint_id` the snapshot takes the changed sets along and may be a delta (see
         `IncrementalTracker`); without one it is a full snapshot that leaves the tracking alone.
         """
-        groups: KeyedGroups = {}
-        changed: ChangedKeys = {}
-        entries = 0
-        for name in sorted(self._maps):  # a fixed order: snapshot bytes depend on content only
-            for key_group, m in enumerate(self._maps[name]):
-                if m is None:
-                    continue
-                entries += len(m.data)
-                if m.data:
-                    groups.setdefault(key_group, {})[name] = m.freeze()
-                else:
-                    m.freeze()
-                if checkpoint_id is not None and m.changed:
-                    changed.setdefault(key_group, {})[name] = m.changed
+        groups, changed, entries = self.maps.freeze(checkpoint_id is not None)
         resets, self._resets = self._resets, {}
         self.epoch += 1  # nothing is owned any more: every value may be shared with `groups`
         if checkpoint_id is None:
             snap = HeapSnapshot(self.key_groups, groups, entries=entries)
         else:
-            plan = self.tracker.plan(checkpoint_id, changed if self._tracking else None, entries, resets)
+            plan = self.tracker.plan(checkpoint_id, changed if self.maps.tracking else None, entries, resets)
             if plan.changed is not None:  # a delta pickles only what changed
                 entries = sum(len(keys) for states in plan.changed.values() for keys in states.values())
             snap = HeapSnapshot(self.key_groups, groups, plan.changed, plan.resets, plan.base, checkpoint_id,
                                 entries=entries)
-            self._tracking = tracking = self.tracker.tracks_changes
-            for maps in self._maps.values():
-                for m in maps:
-                    if m is None:
-                        continue
-                    if not tracking:
-                        m.changed = None
-                    elif m.changed is None or m.changed:  # an empty set is kept
-                        m.changed = set()
+            self.maps.renew_changes(self.tracker.tracks_changes)
         self._readers.append(weakref.ref(snap))
         return snap
 
@@ -364,17 +275,10 @@ class HeapKeyedStateBackend:
 
     def restore(self, groups: KeyedGroups) -> None:
         """Load key groups (any superset of ours is fine: foreign key groups are skipped)."""
-        for key_group, states in groups.items():
-            if key_group not in self.key_groups:
-                continue
-            for name, entries in states.items():
-                m = self._map(name, key_group)
-                m.writable().update(entries)
-                # stamp 0: neither owned nor changed, but `stamps` now holds `data`'s key objects
-                m.stamps.update(dict.fromkeys(entries, 0))
+        self.maps.load(groups)
 
     def reassign(self, owned: KeyGroups, gained: KeyedGroups, copies: GroupCopies | None = None) -> None:
-        """Own `owned` from now on (a migration, `runtime.migration`): drop the key groups no
+        """Own `owned` from now on (a migration, `runtime.master.migrations`): drop the key groups no
         longer owned, load `gained`'s entries for the new ones; `copies` are the sections they
         were read from, per key group (the old owner's chain), if known.
 
@@ -387,35 +291,15 @@ class HeapKeyedStateBackend:
         """
         copies = copies or {}
         previous, self.key_groups = self.key_groups, owned
-        departed: list[dict[Any, Any]] = []
-        for maps in self._maps.values():
-            for g in range(self.max_parallelism):
-                m = maps[g]
-                if g not in owned:
-                    if m is not None:
-                        self._resets[g] = ()
-                        departed.extend((m.data, m.stamps))
-                    maps[g] = None
-                elif m is None:
-                    maps[g] = _StateMap(self._tracking)
+        dropped, departed = self.maps.reassign(owned)
+        for g in dropped:
+            self._resets[g] = ()
         self._departed.append((list(self._readers), departed))
         self._free_departed()
         for g in owned:
             if g not in previous:
                 self._resets[g] = copies.get(g, ())
-        for g, states in gained.items():
-            if g not in owned:
-                continue
-            for name, entries in states.items():
-                m = self._map(name, g)
-                if not m.data and not m.frozen:
-                    m.data = entries  # ours now (see the docstring): no copy of a large group
-                else:
-                    m.writable().update(entries)
-                # stamp 0: neither owned nor changed, but `stamps` now holds `data`'s key objects
-                m.stamps.update(dict.fromkeys(entries, 0))
-                if g not in copies and m.changed is not None:
-                    m.changed.update(entries)
+        self.maps.adopt(gained, copies)
 
     def close(self) -> None:
         pass

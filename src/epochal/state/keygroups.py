@@ -171,7 +171,7 @@ def key_group_set(groups: Iterable[int]) -> KeyGroups:
 class RoutingTable:
     """Which subtask owns each key group of a keyed vertex: `owners[key_group]`.
 
-    Versioned: every change is made at a checkpoint barrier (`runtime.migration`), and the
+    Versioned: every change is made at a checkpoint barrier (`runtime.master.migrations`), and the
     checkpoint's manifest records the table that holds from it on, so a restore routes records
     exactly as the run it continues did. The default is the contiguous table.
     """

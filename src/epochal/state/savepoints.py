@@ -16,8 +16,9 @@ from dataclasses import replace
 import pyarrow.fs as pafs
 
 from ..errors import CheckpointError, NoCheckpointError
+from .checked_files import resolve_uri
 from .manifest import FileHandle, Manifest
-from .storage import MANIFEST_NAME, CheckpointStorage, resolve_uri
+from .storage import MANIFEST_NAME, CheckpointStorage
 
 __all__ = ["create_savepoint", "load_savepoint", "adopt", "storage_for", "rebase"]
 

@@ -44,6 +44,7 @@ from collections.abc import Container, Iterable, Iterator
 from typing import Any, Protocol
 
 from ..errors import CorruptCheckpointError
+from .moved_modules import loads_moved
 from .sections import EncodedSection, Replacement, ResetSection
 
 _MAGIC = b"EPKS4\n"
@@ -377,6 +378,9 @@ def encode_operator_state(state: Any) -> bytes:
 
 def decode_operator_state(data: bytes, *, source: str = "<bytes>") -> Any:
     try:
-        return pickle.loads(data)
+        try:
+            return pickle.loads(data)
+        except (ModuleNotFoundError, AttributeError):  # written before a module moved (`moved_modules`)
+            return loads_moved(data)
     except Exception as exc:
         raise CorruptCheckpointError(f"{source}: unreadable operator state ({exc})") from exc

@@ -6,43 +6,35 @@ manifest alike, is written under a temporary name and renamed into place, so a f
 own name is always whole; the manifest's rename is the commit point of the epoch (dissertation
 §4.1.3). The copy is written before it, so a complete checkpoint always has both: a manifest
 found corrupt (a flipped bit, a truncated write the rename did not catch) is repaired from its
-copy when the copy is intact, instead of costing the checkpoint (`load_manifest`); the copy alone
+copy when the copy is intact, instead of costing the checkpoint (`manifest_copy`); the copy alone
 never makes a checkpoint complete.
 
-Bytes are verified where they are read: `read_file` checks a file's SHA-256 against its handle
-and is the one place that does. Resolving a checkpoint (`latest`, `resolve`) checks only the
-manifest's own checksum and that every listed file exists with its recorded size (metadata
-calls), so a restore reads each file once; a corrupt data file then surfaces at restore as a
-CorruptCheckpointError naming the checkpoint and the file, and the job master falls back with
-`latest(before=...)`. `verify` reads every byte, for tools and tests.
+Bytes are verified where they are read (`checked_files.CheckedFiles`, which this class extends
+with the layout of checkpoints, their manifests and their chained backups). Resolving a
+checkpoint (`latest`, `resolve`) checks only the manifest's own checksum and that every listed
+file exists with its recorded size (metadata calls), so a restore reads each file once; a
+corrupt data file then surfaces at restore as a CorruptCheckpointError naming the checkpoint and
+the file, and the job master falls back with `latest(before=...)`. `verify` reads every byte,
+for tools and tests.
 
 Retention (`retention.py`) and savepoints (`savepoints.py`) build on this module.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import posixpath
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
 from ..errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
-from .manifest import (
-    CHECKPOINT_PREFIX,
-    FileHandle,
-    Manifest,
-    checkpoint_dir_name,
-    checkpoint_key,
-    checkpoint_of_path,
-)
+from .checked_files import CheckedFiles, RangedFile, chunks_of, resolve_uri
+from .manifest import CHECKPOINT_PREFIX, FileHandle, Manifest, checkpoint_dir_name, checkpoint_key
 from .manifest_copy import MANIFEST_COPY_NAME, repair_manifest
-from .ranged_file import RangedFile
 
 if TYPE_CHECKING:
     from .backups import BackupStore
@@ -53,26 +45,13 @@ log = logging.getLogger(__name__)
 MANIFEST_NAME = "MANIFEST.json"
 
 
-def resolve_uri(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and root path of a local path or a pyarrow URI."""
-    if "://" in uri:
-        fs, path = pafs.FileSystem.from_uri(uri)
-        return fs, path.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(uri)
-
-
-def _chunks(data: bytes | Iterable[bytes]) -> Iterable[bytes]:
-    return [cast(bytes, data)] if isinstance(data, (bytes, bytearray, memoryview)) else data
-
-
-class CheckpointStorage:
+class CheckpointStorage(CheckedFiles):
     """Reads and writes checkpoints under one root directory (a local path or a pyarrow URI)."""
 
     def __init__(self, uri: str, create: bool = True, filesystem: pafs.FileSystem | None = None) -> None:
-        self.uri = uri
         checkpoint_key()  # a key too weak to sign with fails here, before any job starts
         self._filesystem = filesystem  # given (CheckpointConfig.filesystem): `uri` is a path in it
-        self.fs, self.root = (filesystem, uri.rstrip("/")) if filesystem is not None else resolve_uri(uri)
+        super().__init__(uri, *((filesystem, uri.rstrip("/")) if filesystem is not None else resolve_uri(uri)))
         self._retention: Retention | None = None  # built on the first `retain`, on the driver
         # chained backups (`state.backups`), on a worker that keeps them: copies read before
         # storage, and a hook that is handed each data file written, with its bytes
@@ -95,9 +74,6 @@ class CheckpointStorage:
     def checkpoint_dir_name(checkpoint_id: int) -> str:
         return checkpoint_dir_name(checkpoint_id)
 
-    def _abs(self, relative: str) -> str:
-        return posixpath.join(self.root, relative)
-
     def checkpoint_path(self, checkpoint_id: int) -> str:
         return self._abs(checkpoint_dir_name(checkpoint_id))
 
@@ -110,36 +86,10 @@ class CheckpointStorage:
         relative = posixpath.join(checkpoint_dir_name(checkpoint_id), name)
         if self.on_write is None:
             return self.write(relative, data)
-        chunks = list(_chunks(data))  # the copy needs them too
+        chunks = list(chunks_of(data))  # the copy needs them too
         handle = self.write(relative, chunks)
         self.on_write(checkpoint_id, handle, chunks)
         return handle
-
-    def write(self, relative: str, data: bytes | Iterable[bytes]) -> FileHandle:
-        """Write a file under the root atomically: a temporary name, then a rename into place."""
-        final = self._abs(relative)
-        directory, name = posixpath.split(final)
-        tmp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        digest, size = hashlib.sha256(), 0
-        try:
-            try:  # the directory exists for all but a checkpoint's first file: try that first
-                stream = self.fs.open_output_stream(tmp)
-            except OSError:  # missing parent: FileNotFoundError locally, other kinds elsewhere
-                self.fs.create_dir(directory, recursive=True)
-                stream = self.fs.open_output_stream(tmp)
-            with stream as out:
-                for chunk in _chunks(data):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    size += len(chunk)
-            self.fs.move(tmp, final)
-        except OSError as exc:
-            self._delete_quietly(tmp)
-            raise CheckpointError(f"cannot write {relative}: {exc}") from exc
-        except BaseException:  # the chunks failed (e.g. a value that does not pickle)
-            self._delete_quietly(tmp)
-            raise
-        return FileHandle(relative, size, digest.hexdigest())
 
     def write_manifest(self, manifest: Manifest) -> None:
         """Complete a checkpoint: the manifest goes last, atomically, after its copy."""
@@ -178,48 +128,16 @@ class CheckpointStorage:
 
     # -- reading ---------------------------------------------------------------------------------
     def read_file(self, handle: FileHandle) -> bytes:
-        """Read a data file and verify its bytes against its handle.
-
-        Raises:
-            CorruptCheckpointError: the file is missing, or its size or SHA-256 differs; the
-                message names the checkpoint whose directory holds it, and the file.
-        """
+        """`CheckedFiles.read_file`, or a chained backup's copy, checked against the same handle."""
         if self.backups is not None and (copy := self.backups.get(handle)) is not None:
-            return copy  # a chained backup's copy, checked against the same handle
-        try:
-            with self.fs.open_input_stream(self._abs(handle.path)) as f:
-                data: bytes = f.read()
-        except OSError as exc:
-            raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
-        self._verify(handle, len(data), hashlib.sha256(data))
-        return data
+            return copy
+        return super().read_file(handle)
 
     def open_ranged(self, handle: FileHandle) -> list[bytes] | RangedFile:
-        """The file to read a range at a time (`RangedFile`), for a reader that wants only some
-        of a keyed-state file's sections and checks each by its own CRC-32
-        (`snapshot_files.KeyedFile`): its SHA-256 is not checked, as that reads every byte. A
-        chained backup's copy comes whole."""
+        """`CheckedFiles.open_ranged`; a chained backup's copy comes whole."""
         if self.backups is not None and (copy := self.backups.get(handle)) is not None:
             return [copy]
-        try:
-            f = self.fs.open_input_file(self._abs(handle.path))
-        except OSError as exc:
-            raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
-        if (size := f.size()) != handle.size:
-            f.close()
-            raise CorruptCheckpointError(
-                f"{_checkpoint_label(handle.path)}{handle.path}: {size} bytes, not {handle.size} (truncated?)")
-        return RangedFile(f)
-
-    @staticmethod
-    def _verify(handle: FileHandle, size: int, digest: Any) -> None:
-        if size != handle.size or digest.hexdigest() != handle.sha256:
-            raise CorruptCheckpointError(
-                f"{_checkpoint_label(handle.path)}{handle.path}: checksum mismatch (corrupt or truncated)"
-            )
-
-    def has_file(self, relative: str) -> bool:
-        return bool(self.fs.get_file_info(self._abs(relative)).type == pafs.FileType.File)
+        return super().open_ranged(handle)
 
     def read_manifest(self, relative: str) -> Manifest:
         """The manifest at `relative`, its checksum checked, located at this storage; if it is
@@ -389,15 +307,6 @@ class CheckpointStorage:
         self._delete_quietly(posixpath.join(self.checkpoint_path(checkpoint_id), MANIFEST_NAME))
         self._delete_quietly(posixpath.join(self.checkpoint_path(checkpoint_id), MANIFEST_COPY_NAME))
 
-    def delete_file(self, relative: str) -> None:
-        self._delete_quietly(self._abs(relative))
-
-    def _delete_quietly(self, path: str) -> None:
-        try:
-            self.fs.delete_file(path)
-        except OSError:
-            pass
-
     def retain(self, keep: int, newest_complete: int, in_flight_base: int | None = None) -> None:
         """Keep the newest `keep` complete checkpoints, and every complete one from
         `in_flight_base` on (an in-flight checkpoint may build on it); drop older ones and
@@ -410,9 +319,4 @@ class CheckpointStorage:
         self._retention.retain(keep, newest_complete, in_flight_base)
 
 
-def _checkpoint_label(path: str) -> str:
-    checkpoint_id = checkpoint_of_path(path)
-    return "" if checkpoint_id is None else f"checkpoint {checkpoint_id}: "
-
-
-__all__ = ["MANIFEST_COPY_NAME", "MANIFEST_NAME", "CheckpointStorage", "RangedFile", "resolve_uri"]
+__all__ = ["MANIFEST_COPY_NAME", "MANIFEST_NAME", "CheckpointStorage"]

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from ...errors import CheckpointError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.storage import CheckpointStorage
+from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..clock import Clock
-from ..loops import LoopTermination
 from ..wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
@@ -27,8 +27,9 @@ from ..wire.messages import (
     StateAnswer,
     TaskFinished,
 )
-from .coordinator import AbortedCheckpoint, AbortReason, AckResult, CheckpointCoordinator, CompletedCheckpoint
+from .coordinator import AckResult, CheckpointCoordinator
 from .enumerator import SplitEnumerators
+from .loop_termination import LoopTermination
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,11 @@ the mailbox between them: the job master publishes a `JobStatus` whenever someth
 cares about changes, and polls for commands between steps. Nothing else is shared, so the
 job master never takes a lock on its hot path.
 
-Commands are requests, not interrupts: the job master acts on them the next time the host's
-loop looks (within one scheduling step on the in-process executor, one receive timeout on
-Spark). A cancel ends the job `CANCELLED` without committing the epoch in flight (its sinks'
-staged output is discarded as after any failure; dissertation §4.1.3.1). A savepoint triggers a
-checkpoint at once and copies it out when it completes. A rescale triggers a checkpoint and,
-once it is complete, stops the attempt and relaunches the job at the new parallelism from it
-(rescaling by restore, dissertation §4.2; no record is replayed that the checkpoint covers).
+Commands (`runtime.commands`: typed requests with typed results) are requests, not interrupts:
+the job master acts on them the next time the host's loop looks (within one scheduling step on
+the in-process executor, one receive timeout on Spark), through its `CommandDesk`. A cancel ends
+the job `CANCELLED` without committing the epoch in flight (its sinks' staged output is
+discarded as after any failure; dissertation §4.1.3.1).
 """
 
 from __future__ import annotations
@@ -26,69 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import EpochalError, NoCheckpointError
 from ...state.reader import lookup, open_checkpoint
+from ..commands import Command, Query, R, Ticket
 from ..metrics import JobMetrics
 from ..windowing.table_state import committed_windows
 from ..wire.handshake import Refusals
 
 if TYPE_CHECKING:
-    from ...plan.job_graph import JobGraph
-
-
-class Command:
-    """One request to a running job (a savepoint or a rescale), and its outcome when done."""
-
-    def __init__(self, kind: str, argument: object) -> None:
-        self.kind = kind
-        self.argument = argument
-        self._done = threading.Event()
-        self._result: object = None
-        self._error: BaseException | None = None
-
-    def finish(self, result: object = None, error: BaseException | None = None) -> None:
-        """Called by the job master once: the command's result, or why it failed."""
-        self._result, self._error = result, error
-        self._done.set()
-
-    def wait(self, timeout: float | None = None) -> object:
-        """The result once done; raises the command's error, or TimeoutError."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"{self.kind} not done after {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-@dataclass(frozen=True, slots=True)
-class LiveQuery:
-    """What a `"query"` command asks: `operator`'s live state of `key` (`runtime.master.live_queries`)."""
-
-    operator: str
-    key: Any
-
-
-@dataclass(frozen=True, slots=True)
-class MoveRequest:
-    """What a `"move"` command asks: key groups to new subtasks (`runtime.migration`), in steps of
-    at most `batch` groups, or when None of about `StateConfig.migration_step_bytes` of state each
-    (`runtime.master.migration_steps`: Megaphone's batched migration, each step holds back less input)."""
-
-    moves: tuple[tuple[int, int], ...]
-    batch: int | None = None
-
-
-class Rescale(Exception):  # noqa: N818 - an instruction to the host, not an error
-    """Raised out of a host once a rescale's checkpoint is complete: relaunch from it."""
-
-    def __init__(self, checkpoint_id: int, parallelism: int, command: Command) -> None:
-        super().__init__(f"rescale to {parallelism} from checkpoint {checkpoint_id}")
-        self.checkpoint_id = checkpoint_id
-        self.parallelism = parallelism
-        self.command = command
-
-    def done(self, control: JobControl, job: JobGraph) -> None:
-        """`job`, at the new parallelism, restored the rescale's checkpoint: say so to its caller."""
-        control.publish(parallelism=job.parallelism)
-        self.command.finish(result=self.checkpoint_id)
+    pass
 
 
 class JobState(Enum):
@@ -141,11 +83,11 @@ class JobControl:
         self._changed = threading.Condition(self._lock)
         self._cancel = threading.Event()
         self.checkpoint_directory: str | None = None  # set by the job master: where state queries read
-        self.max_workers: int | None = None  # set by a host that knows its task slots: a rescale's ceiling
+        self.task_slots: int | None = None  # set by a host that knows the cluster's: a rescale's ceiling
         self.web_url: str | None = None  # set by the control endpoint that serves this job
         # connections to the job's ports that did not authenticate (job master, workers, endpoint)
         self.refusals = Refusals()
-        self._commands: deque[Command] = deque()
+        self._commands: deque[Ticket[Any]] = deque()
         self._watchers: list[Callable[[JobStatus], None]] = []
 
     def watch(self, watcher: Callable[[JobStatus], None]) -> None:
@@ -161,8 +103,8 @@ class JobControl:
             orphans = list(self._commands) if status.state.is_final else []
             if orphans:
                 self._commands.clear()
-        for command in orphans:  # nobody will take them any more
-            command.finish(error=self._ended(command.kind))
+        for ticket in orphans:  # nobody will take them any more
+            ticket.fail(self._ended(ticket.command.kind))
         for watcher in self._watchers:
             watcher(status)
 
@@ -170,7 +112,7 @@ class JobControl:
     def cancel_requested(self) -> bool:
         return self._cancel.is_set()
 
-    def next_command(self) -> Command | None:
+    def next_command(self) -> Ticket[Any] | None:
         """The oldest command not yet taken (a cheap check when there is none)."""
         if not self._commands:
             return None
@@ -225,21 +167,18 @@ class JobControl:
             EpochalError: the operator has no keyed state, or the job is not running.
             TimeoutError: no answer within `timeout` seconds.
         """
-        answer = self.submit("query", LiveQuery(operator, key)).wait(timeout)
-        assert isinstance(answer, dict)
-        return answer
+        return self.submit(Query(operator, key, live=True)).wait(timeout)
 
-    def submit(self, kind: str, argument: object) -> Command:
-        """Queue a command (`"savepoint"` with a target path, `"rescale"` with a parallelism,
-        `"query"` with a `LiveQuery`)."""
-        command = Command(kind, argument)
+    def submit(self, command: Command[R]) -> Ticket[R]:
+        """Queue a command for the job master; its ticket says when it is done and how."""
+        ticket = Ticket(command)
         with self._lock:  # against `publish` of a final state: a command is taken, or refused
             ended = self._status.state.is_final
             if not ended:
-                self._commands.append(command)
+                self._commands.append(ticket)
         if ended:
-            command.finish(error=self._ended(kind))
-        return command
+            ticket.fail(self._ended(command.kind))
+        return ticket
 
     def _ended(self, kind: str) -> EpochalError:
         return EpochalError(f"job {self._status.job!r} has ended; nothing to {kind}")

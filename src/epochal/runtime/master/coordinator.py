@@ -37,8 +37,9 @@ from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
 from ...state.storage import CheckpointStorage
+from ..channel_state import in_flight_uid
+from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..clock import Clock
-from ..in_flight import in_flight_uid
 from ..wire.elements import Alignment
 from ..wire.messages import (
     AcknowledgeCheckpoint,
@@ -63,29 +64,6 @@ class AckResult(Enum):
     UNKNOWN_CHECKPOINT = "unknown_checkpoint"
 
 
-class AbortReason(Enum):
-    EXPIRED = "expired"
-    DECLINED = "declined"
-    TASK_FAILED = "task_failed"
-    STORAGE_FAILED = "storage_failed"
-    COORDINATOR_STOPPED = "coordinator_stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class CompletedCheckpoint:
-    """A checkpoint every task prepared and whose manifest is written (if it has storage)."""
-
-    checkpoint_id: int
-    manifest: Manifest
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedCheckpoint:
-    checkpoint_id: int
-    reason: AbortReason
-    detail: str = ""
-
-
 @dataclass(slots=True)
 class PendingCheckpoint:
     """A checkpoint collecting acknowledgements; it ends by `complete` or `abort`."""
@@ -101,7 +79,7 @@ class PendingCheckpoint:
     acks: dict[TaskId, AcknowledgeCheckpoint] = field(default_factory=dict)
     split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
     routing: RoutingTable | None = None  # the routing table from this checkpoint on
-    reroutes: bool = False  # key groups move at this checkpoint (`runtime.migration`)
+    reroutes: bool = False  # key groups move at this checkpoint (`runtime.master.migrations`)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
         if ack.task in self.acks:
@@ -271,7 +249,7 @@ class CheckpointCoordinator:
 
         `aligned`: align its barriers whatever the mode (a savepoint, a rescale's checkpoint:
         they restore at any parallelism, and exactly once). `reroute`: key groups move to this
-        routing table at the checkpoint (`runtime.migration`; always aligned); no other
+        routing table at the checkpoint (`runtime.master.migrations`; always aligned); no other
         checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
         if self._replays:
             checkpoint_id = self._replays.popleft()

@@ -6,7 +6,7 @@ not one per subtask (Flink's split enumerator, FLIP-27). The splits it has not s
 appended to the source's *split log* in the order they were listed, and split `i` of the log is
 read by subtask `i % parallelism`. The log only grows, so its owner rule holds across restarts
 and, with the new parallelism, across rescales. When a live rescale may hand the source's splits
-over (`runtime.split_handover`), every subtask is sent every split with its index in the log,
+over (`runtime.splits`), every subtask is sent every split with its index in the log,
 and keeps those `i % readers` is its own: the readers change at the rerouting barrier, which
 reaches each subtask after the splits sent before its trigger and before those sent after, so
 from checkpoint *n* on the new active count is the owner rule, and a restore re-sends the log to
@@ -44,8 +44,8 @@ from ...state.manifest import FileHandle, Manifest, SplitLogState
 from ...state.savepoints import storage_for
 from ...state.snapshot_files import decode_operator_state, encode_operator_state
 from ...state.storage import CheckpointStorage
-from ..migration import handover_sources, routing_for
-from ..split_handover import discovery_interval, may_gain_splits
+from ..routing import handover_sources, routing_for
+from ..splits import discovery_interval, may_gain_splits
 from ..wire.messages import AssignSplits, NoMoreSplits
 
 __all__ = ["SplitLog", "SplitEnumerators", "discovering_sources", "discovery_interval"]

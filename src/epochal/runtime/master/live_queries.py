@@ -19,8 +19,8 @@ from typing import Any
 from ...errors import EpochalError, NoCheckpointError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable, key_group_of, subtask_of_key_group
+from ..commands import Query, Ticket
 from ..wire.messages import QueryState, StateAnswer
-from .control import Command, LiveQuery
 
 
 def owner_of(job: JobGraph, operator: str, key: Any, routing: RoutingTable | None = None) -> TaskId:
@@ -43,22 +43,22 @@ class LiveQueries:
     """The live queries of a job master that wait for their answers."""
 
     def __init__(self) -> None:
-        self._waiting: dict[int, Command] = {}
+        self._waiting: dict[int, Ticket[dict[str, Any]]] = {}
         self._next = 0
 
-    def ask(self, job: JobGraph, command: Command, send: Callable[[TaskId, object], None],
+    def ask(self, job: JobGraph, command: Ticket[dict[str, Any]], send: Callable[[TaskId, object], None],
             routing: RoutingTable | None = None) -> None:
         """Send `command`'s question to the key's owner; the command finishes with its answer."""
-        query = command.argument
-        assert isinstance(query, LiveQuery)
+        query = command.command
+        assert isinstance(query, Query)
         try:
-            owner = owner_of(job, query.operator, query.key, routing)
+            owner = owner_of(job, query.uid, query.key, routing)
         except EpochalError as exc:
             command.finish(error=exc)
             return
         self._next += 1
         self._waiting[self._next] = command
-        send(owner, QueryState(self._next, query.operator, query.key))
+        send(owner, QueryState(self._next, query.uid, query.key))
 
     def answered(self, answer: StateAnswer) -> None:
         command = self._waiting.pop(answer.query, None)

@@ -1,7 +1,43 @@
-"""The job master's side of live migration: moves and live rescales, one step at a time.
+"""Live key-group migration: key groups change owner at a checkpoint barrier, nothing stops.
 
-`runtime.migration` describes the protocol and holds the task's side; here the job master turns a
-`MoveRequest` or a live rescale into steps sized by state (`migration_steps`, Megaphone's
+The protocol, and the job master's side of it; a task's side is `task.key_group_owner`.
+
+ChronoStream §III-C moves a slice while both old and new owner run it ("dual mode") and
+filters duplicates downstream by sequence number. Epochal moves it at an epoch boundary instead
+(dissertation §3.4, epochs; the handover Megaphone batches), which needs no sequence numbers and
+keeps every committed epoch with exactly one owner per key group:
+
+1. The job master picks the moves, makes routing table version v+1 and triggers an aligned
+   checkpoint n whose barriers carry it (`Barrier.reroute`).
+2. Every task forwards barrier n, then switches its key-group partitioners to v+1: FIFO
+   channels put every record before the barrier on the old owner, every one after it on the
+   new one.
+3. An old owner snapshots at n with the moving groups (its snapshot still holds them), then
+   drops them from its live state.
+4. A new owner snapshots at n without them, then takes no input until it has them: the moving
+   groups' records after barrier n wait in its channels, in order, as do watermarks.
+5. Once every old owner acknowledged n (its snapshot with the moving groups is durable), the
+   job master sends their part of n's manifest to the new owners (`AdoptKeyGroups`), which
+   read the moving groups from the old owners' files of n (the restore path, for the groups
+   only), and go on, most often before n completes: what they emit after barrier n belongs to
+   epoch n+1, which commits only after n (waiting for the whole checkpoint held their input
+   back for as long as its slowest task took to write).
+6. Checkpoint n completes; its manifest records table v+1.
+
+Failure anywhere before n completes restores n-1 with v: the old owners, their state, their
+input; what a new owner did since is never committed. After it, n with v+1. A checkpoint n that
+is aborted fails the attempt (its tasks have already switched), which is the same restore of
+n-1. While a migration is under way, until n completed and the groups were taken over, no other
+checkpoint starts (periodic, final, a savepoint's or a rescale's), so none can complete with a
+new owner's state missing.
+
+Checkpoints stay incremental through a move (`KeyedStateBackend.reassign`): an old owner's next
+delta replaces the groups it lost by nothing, a new owner's replaces the groups it gained by the
+old owner's sections of them, copied as bytes (`state.sections.ResetSection`), and a
+restore reads from a subtask's chain only the groups the subtask held at that checkpoint.
+
+The job master turns a
+`Move` or a live rescale into steps sized by state (`migration_steps`, Megaphone's
 batches). For each step it first has the new owners read their groups ahead from the latest
 complete checkpoint, off their processing path (pre-copy: ChronoStream §III-C rebuilds a slice
 from its backup before rerouting), then triggers the rerouting checkpoint, hands the old owners'
@@ -16,16 +52,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import EpochalError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
-from ..migration import Migration, balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
+from ..checkpoints import CompletedCheckpoint
+from ..commands import Move, Ticket
+from ..routing import balanced_moves, current_table, keyed_parallelism, plan_moves, refusal
 from ..wire.messages import AcknowledgeCheckpoint, AdoptKeyGroups, KeyGroupsAdopted, KeyGroupsPrepared, PrepareKeyGroups
-from .control import Command, JobControl, MoveRequest
-from .coordinator import CheckpointCoordinator, CompletedCheckpoint
+from .control import JobControl
+from .coordinator import CheckpointCoordinator
 from .migration_steps import group_bytes, plan_steps
 from .split_handovers import SplitHandovers
 
@@ -46,7 +85,7 @@ class _NextSteps:
 
     after: int
     steps: list[dict[int, int]]
-    command: Command | None
+    command: Ticket[Any] | None
     parallelism: int | None
     moved_at: int  # the rerouting checkpoint of the last step taken
 
@@ -77,8 +116,8 @@ class Migrations:
         """The parallelism the job runs at: its keyed operators' active subtasks, once they stand by."""
         return routing.active if routing is not None and self.standby else self.job.parallelism
 
-    def move(self, command: Command, coordinator: CheckpointCoordinator | None) -> None:
-        """Move key groups (`command.argument`, a `MoveRequest`) at checkpoint barriers."""
+    def move(self, command: Ticket[int], coordinator: CheckpointCoordinator | None) -> None:
+        """Move key groups (`command.command`, a `Move`) at checkpoint barriers."""
         why = refusal(self.job, self.has_storage)
         if why is None and (coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None):
             why = f"job {self.job.name!r} is not running, or is ending"
@@ -88,17 +127,17 @@ class Migrations:
             command.finish(error=EpochalError(why))
             return
         assert coordinator is not None
-        request = command.argument
+        request = command.command
         try:
-            if not isinstance(request, MoveRequest):
-                raise TypeError(f"expected a MoveRequest, got {request!r}")
+            if not isinstance(request, Move):
+                raise TypeError(f"expected a Move, got {request!r}")
             plan_moves(current_table(self.job, coordinator.routing), dict(request.moves))  # refused before any step
         except (TypeError, ValueError) as exc:
             command.finish(error=ValueError(f"cannot move key groups: {exc}"))
             return
         self._next_step(coordinator, self._steps(request.moves, request.batch, coordinator), command)
 
-    def rescale(self, command: Command, coordinator: CheckpointCoordinator | None, parallelism: int) -> bool:
+    def rescale(self, command: Ticket[Any], coordinator: CheckpointCoordinator | None, parallelism: int) -> bool:
         """Rescale live if the key groups can move onto (or off) standby subtasks; False if not
         (the job master then rescales by restore)."""
         keyed = keyed_parallelism(self.job)
@@ -124,7 +163,7 @@ class Migrations:
             log.info("job %r: moving %d key group(s) in %d steps", self.job.name, len(moves), len(steps))
         return steps
 
-    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Command | None,
+    def _next_step(self, coordinator: CheckpointCoordinator, steps: list[dict[int, int]], command: Ticket[Any] | None,
                    parallelism: int | None = None, moved_at: int | None = None) -> None:
         """Trigger the checkpoint that makes the first of `steps` that moves anything; a live
         rescale (`parallelism`) publishes its new parallelism once the last step is done, and
@@ -180,7 +219,7 @@ class Migrations:
         if not migration.awaiting and not self._ending(coordinator, migration.command):
             self._trigger(coordinator, migration)
 
-    def _ending(self, coordinator: CheckpointCoordinator, command: Command | None) -> bool:
+    def _ending(self, coordinator: CheckpointCoordinator, command: Ticket[Any] | None) -> bool:
         """Whether the job is ending (its final checkpoint triggered, as its sources ended between
         two steps or during a read-ahead): then no step starts, since a rerouting checkpoint after
         the final one is never taken over, and the move ends with an error."""
@@ -202,7 +241,7 @@ class Migrations:
     def acknowledged(self, ack: AcknowledgeCheckpoint, coordinator: CheckpointCoordinator) -> None:
         """A task's part of a checkpoint is durable: once every old owner's part of the step's
         checkpoint is, its new owners read their groups from those parts, before it completes
-        (`runtime.migration`, step 5)."""
+        (`runtime.master.migrations`, step 5)."""
         migration = self.current
         if migration is None or migration.checkpoint_id != ack.checkpoint_id or migration.handed:
             return
@@ -293,3 +332,40 @@ class Migrations:
             command.finish(error=EpochalError(
                 f"moving key groups abandoned: {why}; the restore puts every key group where the checkpoint "
                 "it restores says"))
+
+
+@dataclass(slots=True)
+class Migration:
+    """A migration step under way, on the job master: the table it moves to, its new owners, and
+    the tasks it waits for: to read their groups ahead (`prepared_from`, before the rerouting
+    checkpoint is triggered), then to take them over (once the old owners, `givers`, wrote
+    their snapshots of `checkpoint_id`)."""
+
+    table: RoutingTable
+    new_owners: frozenset[TaskId]
+    awaiting: set[TaskId]
+    started: float
+    givers: set[TaskId]  # old owners whose snapshot of the rerouting checkpoint is not durable yet
+    command: Ticket[Any] | None = None
+    steps: list[dict[int, int]] = field(default_factory=list)  # batches still to move after this one
+    parallelism: int | None = None  # a live rescale's new parallelism, published once all moved
+    checkpoint_id: int | None = None  # the rerouting checkpoint, once triggered
+    prepared_from: int | None = None  # the checkpoint the new owners read ahead from
+    read_again: dict[TaskId, tuple[int, int]] = field(default_factory=dict)  # task: (checkpoint, attempts)
+    split_owners: frozenset[TaskId] = frozenset()  # source subtasks that may gain splits (`split_handover`)
+    handed: bool = False  # the new owners were sent where to read their groups
+    checkpointed: bool = False  # the rerouting checkpoint completed (the step ends once taken over too)
+
+    @property
+    def taken_over(self) -> bool:
+        """Whether every new owner took its groups over (none is awaited since the trigger)."""
+        return self.checkpoint_id is not None and not self.awaiting
+
+    @staticmethod
+    def plan(job: JobGraph, current: RoutingTable, table: RoutingTable, started: float, command: Ticket[Any] | None,
+             steps: list[dict[int, int]] | None = None, parallelism: int | None = None) -> Migration:
+        changes = current.changes(table).values()
+        keyed = [v for v in job.keyed_vertices() if job.vertex(v).parallelism == table.parallelism]
+        tasks = frozenset(TaskId(v, new) for v in keyed for _, new in changes)
+        givers = {TaskId(v, old) for v in keyed for old, _ in changes}
+        return Migration(table, tasks, set(tasks), started, givers, command, steps or [], parallelism)

@@ -6,7 +6,7 @@ copies, and moves them on later. Epochal restores every task from the last compl
 (ABS recovers a consistent cut: the other workers roll back too, each from its own local
 copies), but the restore's routing table gives the dead worker's key groups to its backup
 holders (`state.backups.holders`), spread over them; its new process starts owning none.
-Once every task runs, the job master moves the groups back to it live (`runtime.migration`),
+Once every task runs, the job master moves the groups back to it live (`runtime.master.migrations`),
 so the recovery's pause is the holders' restore, not a restart of the dead worker's share
 from remote storage, and the job ends balanced as before.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ...plan.job_graph import JobGraph
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
-from ..migration import current_table, keyed_parallelism, refusal, routing_for
+from ..routing import current_table, keyed_parallelism, refusal, routing_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from ...state.manifest import Manifest
 from ...state.replay import EpochReplay, ReplayEpoch, SplitCut
 from ...state.snapshot_files import decode_operator_state
 from ...state.storage import CheckpointStorage
-from ..split_handover import discovery_interval
+from ..splits import discovery_interval
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The job master's side of source splits handed over in a live rescale.
 
-`runtime.split_handover` describes the protocol and holds a source subtask's side. Here the job
+`runtime.splits` describes the protocol and holds a source subtask's side. Here the job
 master tells the subtasks that gained splits at a rerouting checkpoint that it completed
 (`AdoptSplits`, right after the key groups' `AdoptKeyGroups` and ahead of any later trigger), and
 decides when such sources end.
@@ -27,8 +27,8 @@ from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
 from ...state.snapshot_files import decode_operator_state
 from ...state.storage import CheckpointStorage
-from ..migration import handover_sources
-from ..split_handover import discovery_interval
+from ..routing import handover_sources
+from ..splits import discovery_interval
 from ..wire.messages import AdoptSplits, NoMoreSplits
 
 log = logging.getLogger(__name__)

@@ -22,6 +22,7 @@ by name, since the job graph holds sources and sinks as plain objects.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from ...errors import CheckpointError, EpochalError, NoCheckpointError
@@ -29,6 +30,7 @@ from ...plan.job_graph import JobGraph
 from ...plan.specs import SinkSpec, SourceSpec
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
+from ..channel_state import IN_FLIGHT
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +144,19 @@ def _call(name: str, kind: str, check: Any) -> None:
         raise
     except Exception as exc:
         raise EpochalError(f"{kind} {name!r} cannot start: {type(exc).__name__}: {exc}") from exc
+
+
+def check_restored_operators(manifest: Manifest, uids: Iterable[str], allow_non_restored_state: bool) -> None:
+    """Refuse a start whose checkpoint holds state of an operator the job no longer has.
+
+    Operators are matched by uid; state nobody claims would be lost silently (Flink's rule).
+    """
+    known = set(uids)
+    # an unaligned checkpoint's in-flight logs (`in_flight`) belong to the vertex that logged them
+    orphans = sorted(op.uid for op in manifest.operators if op.uid.removesuffix(IN_FLIGHT) not in known)
+    if orphans and not allow_non_restored_state:
+        raise CheckpointError(
+            f"checkpoint {manifest.checkpoint_id} holds state of operator(s) {orphans} that this job "
+            "does not have; give the operators their old uids (stream.uid(...)), or start with "
+            "allow_non_restored_state=True to drop that state"
+        )

@@ -38,7 +38,8 @@ from .process import KeyedProcessOperator, ProcessContext
 from .sink import SinkOperator
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
 from .time import AssignTimestampsOperator
-from .windows import KeyedWindowOperator, LateRecord, SplitLateOperator
+from .window_output import LateRecord, SplitLateOperator
+from .windows import KeyedWindowOperator
 
 __all__ = [
     "KeyedWindowOperator",

@@ -114,7 +114,7 @@ class RuntimeOperator:
 
     def reassign(self, owned: KeyGroups, gained: dict[int, dict[str, dict[Any, Any]]],
                  copies: GroupCopies | None = None) -> None:
-        """Key groups moved (`runtime.migration`): keyed operators own `owned` from now on, with
+        """Key groups moved (`runtime.master.migrations`): keyed operators own `owned` from now on, with
         `gained`'s state; others have nothing to do."""
 
     def close(self) -> None:

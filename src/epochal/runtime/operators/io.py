@@ -16,7 +16,7 @@ from ...errors import OperatorError
 from ...plan.specs import OnError, SourceSpec
 from ...state.replay import SplitCut
 from ..fault_points import fault_point
-from ..split_handover import PendingSplits, discovery_interval, split_move
+from ..splits import PendingSplits, discovery_interval, split_move
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
 from ..wire.batches import batch_len
 from ..wire.elements import Batch
@@ -61,7 +61,7 @@ class SourceOperator(RuntimeOperator):
     records late.
 
     With standby subtasks, a live rescale hands splits over at its rerouting barrier
-    (`runtime.split_handover`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
+    (`runtime.splits`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
     end when it has nothing to read, but once told `no_more_splits`.
 
     After a fallback to an older checkpoint, it replays the epochs since at their cuts
@@ -139,7 +139,7 @@ class SourceOperator(RuntimeOperator):
         """Whether splits may still come: found by the enumerator, or handed over."""
         return self.discovers or self._pending is not None or (self.hands_over and not self.no_more_splits)
 
-    # -- live rescale (`runtime.split_handover`) ---------------------------------------------------
+    # -- live rescale (`runtime.splits`) ---------------------------------------------------
     def hand_over(self, checkpoint_id: int, readers: int) -> WatermarkAdvance | None:
         """The rerouting barrier `checkpoint_id` went out, this subtask's snapshot fixed: from
         now on `readers` subtasks read. Give up the splits that are no longer this subtask's,

@@ -18,13 +18,13 @@ from ...state.contract import KeyedStateBackend, RawKeyGroupMaps
 from ...state.keygroups import KeyGroups
 from ...state.manifest import SubtaskState
 from ...state.sections import GroupCopies
-from ..columnar_count import ColumnarCounts
 from ..key_index import KeyIndex
 from ..keys import batch_keys, encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
 from ..wire.batches import to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
+from .columnar_count import ColumnarCounts
 
 
 class KeyedOperator(RuntimeOperator):

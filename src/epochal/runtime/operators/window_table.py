@@ -33,8 +33,9 @@ from ...state.keygroups import owned_key_group
 from ..windowing.aggregates import Values
 from ..windowing.columnar import python_list
 from ..windowing.engine import Windowing
-from ..windowing.table import Reduction, SliceTable, TableAdmission, value_dtype
-from ..windowing.table_fire import FiredColumns
+from ..windowing.table import SliceTable, TableAdmission
+from ..windowing.table_firing import FiredColumns
+from ..windowing.table_partials import Reduction, value_dtype
 from ..windowing.table_state import TABLE_STATE, GroupSlices
 
 _NAME_ROWS = 1 << 18  # window names kept repeated for runs of up to this many rows (all queries together)

@@ -72,7 +72,7 @@ class SubtaskCheckpointer:
     Args:
         task_id: the subtask, named in acknowledgements.
         task_name: for log lines.
-        key_groups: the key groups this subtask owns, recorded with its state.
+        key_groups: the key groups this subtask owns now (a live move changes them), recorded with its state.
         storage: where state files go; None keeps checkpoints in memory only (no files).
         background: runs the asynchronous part.
         chain: the task's operators, told what was written of their state.
@@ -84,7 +84,7 @@ class SubtaskCheckpointer:
         self,
         task_id: TaskId,
         task_name: str,
-        key_groups: KeyGroups,
+        key_groups: Callable[[], KeyGroups],
         storage: CheckpointStorage | None,
         background: BackgroundRunner,
         chain: Sequence[RuntimeOperator],
@@ -122,7 +122,7 @@ class SubtaskCheckpointer:
         A synchronous checkpoint (Naiad-style, `CheckpointConfig(mode="synchronous")`) writes
         before the task does anything else.
         """
-        storage, task_id, key_groups = self.storage, self.task_id, self.key_groups
+        storage, task_id, key_groups = self.storage, self.task_id, self.key_groups()
 
         def write() -> SnapshotWritten | SnapshotFailed:
             began = time.perf_counter()

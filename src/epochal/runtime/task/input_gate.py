@@ -26,7 +26,7 @@ ARROW_JOIN_ROWS = 65_536
 class InputChannel(Protocol):
     """The consumer's end of a channel: FIFO, non-blocking."""
 
-    priority: int  # unaligned barriers queued (`runtime.in_flight`)
+    priority: int  # unaligned barriers queued (`runtime.task.in_flight`)
 
     def poll(self) -> Any: ...
     def peek(self) -> Any: ...

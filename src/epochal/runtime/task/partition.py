@@ -3,7 +3,7 @@
 Forward keeps a subtask's records on the matching downstream subtask; rebalance sends whole
 batches round robin; broadcast sends every batch everywhere; key-group routing sends each record
 to the subtask that owns its key group (dissertation §4.2, key groups), vectorized on Arrow; which
-subtask owns which key group is a routing table that a live migration changes (`runtime.migration`).
+subtask owns which key group is a routing table that a live migration changes (`runtime.master.migrations`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Partitioner:
 
     def reroute(self, owners: Sequence[int]) -> None:
         """Route key groups to `owners[key_group]` from the next batch on (a live migration
-        switches at a barrier: `runtime.migration`)."""
+        switches at a barrier: `runtime.master.migrations`)."""
         owner = list(owners)
         self._owner = np.array(owner, dtype=np.int64)
         self._owner_list = owner  # for per-record routing: list indexing beats numpy scalars

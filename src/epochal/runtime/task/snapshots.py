@@ -35,7 +35,6 @@ from ...state.snapshot_files import (
 )
 from ...state.storage import CheckpointStorage
 from ..fault_points import fault_point
-from ..in_flight import IN_FLIGHT
 from ..operators import OperatorSnapshot
 from ..wire.messages import OperatorSubtaskState
 
@@ -163,22 +162,6 @@ def read_keyed_chain(
         is_delta, groups = decode_keyed_file(storage.read_file(handle), wanted, source=handle.path)
         apply_sections(out, is_delta, groups)
     return out
-
-
-def check_restored_operators(manifest: Manifest, uids: Iterable[str], allow_non_restored_state: bool) -> None:
-    """Refuse a start whose checkpoint holds state of an operator the job no longer has.
-
-    Operators are matched by uid; state nobody claims would be lost silently (Flink's rule).
-    """
-    known = set(uids)
-    # an unaligned checkpoint's in-flight logs (`in_flight`) belong to the vertex that logged them
-    orphans = sorted(op.uid for op in manifest.operators if op.uid.removesuffix(IN_FLIGHT) not in known)
-    if orphans and not allow_non_restored_state:
-        raise CheckpointError(
-            f"checkpoint {manifest.checkpoint_id} holds state of operator(s) {orphans} that this job "
-            "does not have; give the operators their old uids (stream.uid(...)), or start with "
-            "allow_non_restored_state=True to drop that state"
-        )
 
 
 def read_operator_restore(

@@ -16,12 +16,13 @@ from ...plan.specs import PartitionKind
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
 from ..clock import Clock
-from ..migration import routing_for
+from ..routing import routing_for
 from ..wire.channel import LocalChannel
 from .input_gate import InputChannel
 from .output_gate import OutputChannel, OutputGate
 from .partition import Partitioner
-from .task import Task, TaskSetup
+from .setup import TaskSetup
+from .task import Task
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ class Barrier:
     synchronous: bool = False  # write state before processing on (Naiad-style, for comparison)
     completed: int = 0  # the newest checkpoint complete when this one was triggered
     alignment: Alignment = Alignment.ALIGNED
-    # key groups move at this barrier: the routing table from here on (`runtime.migration`)
+    # key groups move at this barrier: the routing table from here on (`runtime.master.migrations`)
     reroute: RoutingTable | None = None
 
     @property

@@ -27,7 +27,7 @@ class TriggerCheckpoint:
     synchronous: bool = False  # halt after the barrier until the checkpoint ends
     completed: int = 0  # the newest complete checkpoint at trigger time (see Task._checkpoint)
     alignment: Alignment = Alignment.ALIGNED  # what the sources' barriers ask of every task
-    reroute: RoutingTable | None = None  # key groups move at this checkpoint (`runtime.migration`)
+    reroute: RoutingTable | None = None  # key groups move at this checkpoint (`runtime.master.migrations`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class AssignSplits:
     uid: str
     splits: tuple[Any, ...]
     # each split's index in the log, when every subtask is sent every split and keeps its own
-    # (`runtime.split_handover`: the owner rule follows the readers a live rescale changes)
+    # (`runtime.splits`: the owner rule follows the readers a live rescale changes)
     indices: tuple[int, ...] = ()
 
 
@@ -149,7 +149,7 @@ class StateAnswer:
 @dataclass(frozen=True, slots=True)
 class AdoptKeyGroups:
     """Checkpoint `manifest` moved key groups to this task: read their state from it, and go on
-    (`runtime.migration`). It may hold only the old owners' part of a checkpoint still under way."""
+    (`runtime.master.migrations`). It may hold only the old owners' part of a checkpoint still under way."""
 
     manifest: Manifest
 
@@ -157,7 +157,7 @@ class AdoptKeyGroups:
 @dataclass(frozen=True, slots=True)
 class PrepareKeyGroups:
     """Key groups will move to this task by `table`: read them ahead from checkpoint `manifest`
-    (pre-copy), off the processing path, and say when done (`runtime.migration`)."""
+    (pre-copy), off the processing path, and say when done (`runtime.master.migrations`)."""
 
     manifest: Manifest
     table: RoutingTable
@@ -184,7 +184,7 @@ class KeyGroupsAdopted:
 @dataclass(frozen=True, slots=True)
 class AdoptSplits:
     """Checkpoint `manifest` handed source splits to this task in a live rescale: take their
-    positions from it, and read them (`runtime.split_handover`)."""
+    positions from it, and read them (`runtime.splits`)."""
 
     manifest: Manifest
 

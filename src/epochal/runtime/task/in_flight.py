@@ -26,32 +26,21 @@ covers their back edges).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import CheckpointError
-from ..plan.job_graph import JobGraph, JobVertex
-from ..state.manifest import Manifest, OperatorState
-from ..state.savepoints import storage_for
-from ..state.snapshot_files import decode_operator_state
-from ..state.storage import CheckpointStorage
-from .wire.elements import Element
+from ...errors import CheckpointError
+from ...plan.job_graph import JobVertex
+from ...state.manifest import Manifest
+from ...state.savepoints import storage_for
+from ...state.snapshot_files import decode_operator_state
+from ...state.storage import CheckpointStorage
+from ..channel_state import InFlight, in_flight_uid, taken_elsewhere
+from ..operators import OperatorSnapshot
+from ..wire.elements import Barrier, Element, Watermark, is_batch
 
 if TYPE_CHECKING:
-    from .task.checkpointer import Snapshots
-
-IN_FLIGHT = "#in-flight"  # the suffix of the uid under which a vertex's in-flight logs are stored
-
-
-def in_flight_uid(vertex: JobVertex) -> str:
-    """The uid under which the manifest holds the in-flight logs of `vertex`'s subtasks."""
-    return vertex.chain[0].uid + IN_FLIGHT
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """One subtask's in-flight log of an unaligned checkpoint: (input, element) in arrival order."""
-
-    elements: tuple[tuple[int, Element], ...]
+    from .checkpointer import Snapshots
+    from .input_gate import InputGate
 
 
 @dataclass(slots=True)
@@ -103,23 +92,6 @@ class PendingSnapshots:
         return [p for p in done if p is not None]
 
 
-def _taken_elsewhere(op: OperatorState, vertex: JobVertex) -> bool:
-    """`op` holds in-flight data of `vertex` logged at another parallelism."""
-    return op.parallelism != vertex.parallelism and any(st.operator is not None for st in op.subtasks)
-
-
-def check_in_flight(manifest: Manifest, job: JobGraph) -> None:
-    """Refuse to restore in-flight logs at another parallelism than they were taken at."""
-    for vertex in job.vertices:
-        op = manifest.operator(in_flight_uid(vertex))
-        if op is not None and _taken_elsewhere(op, vertex):
-            raise CheckpointError(
-                f"checkpoint {manifest.checkpoint_id} is unaligned: it holds data in flight to "
-                f"{vertex.name!r} at parallelism {op.parallelism}, which cannot be restored at "
-                f"parallelism {vertex.parallelism}; rescale from a savepoint or an aligned checkpoint"
-            )
-
-
 def read_in_flight(
     storage: CheckpointStorage | None, manifest: Manifest, vertex: JobVertex, subtask: int
 ) -> list[tuple[int, Element]]:
@@ -127,7 +99,7 @@ def read_in_flight(
     op = manifest.operator(in_flight_uid(vertex))
     if op is None:
         return []
-    if _taken_elsewhere(op, vertex):
+    if taken_elsewhere(op, vertex):
         raise CheckpointError(  # the job master refuses this before any task starts (`check_in_flight`)
             f"{vertex.name}: checkpoint {manifest.checkpoint_id} holds data in flight at parallelism "
             f"{op.parallelism}, not {vertex.parallelism}"
@@ -140,3 +112,83 @@ def read_in_flight(
     state = decode_operator_state(storage_for(manifest, storage).read_file(handle), source=handle.path)
     assert isinstance(state, InFlight)
     return list(state.elements)
+
+
+class Checkpointing(Protocol):
+    """What an unaligned checkpoint needs of its task: the synchronous part of a checkpoint, and
+    the write of a snapshot once its in-flight log is whole."""
+
+    last_checkpoint: int
+
+    def abandon_alignment(self) -> None:
+        """Give up the aligned checkpoint under way (a savepoint's): a newer one overtook it."""
+        ...
+
+    def fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
+        """Fix every operator's state and forward the barrier; snapshots, alignment and sync ms."""
+        ...
+
+    def write(self, checkpoint_id: int, snapshots: Snapshots, alignment_ms: float, sync_ms: float) -> None:
+        """Write the snapshot off the processing path and acknowledge it."""
+        ...
+
+
+class UnalignedBarriers:
+    """A task's unaligned checkpoints: barriers taken out of the input queues ahead of the data
+    before them, and the in-flight log each snapshot carries until its inputs delivered it.
+
+    Args:
+        gate: the task's inputs, where barriers jump their queues (`take_priority_barrier`).
+        task: the task's checkpointing, called back for the synchronous part and the write.
+        uid: the uid under which the vertex's in-flight logs are stored (`in_flight_uid`).
+    """
+
+    def __init__(self, gate: InputGate, task: Checkpointing, uid: str) -> None:
+        self.gate = gate
+        self.task = task
+        self.uid = uid
+        self.pending = PendingSnapshots()
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def take_priority_barriers(self) -> None:
+        """Take every unaligned barrier out of its input queue, ahead of the data before it."""
+        for idx, channel in enumerate(self.gate.channels):
+            while channel.priority:
+                ahead, barrier = channel.take_priority_barrier()
+                self._on_barrier(idx, ahead, barrier)
+
+    def _on_barrier(self, idx: int, ahead: list[Element], barrier: Barrier) -> None:
+        """The first barrier of a checkpoint fixes the state at once; `ahead` (still queued, not yet
+        processed) is in flight for it, and for every snapshot still waiting on this input."""
+        cid = barrier.checkpoint_id
+        if cid not in self.pending and cid > self.task.last_checkpoint:
+            aligner = self.gate.aligner
+            if aligner.is_aligning:  # an older aligned checkpoint (a savepoint) is given up
+                self.task.abandon_alignment()
+            aligner.last_completed = cid
+            snapshots, _, sync_ms = self.task.fix_state(barrier)
+            waiting = set(aligner.regular - aligner.ended)
+            self.pending.hold(PendingSnapshot(cid, waiting, snapshots, 0.0, sync_ms))
+        for element in ahead:
+            self.log(idx, element)
+        self._done(self.pending.arrived(idx, cid))
+
+    def log(self, idx: int, element: Element) -> None:
+        """`element` arrived on input `idx`: data and watermarks are in flight for the snapshots
+        still waiting for that input."""
+        if self.pending and (is_batch(element) or type(element) is Watermark):
+            self.pending.log(idx, element)
+
+    def channel_ended(self, idx: int) -> None:
+        for pending in self.pending.channel_ended(idx):
+            self._done(pending)
+
+    def _done(self, pending: PendingSnapshot | None) -> None:
+        """Every input delivered the barrier: the snapshot goes out with its in-flight log."""
+        if pending is None:
+            return
+        in_flight = OperatorSnapshot(state=InFlight(tuple(pending.log)) if pending.log else None)
+        self.task.write(pending.checkpoint_id, [*pending.snapshots, (self.uid, in_flight)], pending.alignment_ms,
+                        pending.sync_ms)

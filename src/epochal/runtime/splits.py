@@ -1,7 +1,7 @@
-"""Source splits handed over in a live rescale: a source subtask's side.
+"""Source splits in a live rescale: who reads which split, and how splits change reader.
 
 A vertex that runs standby subtasks (`StreamEnvironment(max_workers=...)`) and shares the routing
-table of the keyed vertices (`runtime.migration`) reads split `i` of its split list (or of its
+table of the keyed vertices (`runtime.master.migrations`) reads split `i` of its split list (or of its
 split log, for a source that finds splits as it runs) at subtask `i % readers`, where *readers*
 is the table's active subtask count. A live rescale changes that count at a rerouting checkpoint
 `n`, and the splits change owner at the same barrier (dissertation §3.4, epochs; ChronoStream

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..state.contract import RawMapBackend
-from ..state.keygroups import owned_key_group
-from .key_index import GrowableArray, KeyIndex
+from ...state.contract import RawMapBackend
+from ...state.keygroups import owned_key_group
+from ..key_index import GrowableArray, KeyIndex
 
 
 class ColumnarCounts:
