@@ -8,11 +8,17 @@ carries it to the workers (`cluster.stage_task`).
 
 from __future__ import annotations
 
+import socket
 import ssl
 from dataclasses import dataclass, field
 
 from ..config import NetworkConfig
 from ..runtime.wire import tls
+from ..runtime.wire.handshake import HandshakeRefused, Role, secure_client
+from .protocol import JobMasterUnreachable
+
+CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
+UNREACHABLE = "the Spark workers cannot reach the job master"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +41,21 @@ class LinkGuard:
 
     def client_tls(self) -> ssl.SSLContext | None:
         return None if self.network.tls is None else tls.client_context(self.network.tls)
+
+    def connect_to_job_master(
+        self, address: tuple[str, int], worker: int, timeout: float = CONNECT_TIMEOUT
+    ) -> socket.socket:
+        """A connection to the job master, which listens before the stage is submitted, once it
+        proved it knows the job's secret: a refusal, a timeout or a wrong proof means this
+        executor cannot reach the job's job master, and retrying would not change that
+        (`JobMasterUnreachable`, its message starting with `UNREACHABLE`)."""
+        try:
+            sock = socket.create_connection(address, timeout=timeout)
+            return secure_client(sock, self.secret, Role.WORKER, Role.JOB_MASTER, self.timeout, self.client_tls())
+        except HandshakeRefused as exc:
+            reason = f"what answers there is not the job's job master: {exc}"
+        except OSError as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
+        raise JobMasterUnreachable(
+            f"{UNREACHABLE} at {address[0]}:{address[1]} from worker {worker} on {socket.gethostname()} ({reason})"
+        )

@@ -31,10 +31,16 @@ class MasterPort:
             guard.server_tls(), guard.timeout, guard.max_frame,
         )
         self._hellos: deque[Accepted] = deque()
+        self.workers_listening: dict[int, str] = {}  # worker → host:port of its data port (its hello says)
 
     @property
     def listening(self) -> str:
         return f"{self.address[0]}:{self.address[1]}"
+
+    def listening_status(self) -> tuple[tuple[str, str], ...]:
+        """This port and the workers' data ports, as `JobStatus.listening` shows them."""
+        workers = sorted(self.workers_listening.items())
+        return (("job master", self.listening), *((f"worker {w}", where) for w, where in workers))
 
     def poll(self) -> None:
         """Take and advance connections now (the host's loop, while an attempt runs)."""
@@ -49,6 +55,7 @@ class MasterPort:
             hello = accepted.hello
             if isinstance(hello, Hello) and hello.launch == launch:
                 accepted.link.peer = f"worker {hello.worker}"
+                self.workers_listening[hello.worker] = hello.listening
                 return hello, accepted.link
             accepted.link.close()  # a process of an earlier launch, still saying hello
         return None

@@ -188,7 +188,6 @@ class _StageHost:
         self.failed_at: float | None = None
         self.executor = executor
         self.live: dict[TaskId, TaskMetrics | tuple[Any, ...]] = {}
-        self.listening: dict[int, str] = {}  # worker → host:port of its data port
 
     # -- launches --------------------------------------------------------------------------------
     def _event(self, name: str) -> None:
@@ -258,14 +257,12 @@ class _StageHost:
             if hello is not None:
                 self._add_worker(*hello)
         self._event("connected")
-        self.master.control.publish(listening=(("job master", self.port.listening), *(
-            (f"worker {w}", self.listening[w]) for w in sorted(self.listening))))
+        self.master.control.publish(listening=self.port.listening_status())
 
     def _add_worker(self, hello: Hello, link: Link) -> None:
         old = self.links.pop(hello.worker, None)
         if old is not None:
             self._drop(old)
-        self.listening[hello.worker] = hello.listening
         self.links[hello.worker] = link
         self.incarnations[hello.worker] = hello.incarnation
         self.executor.worker_pids[hello.worker] = hello.pid

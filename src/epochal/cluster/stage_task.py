@@ -16,10 +16,10 @@ from typing import Any
 
 from ..plan.job_graph import JobGraph
 from ..runtime.gc_tuning import tuned_gc
-from .link_guard import LinkGuard
+from .link_guard import UNREACHABLE, LinkGuard
 from .snapshot_thread import snapshot_friendly_gil
 from .supervisor import supervise
-from .worker import UNREACHABLE, Worker
+from .worker import Worker
 
 
 def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int], secret: bytes) -> Any:

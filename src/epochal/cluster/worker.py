@@ -12,16 +12,13 @@ to the loop through a queue.
 A task that raises does not end the process: the worker reports it and waits for the job
 master to `Start` the next attempt (restoring a checkpoint, in place) or `Stop`.
 
-A worker that cannot connect to the job master (refused, or not within `CONNECT_TIMEOUT`) fails
+A worker that cannot connect to the job master (refused, or not within `link_guard.CONNECT_TIMEOUT`) fails
 its Spark task with `JobMasterUnreachable`, whose message starts with `UNREACHABLE`: the host
 recognises it in the stage's error and ends the job in one line instead of relaunching (the job
 master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
 So does a job master that does not prove it knows the job's secret (`runtime.wire.handshake`).
-
 Connections to the worker's port that fail the handshake are refused (`cluster.peers`) and
-reported to the job master (`LinkRefused`), which counts them; a link to a peer that breaks
-while both processes live (`PeerLost`) makes the job master restart the attempt in place,
-which links the two again.
+reported (`LinkRefused`); a link to a peer that breaks is reported too (`PeerLost`).
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ from ..runtime.task.setup import TaskState
 from ..runtime.task.task import Task
 from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..runtime.wire.channel import LocalChannel
-from ..runtime.wire.handshake import HandshakeRefused, Role, secure_client
 from ..runtime.wire.messages import AcknowledgeCheckpoint
 from ..runtime.wire.network import (
     BACKUP,
@@ -69,7 +65,6 @@ from .peers import LISTENER, PeerLinks
 from .protocol import (
     FromTask,
     Hello,
-    JobMasterUnreachable,
     LinkRefused,
     PeerLost,
     Progress,
@@ -86,30 +81,10 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 0.005
 WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
-CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
-UNREACHABLE = "the Spark workers cannot reach the job master"
 
 
 def worker_of(task: TaskId) -> int:
     return task.subtask
-
-
-def connect_to_job_master(
-    address: tuple[str, int], worker: int, guard: LinkGuard, timeout: float = CONNECT_TIMEOUT
-) -> socket.socket:
-    """A connection to the job master, which listens before the stage is submitted, once it
-    proved it knows the job's secret: a refusal, a timeout or a wrong proof means this executor
-    cannot reach the job's job master, and retrying would not change that."""
-    try:
-        sock = socket.create_connection(address, timeout=timeout)
-        return secure_client(sock, guard.secret, Role.WORKER, Role.JOB_MASTER, guard.timeout, guard.client_tls())
-    except HandshakeRefused as exc:
-        reason = f"what answers there is not the job's job master: {exc}"
-    except OSError as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
-    raise JobMasterUnreachable(
-        f"{UNREACHABLE} at {address[0]}:{address[1]} from worker {worker} on {socket.gethostname()} ({reason})"
-    )
 
 
 class Worker:
@@ -170,7 +145,7 @@ class Worker:
     def connect(self) -> None:
         """Connect to the driver and, at launch, to every peer (lower index accepts, higher
         connects); a later incarnation makes its peer links when its first `Start` names them."""
-        sock = connect_to_job_master(self.driver_address, self.index, self.guard)
+        sock = self.guard.connect_to_job_master(self.driver_address, self.index)
         sock.settimeout(60)
         host, port = self.peers.listener.getsockname()[:2]
         hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid(), f"{host}:{port}")

@@ -10,11 +10,9 @@ object store has no rename, so there the commit copies the staged object to its 
 commit cut short did so already, then deletes it: the copy appears whole, and a repeat is as
 harmless as a repeated rename.
 
-The sink is idempotent per epoch: the visible name of subtask `s`'s file of checkpoint `n` is
-`part-<s>-<n>-<lineage>.<ext>`, the lineage being the run's (`SinkWriter.set_lineage`, kept in the
-sink's checkpointed state), so the name says which epoch of which run the file holds. An epoch
-replayed after a fallback to an older checkpoint (cut where the first run cut it) finds its name
-taken and is skipped: its staged file is dropped, the committed one stays.
+Idempotent per epoch: subtask `s`'s file of checkpoint `n` is `part-<s>-<n>-<lineage>.<ext>`
+(the run's lineage: `SinkWriter.set_lineage`), and an epoch replayed at its cut after a fallback
+finds its name taken: skipped, its staged file dropped.
 
 A fresh run cannot know what an earlier run committed into the same directory, so before the job
 starts (`FileSink.check`) the sink's `mode` decides, as Spark's save modes do: `"error"` refuses

@@ -15,11 +15,9 @@ Deviation (for bounded inputs): a task whose inputs have all ended can no longer
 barriers, so the coordinator triggers it directly, like a source; once every task has ended,
 a final checkpoint commits the last epoch and the job finishes.
 
-After a fallback to an older checkpoint, an attempt first replays the epochs since at their cuts
-(`state.replay`): the coordinator triggers those checkpoints, with their ids, one after the other
-and at once (each source holds the barrier until it reached the cut), and periodic checkpoints
-only after. A replayed checkpoint that does not complete fails the attempt: the cuts after it
-could not be kept.
+After a fallback, an attempt first replays the refused epochs at their cuts (`state.replay`):
+their checkpoints are triggered first, under their ids, one at a time; one that does not
+complete fails the attempt.
 """
 
 from __future__ import annotations
@@ -193,13 +191,11 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
-        self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, not triggered yet
-        self.replayed: set[int] = set()  # ids of epochs replayed at their cuts
+        self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, to trigger first
+        self.replayed: set[int] = set()
 
     def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
-        """Trigger these checkpoints first, by these ids: epochs replayed at their cuts."""
-        self._replays = deque(sorted(checkpoint_ids))
-        self.replayed = set(checkpoint_ids)
+        self._replays, self.replayed = deque(sorted(checkpoint_ids)), set(checkpoint_ids)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -369,10 +365,8 @@ class CheckpointCoordinator:
         self.on_aborted(aborted)
         if pending.checkpoint_id in self.replayed:  # its cut is lost: so are the cuts after it
             self.stop(AbortReason.TASK_FAILED)
-            self.on_failure(ReplayAbandoned(
-                f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was aborted ({reason.value}: "
-                f"{detail}); the job restores the checkpoint before it again, without replaying at the cuts"
-            ))
+            self.on_failure(ReplayAbandoned(f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was "
+                                            f"aborted ({reason.value}: {detail}); restoring without its cut"))
             return
         if pending.reroutes:  # the tasks switched at its barrier: only a restore undoes that
             self.stop(AbortReason.TASK_FAILED)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...plan.job_graph import JobVertex
 from ...state.keygroups import RoutingTable
-from ...state.replay import EpochReplay
+from ...state.manifest import Manifest
 from ..operators import RuntimeOperator, SourceOperator
 from ..splits import may_gain_splits
 from ..watermarks import END_OF_TIME, NO_WATERMARK, WatermarkAdvance
@@ -32,19 +32,21 @@ class SourceInput:
     """The source at the head of a task's chain, and what halts or feeds it."""
 
     def __init__(self, source: SourceOperator, chain: OperatorChain, vertex: JobVertex,
-                 routing: RoutingTable | None) -> None:
+                 routing: RoutingTable | None, restore: Manifest | None = None) -> None:
         self.source = source
         self.chain = chain
         self.parallelism = vertex.parallelism
         source.hands_over = may_gain_splits(vertex, routing)  # a live rescale may hand it splits
         self.halted_for: int | None = None  # a synchronous checkpoint this source waits for
         self.held: TriggerCheckpoint | None = None  # a replayed epoch's trigger, until the cut
+        if restore is not None and restore.replay is not None:  # epochs replayed at their cuts
+            source.replay_to(restore.replay.cuts_of(source.uid))
 
     @staticmethod
-    def of(first: RuntimeOperator, chain: OperatorChain, vertex: JobVertex,
-           routing: RoutingTable | None) -> SourceInput | None:
+    def of(first: RuntimeOperator, chain: OperatorChain, vertex: JobVertex, routing: RoutingTable | None,
+           restore: Manifest | None = None) -> SourceInput | None:
         """The source input of a chain whose first operator is a source; else None."""
-        return SourceInput(first, chain, vertex, routing) if isinstance(first, SourceOperator) else None
+        return SourceInput(first, chain, vertex, routing, restore) if isinstance(first, SourceOperator) else None
 
     def handlers(self, owner: KeyGroupOwner) -> dict[type, Callable[[Any], None]]:
         """The control messages about its splits."""
@@ -75,9 +77,6 @@ class SourceInput:
         return True
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def replay_to(self, replay: EpochReplay) -> None:
-        self.source.replay_to(replay.cuts_of(self.source.uid))
-
     def holds(self, trigger: TriggerCheckpoint, running: bool) -> bool:
         """Whether `trigger` waits until the source reached its cut (kept in `held`)."""
         if running and self.source.holds(trigger.checkpoint_id):

@@ -89,7 +89,7 @@ class Task:
             setup.storage, setup.max_parallelism, setup.send,
         )
         first = self.chain.first
-        self.source = SourceInput.of(first, self.chain, setup.vertex, setup.routing)
+        self.source = SourceInput.of(first, self.chain, setup.vertex, setup.routing, setup.restore_from)
         self.head: IterationHeadOperator | None = first if isinstance(first, IterationHeadOperator) else None
         self.gate = InputGate(
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
@@ -134,8 +134,6 @@ class Task:
             return read_operator_restore(storage, manifest, op.uid, self.key_groups, setup.max_parallelism)
 
         self.chain.open(ctx, restored)
-        if manifest is not None and manifest.replay is not None and self.source is not None:
-            self.source.replay_to(manifest.replay)  # epochs replayed at their cuts (`state.replay`)
         if manifest is not None:
             self._replay.extend(read_in_flight(storage, manifest, setup.vertex, self.id.subtask))
             self.last_checkpoint = self.last_notified = manifest.checkpoint_id
