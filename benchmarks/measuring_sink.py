@@ -127,6 +127,11 @@ class Measured:
     latency: list[tuple[float, int, float, float | None]]  # (bucket start, records, worst, mean)
     spans: dict[int, list[Span]] = field(default_factory=dict)  # key group → its spans, by first output
     writers: list[tuple[float, int]] = field(default_factory=list)  # (created, subtask)
+    written: dict[int, dict[int, int]] = field(default_factory=dict)  # subtask → bucket → records it wrote
+
+    def records(self, subtask: int, since: float, until: float) -> int:
+        """Records subtask `subtask`'s writers wrote in the buckets that start in `[since, until)`."""
+        return sum(n for b, n in self.written.get(subtask, {}).items() if since <= b * BUCKET < until)
 
     def worst_latency(self, since: float, until: float) -> float | None:
         """The worst latency of the buckets in `[since, until)`."""
@@ -189,6 +194,7 @@ def read(directory: str) -> Measured:
     latency: dict[int, list[float]] = {}
     spans: dict[int, list[Span]] = {}
     writers = []
+    written: dict[int, dict[int, int]] = {}
     for path in glob.glob(os.path.join(directory, "out-*.jsonl")):
         buckets: dict[int, dict[str, Any]] = {}
         subtask = -1
@@ -205,6 +211,8 @@ def read(directory: str) -> Measured:
                     buckets[line["b"]] = line  # the last line of a bucket holds it all
         for b, line in buckets.items():
             n, worst, total = line["lat"]
+            mine = written.setdefault(subtask, {})
+            mine[b] = mine.get(b, 0) + int(n)
             acc = latency.setdefault(b, [0, 0.0, 0.0])
             acc[0] += n
             acc[1] = max(acc[1], worst)
@@ -212,14 +220,15 @@ def read(directory: str) -> Measured:
             for group, (first, last, inner) in line["g"].items():
                 spans.setdefault(int(group), []).append(Span(first, last, inner, subtask))
     merged = sorted((b * BUCKET, int(n), worst, total / n if n else None) for b, (n, worst, total) in latency.items())
-    return Measured(merged, {g: sorted(s, key=lambda span: span.first) for g, s in spans.items()}, sorted(writers))
+    return Measured(merged, {g: sorted(s, key=lambda span: span.first) for g, s in spans.items()}, sorted(writers),
+                    written)
 
 
 def relative(measured: Measured, start: float) -> Measured:
     """`measured` with its output times and writers' creation as seconds since `start`."""
     spans = {g: [Span(s.first - start, s.last - start, s.inner_gap, s.subtask) for s in ss]
              for g, ss in measured.spans.items()}
-    return Measured(measured.latency, spans, [(c - start, s) for c, s in measured.writers])
+    return Measured(measured.latency, spans, [(c - start, s) for c, s in measured.writers], measured.written)
 
 
 def load(directory: str, start: float) -> Measured:

@@ -42,10 +42,6 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from .runner import ROOT, benchmark, pyplot, save_figure, timed_execute
 from .spark_subprocess import run_on_spark
 
@@ -117,9 +113,11 @@ def load_queries(directory: str | None = None, only: Sequence[str] | None = None
 # -- Epochal ----------------------------------------------------------------------------------------
 
 
-def epochal_env(module: ModuleType, events: int, parallelism: int, checkpoints: str, session: Any = None) -> Any:
+def epochal_env(module: ModuleType, events: int, parallelism: int, checkpoints: str, session: Any = None,
+                files: str | None = None) -> Any:
     """The query's job over N generated events: the examples' source and watermarks (the harness:
-    one split per source subtask, watermarks on `dateTime`), 1 s checkpoints, a discarding sink."""
+    one split per source subtask, watermarks on `dateTime`), 1 s checkpoints, a discarding sink.
+    With `files`, the events are read from the Parquet files Spark SS reads (`write_events`)."""
     from epochal import CheckpointConfig, StreamEnvironment
 
     from . import workloads as w
@@ -128,7 +126,10 @@ def epochal_env(module: ModuleType, events: int, parallelism: int, checkpoints: 
                             batch_size=BATCH,
                             checkpoint=CheckpointConfig(interval=CHECKPOINT_INTERVAL, directory=checkpoints))
     examples = harness(os.path.dirname(os.path.abspath(module.__file__ or QUERIES_DIR)))
-    stream = examples.event_stream(env, examples.source(events, splits=parallelism, seed=SEED))
+    if files is not None:
+        stream = examples.file_stream(env, files)
+    else:
+        stream = examples.event_stream(env, examples.source(events, splits=parallelism, seed=SEED))
     module.query(stream).sink_to(w.NullSink(), name="results")
     return env
 
@@ -139,11 +140,13 @@ def watermark_delay(directory: str | None = None) -> float:
     return float(examples.watermarks(examples.source(1, splits=1, seed=SEED)).spec.max_delay)
 
 
-def run_epochal(module: ModuleType, events: int, parallelism: int = 1, session: Any = None) -> dict[str, Any]:
+def run_epochal(module: ModuleType, events: int, parallelism: int = 1, session: Any = None,
+                files: str | None = None) -> dict[str, Any]:
     """One timed run; in-process the whole execute(), on Spark from every worker running to the end."""
     checkpoints = tempfile.mkdtemp(prefix="epochal-nexmark-chk-")
     try:
-        job = epochal_env(module, events, parallelism, checkpoints, session).job_graph(f"nexmark-{module.NAME}")
+        job = epochal_env(module, events, parallelism, checkpoints, session, files).job_graph(
+            f"nexmark-{module.NAME}")
         startup = None
         cpu = cpu_seconds()
         if session is None:
@@ -205,12 +208,12 @@ def _used(before: float | None, after: float | None) -> float | None:
     return None if before is None or after is None else round(after - before, 3)
 
 
-def profile_epochal(module: ModuleType, events: int, top: int = 12) -> dict[str, Any]:
+def profile_epochal(module: ModuleType, events: int, top: int = 12, files: str | None = None) -> dict[str, Any]:
     """Where an in-process run's time goes: shares by area, and the top functions by cumulative time."""
     profiler = cProfile.Profile()
     checkpoints = tempfile.mkdtemp(prefix="epochal-nexmark-prof-")
     try:
-        env = epochal_env(module, events, 1, checkpoints)
+        env = epochal_env(module, events, 1, checkpoints, files=files)
         profiler.enable()
         env.execute(f"nexmark-{module.NAME}-profile")
         profiler.disable()
@@ -274,34 +277,10 @@ def _wrapper(path: str, fn: str) -> bool:
 # -- Spark Structured Streaming ---------------------------------------------------------------------
 
 
-def flatten(events: pa.RecordBatch) -> pa.Table:
-    """Nexmark events with one top-level column per field (`p_`, `a_`, `b_` + the Nexmark name),
-    null where the row is of another kind; dictionary columns as strings: what Spark reads best."""
-    columns: dict[str, pa.Array] = {"kind": events.column("kind"), "dateTime": events.column("dateTime")}
-    for struct, prefix in (("person", "p_"), ("auction", "a_"), ("bid", "b_")):
-        column = events.column(struct)
-        for field, values in zip(column.type, column.flatten()):
-            if field.name == "dateTime":
-                continue  # the top-level dateTime
-            if pa.types.is_dictionary(field.type):
-                values = pc.cast(values, field.type.value_type)
-            columns[prefix + field.name] = values
-    return pa.table(columns)
-
-
 def write_events(directory: str, events: int) -> list[str]:
-    """The source's events, generated once, as Parquet files of FILE_EVENTS in event order."""
-    from epochal.connectors.nexmark import NexmarkSource
-
-    source = NexmarkSource(events=events, seed=SEED)
-    os.makedirs(directory, exist_ok=True)
-    paths, first = [], time.time() - 3600
-    for i, start in enumerate(range(0, events, FILE_EVENTS)):
-        path = os.path.join(directory, f"part-{i:04d}.parquet")
-        pq.write_table(flatten(source.slots(start, min(events, start + FILE_EVENTS))), path)
-        os.utime(path, (first + i, first + i))  # Spark's file source takes files by modification time
-        paths.append(path)
-    return paths
+    """The source's events, generated once, as flattened Parquet files of FILE_EVENTS in event
+    order (the harness's `write_files`): what Spark SS reads, and Epochal too (`file_stream`)."""
+    return harness().write_files(directory, events, seed=SEED, file_events=FILE_EVENTS)
 
 
 # Queries Spark SS cannot run, and why (each was also tried: the report quotes Spark's error).
@@ -446,14 +425,16 @@ def run_spark_ss(session: Any, name: str, directory: str, events: int, timeout: 
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def epochal_spark_part(session: Any, names: list[str], events: int, queries_dir: str, reps: int) -> dict[str, Any]:
-    """Epochal on Spark, in a child process (`run_on_spark`): each query, best of `reps`, after an
-    untimed run on WARMUP_EVENTS events, as in-process."""
+def epochal_spark_part(session: Any, names: list[str], events: int, queries_dir: str, reps: int,
+                       files: str, warmup: str) -> dict[str, Any]:
+    """Epochal on Spark, in a child process (`run_on_spark`): each query over the files, best of
+    `reps`, after an untimed run over the `warmup` files, as in-process."""
     modules = load_queries(queries_dir, names)
     out: dict[str, Any] = {}
     for name, module in modules.items():
-        _guarded(run_epochal, module, min(events, WARMUP_EVENTS), SPARK_WORKERS, session)
-        out[name] = _best([_guarded(run_epochal, module, events, SPARK_WORKERS, session) for _ in range(reps)])
+        _guarded(run_epochal, module, min(events, WARMUP_EVENTS), SPARK_WORKERS, session, warmup)
+        out[name] = _best([_guarded(run_epochal, module, events, SPARK_WORKERS, session, files)
+                           for _ in range(reps)])
     return out
 
 
@@ -511,27 +492,30 @@ def measure(events: int, directory: str, spark: bool = True, reps: int = 1, quer
     """Every query present on every system, on one stream of `events` events."""
     queries_dir = queries_dir or QUERIES_DIR
     modules = load_queries(queries_dir, only)
+    files = os.path.join(directory, "events")
+    started = time.perf_counter()
+    written = len(write_events(files, events))
+    files_seconds = round(time.perf_counter() - started, 1)
+    warmup = os.path.join(directory, "warmup")
+    write_events(warmup, min(events, WARMUP_EVENTS))
     rows: list[dict[str, Any]] = []
     for name, module in modules.items():
-        run_epochal(module, min(events, WARMUP_EVENTS))  # imports, the generator's text pools, caches
-        best = _best([run_epochal(module, events) for _ in range(reps)])
+        run_epochal(module, min(events, WARMUP_EVENTS), files=warmup)  # imports, caches
+        runs = [run_epochal(module, events, files=files) for _ in range(reps)]  # the same files as Spark SS
+        generated = [run_epochal(module, events) for _ in range(reps)]  # the generator in the job
         rows.append({"query": name, "description": module.DESCRIPTION, "flink_13": FLINK_13.get(name),
-                     "epochal": best})
+                     "epochal": _best(runs), "epochal_generated": _best(generated)})
     result: dict[str, Any] = {
         "events": events, "seed": SEED, "watermark_delay": watermark_delay(queries_dir), "batch": BATCH,
         "checkpoint_interval": CHECKPOINT_INTERVAL, "reps": reps, "spark_master": SPARK_MASTER,
         "file_events": FILE_EVENTS, "spark_query_timeout": SPARK_QUERY_TIMEOUT, "rows": rows,
-        "flink_setup": FLINK_SETUP,
+        "flink_setup": FLINK_SETUP, "files": written, "files_seconds": files_seconds,
+        "load": os.getloadavg(),
     }
     if spark:
-        files = os.path.join(directory, "events")
-        started = time.perf_counter()
-        result["files"] = len(write_events(files, events))
-        result["files_seconds"] = round(time.perf_counter() - started, 1)
-        warmup = os.path.join(directory, "warmup")
-        write_events(warmup, min(events, WARMUP_EVENTS))
         parts = [("epochal_spark", "epochal_spark_part", {"names": list(modules), "events": events,
-                                                          "queries_dir": queries_dir, "reps": reps})]
+                                                          "queries_dir": queries_dir, "reps": reps,
+                                                          "files": files, "warmup": warmup})]
         parts += [(name, "spark_ss_part", {"name": name, "events": events, "directory": files, "warmup": warmup,
                                            "queries_dir": queries_dir, "query_timeout": SPARK_QUERY_TIMEOUT,
                                            "reps": reps})
@@ -548,9 +532,12 @@ def measure(events: int, directory: str, spark: bool = True, reps: int = 1, quer
                     row["epochal_spark"] = found[name]
             else:
                 by_query[what]["spark_ss"] = found
+    profiled = os.path.join(directory, "profiled")
+    write_events(profiled, min(events, profile_events))
     for row in rows:
         if shortfalls(row):
-            row["profile"] = _guarded(profile_epochal, modules[row["query"]], min(events, profile_events))
+            row["profile"] = _guarded(profile_epochal, modules[row["query"]], min(events, profile_events), 12,
+                                      profiled)
     return result
 
 
@@ -670,14 +657,17 @@ def _summary(result: dict[str, Any]) -> str:
         + " Same machine, same run:",
         "",
         f"- **Epochal in-process**: parallelism 1 (one core), batches of {result['batch']:,} events, "
-        f"checkpoints every {result['checkpoint_interval']:g} s to a temporary directory, a sink that discards.",
-        f"- **Epochal on Spark**: `{result['spark_master']}`, parallelism {SPARK_WORKERS} (one split per worker), "
-        "the same checkpoints and sink; events/s from every worker running to the job finished ÷ 2. The "
+        f"checkpoints every {result['checkpoint_interval']:g} s to a temporary directory, a sink that discards; "
+        "reading the same Parquet files Spark SS reads (`ParquetSource(in_order=True)`, each batch put back in "
+        "the stream's layout, `connectors.nexmark.flat.unflatten`), and, in its own column, generating the "
+        "events in the job (`NexmarkSource`, as the Nexmark project's Flink runs do).",
+        f"- **Epochal on Spark**: `{result['spark_master']}`, parallelism {SPARK_WORKERS}, the same files (every "
+        "other file a worker), checkpoints and sink; events/s from every worker running to the job finished ÷ 2. The "
         "stage's start-up (execute() to every worker running) is excluded and shown apart.",
         f"- **Spark SS**: Structured Streaming on `{result['spark_master']}` ({SPARK_WORKERS} shuffle "
-        "partitions): the same events generated once by the source's generator (before the clock starts: "
-        "Epochal's figures include generating its input, Spark SS's do not), flattened to top-level "
-        f"columns, written as {result.get('files', '—')} Parquet files of {result['file_events']:,} events, read "
+        "partitions): the same events generated once by the source's generator (before any clock starts), "
+        f"flattened to top-level columns, written as {result.get('files', '—')} Parquet files of "
+        f"{result['file_events']:,} events, read "
         "with `readStream.schema(...).parquet(dir)` and `withWatermark`; the query in DataFrame form after the "
         "Nexmark project's Flink SQL, `noop` sink, `trigger(availableNow=True)`, one file per micro-batch (a "
         "micro-batch is Spark's checkpoint); each query in a session of its own (a JVM with a "
@@ -691,9 +681,10 @@ def _summary(result: dict[str, Any]) -> str:
         "every second (theirs every 3 minutes). Their per-core figure divides by the cores their workers "
         "used; ours by the cores given. Read the column as a reference point, not a measurement beside ours.",
         "",
-        "| query | Epochal in-process /core | Epochal on Spark /core (start-up) | Spark SS /core | Flink 1.13 "
-        "/core (published) | in-process ÷ Flink | in-process ÷ Spark SS | results: Epochal / Spark SS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| query | Epochal in-process /core | Epochal in-process, generating /core | Epochal on Spark /core "
+        "(start-up) | Spark SS /core | Flink 1.13 /core (published) | in-process ÷ Flink | in-process ÷ Spark SS | "
+        "results: Epochal / Spark SS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for r in result["rows"]:
@@ -712,7 +703,8 @@ def _summary(result: dict[str, Any]) -> str:
             notes.append(f"- {r['query']} is not expressible in Spark SS: {ss['reason']}{said}.")
         counts = f"{r['epochal']['results']:,} / " + (f"{ss['results']:,}" if ss.get("finished") else "—")
         lines.append(
-            f"| {r['query']} | {_k(mine)} | {spark_cell} | {_spark_ss_cell(r)} | {_k(r['flink_13'])} | "
+            f"| {r['query']} | {_k(mine)} | {_k(_per_core(r, 'epochal_generated'))} | {spark_cell} | "
+            f"{_spark_ss_cell(r)} | {_k(r['flink_13'])} | "
             f"{_ratio(mine, r['flink_13'])} | {_ratio(mine, _per_core(r, 'spark_ss'))} | {counts} |")
     lines += ["", "Queries, as the examples describe them:", ""]
     lines += [f"- {r['query']}: {r['description']}" for r in result["rows"]]
@@ -730,7 +722,7 @@ def _summary(result: dict[str, Any]) -> str:
     lines += ["", "Spark SS emits a window only once a later micro-batch's watermark passes its end, and has no "
               "end of input: the windows of the last seconds are never emitted, so its result counts of "
               "windowed queries are lower than Epochal's (which fires them at the end of the input).",
-              "", "Targets (issue 17):", ""]
+              "", "Targets (issues 17 and 36; against Spark SS, Epochal reading the same files):", ""]
     lines += [f"- {v}" for v in verdicts(result)]
     for r in result["rows"]:
         prof = r.get("profile")

@@ -9,7 +9,15 @@ checkpoints. At `KILL_AT` seconds worker 1 is SIGKILLed, three ways:
   its peer from the peer's copies (the survivor reads its own copies too), then moves them back;
 - *new process, from storage*: no backups; the same kill; every worker restores from storage;
 - *stage relaunch*: no backups; the whole Spark task (the supervisor) is killed, as when an
-  executor is lost: Spark fails the barrier stage and the job master submits a new one.
+  executor is lost: Spark fails the barrier stage and the job master submits a new one;
+- *survivors run on* (issue 37): `RecoveryConfig(survivors=True)`, no backups; the same kill of
+  the worker's process; only its tasks restore (from storage, in its new process) while worker
+  0's run on, replaying to it what they sent since the checkpoint and dropping what it sends
+  again (`runtime.master.survivors`).
+
+Issue 37's figures for the last: the records the survivor's sink wrote from the kill until the
+lost groups were back, against the same in the rollback scenarios; the longest gap of the groups
+that were *not* lost (target: none beyond the steady worst); the lost groups back within 1 s.
 
 `measuring_sink` measures latency (sink time − due time) and key groups' output times; it is not
 transactional, so what is replayed is measured again. Issue 18's target is per key group: the
@@ -55,16 +63,34 @@ class Scenario:
     name: str
     replicas: int
     whole_task: bool  # kill the Spark task (its supervisor), not only the worker's process
+    survivors: bool = False  # RecoveryConfig(survivors=True): only the lost worker's tasks restore
 
 
 SCENARIOS = (Scenario("peer backups", 1, False), Scenario("new process, from storage", 0, False),
-             Scenario("stage relaunch", 0, True))
+             Scenario("stage relaunch", 0, True), Scenario("every task rolls back (unmerged)", 0, False, False),
+             Scenario("survivors run on (unmerged)", 0, False, True))
+UNMERGED = SCENARIOS[3:]  # run on the job without the union (`_unmerged`)
 
 
-def _graph(spark: Any, directory: str, source: Any, sink: Any, replicas: int, name: str) -> Any:
+def _unmerged(env: Any, hot: Any, sink: Any, size_mb: float) -> None:
+    """`migration`'s job with its two sources not merged by a union: the hot keys' counts and the
+    cold keys' in two keyed operators. A union's output interleaves its inputs in an order no
+    restore repeats, so survivors cannot drop what it sends again (`runtime.master.survivors`);
+    straight from their sources, they can."""
+    cold = env.from_source(migration.ColdKeys(int(size_mb * 1024 * 1024) // migration.BLOB))
+    cold.key_by(migration._key).reduce(migration._count, name="cold").filter(migration._measured).sink_to(sink)
+    (env.from_source(hot).map(migration._hot).key_by(migration._key).reduce(migration._count).filter(
+        migration._measured).sink_to(sink))
+
+
+def _graph(spark: Any, directory: str, source: Any, sink: Any, replicas: int, name: str,
+           survivors: bool = False, unmerged: bool = False) -> Any:
+    from epochal import RecoveryConfig
+
     env = elasticity.environment(spark, elasticity.PARALLEL, os.path.join(directory, "ckpt"),
                                  backup_replicas=replicas, compact_every=migration.COMPACT_EVERY)
-    migration.build(env, source, sink, SIZE_MB)
+    env.recovery = RecoveryConfig(survivors=survivors)
+    (_unmerged if unmerged else migration.build)(env, source, sink, SIZE_MB)
     return env.job_graph(name)
 
 
@@ -87,7 +113,7 @@ def kill_once(spark: Any, directory: str, scenario: Scenario) -> dict[str, Any]:
     start = time.time() + 10.0 + SIZE_MB / 20  # the input is due from here: the cold keys load meanwhile
     source = elasticity.PacedSplit(int(RATE * 3600), RATE, start)
     graph = _graph(spark, directory, source, measuring_sink.MeasuringSink(lat, start, RATE), scenario.replicas,
-                   "recovery")
+                   "recovery", scenario.survivors, scenario in UNMERGED)
     killed: dict[str, float] = {}
 
     def kill(executor: Any) -> None:
@@ -99,6 +125,7 @@ def kill_once(spark: Any, directory: str, scenario: Scenario) -> dict[str, Any]:
     executor, neighbours = _run(spark, graph, start + RUN_S, kill)
     measured = measuring_sink.load(lat, start)
     return {"scenario": scenario.name, "replicas": scenario.replicas, "whole_task": scenario.whole_task,
+            "survivors": scenario.survivors, "survivor_recoveries": executor.survivor_recoveries,
             "neighbour_cores": neighbours,
             **kill_figures(measured, killed["at"]),
             "recovery_s": executor.recovery_seconds, "local_restore_bytes": executor.local_restore_bytes,
@@ -121,7 +148,16 @@ def kill_figures(measured: measuring_sink.Measured, at: float) -> dict[str, Any]
     until = at + AFTER_KILL
     gaps = measured.gaps(at, until)
     steady_gaps = measured.gaps(elasticity.STEADY_FROM, at, ended=True)
+    back = max(known) if known and len(known) == len(lost) else AFTER_KILL
+    kept = [gap for group, gap in gaps.items() if group not in set(lost)]
     return {
+        # issue 37: what the survivor (worker 0's sink) wrote until the lost groups were back, and
+        # the longest gap of the groups that were not lost
+        "survivor_records_in_recovery": measured.records(0, steady_until(at), at + back),
+        "survivor_records_steady_per_s": measured.records(0, elasticity.STEADY_FROM, steady_until(at))
+        / max(1e-9, steady_until(at) - elasticity.STEADY_FROM),
+        "recovery_window_s": back + (at - steady_until(at)),
+        "kept_worst_gap_s": max(kept, default=None),
         "killed_at": at, "lost_groups": len(lost), "lost_never": len(lost) - len(known),
         "lost_silent_s": {g: None if silent.get(g) is None else round(silent[g] or 0.0, 5) for g in lost},
         "lost_worst_silent_s": max(known) if known and len(known) == len(lost) else None,
@@ -207,6 +243,33 @@ def why_peer_recovery_costs(result: dict[str, Any]) -> list[str]:
             "is slower to read."]
 
 
+def _survivor_share(k: dict[str, Any]) -> str:
+    """What the survivor wrote from the kill until the lost groups were back, and its share of what it
+    writes in that long steadily."""
+    records, steady = k.get("survivor_records_in_recovery"), k.get("survivor_records_steady_per_s")
+    if records is None or not steady:
+        return "-"
+    return f"{records:,} ({100 * records / (steady * k['recovery_window_s']):.0f} %)"
+
+
+def _survivors_lines(result: dict[str, Any]) -> list[str]:
+    """Issue 37's targets, read from the survivors' run."""
+    k = next((k for k in result["kills"] if k.get("survivors")), None)
+    if k is None:
+        return []
+    ran_on = bool(k["survivor_recoveries"])
+    back, kept, steady = k["lost_worst_silent_s"], k.get("kept_worst_gap_s"), k["steady_worst_gap_s"]
+    return ["", (
+        "Survivors without a rollback (issue 37): "
+        + ("only the lost worker's tasks restored" if ran_on else "**every task rolled back** (the plan refused)")
+        + f"; the survivor wrote {_survivor_share(k)} of its steady output while the lost groups recovered; "
+        f"the groups that were not lost went at most {elasticity.ms(kept)} ms without output against a steady "
+        f"worst of {elasticity.ms(steady)} ms (target: none beyond it, "
+        f"{_verdict(kept is not None and steady is not None and kept <= steady)}); the lost groups were back "
+        f"after {elasticity.ms(back)} ms (target ≤ 1 s, {_verdict(back is not None and back <= TARGET_S)})."
+    )]
+
+
 def neighbours_note(pair: dict[str, Any]) -> str:
     busy = pair.get("neighbour_cores")
     return "" if busy is None or busy < 0.1 else f" ({busy:.1f} cores busy elsewhere)"
@@ -229,9 +292,9 @@ def _summary(result: dict[str, Any]) -> str:
         "worker running; read locally: what the restore read from backups' copies.",
         "",
         "| Recovery | Lost groups | Silent, median (ms) | Silent, worst (ms) | Steady worst group gap (ms) | "
-        "Worst group gap (ms) | Steady worst latency (ms) | Worst latency after (ms) | Recovery (ms) | "
-        "Read locally (MB) | Stages |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Worst group gap (ms) | Kept groups' worst gap (ms) | Survivor's records in recovery (% of steady) | "
+        "Steady worst latency (ms) | Worst latency after (ms) | Recovery (ms) | Read locally (MB) | Stages |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for k in result["kills"]:
         local = k["local_restore_bytes"][-1] / 2**20 if k["local_restore_bytes"] else 0.0
@@ -239,9 +302,11 @@ def _summary(result: dict[str, Any]) -> str:
         lines.append(
             f"| {k['scenario']} | {k['lost_groups']} | {ms(k['lost_median_silent_s'])} | "
             f"{ms(k['lost_worst_silent_s'])} | {ms(k['steady_worst_gap_s'])} | {ms(k['worst_gap_s'])} | "
+            f"{ms(k.get('kept_worst_gap_s'))} | {_survivor_share(k)} | "
             f"{ms(k['steady_worst_latency_s'])} | {ms(k['worst_latency_s'])} | {ms(recovery)} | {local:,.0f} | "
             f"{k['launches']} |"
         )
+    lines += _survivors_lines(result)
     peer = next((k for k in result["kills"] if k["replicas"]), None)
     if peer is not None and peer["lost_worst_silent_s"] is not None:
         lines += ["", f"Issue 18's target, the lost key groups produce output again within 1 s at "

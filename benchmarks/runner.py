@@ -36,6 +36,11 @@ _MODULES = [
     "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
     "benchmarks.link_security",
+    "benchmarks.logs",
+    "benchmarks.postgres",
+    "benchmarks.joins",
+    "benchmarks.wordcount", "benchmarks.exchange",
+    "benchmarks.loops", "benchmarks.patch",
 ]
 
 

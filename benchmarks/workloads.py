@@ -156,6 +156,14 @@ def split_words(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([words], names=["word"])
 
 
+def split_on_spaces(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The word split polars' `str.split(" ")` does: one row per word on single spaces, no empties."""
+    words = pc.list_flatten(pc.split_pattern(batch.column(0), " "))
+    if pc.any(pc.equal(words, "")).as_py():
+        words = pc.filter(words, pc.not_equal(words, ""))
+    return pa.RecordBatch.from_arrays([words], names=["word"])
+
+
 def pyarrow_ceiling(lines: pa.Array) -> int:
     """Plain pyarrow split-and-count of the whole corpus (one core); returns the word total."""
     words = pc.list_flatten(pc.utf8_split_whitespace(lines))

@@ -152,3 +152,40 @@ def s3() -> Iterator[S3Server]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+from postgres_server import pg_dsn, postgres  # noqa: E402,F401 - fixtures: a real PostgreSQL server
+
+
+@pytest.fixture
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A `nats-server -js` of this test's own on 127.0.0.1 (tests stop and restart it), torn
+    down at its end; skips where the binary is missing (`.ci/run` installs Debian's)."""
+    from log_servers import NATS_BINARY, NatsServer
+
+    if NATS_BINARY is None:
+        pytest.skip("nats-server is not installed (apt-get install nats-server; .ci/run does)")
+    pytest.importorskip("nats", reason="nats-py is not installed (the nats and test extras have it)")
+    server = NatsServer(NATS_BINARY, str(tmp_path_factory.mktemp("nats")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A `redis-server` of this test's own on 127.0.0.1 (append-only file, fsynced: a restart
+    keeps what it acknowledged), torn down at its end; skips where the binary is missing."""
+    from log_servers import REDIS_BINARY, RedisServer
+
+    if REDIS_BINARY is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    pytest.importorskip("redis", reason="redis-py is not installed (the redis and test extras have it)")
+    server = RedisServer(REDIS_BINARY, str(tmp_path_factory.mktemp("redis")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

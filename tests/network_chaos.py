@@ -6,7 +6,7 @@ no veth pair can sit between two of them), which every link between the trial's 
 passes through (`EPOCHAL_LINK_RELAY`, set per trial kind like the fault points):
 
 - `drop_link`: the link is reset mid-stream; both workers see it end and tell the job master
-  (`PeerLost`), which restarts the attempt in place once a grace shows neither process died;
+  (`LinkBroken`), which restarts the attempt in place once a grace shows neither process died;
 - `stall_link`: one direction of the link stops for 1.5 times the checkpoint timeout; the
   checkpoint in flight expires, the attempt restarts in place, and runs on once the link moves;
 - `partition`: both directions stop for twice the checkpoint timeout, then the partition heals:

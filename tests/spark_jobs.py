@@ -61,10 +61,10 @@ def slow_split(line: str) -> list[str]:
 def wordcount_env(
     corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark: Any = None,
     executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
-    emit: str = "per_record", sink_format: str = "jsonl",
+    emit: str = "per_record", sink_format: str = "jsonl", recovery: Any = None,
 ) -> StreamEnvironment:
     env = StreamEnvironment(
-        parallelism=parallelism,
+        parallelism=parallelism, recovery=recovery,
         executor=executor,  # type: ignore[arg-type]
         spark=spark,
         checkpoint=CheckpointConfig(interval=interval, directory=ckpt),
@@ -376,3 +376,61 @@ def run_in_background(executor: Any, job: Any, control: Any) -> tuple[threading.
     thread = threading.Thread(target=run)
     thread.start()
     return thread, outcome
+
+
+# -- message logs (tests/fault/test_spark_logs.py) ------------------------------------------------
+LOG_USERS = 30
+
+
+def log_clicks(count: int, seed: int, start: int = 0) -> list[bytes]:
+    """`count` clicks of `LOG_USERS` users as JSON payloads, numbered from `start`."""
+    rng = random.Random(seed)
+    return [b'{"user": "u%d", "n": %d}' % (rng.randrange(LOG_USERS), i) for i in range(start, start + count)]
+
+
+def slow_click(row: Any) -> Any:
+    time.sleep(0.003)  # stretch the job so that a kill lands mid-stream
+    return row
+
+
+def log_counts_env(
+    kind: str, url: str, ckpt: str, *, spark: Any = None, bounded: bool = False, restarts: int = 3,
+) -> StreamEnvironment:
+    """A running count of clicks per user from a JetStream stream (`CLICKS`, subjects
+    `clicks.*`) or Redis streams (`clicks:*`), each update written to the same kind of log
+    (`counts.all` in the stream `COUNTS`, or the Redis stream `counts`), exactly once."""
+    import pyarrow as pa
+
+    from epochal.connectors.jetstream import JetStreamSink, JetStreamSource
+    from epochal.connectors.log import JsonFormat
+    from epochal.connectors.redis_streams import RedisStreamSink, RedisStreamSource
+
+    clicks = JsonFormat(pa.schema([("user", pa.string()), ("n", pa.int64())]))
+    counts = JsonFormat(pa.schema([("user", pa.string()), ("count", pa.int64())]))
+    source: Any
+    sink: Any
+    if kind == "nats":
+        source = JetStreamSource(url, "CLICKS", clicks, bounded=bounded, discover=0.2)
+        sink = JetStreamSink(url, "counts.all", counts, name="counts")
+    else:
+        source = RedisStreamSource(url, "clicks:*", clicks, bounded=bounded, discover=0.2)
+        sink = RedisStreamSink(url, "counts", counts, name="counts")
+    env = StreamEnvironment(
+        parallelism=2, executor="spark", spark=spark, batch_size=32,
+        checkpoint=CheckpointConfig(interval=0.3, directory=ckpt), restart=RestartStrategy(max_restarts=restarts),
+    )
+    (env.from_source(source)
+        .map(slow_click)
+        .key_by(lambda row: row[0])
+        .count()
+        .map(lambda update: {"user": update[0], "count": update[1]})
+        .sink_to(sink))
+    return env
+
+
+def count_updates(payloads: list[bytes]) -> list[tuple[str, int]]:
+    """Every `(user, n)` a running count emits over these clicks: n = 1..count(user)."""
+    import json
+
+    totals = collections.Counter(json.loads(p)["user"] for p in payloads)
+    return sorted((u, i) for u, n in totals.items() for i in range(1, n + 1))

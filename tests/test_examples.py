@@ -240,3 +240,94 @@ def test_secure_wordcount_commits_the_quick_starts_updates_twice_in_a_row(
         assert summary.startswith("secure_wordcount: 96,000 updates committed to out-secure/ over TLS links")
     assert _committed("out-secure") == _corpus_updates()
     assert {"ca.pem", "node.key", "node.pem"} <= set(os.listdir("tls"))
+def test_nested_pagerank_matches_power_iteration_and_runs_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nested loops (an inner push loop per tolerance inside an outer loop over tolerances)
+    reach the batch reference's ranks; a second run overwrites the first's output."""
+    monkeypatch.chdir(tmp_path)
+    sys.path.insert(0, EXAMPLES)
+    try:
+        pr: Any = importlib.import_module("nested_pagerank")
+    finally:
+        sys.path.remove(EXAMPLES)
+    for _ in range(2):
+        summary = _run("nested_pagerank", capsys, monkeypatch)
+        assert summary.startswith("pagerank of 100 vertices")
+        computed = pr.ranks(tuple(r) for r in read_committed(str(tmp_path / "out-pagerank")))
+        assert pr.check(computed, pr.random_graph()) <= 5e-3  # and the total: nothing twice
+
+
+def test_orders_cdc_to_postgres_keeps_totals_equal_to_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres: Any
+) -> None:
+    """Runs twice (each run starts its own server unless given one: here the tests' server)."""
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    with psycopg.connect(postgres.dsn, autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS example_orders WITH (FORCE)")
+        admin.execute("CREATE DATABASE example_orders")
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", postgres.dsn.replace("dbname=postgres", "dbname=example_orders"))
+    for _ in range(2):
+        assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+    monkeypatch.delenv("EPOCHAL_EXAMPLE_DSN")
+    assert _run("orders_cdc_to_postgres", capsys, monkeypatch) == "6 customers, totals match the orders table: True"
+
+
+def test_clickstream_sessions_runs_twice_on_given_servers_and_once_on_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, nats_server: Any,
+    pg_dsn: str,
+) -> None:
+    import datetime as dt
+
+    import psycopg
+
+    monkeypatch.chdir(tmp_path)
+    summary = _run("clickstream_sessions", capsys, monkeypatch)  # no servers given: it starts its own
+    assert re.fullmatch(r"clickstream_sessions: [\d,]+ sessions of 7,998 clicks committed to the PostgreSQL table "
+                        r"click_sessions, 0 restart\(s\)", summary), summary
+
+    sys.path.insert(0, EXAMPLES)
+    try:
+        example: Any = importlib.import_module("clickstream_sessions")
+    finally:
+        sys.path.remove(EXAMPLES)
+    clicks = [json.loads(payload) for _, payload in example.clicks_of_a_day()]
+    day = [(c["user"], dt.datetime.fromisoformat(c["ts"]).replace(tzinfo=dt.UTC).timestamp()) for c in clicks]
+    expected = _sessions(day, gap=30 * 60.0)
+    monkeypatch.setenv("NATS_URL", nats_server.url)
+    monkeypatch.setenv("EPOCHAL_EXAMPLE_DSN", pg_dsn)
+    for run in range(2):  # the second run makes the table anew and commits the same sessions
+        summary = _run("clickstream_sessions", capsys, monkeypatch)
+        assert summary.startswith(f"clickstream_sessions: {len(expected):,} sessions of 7,998 clicks"), (run, summary)
+        with psycopg.connect(pg_dsn) as conn:
+            rows = conn.execute("SELECT user_id, session_start, session_end, clicks FROM click_sessions").fetchall()
+        assert sorted(rows) == expected
+
+
+def test_shop_totals_commits_each_shop_s_aggregates_from_partials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    for run in range(2):  # twice in a row: each run starts over
+        summary = _run("shop_totals", capsys, monkeypatch)
+        assert summary.startswith("shop_totals: 50 shops"), summary
+        sales = pa.concat_tables([pq.read_table(os.path.join("sales", f)) for f in sorted(os.listdir("sales"))])
+        by_shop: dict[str, list[int]] = collections.defaultdict(list)
+        for shop, amount in zip(sales.column("shop").to_pylist(), sales.column("amount").to_pylist()):
+            by_shop[shop].append(amount)
+
+        def last(name: str) -> dict[str, Any]:
+            return {r[0]: r[1] for r in read_committed(os.path.join("out-shops", name))}
+
+        assert last("total") == {s: sum(v) for s, v in by_shop.items()}, run
+        assert last("largest") == {s: max(v) for s, v in by_shop.items()}
+        assert last("spread") == {s: max(v) - min(v) for s, v in by_shop.items()}
+        assert all(math.isclose(m, sum(by_shop[s]) / len(by_shop[s])) for s, m in last("mean").items())
+        windows = list(read_committed(os.path.join("out-shops", "per-minute")))
+        assert sum(r[-1] for r in windows) == sales.num_rows
+        assert len(windows) == len({(r[0], r[1]) for r in windows})  # each (shop, minute) once

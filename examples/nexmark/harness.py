@@ -78,6 +78,36 @@ def event_stream(env: StreamEnvironment, nexmark: NexmarkSource) -> DataStream:
     return env.from_source(nexmark, name="nexmark", watermarks=watermarks(nexmark))
 
 
+def write_files(directory: str, events: int, *, seed: int = 0, file_events: int = 500_000) -> list[str]:
+    """The generator's events (in id order) as Parquet files of `file_events` events, flattened
+    (`connectors.nexmark.flat`): the files Spark Structured Streaming reads in the benchmark."""
+    import pyarrow.parquet as pq
+
+    from epochal.connectors.nexmark.flat import flatten
+
+    nexmark = NexmarkSource(events=events, seed=seed)
+    os.makedirs(directory, exist_ok=True)
+    paths, first = [], time.time() - 3600
+    for i, start in enumerate(range(0, events, file_events)):
+        path = os.path.join(directory, f"part-{i:04d}.parquet")
+        pq.write_table(flatten(nexmark.slots(start, min(events, start + file_events))), path)
+        os.utime(path, (first + i, first + i))  # Spark's file source takes files by modification time
+        paths.append(path)
+    return paths
+
+
+def file_stream(env: StreamEnvironment, directory: str) -> DataStream:
+    """The stream a query takes, read from Parquet files `write_files` wrote: one row group per
+    split, read in order (the files are in event-time order), watermarks on `dateTime` with no
+    delay (the events are in id order), each batch back in the stream's layout (`unflatten`)."""
+    from epochal.connectors import ParquetSource
+    from epochal.connectors.nexmark.flat import unflatten
+
+    strategy = WatermarkStrategy.bounded_out_of_orderness(0.0, timestamp="dateTime")
+    return (env.from_source(ParquetSource(directory, in_order=True), name="nexmark", watermarks=strategy)
+            .map_batches(unflatten, name="nexmark-events"))
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """One run of a query: its sink, its wall time (execution only), its JobResult, and how
@@ -122,9 +152,13 @@ def run(
         return Run(out, seconds, result, out.committed() if isinstance(out, CountSink) else None)
 
 
-def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None) -> Run:
-    """The command line of an example: parse, run, print one summary line."""
+def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None,
+         sink: Callable[[str], Sink] | None = None) -> Run:
+    """The command line of an example: parse, run, print one summary line. With `sink` (a
+    query that writes files, q10), the results go to `sink(--out)` instead of being counted."""
     parser = argparse.ArgumentParser(prog=f"{name}.py", description=f"Nexmark {name}: {description}")
+    if sink is not None:
+        parser.add_argument("--out", default=None, help="the output directory (default: a new temporary one)")
     parser.add_argument("--events", type=int, default=DEFAULT_EVENTS)
     parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM)
     parser.add_argument("--rate", type=int, default=None, help="events per second (default: unpaced)")
@@ -133,8 +167,17 @@ def main(query: Query, name: str, description: str, argv: Sequence[str] | None =
                         help="events shuffled within groups of this many ids (default: in order)")
     parser.add_argument("--executor", choices=["inprocess", "spark"], default="inprocess")
     args = parser.parse_args(argv)
+    out = None if sink is None else (args.out or tempfile.mkdtemp(prefix=f"nexmark-{name}-out-"))
     done = run(query, name=name, events=args.events, parallelism=args.parallelism, rate=args.rate,
-               seed=args.seed, out_of_order_group=args.out_of_order_group, executor=args.executor)
+               seed=args.seed, out_of_order_group=args.out_of_order_group, executor=args.executor,
+               sink=None if sink is None or out is None else sink(out))
+    if out is not None:
+        import pyarrow.dataset as ds
+
+        rows = ds.dataset(out, format="parquet", partitioning="hive").count_rows()
+        print(f"{name}: {args.events:,} events, {rows:,} rows committed to {out} in {done.seconds:.2f} s "
+              f"({args.events / done.seconds:,.0f} events/s)")
+        return done
     print(f"{name}: {args.events:,} events, {done.committed:,} results committed in {done.seconds:.2f} s "
           f"({args.events / done.seconds:,.0f} events/s)")
     return done
@@ -157,6 +200,17 @@ def load(path: str | os.PathLike[str]) -> types.ModuleType:
     spec.loader.exec_module(module)
     pickle_by_value(module)
     return module
+
+
+_SIBLINGS: dict[str, types.ModuleType] = {}
+
+
+def sibling(name: str) -> types.ModuleType:
+    """Another query module of this directory (q4 and q6 build on q9), loaded once by path and
+    pickled by value, as `load` does: a query imports its sibling through this, never by name."""
+    if name not in _SIBLINGS:
+        _SIBLINGS[name] = load(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+    return _SIBLINGS[name]
 
 
 def pickle_by_value(module: types.ModuleType) -> None:

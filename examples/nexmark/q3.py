@@ -4,7 +4,9 @@ and which auctions.
 The Nexmark project's q3 is an inner join of auctions and persons on `seller = id`, keeping
 auctions of category 10 by persons whose state is OR, ID or CA, and emitting the person's name,
 city and state with the auction's id. It has no window: the join is incremental, as in Beam's
-Query3, with its sides in keyed state (keyed by person id):
+Query3: the local persons and the category-10 auctions are two streams connected into one
+keyed operator (`connect`), keyed by person id on one side and by seller on the other, with a
+`KeyedCoProcessFunction` holding both sides in keyed state:
 
 - a local person is kept for good (the SQL join matches every later auction of theirs);
 - an auction whose seller has not been seen yet waits `AUCTION_WAIT_MS` of event time for them
@@ -12,8 +14,8 @@ Query3, with its sides in keyed state (keyed by person id):
   names a seller at most 10 persons (550 events) ahead of the last person created, 55 ms of
   event time at Beam's 10,000 events/s, so the wait loses nothing down to ~55 events/s.
 
-Columnar: the selection (kinds, states, category) is one vectorized `map_batches` per batch
-and leaves about 1 event in 80; the join is a `KeyedProcessFunction`, per record on those.
+Columnar: each side's selection (kinds, states, category) is one vectorized `map_batches` per
+batch and leaves about 1 event in 80; the join runs per record on those.
 
     python examples/nexmark/q3.py [--events N] [--parallelism P] [--rate EVENTS_PER_SECOND]
 """
@@ -28,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochal import DataStream, KeyedProcessFunction, ProcessContext
+from epochal import DataStream, KeyedCoProcessFunction, ProcessContext
 from epochal.connectors.nexmark import auctions, persons
 
 NAME = "q3"
@@ -37,46 +39,42 @@ LOCAL_STATES = pa.array(["OR", "ID", "CA"])
 CATEGORY = 10
 AUCTION_WAIT_MS = 10_000  # how long an auction waits for its seller, in event time
 
-# The join's input: persons (auction null) and auctions (name, city, state null), by seller.
-JOIN_COLUMNS = ["seller", "auction", "name", "city", "state", "time_ms"]
 
-
-def local_sellers_and_auctions(events: pa.RecordBatch) -> pa.RecordBatch:
-    """A batch of events → its local persons and category-10 auctions, as `JOIN_COLUMNS`."""
+def local_persons(events: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of events → its persons in OR, ID or CA: `(id, name, city, state)`."""
     person = persons(events)
     person = person.filter(pc.is_in(person.column("state"), value_set=LOCAL_STATES))
+    return person.select(["id", "name", "city", "state"])
+
+
+def category_auctions(events: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of events → its auctions of category 10: `(seller, id, time_ms)`."""
     auction = auctions(events)
     auction = auction.filter(pc.equal(auction.column("category"), CATEGORY))
-    p, a = person.num_rows, auction.num_rows
     return pa.RecordBatch.from_arrays(
-        [
-            pa.concat_arrays([person.column("id"), auction.column("seller")]),
-            pa.concat_arrays([pa.nulls(p, pa.int64()), auction.column("id")]),
-            pa.concat_arrays([person.column("name"), pa.nulls(a, pa.string())]),
-            pa.concat_arrays([person.column("city"), pa.nulls(a, pa.string())]),
-            pa.concat_arrays([person.column("state"), pa.nulls(a, pa.string())]),
-            pa.concat_arrays([person.column("dateTime").cast(pa.int64()), auction.column("dateTime").cast(pa.int64())]),
-        ],
-        names=JOIN_COLUMNS,
+        [auction.column("seller"), auction.column("id"), auction.column("dateTime").cast(pa.int64())],
+        names=["seller", "id", "time_ms"],
     )
 
 
-class LocalItemJoin(KeyedProcessFunction):
-    """Per seller: the local person (name, city, state), and auctions waiting for them."""
+class LocalItemJoin(KeyedCoProcessFunction):
+    """Per person id: the local person (name, city, state), and auctions waiting for them."""
 
     def open(self, ctx: ProcessContext) -> None:
         self.person = ctx.value_state("person")
         self.waiting = ctx.list_state("waiting")  # (auction id, event time ms)
 
-    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
-        _seller, auction, name, city, state, time_ms = value
-        if auction is None:  # the person
-            self.person.update((name, city, state))
-            waiting = self.waiting.get()
-            if not waiting:
-                return None
-            self.waiting.clear()
-            return [(name, city, state, waited) for waited, _ in waiting]
+    def process_element1(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+        _id, name, city, state = value  # a local person
+        self.person.update((name, city, state))
+        waiting = self.waiting.get()
+        if not waiting:
+            return None
+        self.waiting.clear()
+        return [(name, city, state, auction) for auction, _ in waiting]
+
+    def process_element2(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+        _seller, auction, time_ms = value  # a category-10 auction
         person = self.person.value()
         if person is not None:
             return ((*person, auction),)
@@ -95,9 +93,9 @@ class LocalItemJoin(KeyedProcessFunction):
 
 def query(events: DataStream) -> DataStream:
     """The Nexmark events with watermarks → (name, city, state, auction id) per match."""
-    return (events.map_batches(local_sellers_and_auctions, name="q3-select")
-            .key_by("seller")
-            .process(LocalItemJoin(), name="q3-join").uid("q3-join"))
+    sellers = events.map_batches(local_persons, name="q3-persons").key_by("id")
+    items = events.map_batches(category_auctions, name="q3-auctions").key_by("seller")
+    return sellers.connect(items).process(LocalItemJoin(), name="q3-join").uid("q3-join")
 
 
 if __name__ == "__main__":

@@ -5,14 +5,15 @@ The Nexmark project's q8 joins the persons of each 10 s tumbling window (aligned
 with the distinct sellers of auctions in the same window, on `person.id = seller`, and emits
 `(id, name, starttime)`: one row per such person and window. The original query used 12 hours.
 
-The stream is one source, so the window join is a keyed function over the union of both sides,
-keyed by person id (a person's id, an auction's seller): `NewUsers` keeps, per person and
-window, the person's name and whether an auction of theirs was seen; it emits the row as soon
-as both are, once, and an event-time timer at the window's end drops the window's state.
+It is a window join (`persons.join(sellers).where("id").equal_to("seller").window(Tumbling(10))`)
+of the semi kind (`how="semi"`): each person with at least one auction of theirs in the window,
+once. The join keeps each side's records once per slice of the windows (here a tumbling window is
+its own slice), in keyed state by person id; when the watermark passes a window's end it emits
+its persons that met a seller, and drops the window.
 
-Columnar: one `map_batches` per batch selects persons and auctions and reduces the auctions to
-distinct (seller, window) pairs (the hot seller makes three auctions in four); `NewUsers` is
-per record on what is left.
+Columnar: one `map_batches` per side selects persons, and auctions reduced to distinct
+(seller, window) pairs (the hot seller makes three auctions in four); keys and event times are
+read from the Arrow columns in one pass per batch; the join is per record on what is left.
 
     python examples/nexmark/q8.py [--events N] [--parallelism P] [--rate EVENTS_PER_SECOND]
 """
@@ -27,62 +28,40 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from epochal import DataStream, KeyedProcessFunction, ProcessContext
+from epochal import DataStream, ProcessJoinFunction
 from epochal.connectors.nexmark import auctions, persons
 from epochal.connectors.nexmark.schema import TIMESTAMP
+from epochal.windows import Tumbling
 
 NAME = "q8"
 DESCRIPTION = "new users: persons with an auction in the 10 s tumbling window they registered in"
 WINDOW_MS = 10_000
 
-# The join's input: persons (their name) and auctions (name null), by person id and window.
-JOIN_COLUMNS = ["person", "window_ms", "name"]
+
+def person_rows(events: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of events → its persons: `(id, name, dateTime)`."""
+    return persons(events).select(["id", "name", "dateTime"])
 
 
-def persons_and_sellers(events: pa.RecordBatch) -> pa.RecordBatch:
-    """A batch of events → its persons and its distinct (seller, window) pairs, as `JOIN_COLUMNS`."""
-    person = persons(events)
+def seller_rows(events: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of events → its distinct (seller, window): `(seller, dateTime)`, the time of the
+    seller's first auction of the window in the batch."""
     auction = auctions(events)
-    p_ms = person.column("dateTime").cast(pa.int64()).to_numpy()
-    a_ms = auction.column("dateTime").cast(pa.int64()).to_numpy()
-    pairs = np.unique(np.stack([auction.column("seller").to_numpy(), a_ms - a_ms % WINDOW_MS]), axis=1)
+    ms = auction.column("dateTime").cast(pa.int64()).to_numpy()
+    sellers = auction.column("seller").to_numpy()
+    _, first = np.unique(np.stack([sellers, ms - ms % WINDOW_MS]), axis=1, return_index=True)
+    first.sort()
     return pa.RecordBatch.from_arrays(
-        [
-            pa.concat_arrays([person.column("id"), pa.array(pairs[0])]),
-            pa.array(np.concatenate([p_ms - p_ms % WINDOW_MS, pairs[1]])),
-            pa.concat_arrays([person.column("name"), pa.nulls(pairs.shape[1], pa.string())]),
-        ],
-        names=JOIN_COLUMNS,
+        [pa.array(sellers[first]), auction.column("dateTime").take(pa.array(first))], names=["seller", "dateTime"],
     )
 
 
-class NewUsers(KeyedProcessFunction):
-    """Per person: for each open window, `[name or None, auction seen, emitted]`."""
+class NewUser(ProcessJoinFunction):
+    """A person that met a seller (itself) in a window: `(id, name, window start ms)`."""
 
-    def open(self, ctx: ProcessContext) -> None:
-        self.windows = ctx.map_state("windows")
-
-    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
-        person, window_ms, name = value
-        seen = self.windows.get(window_ms)
-        if seen is None:
-            seen = [None, False, False]
-            ctx.timers.register_event_time((window_ms + WINDOW_MS) / 1000)
-        if name is None:
-            seen[1] = True
-        else:
-            seen[0] = name
-        out = None
-        if seen[0] is not None and seen[1] and not seen[2]:
-            seen[2] = True
-            out = ((person, seen[0], window_ms),)
-        self.windows.put(window_ms, seen)
-        return out
-
-    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
-        for window_ms in [w for w in self.windows.keys() if (w + WINDOW_MS) / 1000 <= timestamp]:
-            self.windows.remove(window_ms)
-        return None
+    def process_element(self, left: Any, right: Any, ctx: Any) -> Iterable[Any]:
+        person_id, name, _registered = left
+        yield (person_id, name, round(ctx.window[0] * 1000))
 
 
 def as_start_time(rows: pa.RecordBatch) -> pa.RecordBatch:
@@ -95,9 +74,10 @@ def as_start_time(rows: pa.RecordBatch) -> pa.RecordBatch:
 
 def query(events: DataStream) -> DataStream:
     """The Nexmark events with watermarks → `(id, name, starttime)` per new user and window."""
-    return (events.map_batches(persons_and_sellers, name="q8-select")
-            .key_by("person")
-            .process(NewUsers(), name="q8-join").uid("q8-join")
+    people = events.map_batches(person_rows, name="q8-persons")
+    sellers = events.map_batches(seller_rows, name="q8-sellers")
+    return (people.join(sellers).where("id").equal_to("seller").window(Tumbling(WINDOW_MS / 1000))
+            .process(NewUser(), how="semi", name="q8-join").uid("q8-join")
             .map_batches(as_start_time, name="q8-output"))
 
 

@@ -12,6 +12,13 @@ hosts the runtime; connectors and cli at the edges):
 This module re-exports the public names; everything else is reachable from its subpackage.
 """
 
+from .api.co_functions import BroadcastProcessFunction as BroadcastProcessFunction
+from .api.co_functions import CoProcessFunction as CoProcessFunction
+from .api.co_functions import KeyedBroadcastProcessFunction as KeyedBroadcastProcessFunction
+from .api.co_functions import KeyedCoProcessFunction as KeyedCoProcessFunction
+from .api.co_functions import MapStateDescriptor as MapStateDescriptor
+from .api.co_functions import OutputTag as OutputTag
+from .api.co_functions import ProcessJoinFunction as ProcessJoinFunction
 from .api.connector import Sink as Sink
 from .api.connector import SinkWriter as SinkWriter
 from .api.connector import Source as Source
@@ -19,14 +26,16 @@ from .api.connector import SplitReader as SplitReader
 from .api.context import ProcessContext as ProcessContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
+from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
+from .api.keyed import KeyedStream as KeyedStream
 from .api.stream import DataStream as DataStream
-from .api.stream import KeyedStream as KeyedStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
 from .config import NetworkConfig as NetworkConfig
+from .config import RecoveryConfig as RecoveryConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
 from .config import TlsConfig as TlsConfig
@@ -47,6 +56,9 @@ from .state.handles import ValueState as ValueState
 __all__ = sorted(
     [
         "AggregateFunction",
+        "BroadcastProcessFunction",
+        "CoProcessFunction",
+        "BatchAggregateFunction",
         "CheckpointConfig",
         "CheckpointError",
         "CorruptCheckpointError",
@@ -59,13 +71,19 @@ __all__ = sorted(
         "JobResult",
         "JobState",
         "JobStatus",
+        "KeyedBroadcastProcessFunction",
+        "KeyedCoProcessFunction",
         "KeyedProcessFunction",
         "KeyedStream",
         "ListState",
         "MapState",
         "NetworkConfig",
+        "MapStateDescriptor",
         "OperatorError",
+        "OutputTag",
         "ProcessContext",
+        "ProcessJoinFunction",
+        "RecoveryConfig",
         "RestartStrategy",
         "Sink",
         "SinkWriter",

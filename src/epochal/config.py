@@ -238,6 +238,30 @@ class NetworkConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoveryConfig:
+    """What the tasks that survive a lost worker do (on Spark; in-process nothing is lost).
+
+    Args:
+        survivors: keep the survivors running instead of rolling every task back: only the
+            lost worker's tasks restore the last complete checkpoint and replay; the survivors
+            keep their live state, replay to them what they sent since that checkpoint (each
+            output channel to another worker keeps it, until the next checkpoint completes),
+            and drop what the restored tasks send them again (per-channel record counts since
+            the checkpoint's barrier: ChronoStream §III-B/E's sequence numbers and progress
+            vectors). Where that is not sound (the lost tasks' output to survivors cannot be
+            replayed identically: it does not come straight from a source that reads at most
+            one split; loops; unaligned checkpoints; splits found while running; key groups
+            or a patch on their way), the job rolls back as without it
+            (docs/concepts/elasticity.md says why).
+    """
+
+    survivors: bool = False
+
+    def __post_init__(self) -> None:
+        check_instance("RecoveryConfig.survivors", self.survivors, bool)
+
+
+@dataclass(frozen=True, slots=True)
 class JobConfig:
     """Everything the runtime needs besides the graph."""
 
@@ -255,11 +279,13 @@ class JobConfig:
     # Workers a Spark stage holds (None: as many as the parallelism); those beyond it stand by,
     # so that a rescale up to this many happens in the running stage (cluster/spark.py).
     max_workers: int | None = None
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # the links between the job's processes on Spark: TLS, frame sizes (cluster/spark.py)
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def __post_init__(self) -> None:
         check_instance("JobConfig.checkpoint", self.checkpoint, CheckpointConfig)
+        check_instance("JobConfig.recovery", self.recovery, RecoveryConfig)
         check_instance("JobConfig.network", self.network, NetworkConfig)
         check_instance("JobConfig.restart", self.restart, RestartStrategy)
         check_int("JobConfig.channel_capacity", self.channel_capacity)

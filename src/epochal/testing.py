@@ -1,19 +1,26 @@
 """Helpers for testing stream programs: a list source with crash injection, a collecting sink,
-and certificates for trying TLS.
+throwaway message-log servers, and certificates for trying TLS.
 
-The source and the sink work with the in-process executor (`StreamEnvironment(executor=
-"inprocess")`), where the objects are shared with the running job; on Spark use files
-(`TextFileSource`, `FileSink`).
+The source and sink work with the in-process executor (`StreamEnvironment(executor="inprocess")`),
+where the objects are shared with the running job; on Spark use files (`TextFileSource`,
+`FileSink`) or a log server: `nats_server()` and `redis_server()` start Debian's `nats-server`
+(JetStream) or `redis-server` on a free port of 127.0.0.1, data in a temporary directory, for the
+length of a `with` block, so a test of a program over `JetStreamSource` or `RedisStreamSource`
+runs against the real thing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
+import socket
 import subprocess
+import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +30,7 @@ from .errors import InjectedFailure
 from .runtime.wire.batches import to_records
 from .runtime.wire.elements import Batch
 
-__all__ = ["Crash", "ListSource", "CollectSink", "make_test_certificates"]
+__all__ = ["Crash", "ListSource", "CollectSink", "make_test_certificates", "nats_server", "redis_server"]
 
 
 class Crash:
@@ -190,3 +197,62 @@ def make_test_certificates(directory: str | os.PathLike[str]) -> TlsConfig:
     ):
         subprocess.run(command, check=True, capture_output=True)
     return TlsConfig(cert, key, ca)
+
+
+# -- throwaway log servers -------------------------------------------------------------------------
+@contextlib.contextmanager
+def nats_server() -> Iterator[str]:
+    """A `nats-server -js` on a free port of 127.0.0.1 for the `with` block; yields its URL.
+
+    What it runs is the one-liner a deployment would: `nats-server -js -a 127.0.0.1 -p PORT
+    -sd DIR`, its data in a temporary directory removed at the end.
+
+    Raises:
+        FileNotFoundError: nats-server is not installed (`apt-get install nats-server`).
+    """
+    with _server("nats-server", "/usr/sbin/nats-server",
+                 lambda port, data: ["-js", "-a", "127.0.0.1", "-p", str(port), "-sd", data]) as port:
+        yield f"nats://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A `redis-server` on a free port of 127.0.0.1 for the `with` block; yields its URL.
+
+    It runs `redis-server --port PORT --bind 127.0.0.1 --dir DIR --appendonly yes` (an
+    append-only file, so a restart keeps the streams), data in a temporary directory.
+
+    Raises:
+        FileNotFoundError: redis-server is not installed (`apt-get install redis-server`).
+    """
+    with _server("redis-server", "/usr/bin/redis-server",
+                 lambda port, data: ["--port", str(port), "--bind", "127.0.0.1", "--dir", data,
+                                     "--appendonly", "yes", "--save", ""]) as port:
+        yield f"redis://127.0.0.1:{port}/0"
+
+
+@contextlib.contextmanager
+def _server(name: str, debian: str, arguments: Any) -> Iterator[int]:
+    binary = shutil.which(name) or (debian if os.path.exists(debian) else None)
+    if binary is None:
+        raise FileNotFoundError(f"{name} is not installed (apt-get install {name})")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    data = tempfile.mkdtemp(prefix=f"epochal-{name}-")
+    process = subprocess.Popen([binary, *arguments(port, data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break  # both servers listen only once ready (JetStream starts before the listener)
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError(f"{binary} did not start on port {port}") from None
+                time.sleep(0.02)  # the poll interval of a server starting
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)

@@ -141,3 +141,41 @@ def test_move_key_groups_of_a_job_started_with_epochal_run(tmp_path: Path, capsy
     manifest = CheckpointStorage(str(tmp_path / "c")).resolve("latest")
     assert manifest.routing is not None and manifest.routing.version == 4  # four steps of 8
     assert manifest.routing.owners[:32] == (1,) * 32
+
+
+def test_patch_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) -> None:
+    """`epochal patch URL UID fix.py:new`: the committed files of checkpoints up to the one it
+    answers hold the old function's output, the later ones the new one's."""
+    import json
+
+    job = tmp_path / "tagged.py"
+    out = tmp_path / "out"
+    checkpoints = f"CheckpointConfig(interval=0.1, directory={str(tmp_path / 'c')!r})"
+    tagged = f'.map(lambda x: (x, "old"), name="tag").sink_to(FileSink({str(out)!r}))'
+    imports = "from epochal.connectors import FileSink\nfrom epochal import CheckpointConfig,"
+    job.write_text(JOB.replace('executor="inprocess")', f'executor="inprocess", checkpoint={checkpoints})')
+                   .replace(".sink_to(CollectSink())", tagged).replace("from epochal import", imports))
+    fix = tmp_path / "fix.py"
+    fix.write_text("def new(x):\n    return (x, 'new')\n")
+    process = subprocess.Popen([sys.executable, "-m", "epochal.cli.main", "run", str(job)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url, token = _address(process)
+        assert main(["patch", url, "tag", f"{fix}:missing", "--token", token]) == 1  # refused where it is asked
+        assert main(["patch", url, "tag", f"{fix}:new", "--token", token]) == 0
+        time.sleep(0.5)  # the new function's output, committed by later checkpoints
+        assert main(["cancel", url, "--token", token]) == 0
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    printed, err = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "has no 'missing'" in err
+    at = int(re.search(r"tag runs .*fix\.py:new from checkpoint (\d+) on", printed).group(1))  # type: ignore[union-attr]
+    tags: dict[str, set[str]] = {"before": set(), "after": set()}
+    for name in os.listdir(out):
+        if name.startswith("part-") and not name.endswith(".inprogress"):
+            checkpoint = int(name.split("-")[2])
+            with open(out / name) as f:
+                tags["before" if checkpoint <= at else "after"].update(json.loads(line)[1] for line in f)
+    assert tags == {"before": {"old"}, "after": {"new"}}

@@ -91,5 +91,5 @@ def test_spark_block(block: Block, workdir: str, spark: Any) -> None:
 
 def test_the_pages_have_blocks_and_few_are_skipped() -> None:
     assert len(ALL) >= 20, "the docs lost their examples, or the parser lost the blocks"
-    skipped = [b.name for b in ALL if b.mark is not Mark.RUN]
-    assert len(skipped) <= 5, f"too many blocks do not run in-process: {skipped}"
+    skipped = [b.name for b in ALL if b.mark is Mark.SKIP]  # Spark's blocks run in the Spark lane
+    assert len(skipped) <= 5, f"too many blocks are not run by any test: {skipped}"

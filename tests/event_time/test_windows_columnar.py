@@ -280,3 +280,46 @@ def test_live_migration_moves_the_table_with_its_key_groups(tmp_path: Path, back
     records = [{"id": i, "k": f"u{i % 7}", "ts": i * 0.25, "v": i % 11} for i in range(n)]
     assert Counter(sink.committed()) == _final(records, _QUERIES, "sum")
     assert result.restarts == 0 and result.restored_from == (None,)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(traces())
+def test_a_local_phase_per_key_and_slice_emits_what_records_would(trace: Any) -> None:
+    """`combine=True` (every aggregate; count and sum have it by default): partials per key and
+    slice cross the exchange, and every window fires and re-fires as the reference does on the
+    same exact watermark trace (one record a batch, the local phase shipping before each
+    watermark); late rows are counted, not emitted."""
+    from epochal.plan.aggregates import LocalWindowSpec
+
+    records, queries, aggregate, delay, lateness = trace
+    env = StreamEnvironment(parallelism=1, executor="inprocess")
+    strategy = WatermarkStrategy.bounded_out_of_orderness(delay, timestamp="ts")
+    events = env.from_source(ListSource(records, batch_size=1), watermarks=strategy).map_batches(_to_arrow)
+    windowed = events.key_by("k").windows(queries).allowed_lateness(lateness)
+    if aggregate == "count":
+        results = windowed.count(name="windows", combine=True)
+    else:
+        results = getattr(windowed, aggregate)(_FIELD[aggregate], name="windows", combine=True)
+    got = CollectSink()
+    results.sink_to(got)
+    assert any(isinstance(s, LocalWindowSpec) for v in env.job_graph("j").vertices for s in v.chain)
+    outcome = env.execute("local-windows")
+    expected, expected_late = _reference(records, queries, aggregate, delay, lateness)
+    assert Counter(got.committed()) == expected
+    late = outcome.operator("windows").late_records  # late partial rows: records of one slice count once
+    assert (late > 0) == bool(expected_late) and late <= len(expected_late)
+
+
+def test_late_records_asked_for_keep_the_records_path() -> None:
+    from epochal.plan.aggregates import LocalWindowSpec
+
+    env = StreamEnvironment(parallelism=2, executor="inprocess")
+    strategy = WatermarkStrategy.bounded_out_of_orderness(0.0, timestamp="ts")
+    events = env.from_source(ListSource(_records(), splits=2), watermarks=strategy).map_batches(_to_arrow)
+    results = events.key_by("k").window(Tumbling(3.0)).count(name="windows")
+    results.sink_to(CollectSink())
+    assert any(isinstance(s, LocalWindowSpec) for v in env.job_graph("j").vertices for s in v.chain)
+    results.late_records().sink_to(CollectSink())  # late records are records: no partials
+    assert not any(isinstance(s, LocalWindowSpec) for v in env.job_graph("j2").vertices for s in v.chain)
+    env.execute("late")

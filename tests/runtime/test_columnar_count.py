@@ -1,6 +1,6 @@
-"""The columnar count keeps counts in numpy and writes them back into the keyed-state backend.
+"""The columnar count keeps counts in a numpy table, written into keyed state per key group.
 
-The backend stays the state of record: what a snapshot, a restore, a rescale or the state reader
+Keyed state stays the state of record: what a snapshot, a restore, a rescale or the state reader
 sees must be the exact counts, whatever mix of Arrow batches and records came before.
 """
 
@@ -13,7 +13,10 @@ import pyarrow as pa
 import pytest
 
 from epochal import CheckpointConfig, RestartStrategy, StreamEnvironment
-from epochal.runtime.operators.columnar_count import ColumnarCounts
+from epochal.plan.aggregates import AggregateCall, AggregateKind
+from epochal.runtime.operators.aggregates.functions import batch_aggregate
+from epochal.runtime.operators.aggregates.table_state import TableState
+from epochal.state.group_tables import GROUP_TABLE_STATE
 from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of, key_group_range
 from epochal.state.reader import read_state
@@ -22,59 +25,94 @@ from expectations import running_counts
 
 MAX_P = 128
 ALL_GROUPS = KeyGroupRange(0, MAX_P)
+COUNT = AggregateCall(AggregateKind.COUNT)
 
 
 def _backend(owned: KeyGroupRange = ALL_GROUPS) -> HeapKeyedStateBackend:
     return HeapKeyedStateBackend(owned, MAX_P)
 
 
+def _tables(backend: HeapKeyedStateBackend) -> TableState:
+    return TableState(backend, [batch_aggregate(COUNT)], ["count"], track_unemitted=False)
+
+
+def _add(tables: TableState, keys: pa.Array, increments: list[int]) -> list[int]:
+    """Add counts the way the operator does; returns the counts before (0 where absent)."""
+    table = tables.ensure(keys.type)
+    slots, added = table.slots(keys)
+    if added.any():
+        tables.new_keys(table, slots[added])
+    before = np.where(table.present(slots), table.gather(slots)[0]["count"], 0)
+    table.merge(slots, [{"count": np.array(increments)}])
+    return before.tolist()
+
+
 def _stored(backend: HeapKeyedStateBackend) -> dict:
     snap = backend.snapshot()
-    return {k: v for states in snap.groups.values() for k, v in states.get("count", {}).items()}
+    out = {}
+    for states in snap.groups.values():
+        for key, value in states.get("count", {}).items():
+            out[key] = value
+        for entry in states.get(GROUP_TABLE_STATE, {}).values():
+            out.update((k, v) for k, _, v in entry.rows())
+    return out
 
 
 def test_counts_reach_the_backend_only_when_flushed_and_then_exactly():
     backend = _backend()
-    table = ColumnarCounts(pa.string(), backend, "count")
-    before = table.add(pa.array(["a", "b"]), np.array([2, 1]))
-    assert before.tolist() == [0, 0]
-    before = table.add(pa.array(["b", "c", "a"]), np.array([4, 1, 1]))
-    assert before.tolist() == [1, 0, 2]
-    assert _stored(backend) == {}  # a write-back cache: nothing written yet
-    table.flush()
+    tables = _tables(backend)
+    assert _add(tables, pa.array(["a", "b"]), [2, 1]) == [0, 0]
+    assert _add(tables, pa.array(["b", "c", "a"]), [4, 1, 1]) == [1, 0, 2]
+    assert _stored(backend) == {}  # working state: nothing written yet
+    tables.flush()
     assert _stored(backend) == {"a": 3, "b": 5, "c": 1}
-    # the incremental tracker sees every flushed key as changed, in its own key group
-    changed = {k: g for g in range(MAX_P) for k in backend.changed_keys("count", g)}
-    assert changed == {k: key_group_of(k, MAX_P) for k in "abc"}
+    # one entry per key group, in the group each key belongs to, each marked changed
+    changed = {g for g in range(MAX_P) if backend.changed_keys(GROUP_TABLE_STATE, g)}
+    assert changed == {key_group_of(k, MAX_P) for k in "abc"}
 
 
-def test_only_changed_counts_are_written_again():
+def test_only_changed_key_groups_are_written_again():
     backend = _backend()
-    table = ColumnarCounts(pa.string(), backend, "count")
-    table.add(pa.array(["a", "b"]), np.array([1, 1]))
-    table.flush()
+    tables = _tables(backend)
+    _add(tables, pa.array(["a", "b"]), [1, 1])
+    tables.flush()
     backend.snapshot(1)  # takes the changed sets along
-    table.add(pa.array(["b"]), np.array([1]))
-    table.flush()
-    changed = {k for g in range(MAX_P) for k in backend.changed_keys("count", g)}
-    assert changed == {"b"} and _stored(backend) == {"a": 1, "b": 2}
+    _add(tables, pa.array(["b"]), [1])
+    tables.flush()
+    changed = {g for g in range(MAX_P) if backend.changed_keys(GROUP_TABLE_STATE, g)}
+    assert changed == {key_group_of("b", MAX_P)} and _stored(backend) == {"a": 1, "b": 2}
 
 
-def test_a_key_new_to_the_table_starts_from_the_restored_count():
+def test_a_key_new_to_the_table_takes_its_count_from_the_per_key_state():
     backend = _backend()
     backend.restore({key_group_of("a", MAX_P): {"count": {"a": 41}}, key_group_of(7, MAX_P): {"count": {7: 2}}})
-    strings = ColumnarCounts(pa.string(), backend, "count")
-    assert strings.add(pa.array(["a", "z"]), np.array([1, 1])).tolist() == [41, 0]
-    ints = ColumnarCounts(pa.int32(), backend, "count")
-    assert ints.add(pa.array([7], pa.int32()), np.array([3])).tolist() == [2]
+    strings = _tables(backend)
+    assert _add(strings, pa.array(["a", "z"]), [1, 1]) == [41, 0]
+    strings.flush()
+    assert _stored(backend) == {"a": 42, "z": 1, 7: 2}  # "a" moved into the table, 7 stays per key
+    ints = _tables(backend)
+    assert _add(ints, pa.array([7], pa.int32()), [3]) == [2]
+
+
+def test_a_table_reloads_from_keyed_state_and_dissolves_into_per_key_entries():
+    backend = _backend()
+    tables = _tables(backend)
+    _add(tables, pa.array(["a", "b"]), [4, 2])
+    tables.flush()
+    again = _tables(backend)
+    again.reload()
+    assert again.query("a") == {"count": 4} and again.query("b") == {"count": 2} and again.query("q") == {}
+    again.dissolve()
+    assert again.table is None and _stored(backend) == {"a": 4, "b": 2}
+    assert not any(states.get(GROUP_TABLE_STATE) for states in backend.snapshot().groups.values())
 
 
 def test_a_key_of_another_subtask_is_refused_not_counted():
     owned = key_group_range(0, 2, MAX_P)
     foreign = next(f"k{i}" for i in range(1000) if key_group_of(f"k{i}", MAX_P) not in owned)
-    table = ColumnarCounts(pa.string(), _backend(owned), "count")
+    tables = _tables(_backend(owned))
     with pytest.raises(RuntimeError, match="routed to the wrong subtask"):
-        table.add(pa.array([foreign]), np.array([1]))
+        _add(tables, pa.array([foreign]), [1])
 
 
 def _env(tmp_path, parallelism=2, backend="memory", batch_size=5):

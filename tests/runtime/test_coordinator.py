@@ -22,6 +22,7 @@ from epochal.runtime.wire.messages import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     InputsEnded,
+    NotifyCheckpointAborted,
     NotifyCheckpointComplete,
     TriggerCheckpoint,
 )
@@ -425,6 +426,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         p = self.pending.pop(cid)
         self.recent.append(cid)
         self.aborted.append((cid, reason))
+        # every task hears of it: halted sources go on, loop heads drop its log, alignments end
+        expected += [(t, NotifyCheckpointAborted(cid)) for t in self.tasks]
         self.failures += 1
         if self.failures > self.config.tolerable_failures:
             return True

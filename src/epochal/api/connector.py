@@ -63,6 +63,12 @@ class SplitReader(ABC):
     def position(self) -> Any:
         """Where to resume: just past the last record `read` returned (picklable)."""
 
+    def notify_checkpoint_complete(self, checkpoint_id: int, position: Any) -> None:  # noqa: B027 - optional hook
+        """Checkpoint `checkpoint_id`, which holds `position` for this split, completed: no
+        restore of this job goes back before it, so a log may let go of what lies before it (a
+        replication slot advances). Called on the reader's task, for the newest complete
+        checkpoint only; never needed for recovery, which starts from the checkpoint's position."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the split's resources."""
 
@@ -98,6 +104,14 @@ class Source(ABC):
         then returns every split there is now, each with the `split_id` it had before.
         """
         return None
+
+    # True: a split may never end (a log's partition), so a subtask reads all of its splits at
+    # once, a batch each in turn, instead of one after another
+    endless_splits: bool = False
+
+    def resumed(self, splits: Sequence[Any]) -> None:  # noqa: B027 - optional hook
+        """A source that finds splits as it runs: the job resumed from a checkpoint whose split
+        log holds `splits` (called on the job master before its first listing)."""
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise an `EpochalError` if the job cannot read this source (e.g. its input is missing).

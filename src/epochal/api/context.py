@@ -100,6 +100,11 @@ class ProcessContext(Protocol):
         """Seconds since the epoch by the task's clock (a virtual clock's own seconds in replayed runs)."""
         ...
 
+    def output(self, tag: Any, record: Any) -> None:
+        """Send `record` to the side output `tag` (an `OutputTag`), which the program reads with
+        `stream.side_output(tag)`; records of a tag nobody reads are dropped."""
+        ...
+
     def register_processing_time_timer(self, timestamp: float) -> None:
         """Call `on_timer(timestamp, ctx)` for the current key once processing time reaches it.
 
@@ -110,4 +115,94 @@ class ProcessContext(Protocol):
 
     def delete_processing_time_timer(self, timestamp: float) -> None:
         """Drop the current key's timer at `timestamp`, if there is one."""
+        ...
+
+
+@runtime_checkable
+class CoProcessContext(Protocol):
+    """What a `CoProcessFunction` (streams not keyed) sees: no keyed state, no timers."""
+
+    @property
+    def subtask(self) -> int:
+        """The index of this subtask, in `[0, parallelism)`."""
+        ...
+
+    def current_watermark(self) -> float:
+        """The operator's event time: the minimum of both inputs' watermarks."""
+        ...
+
+    def current_processing_time(self) -> float:
+        """Seconds since the epoch by the task's clock."""
+        ...
+
+    def output(self, tag: Any, record: Any) -> None:
+        """Send `record` to the side output `tag` (an `OutputTag`)."""
+        ...
+
+
+@runtime_checkable
+class ReadOnlyBroadcastState(Protocol):
+    """A broadcast map as the data side of a broadcast function sees it: read only."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value under `key` (never change it in place)."""
+        ...
+
+    def contains(self, key: Any) -> bool: ...
+    def keys(self) -> list[Any]: ...
+    def values(self) -> list[Any]: ...
+    def items(self) -> list[tuple[Any, Any]]: ...
+
+
+@runtime_checkable
+class BroadcastState(ReadOnlyBroadcastState, Protocol):
+    """A broadcast map as the broadcast side sees it: read and write."""
+
+    def put(self, key: Any, value: Any) -> None: ...
+    def remove(self, key: Any) -> None: ...
+    def clear(self) -> None: ...
+
+
+@runtime_checkable
+class BroadcastSideContext(CoProcessContext, Protocol):
+    """What `process_broadcast_element` sees: the broadcast state, read and write."""
+
+    def broadcast_state(self, descriptor: Any) -> BroadcastState:
+        """The broadcast map a `MapStateDescriptor` names (declared in `stream.broadcast(...)`)."""
+        ...
+
+    def apply_to_keyed_state(self, state: str, fn: Any) -> None:
+        """Keyed broadcast functions only: call `fn(key, handle)` for every key of this subtask
+        holding keyed state `state` (registered in `open`); `handle` acts on that key's entry."""
+        ...
+
+
+@runtime_checkable
+class JoinContext(Protocol):
+    """What a `ProcessJoinFunction` sees for one pair."""
+
+    @property
+    def key(self) -> Any:
+        """The join key of the pair."""
+        ...
+
+    @property
+    def left_timestamp(self) -> float:
+        """The left record's event time (NaN in a lookup join without event time)."""
+        ...
+
+    @property
+    def right_timestamp(self) -> float | None:
+        """The right record's event time; None for a left record an outer join found no match for."""
+        ...
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """`(start, end)` of the window in a window join; None in the other joins."""
+        ...
+
+    def current_watermark(self) -> float: ...
+
+    def output(self, tag: Any, record: Any) -> None:
+        """Send `record` to the side output `tag` (an `OutputTag`)."""
         ...

@@ -15,6 +15,7 @@ from ..config import (
     CheckpointConfig,
     JobConfig,
     NetworkConfig,
+    RecoveryConfig,
     RestartStrategy,
     StateConfig,
     TlsConfig,
@@ -144,6 +145,9 @@ class StreamEnvironment:
             `network=NetworkConfig(tls=...)`.
         network: the links' full configuration (`NetworkConfig`): TLS, the largest frame, the
             handshake's timeout.
+        recovery: what survivors do when a worker is lost (`RecoveryConfig`): by default every
+            task restores the last checkpoint; with `RecoveryConfig(survivors=True)` only the
+            lost worker's tasks do, where that is sound.
     """
 
     def __init__(
@@ -166,6 +170,7 @@ class StreamEnvironment:
         web_host: str = "127.0.0.1",
         metrics_interval: float | None = 1.0,
         max_workers: int | None = None,
+        recovery: RecoveryConfig | None = None,
         tls: TlsConfig | None = None,
         network: NetworkConfig | None = None,
     ) -> None:
@@ -199,6 +204,7 @@ class StreamEnvironment:
             None if metrics_interval is None else check_seconds("metrics_interval", metrics_interval, or_none=True)
         )
         self.max_workers = None if max_workers is None else check_int("max_workers", max_workers)
+        self.recovery = RecoveryConfig() if recovery is None else check_instance("recovery", recovery, RecoveryConfig)
         if self.max_workers is not None and self.max_workers < self.parallelism:
             raise ValueError(f"max_workers ({max_workers}) must be at least the parallelism ({self.parallelism})")
         self.network = NetworkConfig() if network is None else check_instance("network", network, NetworkConfig)
@@ -282,7 +288,7 @@ class StreamEnvironment:
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval, self.max_workers, self.network,
+            self.metrics_interval, self.max_workers, self.recovery, self.network,
         )
         return JobBlueprint(self._graph, name, self.max_parallelism, config, self.dead_letter)
 

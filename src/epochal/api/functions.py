@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
 
 from .context import ProcessContext
 
@@ -75,6 +77,46 @@ class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
     def get_result(self, accumulator: ACC) -> OUT:
         """The result of an accumulator."""
 
+    # An aggregate function may also define `merge(a, b) -> ACC`, the accumulator of a and b
+    # combined (changing neither): then `KeyedStream.aggregate` can aggregate locally before the
+    # key exchange (`combine`), and windows can combine the accumulators of their slices.
+
+
+class BatchAggregateFunction(ABC):
+    """A vectorized aggregation on Arrow batches: per key, named numeric accumulators, computed a
+    whole batch at a time with numpy (or pyarrow), never a Python call per record.
+
+    `accumulators` maps each accumulator's name to the numpy ufunc that merges two of its
+    partials element-wise (`np.add`, `np.minimum`, `np.maximum`, `np.logical_or`, ...).
+    `add_batch(batch, codes, groups)` returns the partial accumulators of `groups` groups of rows
+    (row `i` of `batch` is in group `codes[i]`), one array of length `groups` each;
+    `result(accumulators)` turns accumulators (one row per key) into the results (an array).
+    `KeyedStream.aggregate` keeps accumulators in a columnar table per key group (checkpointed,
+    rescaled and queryable like any keyed state) and merges batches and local partials with the
+    ufuncs; records that are not Arrow batches are converted to one first.
+
+    Example:
+        >>> import numpy as np
+        >>> class RootMeanSquare(BatchAggregateFunction):
+        ...     accumulators = {"squares": np.add, "n": np.add}
+        ...     def add_batch(self, batch, codes, groups):
+        ...         x = batch.column("x").to_numpy().astype(float)
+        ...         return {"squares": np.bincount(codes, weights=x * x, minlength=groups),
+        ...                 "n": np.bincount(codes, minlength=groups)}
+        ...     def result(self, acc):
+        ...         return np.sqrt(acc["squares"] / acc["n"])
+    """
+
+    accumulators: ClassVar[Mapping[str, np.ufunc]]
+
+    @abstractmethod
+    def add_batch(self, batch: Any, codes: np.ndarray, groups: int) -> Mapping[str, np.ndarray]:
+        """The accumulators of each of `groups` groups of the batch's rows (`codes[i]`: row i's group)."""
+
+    @abstractmethod
+    def result(self, accumulators: Mapping[str, np.ndarray]) -> Any:
+        """The results of accumulators (one element per key): a numpy array or an Arrow array."""
+
 
 class _AggregateProcess(KeyedProcessFunction):
     """`KeyedStream.aggregate` as a keyed process function: emits `(key, result)` per record."""
@@ -95,7 +137,8 @@ class _AggregateProcess(KeyedProcessFunction):
 
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
-__test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": AggregateFunction}
+__test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": AggregateFunction,
+            "BatchAggregateFunction": BatchAggregateFunction}
 
 
 class ProcessWindowFunction(ABC):
@@ -104,6 +147,8 @@ class ProcessWindowFunction(ABC):
     `process(key, window, records)` runs once per window result: `window` has `query`, `start`
     and `end`; `records` are the window's records in event-time order. It returns (or yields) the
     records to emit. A late record within the allowed lateness calls it again with every record.
+    A `process` that takes a fourth argument, `ctx`, gets a context with `ctx.output(tag, record)`
+    (side outputs, read with `results.side_output(tag)`) and `ctx.current_watermark()`.
 
     Example:
         >>> class Spread(ProcessWindowFunction):

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..runtime.commands import Move, Rescale, Savepoint
+from ..runtime.commands import Move, Patch, Rescale, Savepoint
 from ..runtime.master.control import JobControl, JobStatus
 from ..runtime.metrics import JobMetrics
 from ..runtime.result import JobResult
@@ -120,6 +120,28 @@ class JobHandle:
             TimeoutError: not done after `timeout` seconds (the move may still happen).
         """
         return self._control.submit(Move.of(moves, batch)).wait(timeout)
+
+    def patch(self, operator: str, function: Any, timeout: float | None = None) -> int:
+        """Replace the function of the operator with uid `operator` while the job runs; returns the
+        checkpoint from which it runs: what that checkpoint commits is the old function's output,
+        what follows it the new one's (`docs/concepts/elasticity.md`, live logic patches).
+
+        Every subtask of the operator loads the function and (a `KeyedProcessFunction`) opens it
+        first; then a checkpoint's barrier switches each of them to it, keeping their state. The
+        checkpoint records the patch, so a restore from it or a later one runs the new function.
+        Patchable: `map`, `filter`, `flat_map`, `map_batches`, `reduce`, `process`.
+
+        Raises:
+            ValueError: `function` is neither a function nor a process function.
+            TypeError: the operator runs no function of that kind.
+            EpochalError: no such operator, no checkpoint directory, the job is ending, another
+                patch is under way, or a subtask refused it (it did not unpickle there, or its
+                `open()` raised): the old function runs on.
+            CheckpointError: the checkpoint that switched it aborted; the job restored the one
+                before (the old function).
+            TimeoutError: not done after `timeout` seconds (the patch may still happen).
+        """
+        return self._control.submit(Patch(operator, function)).wait(timeout)
 
     def savepoint(self, target: str, timeout: float | None = None) -> str:
         """Take a savepoint of the running job into `target` (a new or empty directory).

@@ -10,7 +10,7 @@ fails on (docs/bad-records.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import check_callable, check_choice, check_has_methods, check_int, check_name
@@ -18,34 +18,30 @@ from ..errors import GraphError
 from ..plan.logical import LogicalEdge, LogicalGraph
 from ..plan.specs import (
     BROADCAST,
-    EMITS,
     FORWARD,
     REBALANCE,
     AssignTimestampsSpec,
-    Emit,
     IterationHeadSpec,
     KeyCheck,
-    KeyedCountSpec,
-    KeyedProcessSpec,
-    KeyedReduceSpec,
     KeySelector,
     MapBatchesSpec,
     OnError,
     OperatorSpec,
     Partitioning,
-    PartitionKind,
     RecordFnKind,
     RecordFnSpec,
     SinkSpec,
     UnionSpec,
 )
 from .connector import Sink
-from .functions import AggregateFunction, KeyedProcessFunction, _AggregateProcess
 
 if TYPE_CHECKING:
+    from .broadcast import BroadcastStream
+    from .connected import BroadcastConnectedStreams, ConnectedStreams
     from .environment import StreamEnvironment
+    from .joins import JoinedStreams
+    from .keyed import KeyedStream
     from .time import WatermarkStrategy
-    from .windows import WindowedStream
 
 OnErrorChoice = Literal["fail", "skip", "dead_letter"]
 ON_ERROR_CHOICES: tuple[OnErrorChoice, ...] = ("fail", "skip", "dead_letter")
@@ -193,19 +189,27 @@ class DataStream:
         *,
         name: str | None = None,
         feedback_threshold: int = 8,
+        timestamp: str | int | Callable[[Any], Any] | None = None,
     ) -> DataStream:
         """A loop: `body` maps the loop's stream to `(feedback, output)`; feedback flows back in.
 
         The loop's stream carries this stream's records and every feedback record. Checkpoints
-        stay exactly-once: the loop head logs the feedback in flight while a barrier goes round
+        stay exactly-once: the loop head logs what is in flight while a barrier goes round
         (ABS §4.3, Algorithm 2). A bounded job ends once its input is exhausted and no record is
-        left anywhere in the loop.
+        left anywhere in the loop. Loops nest: the body may call `iterate` itself, and each
+        loop ends, and tracks its event time, on its own (dissertation ch. 6).
 
         Args:
             body: builds the loop from its input stream; returns the stream to feed back (it may
                 be partitioned, e.g. `key_by`) and the stream that leaves the loop.
             feedback_threshold: batches of feedback buffered at the head past which the head
                 reads only feedback, so that a heavy loop drains instead of filling up.
+            timestamp: where a record of the loop has its event time (a field or column name,
+                a tuple index, or a function of the record), for a loop whose event time
+                matters: the loop then holds the watermark until no record older is left in
+                it, so nothing the loop emits is late, inside it or after it. Records the loop
+                derives must be no older than what they derive from. Without it, the watermark
+                passes the loop once, from its input.
 
         Example:
             >>> from epochal import StreamEnvironment
@@ -222,10 +226,14 @@ class DataStream:
         """
         check_callable("body", body)
         check_int("feedback_threshold", feedback_threshold)
+        from .time import _event_time
+
+        event_time = None if timestamp is None else _event_time(timestamp)
         graph = self._env._graph
         op_name = _name_or_unique(graph, name, "iterate")
         head = graph.add(
-            IterationHeadSpec(op_name, op_name, feedback_threshold), [LogicalEdge(self._node_id, self._partitioning)]
+            IterationHeadSpec(op_name, op_name, feedback_threshold, event_time),
+            [LogicalEdge(self._node_id, self._partitioning)],
         )
         result = body(DataStream(self._env, head.id))
         if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(s, DataStream) for s in result)):
@@ -265,6 +273,8 @@ class DataStream:
             if not isinstance(key, str):
                 raise TypeError(f"key must be a function or a field name (str), got {key!r} ({type(key).__name__})")
             check_name("key", key)
+        from .keyed import KeyedStream
+
         policy = on_error_policy(self._env, on_error, "key_by")
         if policy is OnError.FAIL:
             return KeyedStream(self._env, self._node_id, key)
@@ -279,13 +289,44 @@ class DataStream:
         """Spread batches round robin over the next operator's subtasks."""
         return self._partitioned(REBALANCE)
 
-    def broadcast(self) -> DataStream:
-        """Send every record to every subtask of the next operator."""
+    def broadcast(self, *states: Any) -> Any:
+        """Send every record to every subtask of the next operator.
+
+        With `MapStateDescriptor`s, the result is a `BroadcastStream` to `connect` another stream
+        to, whose `BroadcastProcessFunction` keeps these broadcast states (`api.broadcast`)."""
+        if states:
+            from .broadcast import BroadcastStream
+
+            return BroadcastStream(self, states)
         return self._partitioned(BROADCAST)
 
     def forward(self) -> DataStream:
         """Keep records on the same subtask index (needs equal parallelism)."""
         return self._partitioned(FORWARD)
+
+    # -- two inputs and side outputs --------------------------------------------------------------
+    def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStreams:
+        """Connect with another stream into one operator with two inputs (`api.connected`):
+        `map`/`flat_map`/`process` with a `CoProcessFunction`, or with a keyed function when both
+        are keyed; with a `BroadcastStream`, `process` with a broadcast function."""
+        from .connected import connect
+
+        return connect(self, other)
+
+    def join(self, other: DataStream) -> JoinedStreams:
+        """A window join with `other`: `.where(key).equal_to(other_key).window(Tumbling(10))`,
+        then `.apply(fn)` (`api.joins`: on the windows' shared slices)."""
+        from .joins import JoinedStreams
+
+        return JoinedStreams(self, other)
+
+    def side_output(self, tag: Any, *, name: str | None = None) -> DataStream:
+        """The records this operator's functions sent to `tag` (`ctx.output(tag, record)`), as a
+        stream of their own; exactly once, as any stream (`plan.side_outputs`)."""
+        from .connected import side_output
+
+        self._operator_only("side_output")
+        return side_output(self, self._node_id, tag, name)
 
     # -- sinks -----------------------------------------------------------------------------------
     def sink_to(self, sink: Sink, *, name: str | None = None) -> DataStream:
@@ -294,90 +335,10 @@ class DataStream:
         return self._add(lambda n: SinkSpec(n, n, sink), "sink", name)
 
 
-class KeyedStream(DataStream):
-    """A stream partitioned by key: the keyed operators below keep state per key."""
-
-    def __init__(self, env: StreamEnvironment, node_id: int, key: KeySelector) -> None:
-        super().__init__(env, node_id, Partitioning(PartitionKind.KEY_GROUP, key))
-        self._key = key
-
-    def window(self, window: Any) -> WindowedStream:
-        """Cut each key's records into event-time windows: `Tumbling(size)`, `Sliding(size,
-        slide)`, `Session(gap)`, or a `DeterministicWindow` (see `epochal.windows`)."""
-        from .windows import windowed
-
-        return windowed(self, window)
-
-    def windows(self, windows: Mapping[str, Any]) -> WindowedStream:
-        """Several window queries over this stream in one operator, sharing partial aggregates
-        (dissertation ch. 5, Cutty); each result names its query."""
-        from .windows import windowed
-
-        if not isinstance(windows, Mapping):
-            raise TypeError(f"windows must map query names to window definitions, got {windows!r}")
-        return windowed(self, windows)
-
-    def count(self, *, name: str | None = None, emit: Emit = "per_record") -> DataStream:
-        """Running count per key: emits `(key, count)` for every record.
-
-        On Arrow batches keyed by a column name the update is vectorized and emits a batch with
-        columns `<key>` and `count`, the same records as the per-record path.
-
-        `emit="on_checkpoint"`: instead of one update per record, each key that changed during an
-        epoch emits its newest count once, just before the epoch's checkpoint barrier (and at the
-        end of the input), so a sink commits one row per changed key per checkpoint.
-        """
-        key = self._key
-        emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
-        return self._add(lambda n: KeyedCountSpec(n, n, key, emit), "count", name)
-
-    def reduce(
-        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail",
-        emit: Emit = "per_record",
-    ) -> DataStream:
-        """Rolling reduce per key: emits `fn(previous, record)` (the first record as is).
-
-        `fn` should return a new value, not change `previous` in place: the emitted record and
-        the key's state are one object. `on_error`: what happens to a record `fn` fails on (see
-        `DataStream.map`); the key's value stays what it was before that record.
-        `emit="on_checkpoint"`: each key that changed during an epoch emits its newest value
-        once, just before the epoch's checkpoint barrier (and at the end of the input).
-        """
-        check_callable("fn", fn)
-        key = self._key
-        policy = on_error_policy(self._env, on_error, "reduce")
-        emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
-        return self._add(lambda n: KeyedReduceSpec(n, n, key, fn, policy, emit), "reduce", name)
-
-    def aggregate(
-        self, aggregate: AggregateFunction[Any, Any, Any], *, name: str | None = None,
-        on_error: OnErrorChoice = "fail",
-    ) -> DataStream:
-        """Incremental aggregation per key: emits `(key, result)` for every record."""
-        check_has_methods("aggregate", aggregate, "AggregateFunction", ("create_accumulator", "add", "get_result"))
-        on_error_policy(self._env, on_error, "aggregate")
-        return self.process(
-            _AggregateProcess(aggregate), name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
-        )
-
-    def process(
-        self, function: KeyedProcessFunction, *, name: str | None = None, on_error: OnErrorChoice = "fail"
-    ) -> DataStream:
-        """Run a keyed process function (keyed state, timers) on every record.
-
-        `on_error`: what happens to a record (or a timer) `process_element` (or `on_timer`)
-        fails on (see `DataStream.map`); state it changed before it raised stays changed.
-        """
-        check_has_methods("function", function, "KeyedProcessFunction", ("process_element",))
-        key = self._key
-        policy = on_error_policy(self._env, on_error, "process")
-        return self._add(lambda n: KeyedProcessSpec(n, n, key, function, policy), "process", name)
-
-
 def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:
     """The operator name a user gave (checked), or a new unique one made from `base`."""
     return graph.unique_name(base) if name is None else check_name("name", name)
 
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
-__test__ = {"DataStream": DataStream, "KeyedStream": KeyedStream}
+__test__ = {"DataStream": DataStream}

@@ -14,15 +14,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import check_callable, check_has_methods, check_name
+from ..config import check_bool, check_callable, check_has_methods, check_name
 from ..errors import GraphError
+from ..plan.aggregates import window_combinable
 from ..plan.event_time import event_time_of
 from ..plan.logical import LogicalEdge
 from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunctionKind
 from ..plan.time import Duration, seconds
 from ..plan.windows import check_window
 from .functions import ProcessWindowFunction
-from .stream import DataStream, KeyedStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .keyed import KeyedStream
+from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
 
 Value = str | int | Callable[[Any], Any] | None
 
@@ -48,21 +50,33 @@ class WindowedStream:
         self._lateness = seconds(lateness, "lateness")
         return self
 
-    def count(self, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
-        """The number of records in each window."""
-        return self._build(WindowFunctionKind.COUNT, None, None, name, on_error)
+    def count(self, *, name: str | None = None, on_error: OnErrorChoice = "fail",
+              combine: bool | None = None) -> WindowResults:
+        """The number of records in each window.
 
-    def sum(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
-        """The sum of `value` (a field name, a tuple index, or a function; None: the record)."""
-        return self._build(WindowFunctionKind.SUM, _value(value), None, name, on_error)
+        `combine`: count per key and slice before the key exchange too (a local phase: one row
+        per key and slice crosses, not one per record; `plan.local_global`). By default on
+        where it can be: periodic windows (`Tumbling`, `Sliding`) keyed by a column, event time
+        in a field, without `late_records()`; a window's results are the same either way (the
+        `late_records` metric then counts late partial rows, not records)."""
+        return self._build(WindowFunctionKind.COUNT, None, None, name, on_error, combine)
 
-    def min(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
-        """The smallest `value` of each window."""
-        return self._build(WindowFunctionKind.MIN, _value(value), None, name, on_error)
+    def sum(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail",
+            combine: bool | None = None) -> WindowResults:
+        """The sum of `value` (a field name, a tuple index, or a function; None: the record).
+        `combine`: as for `count` (a numeric column `value`)."""
+        return self._build(WindowFunctionKind.SUM, _value(value), None, name, on_error, combine)
 
-    def max(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail") -> WindowResults:
-        """The largest `value` of each window."""
-        return self._build(WindowFunctionKind.MAX, _value(value), None, name, on_error)
+    def min(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail",
+            combine: bool = False) -> WindowResults:
+        """The smallest `value` of each window. `combine=True`: as for `count`, for a numeric
+        column (off by default: a column of strings has no columnar partials)."""
+        return self._build(WindowFunctionKind.MIN, _value(value), None, name, on_error, combine)
+
+    def max(self, value: Value = None, *, name: str | None = None, on_error: OnErrorChoice = "fail",
+            combine: bool = False) -> WindowResults:
+        """The largest `value` of each window. `combine=True`: as for `min`."""
+        return self._build(WindowFunctionKind.MAX, _value(value), None, name, on_error, combine)
 
     def reduce(
         self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
@@ -87,7 +101,8 @@ class WindowedStream:
         return self._build(WindowFunctionKind.PROCESS, None, function, name, on_error)
 
     def _build(
-        self, kind: WindowFunctionKind, value: Value, function: Any, name: str | None, on_error: OnErrorChoice
+        self, kind: WindowFunctionKind, value: Value, function: Any, name: str | None, on_error: OnErrorChoice,
+        combine: bool | None = False,
     ) -> WindowResults:
         keyed = self._keyed
         env = keyed._env
@@ -105,6 +120,13 @@ class WindowedStream:
             op_name, op_name, keyed._key, self._queries, kind, event_time, value, function,
             self._lateness, self._named, on_error=policy,
         )
+        if combine is None:
+            spec = replace(spec, combine=window_combinable(spec))
+        elif check_bool("combine", combine):
+            if not window_combinable(spec):
+                raise GraphError(f"{kind.value}(combine=True) needs periodic windows (Tumbling, Sliding) keyed by a "
+                                 "column, event time in a field, a column as the value, and on_error='fail'")
+            spec = replace(spec, combine=True)
         window = graph.add(spec, [LogicalEdge(keyed._node_id, keyed._partitioning)])
         results_name = graph.unique_name(f"{op_name}-results")
         results = graph.add(
@@ -142,6 +164,13 @@ class WindowResults(DataStream):
         super().uid(f"{check_name('uid', uid)}-results")
         self._env._graph.rename(self._window_node, uid=uid)
         return self
+
+    def side_output(self, tag: Any, *, name: str | None = None) -> DataStream:
+        """What the window's `ProcessWindowFunction` sent to `tag` (`ctx.output(tag, record)`,
+        with `process(key, window, records, ctx)`), as a stream of its own."""
+        from .connected import side_output
+
+        return side_output(self, self._window_node, tag, name)
 
     def late_records(self, *, name: str | None = None) -> DataStream:
         """The records that came after their windows closed (end + allowed lateness), as they

@@ -8,6 +8,7 @@
     epochal cancel URL [--token TOKEN]
     epochal rescale URL N [--token TOKEN]
     epochal move URL GROUPS SUBTASK [--batch N] [--token TOKEN]
+    epochal patch URL UID FILE.py:NAME|MODULE:NAME [--token TOKEN]
     epochal query URL UID KEY [--live]
     epochal checkpoints list D
     epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
@@ -146,6 +147,23 @@ def _rescale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _patch(args: argparse.Namespace) -> int:
+    from ..cluster.patch_request import request_body
+
+    body = request_body(args.function)  # before the token: a function that does not load says so first
+    token = args.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise EpochalError(f"this needs the job's token: --token TOKEN or {TOKEN_ENV} (the job printed it at start)")
+    code, answer = call(args.url, "/patch?" + urllib.parse.urlencode({"uid": args.uid}), token, timeout=330,
+                        data=body)
+    if code == 401:
+        raise EpochalError("the job refused the token")
+    if code >= 400:
+        raise EpochalError(str(answer.get("error", f"the job answered {code}")))
+    print(f"{args.uid} runs {args.function} from checkpoint {answer['patch']} on")
+    return 0
+
+
 def _move(args: argparse.Namespace) -> int:
     query = {"groups": args.groups, "to": str(args.subtask)}
     if args.batch:
@@ -204,8 +222,8 @@ def _savepoint(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: `run`, `status`, `cancel`, `rescale`, `move`, `query`, `checkpoints list`
-    and `savepoint`."""
+    """The whole command line: `run`, `status`, `cancel`, `rescale`, `move`, `patch`, `query`,
+    `checkpoints list` and `savepoint`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -279,6 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: steps of the job's StateConfig.migration_step_bytes of state)")
     move.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     move.set_defaults(func=_move)
+
+    patch = sub.add_parser("patch", help="run a new function in a running job's operator, from one checkpoint on")
+    patch.add_argument("url", help="the job's control endpoint")
+    patch.add_argument("uid", help="the operator's uid (its name unless `.uid(...)` set one)")
+    patch.add_argument("function", help="the new function: path/to/file.py:NAME (shipped by value) or "
+                       "module:NAME (the workers must import it)")
+    patch.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
+    patch.set_defaults(func=_patch)
 
     query = sub.add_parser("query", help="look up a key's state in a running job")
     query.add_argument("url", help="the job's control endpoint")

@@ -4,13 +4,13 @@ One small server per job, started by the host next to its job master (on the dri
 serving the job's `JobControl`. Reading is open: `GET /status`, `GET /metrics` (the Prometheus
 text format), `GET /metrics.json` (the same snapshot as JSON), `GET /state/<uid>/<key>` (a key's
 committed state, or with `?live=1` its live value from the subtask that owns it) and the
-dashboard (`GET /`, a static page in `cluster/dashboard/` that polls the two JSON views).
-Acting (`POST /cancel`) needs the token the job prints at start, sent as `Authorization: Bearer
-<token>`, because whoever can cancel a job can lose a day of a team's work: an action without it
-is refused, logged with the caller's address and counted (`epochal_links_refused_total`).
-`POST /cancel?wait=S` answers once the job ended (at most S seconds), with its final status,
-since the endpoint closes with the job. It binds 127.0.0.1 unless told otherwise, so nothing
-off the machine reaches it by accident.
+dashboard (`GET /`, a static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`,
+`/rescale`, `/savepoint`, `/move`, `/patch`: a live logic patch, `cluster.patch_request`) needs
+the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
+cancel a job can lose a day of a team's work: an action without it is refused, logged with the
+caller's address and counted (`epochal_links_refused_total`). `POST /cancel?wait=S` answers once
+the job ended (at most S seconds), with its final status, since the endpoint closes with the job.
+It binds 127.0.0.1 unless told otherwise, so nothing off the machine reaches it by accident.
 
 Every read but a live state query serves the newest snapshot the job master published into the
 `JobControl` (`runtime.metrics.JobMetrics`): a scrape never reaches the job master or its tasks. The
@@ -48,6 +48,7 @@ from ..runtime.master.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 from ..runtime.wire.handshake import refusal
 from ..state.keygroups import parse_key_groups
+from . import patch_request
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             url = urllib.parse.urlsplit(self.path)
             action = url.path.rstrip("/")
-            if action not in ("/cancel", "/rescale", "/savepoint", "/move"):
+            if action not in ("/cancel", "/rescale", "/savepoint", "/move", "/patch"):
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
             elif not endpoint.authorized(self.headers.get("Authorization")):
                 refused = "actions need the job's token (Authorization: Bearer ...)"
@@ -133,6 +134,10 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                     status = endpoint.control.wait_final(wait)
                 self._reply(HTTPStatus.ACCEPTED if accepted else HTTPStatus.CONFLICT,
                             {"cancel": accepted, "status": status.to_json()})
+            elif action == "/patch":  # the body: the new function, pickled (`cluster.patch_request`)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                uid = urllib.parse.parse_qs(url.query).get("uid", [""])[0]
+                self._reply(*patch_request.answer(endpoint.control, uid, body))
             else:
                 self._command(action.lstrip("/"), urllib.parse.parse_qs(url.query))
 
@@ -394,14 +399,16 @@ def _checkpoint_metrics(m: JobMetrics) -> Iterator[Metric]:
 # -- the client side: what `epochal status` and `epochal cancel` call ----------------------------------
 
 
-def call(url: str, path: str, token: str | None = None, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-    """`GET url+path` (or `POST` with the token when given): the HTTP status and the JSON body.
+def call(url: str, path: str, token: str | None = None, timeout: float = 10.0,
+         data: bytes = b"") -> tuple[int, dict[str, Any]]:
+    """`GET url+path` (or `POST` with the token, and `data`, when given): the HTTP status and the
+    JSON body.
 
     Raises:
         EpochalError: nothing answers at `url`, or what answers is not a job's endpoint.
     """
     request = urllib.request.Request(url.rstrip("/") + path, method="GET" if token is None else "POST",
-                                     data=None if token is None else b"")
+                                     data=None if token is None else data)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:

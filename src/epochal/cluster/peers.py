@@ -145,6 +145,10 @@ class PeerLinks:
         self.acceptor.close()
 
     # -- helpers ---------------------------------------------------------------------------------
+    def incarnation_of(self, peer: int) -> int:
+        """The incarnation of `peer` the link to it was made with (0: none made)."""
+        return self._between.get(peer, (0, 0))[1]
+
     def _good(self, peer: int, incarnations: Sequence[int]) -> bool:
         link = self.links.get(peer)
         if link is None or link.closed:

@@ -54,6 +54,34 @@ class Start:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerLost:
+    """Worker `worker`'s process died: survivors keep running, logging what they send it
+    (`cluster.survivors`), until a `Rejoin` names its new process."""
+
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejoin:
+    """Worker `worker`'s new process restores checkpoint `checkpoint_id` (of attempt `attempt`,
+    which goes on): link to it, replay to it what was sent after that checkpoint's barrier, and
+    drop what it sends again (`runtime.master.survivors`)."""
+
+    worker: int
+    attempt: int
+    checkpoint_id: int
+    incarnations: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtUp:
+    """This survivor dropped every record restored workers sent again: checkpoints may go on."""
+
+    worker: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stop:
     """Leave: the job finished, failed for good, or is being relaunched."""
 
@@ -108,10 +136,12 @@ class LinkRefused:
 
 
 @dataclass(frozen=True, slots=True)
-class PeerLost:
-    """The worker's link to `peer` broke while `attempt` ran (the network, or the peer's death)."""
+class LinkBroken:
+    """The worker's link to `peer` (its process `incarnation`) broke while `attempt` ran (the
+    network, or the peer's death)."""
 
     worker: int
     attempt: int
     peer: int
     reason: str
+    incarnation: int = 0

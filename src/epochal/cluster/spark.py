@@ -20,7 +20,7 @@ The job master decides every restart; this host carries it out at one of two spe
 - a worker process that dies (SIGKILL, OOM) or a lost executor fails the barrier stage, which
   Spark never retries for a result stage: the host cancels what is left and submits a new stage
   (a new *launch*), whose workers start the next attempt.
-- a link between two workers that breaks while both processes live (the network: `PeerLost`)
+- a link between two workers that breaks while both processes live (the network: `LinkBroken`)
   restarts the attempt in place once a short grace shows neither process died, which links the
   two anew.
 The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
@@ -65,12 +65,15 @@ from ..state.keygroups import RoutingTable
 from .link_guard import LinkGuard
 from .master_port import MasterPort
 from .protocol import (
+    CaughtUp,
     FromTask,
     Hello,
     JobMasterUnreachable,
+    LinkBroken,
     LinkRefused,
     PeerLost,
     Progress,
+    Rejoin,
     Running,
     Start,
     Stop,
@@ -133,6 +136,7 @@ class SparkExecutor:
         self.local_restore_bytes: list[int] = []  # per attempt: restored from backups' copies
         self.recovery_tables: list[RoutingTable] = []  # parallel recoveries' restore tables
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
+        self.survivor_recoveries: list[tuple[list[int], int]] = []  # (lost workers, restored checkpoint)
 
     def execute(
         self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None,
@@ -177,7 +181,7 @@ class _StageHost:
         self.secret = new_secret()  # the job's: to the workers in the stage's closure, never on a link
         self.port = MasterPort(host, workers, LinkGuard(self.secret, self.job.config.network), master.control.refusals)
         self.address = self.port.address
-        self.peer_lost: tuple[float, PeerLost] | None = None  # a broken link, restarted after the grace
+        self.peer_lost: tuple[float, LinkBroken] | None = None  # a broken link, restarted after the grace
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}
         self.incarnations = [0] * workers  # of each worker's process in this launch
@@ -188,6 +192,8 @@ class _StageHost:
         self.failed_at: float | None = None
         self.executor = executor
         self.live: dict[TaskId, TaskMetrics | tuple[Any, ...]] = {}
+        self.catching_up: set[int] = set()  # survivors dropping what restored workers send again
+        self.recovering = False  # lost workers restore while the others run on
 
     # -- launches --------------------------------------------------------------------------------
     def _event(self, name: str) -> None:
@@ -276,10 +282,15 @@ class _StageHost:
         if self.failed_at is None:
             self.failed_at = time.monotonic()
         self._event("worker lost")
+        survivors = self.job.config.recovery.survivors
+        told: set[int] = set()
         deadline = time.monotonic() + _HELLO_TIMEOUT
         self.peer_lost = None  # the dead process broke it
         while True:
             lost |= self._closed_links()
+            if survivors and lost - told:  # the others run on, logging what they send the lost
+                self._tell_survivors(lost - told)
+                told |= lost
             for worker in lost:
                 if worker in self.links and self.links[worker].closed:
                     self._drop(self.links.pop(worker))
@@ -296,6 +307,8 @@ class _StageHost:
                 hello[1].close()
         self._event("replaced")
         workers = ", ".join(str(w) for w in sorted(lost))
+        if survivors and self._restore_lost(lost, WorkerLost(f"{cause}; worker {workers} replaced by a new process")):
+            return
         self._fail(WorkerLost(f"{cause}; worker {workers} replaced by a new process, restarted in place"))
         replicas = self.job.config.state.backup_replicas
         routing = None
@@ -304,6 +317,33 @@ class _StageHost:
             if routing is not None:
                 self.executor.recovery_tables.append(routing)
         self._start_attempt(routing=routing)
+
+    def _tell_survivors(self, lost: set[int]) -> None:
+        """Workers died: the survivors keep running (`runtime.master.survivors`); what the lost
+        tasks would have acknowledged is aborted meanwhile."""
+        self.master.worker_lost(lost)
+        for worker, link in self.links.items():
+            if worker not in lost and not link.closed:
+                for dead in sorted(lost):
+                    link.send_object(PeerLost(dead))
+
+    def _restore_lost(self, lost: set[int], cause: BaseException) -> bool:
+        """Restore only the lost workers' tasks, on their new processes; False where that is not
+        sound (every task then rolls back)."""
+        plan = self.master.recover_survivors(lost, self.workers, cause)
+        if plan is None or self.attempt is None:
+            return False
+        attempt, incarnations = self.attempt.number, tuple(self.incarnations)
+        self.running -= lost
+        self.catching_up, self.recovering = set(self.links) - lost, True
+        self.executor.survivor_recoveries.append((sorted(lost), plan.checkpoint_id))
+        for worker, link in self.links.items():
+            if worker in lost:
+                link.send_object(Start(attempt, plan.checkpoint_id, None, incarnations))
+            else:
+                for dead in sorted(lost):
+                    link.send_object(Rejoin(dead, attempt, plan.checkpoint_id, incarnations))
+        return True
 
     def _closed_links(self) -> set[int]:
         """The workers whose control link closed (what they sent meanwhile is stale: dropped)."""
@@ -475,14 +515,39 @@ class _StageHost:
                 if self.failed_at is not None:
                     self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
                     self.failed_at = None
+                self._caught_up(None)
+        elif kind is CaughtUp:
+            self._caught_up(message.worker)
         elif kind is WorkerFailed:
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
             self._restart_in_place(error)
-        elif kind is PeerLost and self.peer_lost is None:
+        elif kind is LinkBroken and self.peer_lost is None and self._current(message):
             log.warning("worker %d lost its link to worker %d: %s", message.worker, message.peer, message.reason)
             self.peer_lost = (time.monotonic(), message)
         elif kind is LinkRefused:
             self.master.control.refusals.add(message.refusal)
+
+    def _current(self, broken: LinkBroken) -> bool:
+        """Whether a broken link joined this attempt's processes (not a dead one's: its loss is
+        handled as such, and survivors run on without it)."""
+        return (
+            self.attempt is not None
+            and broken.attempt == self.attempt.number
+            and broken.incarnation == self.incarnations[broken.peer]
+            and not self.recovering
+        )
+
+    def _caught_up(self, worker: int | None) -> None:
+        """A survivor dropped what restored workers sent again: once all did, and every worker
+        runs, checkpoints go on."""
+        if not self.recovering:
+            return
+        if worker is not None:
+            self.catching_up.discard(worker)
+        if not self.catching_up and len(self.running) == self.workers:
+            self.recovering = False
+            self._event("caught up")
+            self.master.survivors_caught_up()
 
     def _live_metrics(self) -> list[TaskMetrics]:
         """The workers' latest task metrics (a worker that sends only counts: counts only)."""

@@ -18,7 +18,7 @@ recognises it in the stage's error and ends the job in one line instead of relau
 master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
 So does a job master that does not prove it knows the job's secret (`runtime.wire.handshake`).
 Connections to the worker's port that fail the handshake are refused (`cluster.peers`) and
-reported (`LinkRefused`); a link to a peer that breaks is reported too (`PeerLost`).
+reported (`LinkRefused`); a link to a peer that breaks is reported too (`LinkBroken`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from ..runtime.task.setup import TaskState
 from ..runtime.task.task import Task
 from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
 from ..runtime.wire.channel import LocalChannel
-from ..runtime.wire.messages import AcknowledgeCheckpoint
+from ..runtime.wire.messages import AcknowledgeCheckpoint, NotifyCheckpointComplete
 from ..runtime.wire.network import (
     BACKUP,
     CONTROL,
@@ -65,8 +65,8 @@ from .peers import LISTENER, PeerLinks
 from .protocol import (
     FromTask,
     Hello,
+    LinkBroken,
     LinkRefused,
-    PeerLost,
     Progress,
     Running,
     Start,
@@ -75,6 +75,7 @@ from .protocol import (
     WorkerFailed,
 )
 from .snapshot_thread import SnapshotThread
+from .survivors import SurvivorChannels
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class Worker:
         self.stopped = False
         self.keys = channel_keys(job)
         self._last_progress = 0.0
+        # channels to other workers that log and count, when survivors do not roll back
+        self.survivors = SurvivorChannels(index, job.config.recovery.survivors, self._to_driver)
 
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -197,6 +200,7 @@ class Worker:
         ends: dict[ChannelKey, ChannelEnds] = {}
         self.inputs, self.outputs = {}, {}
         capacity, attempt_no = self.config.channel_capacity, self.attempt
+        self.survivors.start(attempt_no)
         for wire_id, key in enumerate(self.keys):
             edge = self.job.edges[key.edge]
             src, dst = worker_of(TaskId(edge.source, key.source)), worker_of(TaskId(edge.target, key.target))
@@ -204,14 +208,14 @@ class Worker:
                 ch = LocalChannel(capacity, elastic=edge.is_back_edge)
                 ends[key] = ChannelEnds(ch, ch)
             elif src == self.index:
-                out = RemoteOutputChannel(
-                    self.links[dst], wire_id, attempt_no, capacity, self.config.batch_size, FLUSH_INTERVAL,
-                    elastic=edge.is_back_edge,
+                out = self.survivors.output(
+                    dst, self.links[dst], wire_id, attempt_no, capacity, self.config.batch_size, FLUSH_INTERVAL,
+                    edge.is_back_edge,
                 )
                 self.outputs[wire_id] = out
                 ends[key] = ChannelEnds(out, None)
             elif dst == self.index:
-                inp = RemoteInputChannel(self.links[src], wire_id, attempt_no, capacity)
+                inp = self.survivors.input(src, self.links[src], wire_id, attempt_no, capacity, start.checkpoint_id)
                 self.inputs[wire_id] = inp
                 ends[key] = ChannelEnds(None, inp)
         mine = [t for t in self.job.task_ids() if worker_of(t) == self.index]
@@ -351,6 +355,7 @@ class Worker:
             if key.data == LISTENER:
                 self.peers.accept()
                 self._start_when_linked()
+                self.survivors.linked(self.peers)
                 continue
             if key.data == WAKEUP:  # a snapshot written or a read-ahead done: the next step hands it on
                 self.background.clear_wakeups()
@@ -379,7 +384,8 @@ class Worker:
                     elif self.tasks and self.pending is None and self.links.get(key.data) is link:
                         # a peer's link broke: its process died (the job master sees that too), or
                         # the network dropped it; either way the attempt cannot go on without it
-                        self._to_driver(PeerLost(self.index, self.attempt, key.data, str(exc)))
+                        self._to_driver(LinkBroken(self.index, self.attempt, key.data, str(exc),
+                                                   self.peers.incarnation_of(key.data)))
 
     def _on_control(self, frame: tuple[int, int, int, bytes]) -> None:
         kind, _, _, payload = frame
@@ -395,8 +401,12 @@ class Worker:
             self._on_start(message)
         elif type(message) is Stop:
             self.stopped = True
+        else:  # a lost peer's: the others run on (`cluster.survivors`)
+            self.survivors.on_control(message, self.peers)
 
     def _to_task(self, message: ToTask) -> None:
+        if type(message.message) is NotifyCheckpointComplete and self.survivors.enabled:
+            self.survivors.completed(message.message.checkpoint_id)
         task = self.tasks.get(message.task)
         if task is not None and not self.failed:
             task.inbox.append(message.message)
@@ -419,6 +429,8 @@ class Worker:
             inp = self.inputs.get(wire_id)
             if inp is not None:
                 inp.deliver(kind, payload)
+                if self.survivors.catching_up:
+                    self.survivors.delivered()
 
     @property
     def all_finished(self) -> bool:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from ..runtime.wire.batches import binary_buffers
 
-__all__ = ["encode_record", "json_lines"]
+__all__ = ["encode_record", "json_lines", "json_objects"]
 
 
 def encode_record(record: Any) -> str:
@@ -65,6 +65,20 @@ def json_lines(batch: pa.RecordBatch) -> pa.StringArray:
     for i, column in enumerate(columns):
         parts.extend([comma, column] if i else [column])
     parts.append(pa.repeat("]\n" if len(columns) > 1 else "\n", n))
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def json_objects(batch: pa.RecordBatch) -> pa.StringArray:
+    """Each row as a JSON object keyed by its column names (no newline): what a message log
+    carries per record, and what a JSON reader with a schema reads back by name."""
+    n = batch.num_rows
+    if not batch.num_columns:
+        return pa.repeat("{}", n).cast(pa.string())
+    parts: list[Any] = []
+    for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns)):
+        key = json.dumps(str(name), ensure_ascii=False)
+        parts.extend([pa.repeat(("{" if i == 0 else ",") + key + ":", n), _json_text(column)])
+    parts.append(pa.repeat("}", n))
     return pc.binary_join_element_wise(*parts, "")
 
 

@@ -32,6 +32,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -41,7 +42,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..api.connector import Sink, SinkWriter
-from ..config import check_bool, check_choice, check_instance, check_int, check_path
+from ..config import check_bool, check_choice, check_instance, check_int, check_name, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.wire.elements import Batch
 from ..state.checked_files import resolve_uri
@@ -268,6 +269,8 @@ class ParquetSink(Sink):
         compact_interval: Spark's `spark.sql.streaming.fileSink.log.compactInterval`; readers
             must use the same value (Spark's default is 10).
         compression: the Parquet codec. row_group_rows: rows per row group, at most.
+        partition_by: columns whose values name Hive-style directories (`dt=2015-07-15/`), as
+            Spark's `partitionBy` writes them; the files hold the other columns (`partitions`).
     """
 
     def __init__(
@@ -280,6 +283,7 @@ class ParquetSink(Sink):
         compact_interval: int = 10,
         compression: str = "snappy",
         row_group_rows: int = ROW_GROUP_ROWS,
+        partition_by: Sequence[str] = (),
     ) -> None:
         self.path = check_path("path", path)
         self.schema = None if schema is None else check_instance("schema", schema, pa.Schema)
@@ -288,6 +292,7 @@ class ParquetSink(Sink):
         self.compact_interval = check_int("compact_interval", compact_interval)
         self.compression = compression
         self.row_group_rows = check_int("row_group_rows", row_group_rows)
+        self.partition_by = tuple(check_name("partition_by", c) for c in partition_by)
         self._target: tuple[pafs.FileSystem, str] | None = None
         self._log: SparkSinkLog | None = None
 
@@ -316,10 +321,10 @@ class ParquetSink(Sink):
         probe_writable(fs, root, "ParquetSink")
         if resuming or self.mode == "append":
             return
-        infos = fs.get_file_info(pafs.FileSelector(root))
-        names = sorted(i.base_name for i in infos)
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=bool(self.partition_by)))
+        names = sorted(i.path[len(root) + 1:] for i in infos)
         if self.mode == "error":
-            committed = [n for n in names if n.startswith("part-")]
+            committed = [n for n in names if os.path.basename(n).startswith("part-")]
             if committed or METADATA_DIR in names:
                 shown = ", ".join((committed or [METADATA_DIR])[:_SHOWN])
                 more = f" and {len(committed) - _SHOWN} more" if len(committed) > _SHOWN else ""
@@ -329,7 +334,8 @@ class ParquetSink(Sink):
                     'or pass ParquetSink(..., mode="overwrite") to replace it or mode="append" to add to it'
                 )
         overwrite = self.mode == "overwrite"
-        doomed = [n for n in names if _STAGING.fullmatch(n) or (overwrite and _COMMITTED.fullmatch(n))]
+        base = os.path.basename
+        doomed = [n for n in names if _STAGING.fullmatch(base(n)) or (overwrite and _COMMITTED.fullmatch(base(n)))]
         for name in doomed:
             delete_quietly(fs, f"{root}/{name}")
         if overwrite and METADATA_DIR in names:
@@ -351,10 +357,15 @@ class ParquetSink(Sink):
         fs, root = self.target()
         self.check_parallelism(parallelism)  # checked at start too; a sink built by hand meets it here
         fs.create_dir(root)
+        if self.partition_by:
+            from .partitions import PartitionedWriter
+
+            return PartitionedWriter(self, subtask)
         return _ParquetSinkWriter(self, subtask)
 
     def commit(self, committables: list[Any]) -> None:
         fs, _ = self.target()
+        committables = [p for c in committables for p in getattr(c, "files", (c,))]  # a partitioned subtask's
         for pending in committables:
             if exists(fs, pending.staging) and exists(fs, pending.final):  # an epoch replayed: committed before
                 log.info("ParquetSink: %s is committed already (a replayed epoch): skipped", pending.final)
@@ -365,8 +376,9 @@ class ParquetSink(Sink):
                 raise CheckpointError(
                     f"ParquetSink: staged file {pending.staging} is gone and {pending.final} does not exist"
                 )
-        if isinstance(fs, pafs.LocalFileSystem) and committables:
-            fsync(os.path.dirname(committables[0].final))  # the renames survive a crash of the machine
+        if isinstance(fs, pafs.LocalFileSystem):
+            for directory in sorted({os.path.dirname(p.final) for p in committables}):
+                fsync(directory)  # the renames survive a crash of the machine
         if self.spark_metadata and committables:
             self.spark_log().add([p.final for p in committables])
 

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..api.connector import SplitReader
+from ..config import check_bool
 from ..errors import EpochalError
 from .file_source import FileSource
 
@@ -96,13 +97,20 @@ class ParquetSource(FileSource):
         columns: the columns to read (all of them by default).
         watch: follow the directory (`True`: every second; seconds), as `TextFileSource` does:
             a file must be complete when it appears under its name.
+        in_order: the files, in name order, are in event-time order (each one's rows after the
+            previous one's, as a stream written in parts is): with event time, each subtask
+            reads its splits one after another and its watermark follows the split it reads,
+            instead of reading every split at once, held back by the earliest. Without it a
+            subtask opens all its splits at once when the job has event time.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], columns: Sequence[str] | None = None, *, watch: bool | float = False
+        self, path: str | os.PathLike[str], columns: Sequence[str] | None = None, *, watch: bool | float = False,
+        in_order: bool = False,
     ) -> None:
         super().__init__(path, watch)
         self.columns = None if columns is None else [str(c) for c in columns]
+        self.in_order = check_bool("in_order", in_order)
 
     def file_splits(self, info: pafs.FileInfo, name: str) -> Sequence[RowGroupSplit]:
         fs, _ = self.target()

@@ -1,5 +1,5 @@
-"""Tables as replayable sources: a Delta table at a version, and a Spark catalog table through
-its files.
+"""Tables as replayable sources: datasets of Parquet files (a Delta table at a version, in
+`connectors.delta.source`), and a Spark catalog table through its files.
 
 A table is read as a pyarrow dataset of Parquet files, a row group per split (as
 `ParquetSource`), with the table's partition columns filled in from its metadata. A Delta table
@@ -26,7 +26,7 @@ from .parquet_source import RowGroupReader, RowGroupSplit
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-__all__ = ["DeltaSource", "ParquetTableSource", "table_source"]
+__all__ = ["ParquetTableSource", "table_source"]
 
 
 class _RowGroupOfDataset(RowGroupReader):
@@ -79,37 +79,6 @@ class _DatasetSource(Source):
         return _RowGroupOfDataset(self, split, position)
 
 
-class DeltaSource(_DatasetSource):
-    """A Delta table at one version, read with the `deltalake` library.
-
-    Args:
-        path: the table: a local path or a URI `deltalake` knows.
-        version: the version to read; the newest when the source is made, by default. It is
-            pinned then, so a restore reads what the first attempt read.
-        columns: the columns to read (all, partition columns included, by default).
-        storage_options: passed to `deltalake` (an object store's credentials).
-    """
-
-    def __init__(
-        self,
-        path: str,
-        version: int | None = None,
-        columns: Sequence[str] | None = None,
-        storage_options: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(columns)
-        from deltalake import DeltaTable
-
-        self.path, self.storage_options = str(path), storage_options
-        self.version = DeltaTable(self.path, storage_options=storage_options).version() if version is None else version
-
-    def build(self) -> ds.Dataset:
-        from deltalake import DeltaTable
-
-        table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
-        return table.to_pyarrow_dataset()
-
-
 class ParquetTableSource(_DatasetSource):
     """A directory of Parquet files with Hive-style partition directories (`part=1/`), as Spark
     writes a Parquet table; partition columns come from the directory names, with the types
@@ -152,5 +121,7 @@ def table_source(spark: Any, name: str, columns: Sequence[str] | None = None) ->
         partitions = [(c.name, c.dataType) for c in spark.catalog.listColumns(name) if c.isPartition]
         return ParquetTableSource(location, columns, partitions)
     if provider == "delta":
+        from .delta.source import DeltaSource
+
         return DeltaSource(location, columns=columns)
     raise EpochalError(f"from_table: {name} is a {provider or 'unknown'} table; Parquet and Delta tables can be read")

@@ -5,7 +5,11 @@ call) when nothing repartitions between them: a single forward input from an ope
 parallelism whose only consumer it is. Everywhere else an edge becomes a channel. Loops are
 closed only by `iterate()`'s feedback edges; they become the job graph's back-edges, whose
 records the loop head logs during a checkpoint (ABS §4.3, Algorithm 2). Any other cycle is an
-error. Operators that dead-letter records get their dead-letter path first (`plan.dead_letters`).
+error; loops may nest (`plan.loops` computes each loop's scope). Operators whose side outputs
+are read get a split for their main output first (`plan.side_outputs`), keyed aggregates that
+combine their local phase (`plan.local_global`), then operators that dead-letter records their
+dead-letter path (`plan.dead_letters`). A two-input operator's edges say which input they feed
+(`JobEdge.input`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from ..config import JobConfig
 from ..errors import GraphError
 from .dead_letters import route_dead_letters
 from .job_graph import JobEdge, JobGraph, JobVertex
+from .local_global import insert_local_aggregates
 from .logical import LogicalGraph, LogicalNode
+from .loops import check_loop_time
+from .side_outputs import route_side_outputs
 from .specs import (
     FORWARD,
     REBALANCE,
@@ -128,7 +135,7 @@ def compile_job(
     `dead_letter` is the job's dead-letter sink (an `epochal.Sink`), where operators with
     `on_error=DEAD_LETTER` send the records they fail on.
     """
-    graph = route_dead_letters(graph, dead_letter)
+    graph = route_dead_letters(insert_local_aggregates(route_side_outputs(graph)), dead_letter)
     nodes = graph.nodes
     if not any(isinstance(n.spec, SinkSpec) for n in nodes):
         raise GraphError("the job has no sink: add one with DataStream.sink_to(...)")
@@ -154,7 +161,7 @@ def compile_job(
         for edge in node.inputs:
             consumers[edge.source] += 1
 
-    edges_in: dict[int, list[tuple[int, Partitioning, bool]]] = {}
+    edges_in: dict[int, list[tuple[int, Partitioning, bool, int]]] = {}
     for node in nodes:
         edges_in[node.id] = [
             (
@@ -163,12 +170,14 @@ def compile_job(
                     parallelism[e.source], parallelism[node.id], e.partitioning, node.spec.name
                 ),
                 (e.source, node.id) in back_edges,
+                e.input,
             )
             for e in node.inputs
         ]
 
     # Chaining: node joins the chain of its single upstream when the edge is forward, the
-    # upstream has no other consumer, and neither is a union (which merges several inputs).
+    # upstream has no other consumer, and neither is a union (which merges several inputs). A
+    # two-input operator has two inputs, so it always heads its chain (`plan.two_inputs`).
     chain_of: dict[int, list[int]] = {}
     head_of: dict[int, int] = {}
     for node in nodes:
@@ -197,18 +206,20 @@ def compile_job(
         vertices.append(JobVertex(vid, chain, parallelism[head], active[head]))
 
     raw = [
-        (vertex_of[src], vertex_of[node_id], part, back)
+        (vertex_of[src], vertex_of[node_id], part, back, input_index)
         for node_id, inputs in edges_in.items()
-        for src, part, back in inputs
+        for src, part, back, input_index in inputs
         if head_of[node_id] == node_id
     ]
-    pairs = [(a, b) for a, b, _, _ in raw]
+    pairs = [(a, b) for a, b, _, _, _ in raw]
     reach = {v.id: _reachable(pairs, v.id) for v in vertices}
     edges = [  # an edge is inside a loop iff its target reaches its source again
-        JobEdge(a, b, part, is_back_edge=back, in_loop=a in reach[b])
-        for a, b, part, back in raw
+        JobEdge(a, b, part, is_back_edge=back, in_loop=a in reach[b], input=input_index)
+        for a, b, part, back, input_index in raw
     ]
-    return JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+    job = JobGraph(name, tuple(vertices), tuple(edges), max_parallelism, config)
+    check_loop_time(job)
+    return job
 
 
 def _check_unique(nodes: list[LogicalNode]) -> None:

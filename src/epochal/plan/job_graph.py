@@ -46,6 +46,7 @@ class JobEdge:
     partitioning: Partitioning
     is_back_edge: bool = False  # found by depth-first search: closes a loop (ABS §4.3)
     in_loop: bool = False  # both ends in the same loop (strongly connected component)
+    input: int = 0  # the input of the target's first operator it feeds (1: a two-input operator's second)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,5 +100,7 @@ class JobGraph:
         for v in self.vertices:
             lines.append(f"  v{v.id} x{v.parallelism}: {v.name}")
             for e in self.outputs_of(v.id):
-                lines.append(f"      --{e.partitioning.kind.value}--> v{e.target}")
+                two = any(x.input for x in self.inputs_of(e.target))  # a two-input operator: which input
+                which = f" (input {e.input + 1})" if two else ""
+                lines.append(f"      --{e.partitioning.kind.value}--> v{e.target}{which}")
         return "\n".join(lines)

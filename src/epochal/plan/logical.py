@@ -14,11 +14,16 @@ from .specs import OperatorSpec, Partitioning
 
 @dataclass(slots=True)
 class LogicalEdge:
-    """An input of a node; `partitioning` is None where the user chose none (forward or rebalance)."""
+    """An input of a node; `partitioning` is None where the user chose none (forward or rebalance).
+
+    `input` is which input of a two-input operator the edge feeds (0: the first, 1: the second;
+    `plan.two_inputs`); every edge into a one-input operator is input 0.
+    """
 
     source: int
     partitioning: Partitioning | None
     feedback: bool = False  # closes a loop: declared by `iterate`, checked by the compiler
+    input: int = 0
 
 
 @dataclass(slots=True)

@@ -88,23 +88,17 @@ class MapBatchesSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
-class KeyedCountSpec(OperatorSpec):
-    """Running count per key; emits `(key, count)` per record, or per changed key at each
-    checkpoint (`emit="on_checkpoint"`); vectorized on Arrow batches."""
-
-    key: KeySelector
-    emit: Emit = "per_record"
-
-
-@dataclass(frozen=True, slots=True)
 class KeyedReduceSpec(OperatorSpec):
     """Rolling reduce per key; emits the new reduced value per record, or per changed key at
-    each checkpoint (`emit="on_checkpoint"`)."""
+    each checkpoint (`emit="on_checkpoint"`). `combine`: reduce locally before the key exchange
+    too (`plan.local_global`; `fn` must be associative). Count, sum and the other aggregates are
+    `plan.aggregates.KeyedAggregateSpec`."""
 
     key: KeySelector
     fn: Callable[[Any, Any], Any]
     on_error: OnError = OnError.FAIL
     emit: Emit = "per_record"
+    combine: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +108,7 @@ class KeyedProcessSpec(OperatorSpec):
     key: KeySelector
     function: Any
     on_error: OnError = OnError.FAIL
+    side_outputs: tuple[str, ...] = ()  # the tags read with `side_output` (`plan.side_outputs`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +145,8 @@ class KeyedWindowSpec(OperatorSpec):
     record), a field name, or a function. `function` is the user's reduce function, aggregate
     function or process window function. Late records go to the operator's output wrapped in
     `LateRecord` when `emit_late` is set (`late_records()` asked for them), else they are counted.
+    `combine`: pre-aggregate per key and slice before the key exchange (`plan.local_global`,
+    `plan.aggregates.LocalWindowSpec`); `combined`: the input is those partials.
     """
 
     key: KeySelector
@@ -162,6 +159,9 @@ class KeyedWindowSpec(OperatorSpec):
     named: bool = False
     emit_late: bool = False
     on_error: OnError = OnError.FAIL
+    side_outputs: tuple[str, ...] = ()  # tags a process window function's records go to
+    combine: bool = False  # a local phase (partials per key and slice) before the key exchange
+    combined: bool = False  # what arrives are such partials (`plan.local_global`)
 
 
 class OutputPart(Enum):
@@ -182,15 +182,26 @@ class SplitLateSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class SideOutputSpec(OperatorSpec):
+    """Keeps one side output of the operator before it (`ctx.output(tag, record)`), unwrapped, or
+    with `tag` None its main output: every record but the side outputs (`plan.side_outputs`)."""
+
+    tag: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class IterationHeadSpec(OperatorSpec):
     """The head of a loop: merges the loop's input with its feedback; records pass unchanged.
 
     Its task consumes the loop's back-edges and logs them during checkpoints (ABS §4.3,
     Algorithm 2); `feedback_threshold` batches of buffered feedback make it read feedback only
-    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels.
+    (dissertation §6.4.3.2), so a heavy loop cannot deadlock on full channels. With
+    `event_time`, the head holds the watermark until the loop holds nothing older
+    (`runtime.task.loop_clock`).
     """
 
     feedback_threshold: int = 8
+    event_time: EventTime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,22 @@ class Query(Command[dict[str, Any]]):
             raise ValueError(f"a state query needs an operator uid, got {self.uid!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class Patch(Command[int]):
+    """Run `function` in operator `uid` from one checkpoint barrier on, keeping its state
+    (`runtime.patches`); its result is that checkpoint."""
+
+    uid: str
+    function: Any
+    kind: ClassVar[str] = "patch"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uid, str) or not self.uid:
+            raise ValueError(f"a patch needs an operator uid, got {self.uid!r}")
+        if not callable(self.function) and not callable(getattr(self.function, "process_element", None)):
+            raise ValueError(f"a patch needs a function (or a KeyedProcessFunction), got {self.function!r}")
+
+
 class Ticket(Generic[R]):
     """One command on its way: the job master finishes it once, the asker waits for it."""
 

@@ -114,6 +114,19 @@ class GrowableArray:
         self._data[self._size : end] = values
         self._size = end
 
+    def grow_to(self, size: int) -> None:
+        """Extend with the fill value up to `size` elements (no-op if already that long)."""
+        if size > self._size:
+            self.extend(np.full(size - self._size, self._fill, dtype=self._data.dtype))
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._data.dtype
+
+    def astype(self, dtype: Any) -> None:
+        """Hold `dtype` values from now on (the values so far converted)."""
+        self._data = self._data.astype(dtype)
+
 
 def _is_binary_like(t: pa.DataType) -> bool:
     types = pa.types
@@ -166,16 +179,18 @@ class _IntegerKeys:
 class KeyIndex:
     """Dense slots `0, 1, 2, …` for every distinct key seen in Arrow key columns of one type.
 
-    Also keeps each slot's key (as Arrow, to check candidates) and key group. Supported key
+    Also keeps each slot's key (as Arrow, to check candidates) and key group (unless made with
+    `key_groups=False`: then `key_groups` reads 0 for every slot). Supported key
     types: strings, binaries and integers (`supports`); other columns take the per-key path.
     Unbounded: it holds every key it has seen, like the keyed state it indexes.
     """
 
-    def __init__(self, key_type: pa.DataType, max_parallelism: int) -> None:
+    def __init__(self, key_type: pa.DataType, max_parallelism: int, key_groups: bool = True) -> None:
         if not self.supports(key_type):
             raise TypeError(f"no columnar key index for keys of type {key_type}")
         self.key_type = self.normalised_type(key_type)
         self.max_parallelism = max_parallelism
+        self._with_groups = key_groups  # False: slots only (a local aggregation never routes)
         self._keys = _IntegerKeys() if pa.types.is_integer(self.key_type) else _BinaryKeys(self.key_type)
         self._key_groups = GrowableArray(np.int64)
         self._cells = np.zeros(64, dtype=_U64)
@@ -246,6 +261,19 @@ class KeyIndex:
                 added[~valid] = True
             slots[~valid] = self._null_slot
         return slots, added
+
+    def lookup_existing(self, keys: pa.Array) -> np.ndarray:
+        """Slots of `keys`, -1 for keys not in the index (which stays as it is)."""
+        keys = self._normalise(keys)
+        slots = np.full(len(keys), -1, dtype=np.int64)
+        valid = keys.is_valid().to_numpy(zero_copy_only=False) if keys.null_count else np.ones(len(keys), bool)
+        slots[valid] = self._probe(self._hashes(keys)[valid])
+        self._verify(keys, slots)
+        for i in np.flatnonzero(valid & (slots < 0)).tolist():
+            slots[i] = self._overflow.get(keys[i].as_py(), -1)
+        if self._null_slot >= 0:
+            slots[~valid] = self._null_slot
+        return slots
 
     def _verify(self, keys: pa.Array, slots: np.ndarray) -> None:
         """Unset the slots whose stored key differs: a hash match is only a candidate."""
@@ -377,7 +405,9 @@ class KeyIndex:
         """New slots for `keys`, with their key groups."""
         first = len(self)
         self._slot_hashes.extend(hashes)
-        if len(keys) >= _VECTOR_GROUPS_MIN and column_hash.supports(keys.type):
+        if not self._with_groups:
+            groups = np.zeros(len(keys), dtype=np.int64)
+        elif len(keys) >= _VECTOR_GROUPS_MIN and column_hash.supports(keys.type):
             groups = column_hash.key_groups(keys, self.max_parallelism)
         else:
             groups = np.asarray(key_groups_of_keys(keys.to_pylist(), self.max_parallelism), dtype=np.int64)

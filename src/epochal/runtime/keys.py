@@ -11,13 +11,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import KeySelectorError
+from ..plan.aggregates import PartialKey
 from ..plan.specs import KeySelector
 from ..state.keygroups import UnhashableKeyError, stable_hash
 
+_FIRST = operator.itemgetter(0)
+
 
 def record_key_fn(key: KeySelector) -> Callable[[Any], Any]:
-    """A per-record key function: the selector itself, or an item lookup for a field name."""
-    return operator.itemgetter(key) if isinstance(key, str) else key
+    """A per-record key function: the selector itself, or an item lookup for a field name (item
+    0 for the tuples of partials a local aggregation ships: `PartialKey`)."""
+    if isinstance(key, str):
+        return operator.itemgetter(key)
+    return _FIRST if isinstance(key, PartialKey) else key
+
+
+def key_column(key: KeySelector) -> str | None:
+    """The column an Arrow batch is keyed by under this selector, or None (a function of records)."""
+    if isinstance(key, str):
+        return key
+    return key.column if isinstance(key, PartialKey) else None
 
 
 # key -> key group, per max parallelism: `stable_hash` costs about 1 µs a key (encode, crc32, mix)
@@ -82,8 +95,9 @@ def batch_keys(
     from .wire.batches import to_records
 
     records = to_records(batch)
-    if isinstance(batch, pa.RecordBatch) and isinstance(key, str):
-        distinct, indices, groups = arrow_key_groups(batch, key, max_parallelism, operator_name)
+    column = key_column(key)
+    if isinstance(batch, pa.RecordBatch) and column is not None:
+        distinct, indices, groups = arrow_key_groups(batch, column, max_parallelism, operator_name)
         values = distinct.to_pylist()
         idx = indices.tolist()
         return records, [values[i] for i in idx], groups[indices].tolist()

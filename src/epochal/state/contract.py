@@ -190,7 +190,7 @@ class KeyedStateBackend(Protocol):
 class RawKeyGroupMaps(Protocol):
     """Direct access to one state's entries of one key group, as a dict (heap backend only).
 
-    For vectorized operators that batch their updates (`runtime/operators/columnar_count.py`): they write
+    For vectorized operators that batch their updates: they write
     the dict in bulk and then report the keys they wrote. A backend whose state is not a dict
     in memory (the disk backend) does not offer this; check with `isinstance`.
     """

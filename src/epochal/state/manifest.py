@@ -38,6 +38,7 @@ __all__ = [
     "OperatorState",
     "TaskCheckpointStats",
     "SplitLogState",
+    "PatchState",
     "Manifest",
     "checkpoint_dir_name",
     "checkpoint_of_path",
@@ -132,6 +133,17 @@ class SplitLogState:
 
 
 @dataclass(frozen=True, slots=True)
+class PatchState:
+    """A live logic patch in effect at this checkpoint: operator `uid` runs the function pickled
+    in `file` from checkpoint `since` on (`runtime.patches`)."""
+
+    uid: str
+    patch_id: int
+    since: int
+    file: FileHandle
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """The commit record of one checkpoint; its presence makes the checkpoint complete."""
 
@@ -146,6 +158,7 @@ class Manifest:
     split_logs: tuple[SplitLogState, ...] = ()  # of sources whose splits are found as they run
     # who owns which key group from this checkpoint on, once key groups moved (`RoutingTable`)
     routing: RoutingTable | None = None
+    patches: tuple[PatchState, ...] = ()  # live logic patches in effect (`runtime.patches`)
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
     # the epochs after it a restore replays at their cuts (`state.replay`): the job master's, not stored
@@ -175,6 +188,8 @@ class Manifest:
                         yield handle
         for split_log in self.split_logs:
             yield from split_log.segments
+        for patch in self.patches:
+            yield patch.file
 
     def written_size(self) -> int:
         """Bytes of the files that live in this checkpoint's own directory (new in it)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoCheckpointError
+from .group_tables import expand
 from .keygroups import KeyGroupRange, KeyGroups, key_group_of
 from .manifest import Manifest, OperatorState
 from .savepoints import load_savepoint, storage_for
@@ -58,7 +59,10 @@ def operator_state(manifest: Manifest, operator: str) -> OperatorState:
 def iter_state(
     manifest: Manifest, operator: str, key_groups: KeyGroups | None = None
 ) -> Iterator[StateRow]:
-    """Every keyed-state entry of `operator` in `key_groups` (all when None), key group order."""
+    """Every keyed-state entry of `operator` in `key_groups` (all when None), key group order.
+
+    A columnar operator's table of a key group (`group_tables.GroupTable`) comes out as the
+    per-key entries it holds, so readers see keys whichever path kept them."""
     op = operator_state(manifest, operator)
     storage = storage_for(manifest, None)
     wanted: KeyGroups = KeyGroupRange(0, op.max_parallelism) if key_groups is None else key_groups
@@ -73,8 +77,9 @@ def iter_state(
             apply_sections(groups, is_delta, sections)
         for key_group in sorted(groups):
             for name in sorted(groups[key_group]):
-                for key, value in groups[key_group][name].items():
-                    yield StateRow(key_group, key, name, value)
+                for stored, value in groups[key_group][name].items():
+                    for key, state, entry in expand(key_group, name, stored, value):
+                        yield StateRow(key_group, key, state, entry)
 
 
 def read_state(path: str, operator: str, checkpoint: str | int | None = None) -> list[StateRow]:

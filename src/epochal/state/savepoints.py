@@ -47,7 +47,8 @@ def rebase(manifest: Manifest, prefix: str) -> Manifest:
         for op in manifest.operators
     )
     split_logs = tuple(replace(log, segments=tuple(moved(h) for h in log.segments)) for log in manifest.split_logs)
-    return replace(manifest, operators=operators, split_logs=split_logs)
+    patches = tuple(replace(patch, file=moved(patch.file)) for patch in manifest.patches)
+    return replace(manifest, operators=operators, split_logs=split_logs, patches=patches)
 
 
 def _copy_files(manifest: Manifest, dest: CheckpointStorage, prefix: str) -> None:

@@ -23,7 +23,7 @@ from epochal.connectors.nexmark import NexmarkSource
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "nexmark")
 EVENTS = 6_000
 SEED = 0  # the examples' seed
-QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12"]
+QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q10", "q11", "q12"]
 
 
 def _load_harness() -> types.ModuleType:

@@ -1,4 +1,4 @@
-"""The stateful Nexmark queries of `examples/nexmark/` (q3, q4, q5, q7, q8, q11), run through
+"""The stateful Nexmark queries of `examples/nexmark/` (q3, q4, q5, q6, q7, q8, q9, q11), run through
 Epochal in process at parallelism 2, in event-id order and out of order, commit exactly what
 plain pyarrow and numpy compute over the whole generated input as a batch (the SQL's meaning);
 q12, on processing time, commits what can be checked without the clock. A run with a failure
@@ -180,6 +180,109 @@ def test_q4_averages_the_winning_bids_per_category(group: int) -> None:
         counts = sorted(n for n, _ in updates[category])
         assert counts == list(range(1, len(prices) + 1)), category  # one update per closed auction
         assert max(updates[category])[1] == sum(prices) / len(prices), category
+
+
+# -- q9 and q6 ------------------------------------------------------------------------------------
+
+def _q9_reference(events: int) -> collections.Counter[tuple[Any, ...]]:
+    """Per auction with a bid in its lifetime, the winner: the highest price, then the earliest,
+    then the lowest bidder id."""
+    auctions = _kind(events, "auction").select(["id", "seller", "category", "ms", "expires"])
+    auctions = auctions.append_column("expires_ms", auctions["expires"].cast(pa.int64())).drop_columns(["expires"])
+    bids = (_kind(events, "bid").select(["auction", "bidder", "price", "ms"])
+            .rename_columns(["auction", "bidder", "price", "bid_ms"]))
+    joined = bids.join(auctions, "auction", "id", join_type="inner")
+    joined = joined.filter(pc.and_(pc.greater_equal(joined["bid_ms"], joined["ms"]),
+                                   pc.less_equal(joined["bid_ms"], joined["expires_ms"])))
+    best: dict[int, tuple[Any, ...]] = {}
+    for row in joined.to_pylist():
+        rank = (-row["price"], row["bid_ms"], row["bidder"])
+        if row["auction"] not in best or rank < best[row["auction"]][0]:
+            best[row["auction"]] = (rank, (row["auction"], row["seller"], row["category"], row["expires_ms"],
+                                           row["bidder"], row["price"], row["bid_ms"]))
+    return collections.Counter(winner for _, winner in best.values())
+
+
+@pytest.mark.parametrize("group", [1, 300])
+def test_q9_emits_each_auction_with_its_winning_bid(group: int) -> None:
+    events = 30_000
+    expected = _q9_reference(events)
+    assert sum(expected.values()) > 500
+    assert collections.Counter(_run("q9", events, group=group)) == expected
+
+
+def test_q9_breaks_ties_by_time_then_bidder(tmp_path: Any) -> None:
+    """Prices 0..4: many bids of an auction tie for the highest price."""
+    events = 20_000
+    batch = _with_bid_prices(NexmarkSource(events=events, seed=SEED).slots(0, events), lambda p: p % 5)
+    expected = _q9_reference_of_batch(batch)
+    assert collections.Counter(_run_batch("q9", batch, tmp_path)) == expected
+
+
+def _q9_reference_of_batch(batch: pa.RecordBatch) -> collections.Counter[tuple[Any, ...]]:
+    auctions = _kind(batch, "auction").select(["id", "seller", "category", "ms", "expires"])
+    bids = _kind(batch, "bid")
+    best: dict[int, tuple[Any, ...]] = {}
+    lifetimes = {a["id"]: a for a in auctions.to_pylist()}
+    for bid in bids.to_pylist():
+        auction = lifetimes.get(bid["auction"])
+        if auction is None:
+            continue
+        expires_ms = round(auction["expires"].timestamp() * 1000)
+        if not auction["ms"] <= bid["ms"] <= expires_ms:
+            continue
+        rank = (-bid["price"], bid["ms"], bid["bidder"])
+        if bid["auction"] not in best or rank < best[bid["auction"]][0]:
+            best[bid["auction"]] = (rank, (bid["auction"], auction["seller"], auction["category"], expires_ms,
+                                           bid["bidder"], bid["price"], bid["ms"]))
+    return collections.Counter(winner for _, winner in best.values())
+
+
+def _q6_reference(events: int) -> collections.Counter[tuple[Any, ...]]:
+    """Per seller, in order of closing (expires, then auction id), the average of the last 10
+    winning prices."""
+    by_seller: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
+    for auction, seller, _category, expires_ms, _bidder, price, _bid_ms in _q9_reference(events):
+        by_seller[seller].append((expires_ms, auction, price))
+    out: collections.Counter[tuple[Any, ...]] = collections.Counter()
+    for seller, closed in by_seller.items():
+        last: list[int] = []
+        for _, auction, price in sorted(closed):
+            last = (last + [price])[-10:]
+            out[(seller, auction, sum(last) / len(last))] += 1
+    return out
+
+
+@pytest.mark.parametrize("group", [1, 300])
+def test_q6_averages_each_sellers_last_ten_closed_auctions(group: int) -> None:
+    events = 40_000
+    expected = _q6_reference(events)
+    sellers = collections.Counter(s for s, _, _ in expected)
+    assert max(sellers.values()) > 10  # the hot seller closes more than 10: the window slides
+    assert collections.Counter(_run("q6", events, group=group)) == expected
+
+
+# -- q10 ------------------------------------------------------------------------------------------
+
+def test_q10_writes_every_bid_once_in_partitions_of_day_and_minute(tmp_path: Any) -> None:
+    import pyarrow.dataset as ds
+
+    events, config = 20_000, NexmarkConfig(event_rate=200)  # 100 s of event time: two minutes
+    q10 = HARNESS.load(os.path.join(EXAMPLES, "q10.py"))
+    out = str(tmp_path / "out")
+    HARNESS.run(q10.query, name="q10", events=events, parallelism=2, seed=SEED, sink=q10.sink(out),
+                config=config, batch_size=256)
+    written = ds.dataset(out, format="parquet", partitioning="hive").to_table()
+    bids = _kind(events, "bid", config)
+    expected = collections.Counter(zip(bids["auction"].to_pylist(), bids["price"].to_pylist(),
+                                       [t.strftime("%Y-%m-%d") for t in bids["dateTime"].to_pylist()],
+                                       [t.strftime("%H:%M") for t in bids["dateTime"].to_pylist()]))
+    got = collections.Counter(zip(*(written[c].to_pylist() for c in ["auction", "price", "dt", "hm"])))
+    assert got == expected
+    minutes = sorted(os.listdir(os.path.join(out, "dt=2015-07-15")))
+    assert len(minutes) >= 2 and all(m.startswith("hm=00%3A") for m in minutes)  # ':' escaped as Spark does
+    files = [f for m in minutes for f in os.listdir(os.path.join(out, "dt=2015-07-15", m))]
+    assert files and all(f.startswith("part-") for f in files)
 
 
 # -- q5 -------------------------------------------------------------------------------------------

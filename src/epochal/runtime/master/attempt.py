@@ -24,12 +24,14 @@ from ..wire.messages import (
     KeyGroupsAdopted,
     KeyGroupsPrepared,
     LoopRoundEnded,
+    PatchStaged,
     StateAnswer,
     TaskFinished,
 )
 from .coordinator import AckResult, CheckpointCoordinator
 from .enumerator import SplitEnumerators
 from .loop_termination import LoopTermination
+from .patches import PatchLog
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ class AttemptObserver(Protocol):
     def state_answered(self, answer: StateAnswer) -> None: ...
     def key_groups_adopted(self, message: KeyGroupsAdopted) -> None: ...
     def key_groups_prepared(self, message: KeyGroupsPrepared) -> None: ...
+    def patch_staged(self, message: PatchStaged) -> None: ...
 
 
 class Attempt:
@@ -66,6 +69,7 @@ class Attempt:
         first_checkpoint_id: int,
         observer: AttemptObserver,
         enumerators: SplitEnumerators | None = None,
+        patches: PatchLog | None = None,
     ) -> None:
         self.number = number
         self.observer = observer
@@ -74,7 +78,7 @@ class Attempt:
             job, storage, clock, send, first_checkpoint_id,
             on_completed=observer.checkpoint_completed,
             on_aborted=observer.checkpoint_aborted,
-            on_failure=self._fail, enumerators=enumerators,
+            on_failure=self._fail, enumerators=enumerators, patches=patches,
         )
         self.loops = LoopTermination(job, send)
         self.finished: dict[TaskId, TaskFinished] = {}
@@ -108,6 +112,8 @@ class Attempt:
             self.observer.key_groups_adopted(message)
         elif kind is KeyGroupsPrepared:
             self.observer.key_groups_prepared(message)
+        elif kind is PatchStaged:
+            self.observer.patch_staged(message)
         else:
             raise RuntimeError(f"unexpected message from a task: {message!r}")
 

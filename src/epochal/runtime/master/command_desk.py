@@ -4,7 +4,8 @@ Commands are requests, not interrupts (`JobControl`): the job master polls the d
 the host's steps, and the desk hands each `Command` to the handler of its type. A live query
 goes to the subtask that owns the key (`live_queries`); a move to the migrations (key groups
 move at checkpoint barriers: `migrations`); a savepoint triggers an aligned checkpoint and is
-copied out once it completes; a rescale moves key groups onto or off standby subtasks live
+copied out once it completes; a patch is staged at its operator's subtasks and switched in
+at a checkpoint barrier (`patches`); a rescale moves key groups onto or off standby subtasks live
 where it can, and otherwise triggers an aligned checkpoint from which the host relaunches the
 job at the new parallelism (rescaling by restore, dissertation §4.2: no record the checkpoint
 covers is replayed). Whatever waits for a checkpoint is finished when it completes, fails when
@@ -23,13 +24,14 @@ from ...plan.job_graph import JobGraph
 from ...state.savepoints import create_savepoint
 from ...state.storage import CheckpointStorage
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
-from ..commands import Move, Query, Rescale, Savepoint, Ticket
+from ..commands import Move, Patch, Query, Rescale, Savepoint, Ticket
 from ..wire.messages import StateAnswer
 from .attempt import Attempt
 from .control import JobControl, JobState
 from .coordinator import CheckpointCoordinator
 from .live_queries import LiveQueries
 from .migrations import Migrations
+from .patches import PatchLog
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,10 @@ class CommandDesk:
         self._waiting: dict[int, Ticket[Any]] = {}  # checkpoint id → the command waiting for it
         self._relaunch: RescaleByRestore | None = None  # a rescale whose checkpoint is complete
         self._attempt: Attempt | None = None
+        self.patches: PatchLog | None = None  # the job master's live logic patches
         self._handlers: dict[type, Callable[[Any], None]] = {
             Query: self._query, Move: self._move, Rescale: self._rescale, Savepoint: self._savepoint,
+            Patch: self._patch,
         }
 
     def attempt_started(self, attempt: Attempt) -> None:
@@ -129,6 +133,16 @@ class CommandDesk:
             return
         if not self.migrations.rescale(ticket, coordinator, n):  # onto standby subtasks, no restart
             self._checkpoint_for(ticket)
+
+    def _patch(self, ticket: Ticket[int]) -> None:
+        """Stage a live logic patch at its operator's subtasks (`master.patches`)."""
+        coordinator = self._coordinator()
+        assert self.patches is not None
+        if self.migrations.busy:  # its checkpoint would switch while groups are on their way
+            ticket.fail(EpochalError("key groups are moving; no patch until they moved"))
+            return
+        ending = coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None
+        self.patches.submit(ticket, self._attempt.send if self._attempt is not None else None, self.storage, ending)
 
     def _savepoint(self, ticket: Ticket[str]) -> None:
         if not self._refused_while_waiting(ticket):
@@ -196,6 +210,8 @@ class CommandDesk:
         """The attempt ends: whatever waits on it is told why."""
         self.live_queries.abandon(why)
         self.migrations.abandon(why)
+        if self.patches is not None:
+            self.patches.stop(why)
         for checkpoint_id, ticket in self._waiting.items():
             ticket.fail(EpochalError(f"{ticket.command.kind} abandoned: {why} before checkpoint {checkpoint_id} "
                                      "completed"))

@@ -33,7 +33,7 @@ from ...config import CheckpointConfig
 from ...errors import CheckpointError, ReplayAbandoned
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import Manifest, OperatorState, SplitLogState, SubtaskState
+from ...state.manifest import Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
 from ...state.storage import CheckpointStorage
 from ..channel_state import in_flight_uid
 from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
@@ -48,6 +48,7 @@ from ..wire.messages import (
     TriggerCheckpoint,
 )
 from .enumerator import SplitEnumerators
+from .patches import PatchLog
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class PendingCheckpoint:
     split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
     routing: RoutingTable | None = None  # the routing table from this checkpoint on
     reroutes: bool = False  # key groups move at this checkpoint (`runtime.master.migrations`)
+    patch: int = 0  # the newest live patch its barrier carries (`runtime.patches`)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
         if ack.task in self.acks:
@@ -92,7 +94,8 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.awaiting
 
-    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = ()) -> Manifest:
+    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (),
+                 patches: tuple[PatchState, ...] = ()) -> Manifest:
         by_uid: dict[str, list[SubtaskState]] = {}
         for ack in self.acks.values():
             for entry in ack.states:
@@ -117,6 +120,7 @@ class PendingCheckpoint:
             is_final=self.is_final,
             split_logs=split_logs,
             routing=self.routing,
+            patches=patches,
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
@@ -152,6 +156,8 @@ class CheckpointCoordinator:
             tolerated; the coordinator triggers nothing after that.
         enumerators: the split logs of sources that find splits as they run; the coordinator
             ticks them, and checkpoints them with every checkpoint (`runtime.master.enumerator`).
+        patches: the live logic patches: barriers carry the newest, manifests record them, and
+            the abort of a checkpoint that switched one fails the attempt (`master.patches`).
     """
 
     def __init__(
@@ -165,8 +171,10 @@ class CheckpointCoordinator:
         on_aborted: Callable[[AbortedCheckpoint], None] = _ignore,
         on_failure: Callable[[CheckpointError], None] = _ignore,
         enumerators: SplitEnumerators | None = None,
+        patches: PatchLog | None = None,
     ) -> None:
         self.job = job
+        self.patches = patches
         self.enumerators = enumerators or None
         self.on_completed = on_completed
         self.on_aborted = on_aborted
@@ -193,6 +201,7 @@ class CheckpointCoordinator:
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
         self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, to trigger first
         self.replayed: set[int] = set()
+        self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
         self._replays, self.replayed = deque(sorted(checkpoint_ids)), set(checkpoint_ids)
@@ -206,6 +215,7 @@ class CheckpointCoordinator:
             and self.final_checkpoint is None
             and self.migrating is None
             and not self._replays
+            and not self.paused
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
             and now - self._last_completion >= c.min_pause
@@ -259,13 +269,15 @@ class CheckpointCoordinator:
         completed = self.completed[-1].checkpoint_id if self.completed else 0
         # splits found so far go out ahead of the trigger, so this checkpoint covers them
         marks = self.enumerators.mark() if self.enumerators is not None else {}
+        patch = self.patches.switch_id if self.patches is not None else 0
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks,
-            routing=self.routing, reroutes=reroute is not None,
+            routing=self.routing, reroutes=reroute is not None, patch=patch,
         )
         mode = self.config.mode
         alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
-        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment, reroute)
+        message = TriggerCheckpoint(checkpoint_id, now, is_final, mode == "synchronous", completed, alignment, reroute,
+                                    patch)
         for task in self.tasks:
             if task in self.sources or task in self.ended:
                 self.send(task, message)
@@ -284,9 +296,34 @@ class CheckpointCoordinator:
                 completed = self.completed[-1].checkpoint_id if self.completed else 0
                 self.send(message.task, TriggerCheckpoint(
                     pending.checkpoint_id, pending.triggered_at, pending.is_final, False, completed,
-                    reroute=pending.routing if pending.reroutes else None,
+                    reroute=pending.routing if pending.reroutes else None, patch=pending.patch,
                 ))
         self._trigger_final()
+
+    def restoring(self, tasks: set[TaskId]) -> None:
+        """A lost worker's `tasks` restore while the others run on (`master.survivors`): what is
+        pending can never complete (aborted, not counted as failed), the restored tasks may end
+        again, and no checkpoint starts until `resume`."""
+        self.paused = True
+        self.ended -= tasks
+        for pending in list(self.pending.values()):
+            del self.pending[pending.checkpoint_id]
+            for task in self.tasks:
+                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
+            self._recent.append(pending.checkpoint_id)
+            aborted = pending.abort(AbortReason.TASK_FAILED, "a worker was lost; its tasks restore")
+            self.aborted.append(aborted)
+            if self.storage is not None:
+                self.storage.discard(pending.checkpoint_id)
+            if pending.is_final:
+                self.final_checkpoint = None
+            self.on_aborted(aborted)
+
+    def resume(self) -> None:
+        """The survivors caught up with the restored tasks: checkpoints go on."""
+        self.paused = False
+        if not self.is_stopped:
+            self._trigger_final()
 
     def migrated(self) -> None:
         """The moved key groups were taken over: checkpoints go on (`trigger`'s `reroute`)."""
@@ -297,7 +334,8 @@ class CheckpointCoordinator:
     def _trigger_final(self) -> None:
         """Every task ended: the last checkpoint, once no key groups are on their way (a new owner
         must hold them when it snapshots)."""
-        if len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None:
+        if (len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None
+                and not self.paused):
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
@@ -320,7 +358,8 @@ class CheckpointCoordinator:
             split_logs: tuple[SplitLogState, ...] = ()
             if self.enumerators is not None:
                 split_logs = self.enumerators.persist(self.storage, pending.checkpoint_id, pending.split_marks)
-            manifest = pending.manifest(self.job, split_logs)
+            patches = self.patches.persist(self.storage, pending.checkpoint_id, pending.patch) if self.patches else ()
+            manifest = pending.manifest(self.job, split_logs, patches)
             if self.storage is not None:
                 self.storage.write_manifest(manifest)
         except CheckpointError as exc:
@@ -353,9 +392,10 @@ class CheckpointCoordinator:
 
     def _abort(self, pending: PendingCheckpoint, reason: AbortReason, detail: str) -> None:
         del self.pending[pending.checkpoint_id]
-        if self.config.mode == "synchronous":  # sources halted for it must go on
-            for task in self.sources:
-                self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
+        switched = self.patches is not None and self.patches.switches_at(pending.checkpoint_id)
+        # sources halted for it go on (synchronous mode); loop heads drop the log they keep for it
+        for task in self.tasks:
+            self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
         aborted = pending.abort(reason, detail)
         self.aborted.append(aborted)
@@ -367,6 +407,13 @@ class CheckpointCoordinator:
             self.stop(AbortReason.TASK_FAILED)
             self.on_failure(ReplayAbandoned(f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was "
                                             f"aborted ({reason.value}: {detail}); restoring without its cut"))
+            return
+        if switched:  # tasks switched to the patch at its barrier: only a restore undoes that
+            self.stop(AbortReason.TASK_FAILED)
+            self.on_failure(CheckpointError(
+                f"checkpoint {pending.checkpoint_id}, which switched in a patch, was aborted ({reason.value}: "
+                f"{detail}); the job restores the checkpoint before it, with the old function"
+            ))
             return
         if pending.reroutes:  # the tasks switched at its barrier: only a restore undoes that
             self.stop(AbortReason.TASK_FAILED)

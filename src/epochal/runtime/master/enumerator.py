@@ -110,6 +110,8 @@ class SplitLog:
                 f"source {self.uid!r}: the split log holds {len(restored)} splits, the manifest says {state.length}"
             )
         self.add(restored)
+        if callable(resumed := getattr(self.source, "resumed", None)):  # e.g. a log source: the rest is new
+            resumed(restored)
 
     def persist(self, storage: CheckpointStorage, checkpoint_id: int, length: int, name: str) -> SplitLogState:
         """The log's first `length` entries as of `checkpoint_id`: one new segment for the

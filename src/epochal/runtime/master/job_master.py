@@ -32,7 +32,7 @@ from ..commands import Move, Ticket
 from ..metrics import TaskMetrics
 from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from ..routing import routing_for
-from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, StateAnswer
+from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, PatchStaged, StateAnswer
 from .attempt import Attempt
 from .command_desk import CommandDesk, RescaleByRestore
 from .control import JobControl, JobState
@@ -40,8 +40,10 @@ from .enumerator import SplitEnumerators
 from .failure_manager import FailureManager
 from .metrics_collector import MetricsCollector
 from .migrations import Migrations
+from .patches import PatchLog
 from .recovery import recovery_plan
 from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
+from .survivors import SurvivorPlan, survivor_plan
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class JobMaster:
         self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
         self.commands = CommandDesk(job, self.control, self.storage, self.migrations)
         self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        self.patches = self.commands.patches = PatchLog(job, self.restore_from)  # live logic patches
         check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
         if self.storage is not None:
             clear_checkpoints(self.storage, stale, job.name)
@@ -153,9 +156,10 @@ class JobMaster:
         if replay is not None:
             first_id = max(first_id, *(k + 1 for k in replay.checkpoint_ids))
         self.enumerators.start_attempt(self.job, send, self.restore_from)
+        self.patches.restored(self.restore_from)
         self.attempt = Attempt(
             self._attempts_before + len(self.restored_from), self.job, self.storage, self.clock, send, first_id,
-            self, self.enumerators,
+            self, self.enumerators, self.patches,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
         if replay is not None:
@@ -213,6 +217,50 @@ class JobMaster:
         log.info("job %r: the key groups of %s restore on their holders", self.job.name, sorted(lost))
         return plan.table
 
+    def worker_lost(self, lost: set[int]) -> None:
+        """Workers `lost` died (a host that keeps the survivors running says so at once): what is
+        pending cannot complete, and no checkpoint starts until the survivors caught up."""
+        if self.attempt is not None and not self.attempt.coordinator.is_stopped:
+            self.attempt.coordinator.restoring({t for t in self.job.task_ids() if t.subtask in lost})
+
+    def recover_survivors(self, lost: set[int], workers: int, cause: BaseException) -> SurvivorPlan | None:
+        """Workers `lost` died and were replaced: restore only their tasks, the others running on
+        (`runtime.master.survivors`); None where that is not sound (then `on_failure` rolls every
+        task back). Counts a restart like any failure.
+
+        Raises:
+            JobFailedError: the restart budget is spent.
+        """
+        attempt = self.attempt
+        if attempt is None or attempt.coordinator.is_stopped:
+            return None
+        restore = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.checkpoints})
+        busy = ("key groups are moving" if self.migrations.busy
+                else "a patch is under way" if self.patches.under_way is not None else None)
+        plan = survivor_plan(self.job, restore, lost, workers, discovering=bool(self.enumerators.logs), busy=busy)
+        if isinstance(plan, str):
+            log.warning("job %r: every task rolls back after losing worker(s) %s: %s", self.job.name,
+                        sorted(lost), plan)
+            return None
+        self.metrics.attempt_failed(attempt.number, cause)
+        try:
+            self.failure_manager.failed(cause, attempt.number, self.restore_from)
+        except JobFailedError:
+            self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
+            raise
+        self.restore_from = restore
+        self.commands.stop("a worker was lost")
+        self.worker_lost(lost)
+        self.control.publish(restarts=self.restarts, failures=tuple(self.failures))
+        log.warning("job %r: worker(s) %s restore checkpoint %d; the others run on", self.job.name, sorted(lost),
+                    plan.checkpoint_id)
+        return plan
+
+    def survivors_caught_up(self) -> None:
+        """Every survivor dropped what the restored tasks sent again: checkpoints go on."""
+        if self.attempt is not None:
+            self.attempt.coordinator.resume()
+
     def recovered(self) -> None:
         """Every task of the attempt runs: key groups a parallel recovery lent go back, live (the
         ones not back yet: a failure during the move back leaves them lent, and this retries)."""
@@ -262,8 +310,14 @@ class JobMaster:
     def state_answered(self, answer: StateAnswer) -> None:
         self.commands.state_answered(answer)
 
+    def patch_staged(self, message: PatchStaged) -> None:
+        if self.attempt is not None:
+            coordinator = self.attempt.coordinator
+            self.patches.staged(message, self.attempt.send, lambda: coordinator.trigger(aligned=True))
+
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self.patches.completed(checkpoint.manifest)
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
@@ -280,6 +334,7 @@ class JobMaster:
         self.aborted.append(checkpoint)
         self.metrics.checkpoint_aborted(checkpoint)
         self.commands.checkpoint_aborted(checkpoint)
+        self.patches.aborted(checkpoint.checkpoint_id)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         if self.attempt is not None:
             self.migrations.aborted(checkpoint.checkpoint_id, self.attempt.coordinator)

@@ -5,6 +5,13 @@
 - `stateless`: map/filter/flat_map, map_batches, union;
 - `loop_head`: the head of a loop; `time`: watermarks generated mid-stream;
 - `keyed`: count and reduce per key; `process`: a user's keyed process function with timers;
+- `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains;
+- `side_outputs`: tagged records in band, and the splits that keep them;
+- two inputs (`plan.two_inputs`): `co_process` (connected streams), `broadcast` (broadcast
+  state), and the joins: `interval_join`, `window_join`, `temporal_join` (shared: `join_io`).
+- `keyed`: the keyed operators' base, and reduce per key; `aggregates`: count, sum, min, max,
+  mean and aggregate functions per key, local and global (columnar tables);
+- `process`: a user's keyed process function with timers;
 - `windows`: event-time windows on shared slices; `timers`: keyed timers in both time domains.
 """
 
@@ -15,29 +22,47 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ...plan.aggregates import KeyedAggregateSpec, LocalAggregateSpec, LocalWindowSpec
 from ...plan.specs import (
     AssignTimestampsSpec,
     IterationHeadSpec,
-    KeyedCountSpec,
     KeyedProcessSpec,
     KeyedReduceSpec,
     KeyedWindowSpec,
     MapBatchesSpec,
     OperatorSpec,
     RecordFnSpec,
+    SideOutputSpec,
     SinkSpec,
     SourceSpec,
     SplitLateSpec,
     UnionSpec,
 )
+from ...plan.two_inputs import (
+    BroadcastProcessSpec,
+    CoProcessSpec,
+    IntervalJoinSpec,
+    KeyedCoProcessSpec,
+    TemporalJoinSpec,
+    WindowJoinSpec,
+)
+from .aggregates.keyed import KeyedAggregateOperator
+from .aggregates.local import LocalAggregateOperator
+from .aggregates.local_windows import LocalWindowOperator
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
+from .broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
+from .co_process import CoProcessOperator, KeyedCoProcessOperator
+from .interval_join import IntervalJoinOperator
 from .io import SourceOperator, SourcePositions
-from .keyed import KeyedCountOperator, KeyedOperator, KeyedReduceOperator
+from .keyed import KeyedOperator, KeyedReduceOperator
 from .loop_head import IterationHeadOperator, LoopLog
 from .process import KeyedProcessOperator, ProcessContext
+from .side_outputs import SideOutputOperator, Tagged
 from .sink import SinkOperator
 from .stateless import MapBatchesOperator, RecordFnOperator, UnionOperator
+from .temporal_join import TemporalJoinOperator
 from .time import AssignTimestampsOperator
+from .window_join import WindowJoinOperator
 from .window_output import LateRecord, SplitLateOperator
 from .windows import KeyedWindowOperator
 
@@ -46,10 +71,13 @@ __all__ = [
     "LateRecord",
     "SplitLateOperator",
     "AssignTimestampsOperator",
-    "IterationHeadOperator", "KeyedCountOperator", "KeyedOperator", "KeyedProcessOperator",
+    "IterationHeadOperator", "KeyedAggregateOperator", "KeyedOperator", "LocalAggregateOperator", "LocalWindowOperator",
+    "KeyedProcessOperator",
     "KeyedReduceOperator", "LoopLog", "MapBatchesOperator", "OperatorContext", "OperatorSnapshot",
     "ProcessContext", "RecordFnOperator", "RuntimeOperator", "SinkOperator", "SourceOperator",
     "SourcePositions", "UnionOperator", "create_operator",
+    "BroadcastProcessOperator", "CoProcessOperator", "IntervalJoinOperator", "KeyedBroadcastProcessOperator",
+    "KeyedCoProcessOperator", "SideOutputOperator", "Tagged", "TemporalJoinOperator", "WindowJoinOperator",
 ]
 
 _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
@@ -60,18 +88,30 @@ _FACTORIES: dict[type, Callable[[Any], RuntimeOperator]] = {
     MapBatchesSpec: MapBatchesOperator,
     UnionSpec: UnionOperator,
     IterationHeadSpec: IterationHeadOperator,
-    KeyedCountSpec: KeyedCountOperator,
+    KeyedAggregateSpec: KeyedAggregateOperator,
+    LocalAggregateSpec: LocalAggregateOperator,
+    LocalWindowSpec: LocalWindowOperator,
     KeyedReduceSpec: KeyedReduceOperator,
     KeyedProcessSpec: KeyedProcessOperator,
     KeyedWindowSpec: KeyedWindowOperator,
     SplitLateSpec: SplitLateOperator,
+    SideOutputSpec: SideOutputOperator,
+    CoProcessSpec: CoProcessOperator,
+    KeyedCoProcessSpec: KeyedCoProcessOperator,
+    IntervalJoinSpec: IntervalJoinOperator,
+    WindowJoinSpec: WindowJoinOperator,
+    TemporalJoinSpec: TemporalJoinOperator,
 }
 
 
 def create_operator(spec: OperatorSpec) -> RuntimeOperator:
     """A fresh running operator for `spec`; user function objects are copied per subtask."""
-    if isinstance(spec, KeyedProcessSpec):
+    if isinstance(spec, (KeyedProcessSpec, CoProcessSpec, KeyedCoProcessSpec, BroadcastProcessSpec)):
         spec = replace(spec, function=copy.deepcopy(spec.function))
     elif isinstance(spec, KeyedWindowSpec) and spec.function is not None:
         spec = replace(spec, function=copy.deepcopy(spec.function))
+    elif isinstance(spec, (IntervalJoinSpec, WindowJoinSpec, TemporalJoinSpec)) and spec.output.process:
+        spec = replace(spec, output=replace(spec.output, function=copy.deepcopy(spec.output.function)))
+    if isinstance(spec, BroadcastProcessSpec):
+        return KeyedBroadcastProcessOperator(spec) if spec.key is not None else BroadcastProcessOperator(spec)
     return _FACTORIES[type(spec)](spec)

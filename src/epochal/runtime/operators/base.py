@@ -76,6 +76,10 @@ class RuntimeOperator:
     def process(self, batch: Batch) -> Batch | None:
         return batch
 
+    def process_second(self, batch: Batch) -> Batch | None:
+        """A batch of the second input: two-input operators only (`plan.two_inputs`)."""
+        raise RuntimeError(f"operator {self.name!r} has one input")
+
     def end_input(self) -> Batch | None:
         return None
 

@@ -1,7 +1,8 @@
-"""Sources: where records enter a job, exactly once (sinks, where they leave: `sink`).
+"""Sources: where records enter a job, each exactly once across failures.
 
-Sources keep split positions as operator state (dissertation §2.2.1, keyed state versus
-operator state).
+A source keeps its splits' positions as operator state (dissertation §2.2.1, keyed state versus
+operator state), so a restore reads each split from where the checkpoint has it (FLIP-27's
+split readers; the sinks are in `sink`).
 """
 
 from __future__ import annotations
@@ -54,11 +55,16 @@ class SourceOperator(RuntimeOperator):
     A source that finds splits as it runs (`discovery_interval()`) is given them by the job
     master's enumerator instead (`assign`, `runtime.master.enumerator`) and is never exhausted.
 
-    Without event time the splits are read one after another. With a watermark strategy every
+    Without event time the splits are read one after another, unless a split may never end
+    (`endless_splits`, a log's partitions). With a watermark strategy, or such splits, every
     unfinished split is open and they are read a batch each in turn, as Flink reads the
     partitions it is assigned: each split's watermark trails its own timestamps, and the
     subtask's is their minimum (`runtime.watermarks`), so no split runs ahead and turns another's
     records late.
+
+    A source whose splits are in event-time order (`in_order`, e.g. `ParquetSource(in_order=True)`)
+    is read one split after another with event time too, its watermark following the split read:
+    a split not yet opened holds nothing back, its events coming after the current one's.
 
     With standby subtasks, a live rescale hands splits over at its rerouting barrier
     (`runtime.splits`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
@@ -76,18 +82,24 @@ class SourceOperator(RuntimeOperator):
         self._state = SourcePositions()
         self._splits: list[Any] = []
         self._readers: dict[str, Any] = {}  # open readers, by split id, in reading order
+        # readers of finished splits that want to hear of checkpoints, and where they ended: told
+        # once a checkpoint after their end completes (FLIP-27 acknowledges finished splits too)
+        self._finishing: dict[str, tuple[Any, Any]] = {}
         self._waiting: dict[str, float] = {}  # split id -> when its reader, which had nothing, is due again
         self._turn = 0
         self.discovers = discovery_interval(spec.source) is not None
+        self.in_order = getattr(spec.source, "in_order", False) is True
         self.readers = 1  # subtasks that read: split i is subtask i % readers's
         self._index: dict[str, int] = {}  # split id -> its index in the split list (or log)
         self._known: list[Any] = []  # every split known, own or not, for a handover
         self.hands_over = False  # a live rescale may hand it splits (set by the task)
         self.no_more_splits = False  # the job master said none will come: end when read
         self._pending: PendingSplits | None = None  # handed over, read once their checkpoint completed
+        self._acks: dict[int, dict[str, Any]] = {}  # checkpoint -> its positions of the open readers
         self._mark = NO_WATERMARK  # the last watermark taken, and whether it said idle
         self._said_idle = False
         self.on_error = spec.on_error
+        self._endless = bool(getattr(spec.source, "endless_splits", False))
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
@@ -242,7 +254,7 @@ class SourceOperator(RuntimeOperator):
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
 
     def _open_readers(self) -> None:
-        limit = len(self._splits) if self.watermarks is not None else 1
+        limit = len(self._splits) if (self.watermarks is not None and not self.in_order) or self._endless else 1
         for split in self._unopened()[: max(0, limit - len(self._readers))]:
             with guard(self.name, f"<opening split {split.split_id}>"):
                 reader = self.source.open_split(split, self._state.positions.get(split.split_id))
@@ -301,10 +313,13 @@ class SourceOperator(RuntimeOperator):
             letters = self._passed_rejects(reader)
             self._state.finished.add(split_id)
             self._waiting.pop(split_id, None)
-            self._state.positions.pop(split_id, None)
+            end = self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
             self._state.counts.pop(split_id, None)
-            reader.close()
+            if hasattr(reader, "notify_checkpoint_complete") and end is not None:
+                self._finishing[split_id] = (reader, end)
+            else:
+                reader.close()
             del self._readers[split_id]
             if letters:
                 return letters
@@ -344,6 +359,8 @@ class SourceOperator(RuntimeOperator):
         if self._pending is not None:  # splits on their way: event time waits for them, here
             return self._took(WatermarkAdvance(self._mark)) if self._said_idle else None
         unfinished = [s.split_id for s in self._splits if s.split_id not in self._state.finished]
+        if self.in_order:
+            unfinished = unfinished[:1]  # the one being read: the later ones' events come after its
         if not unfinished and self._may_get_more():  # waits for splits: holds no one back meanwhile
             return self._took(self.watermarks.idle())
         return self._took(self.watermarks.advance(unfinished, self.ctx.clock.now()))
@@ -359,6 +376,11 @@ class SourceOperator(RuntimeOperator):
         by a subtask that does not read the split would go stale, and win the next union."""
         state = self._state
         mine = {s.split_id for s in self._splits}
+        acks = {k: state.positions[k] for k, r in self._readers.items()
+                if k in state.positions and hasattr(r, "notify_checkpoint_complete")}
+        acks.update((k, end) for k, (_, end) in self._finishing.items())
+        if acks:
+            self._acks[checkpoint_id] = acks
         return OperatorSnapshot(
             state=SourcePositions(
                 {k: v for k, v in state.positions.items() if k in mine},
@@ -369,7 +391,28 @@ class SourceOperator(RuntimeOperator):
             )
         )
 
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Tell the readers that want it where the newest complete checkpoint has their split
+        (`SplitReader.notify_checkpoint_complete`), once; older checkpoints' entries go."""
+        done = [cid for cid in self._acks if cid <= checkpoint_id]
+        if not done:
+            return
+        newest = self._acks[max(done)]
+        for cid in done:
+            del self._acks[cid]
+        for split_id, position in newest.items():
+            finishing = self._finishing.get(split_id)
+            reader = self._readers.get(split_id) or (finishing[0] if finishing is not None else None)
+            if reader is not None:
+                with guard(self.name, f"<split {split_id}: checkpoint {checkpoint_id} complete>"):
+                    reader.notify_checkpoint_complete(max(done), position)
+            if finishing is not None and position == finishing[1]:  # its end is acknowledged: done with it
+                del self._finishing[split_id]
+                finishing[0].close()
+
     def close(self) -> None:
-        for reader in self._readers.values():
+        for reader in [*self._readers.values(), *(r for r, _ in self._finishing.values())]:
             reader.close()
-        self._readers = {}
+        self._readers, self._finishing = {}, {}
+
+

@@ -32,6 +32,7 @@ class IterationHeadOperator(RuntimeOperator):
     def __init__(self, spec: IterationHeadSpec) -> None:
         super().__init__(spec)
         self.feedback_threshold = spec.feedback_threshold
+        self.event_time = spec.event_time  # the loop holds its watermark (`runtime.task.loop_clock`)
         self.replay: list[Any] = []
 
     def restore(self, keyed: Any, states: list[Any]) -> None:

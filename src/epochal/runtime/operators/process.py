@@ -7,11 +7,13 @@ before it raised stays changed (as in Flink: state is not transactional per reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ...errors import OperatorError
 from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
+from ...plan.two_inputs import BroadcastProcessSpec, KeyedCoProcessSpec
 from ...state.handles import ListState, MapState, ValueState
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
@@ -19,6 +21,7 @@ from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, extend
 from .keyed import KeyedOperator
+from .side_outputs import SideOutputs, with_side
 from .timers import KeyedTimers, TimeDomain
 
 H = TypeVar("H")  # a state handle
@@ -58,6 +61,11 @@ class ProcessContext:
         self._states: dict[str, Any] = {}
         self._timers = Timers(operator.timers)
         self._time_domain: TimeDomain | None = None  # of the timer firing, in `on_timer`
+        self._side = operator.side
+
+    def output(self, tag: Any, record: Any) -> None:
+        """Send `record` to the side output `tag` (an `OutputTag`), read with `side_output(tag)`."""
+        self._side.emit(tag, record)
 
     @property
     def timers(self) -> Timers:
@@ -117,17 +125,20 @@ class ProcessContext:
 class KeyedProcessOperator(KeyedOperator):
     """A user's keyed process function, with keyed state and timers in both time domains."""
 
-    def __init__(self, spec: KeyedProcessSpec) -> None:
+    context_type: type[ProcessContext] = ProcessContext  # what the function's hooks get
+
+    def __init__(self, spec: KeyedProcessSpec | KeyedCoProcessSpec | BroadcastProcessSpec) -> None:
         super().__init__(spec)
         self.function = spec.function
-        self.key = spec.key
+        self.key = spec.keys[0] if isinstance(spec, KeyedCoProcessSpec) else spec.key
         self.on_error = spec.on_error
         self.watermark = NO_WATERMARK
+        self.side = SideOutputs(spec.side_outputs, spec.name)
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.timers = KeyedTimers(self.backend)
-        self.pctx = ProcessContext(self)
+        self.pctx = self.context_type(self)
         opener = getattr(self.function, "open", None)
         if opener is not None:
             try:
@@ -149,18 +160,20 @@ class KeyedProcessOperator(KeyedOperator):
     def _fire(self, domain: TimeDomain, until: float) -> Batch | None:
         out: list[Any] = []
         letters: list[DeadLetter] = []
-        pctx, on_timer = self.pctx, self.function.on_timer
+        pctx, on_timer, side = self.pctx, self.function.on_timer, self.side
         pctx._time_domain = domain
         try:
             for ts, key in self.timers.pop_due(domain, until):
+                emitted = len(side.out)
                 try:
                     produced = on_timer(ts, pctx)
                     extend(out, list(produced) if produced is not None else None)
                 except Exception as exc:
+                    del side.out[emitted:]  # what it emitted for the failed timer is dropped
                     self.reject(f"<{domain.value} timer {ts} of key {key!r}>", exc, letters)
         finally:
             pctx._time_domain = None
-        return with_letters(out or None, letters)
+        return with_letters(with_side(out or None, side.take()), letters)
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
@@ -168,8 +181,12 @@ class KeyedProcessOperator(KeyedOperator):
 
     # -- records ---------------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
-        records, keys, groups = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
-        backend, fn, pctx = self.backend, self.function.process_element, self.pctx
+        return self.run(batch, self.key, self.function.process_element)
+
+    def run(self, batch: Batch, key_selector: Any, fn: Callable[[Any, Any], Any]) -> Batch | None:
+        """Call `fn(record, ctx)` per record of `batch`, keyed by `key_selector`."""
+        records, keys, groups = batch_keys(batch, key_selector, self.ctx.max_parallelism, self.name)
+        backend, pctx, side = self.backend, self.pctx, self.side
         out: list[Any] = []
         letters: list[DeadLetter] = []
         if self.on_error is OnError.FAIL:
@@ -183,11 +200,15 @@ class KeyedProcessOperator(KeyedOperator):
         else:
             for record, key, kg in zip(records, keys, groups):
                 backend.set_current_key(key, kg)
+                emitted = len(side.out)
                 try:
                     produced = fn(record, pctx)
                     extend(out, list(produced) if produced is not None else None)
                 except Exception as exc:
+                    del side.out[emitted:]  # what it emitted for the failed record is dropped
                     self.reject(record, exc, letters)
+        if side.out:
+            out.extend(side.take())
         if self.watermark == END_OF_TIME and self.timers.next(TimeDomain.EVENT_TIME) is not None:
             # a timer registered after the input ended: no watermark will come to fire it
             fired = self._fire(TimeDomain.EVENT_TIME, self.watermark)

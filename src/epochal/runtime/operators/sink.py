@@ -1,5 +1,9 @@
-"""Sinks: where records leave a job, exactly once; their prepared commits are operator state
-(dissertation §2.2.1, keyed state versus operator state; §4.1.3, the two-phase epoch commit)."""
+"""Sinks: where records leave a job, exactly once (dissertation §4.1.3, two-phase epoch commit).
+
+A sink keeps its prepared commits as operator state (dissertation §2.2.1, keyed state versus
+operator state): what a checkpoint sealed is committed when that checkpoint completes, or on
+restore if the commit was cut short.
+"""
 
 from __future__ import annotations
 

@@ -107,9 +107,10 @@ class TableWindows:
     # -- records --------------------------------------------------------------------------------
 
     def add_arrow(self, keys: pa.Array | pa.ChunkedArray, times: np.ndarray, values: pa.Array | None,
-                  watermark: float) -> TableAdmission:
+                  watermark: float, weights: np.ndarray | None = None) -> TableAdmission:
+        """Add a batch's rows (`weights`: the records each row of a local phase's partials stands for)."""
         column = None if values is None or self.reduction is Reduction.COUNT else numeric_column(values)
-        return self.table.add(keys, times, column, watermark, self.group_of)
+        return self.table.add(keys, times, column, watermark, self.group_of, weights)
 
     def add_records(self, keys: list[Any], times: np.ndarray, values: Values, watermark: float) -> TableAdmission:
         column = None

@@ -39,9 +39,11 @@ from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..windowing import Aggregate, Count, Max, Min, Process, Reduce, Sum, Windowing
 from ..wire.batches import to_records
 from ..wire.elements import Batch
+from .aggregates.local_windows import weights_of
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
+from .side_outputs import SideOutputs, context_args
 from .window_output import LateRecord, WindowOutput
 from .window_stores import STORE, StoreWindows
 from .window_table import TableWindows, table_reduction
@@ -91,7 +93,12 @@ class KeyedWindowOperator(KeyedOperator):
         self.output = WindowOutput(spec)
         self._reduction = table_reduction(spec)
         self._mode = WindowMode.UNDECIDED if self._reduction is not None else WindowMode.STORES
+        if spec.combined:  # partials from a local phase: only the slice table merges them
+            assert self._reduction is not None, "a combined window operator needs the columnar table"
+            self._mode = WindowMode.TABLE
         self._table: TableWindows | None = None
+        self.side = SideOutputs(spec.side_outputs, spec.name)  # a process function's `ctx.output`
+        self._process_args = context_args(spec.function, self) if spec.kind is WindowFunctionKind.PROCESS else ()
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
@@ -194,7 +201,8 @@ class KeyedWindowOperator(KeyedOperator):
         try:
             if isinstance(batch, pa.RecordBatch):
                 values = batch.column(self.spec.value) if isinstance(self.spec.value, str) else None
-                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark)
+                admission = table.add_arrow(batch.column(self.key), times, values, self.watermark,
+                                            weights_of(batch) if self.spec.combined else None)
             else:
                 records, keys, _ = batch_keys(batch, self.key, self.ctx.max_parallelism, self.name)
                 value_of = self.value_of
@@ -258,11 +266,13 @@ class KeyedWindowOperator(KeyedOperator):
             function = self.spec.function
             for f in fired:
                 try:
-                    produced = function.process(key, Window(f.query, f.start, f.end), f.result)
+                    produced = function.process(key, Window(f.query, f.start, f.end), f.result, *self._process_args)
                     if produced is not None:
                         results.extend(list(produced))
                 except Exception as exc:  # a dead letter joins the results; the split finds it
+                    self.side.out.clear()
                     self.reject(f"<window [{f.start}, {f.end}) of key {key!r}>", exc, results)
+                results.extend(self.side.take())
 
     def _fire_table(self, watermark: float, results: list[Any]) -> None:
         """Columnar mode: every key's due windows, appended to `results` as one Arrow batch (or

@@ -6,8 +6,9 @@ every input has delivered it, the task snapshots its state, forwards the barrier
 all inputs. Pure: no I/O, no clock; the task loop drives it and asks `is_blocked` before reading.
 
 Cycles (ABS §4.3, Algorithm 2): barriers are aligned over the *regular* channels only; a
-back-edge is never blocked, and a barrier arriving on it returns `LOOP_RETURN`, which tells the
-loop head to stop logging that back-edge for that checkpoint.
+back-edge is never blocked, and a barrier arriving on it returns `LOOP_RETURN`. A loop head's
+task hands its barriers to no aligner: it takes them ahead of its queues, an unaligned cut of
+all its inputs (`task.loop_cut`); the tasks of a loop's body align theirs here.
 
 At-least-once (`CheckpointConfig(mode="at_least_once")`, barriers with `Alignment.NONE`): the
 aligner only counts the barriers and blocks nothing, so records behind an early barrier are in

@@ -99,6 +99,14 @@ class OperatorChain:
             if advance is not None:
                 self.advance_watermark(advance, assigner + 1)
 
+    def process_second(self, batch: Batch) -> None:
+        """A batch of the first operator's second input (a two-input operator heads its chain)."""
+        n = batch_len(batch)
+        if n == 0:
+            return
+        self.records_in[0] += n
+        self.emitted(0, self.operators[0].process_second(batch))
+
     def emitted(self, i: int, out: Batch | None) -> None:
         """Operator `i` emitted `out` outside `process` (a timer, a watermark, a flush): count
         it and run it through the rest of the chain."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ...plan.specs import PartitionKind
 from ...state.keygroups import RoutingTable
-from ..wire.elements import Batch
+from ..wire.elements import Barrier, Batch
 from .partition import Partitioner
 
 
@@ -24,12 +25,23 @@ class OutputGate:
     def __init__(
         self,
         edges: Sequence[tuple[Partitioner, Sequence[OutputChannel]]],
-        loop_edges: frozenset[int] = frozenset(),
+        loop_edges: Mapping[int, frozenset[int]] | None = None,
+        head_edges: frozenset[int] = frozenset(),
+        own_loop: int | None = None,
     ) -> None:
         self.edges = list(edges)
         self.channels = [ch for _, chans in self.edges for ch in chans]
-        # channels of edges inside a loop: where termination probes go
-        self.loop_channels = [ch for i, (_, chans) in enumerate(self.edges) if i in loop_edges for ch in chans]
+        loops = loop_edges or {}
+        own = loops.get(own_loop, frozenset()) if own_loop is not None else frozenset()
+        # per loop (its head's vertex), the channels of its edges: where its probes go, with
+        # whether the channel goes into the loop this task heads (`loop_probes.ScopeRounds._ready`)
+        self.loop_channels = {
+            loop: [(ch, i in own) for i, (_, chans) in enumerate(self.edges) if i in positions for ch in chans]
+            for loop, positions in loops.items()
+        }
+        # channels into a loop head, which takes barriers ahead of its queue (`task.loop_cut`)
+        self.head_channels = [i in head_edges for i, (_, chans) in enumerate(self.edges) for _ in chans]
+        self._to_heads = any(self.head_channels)
 
     def emit(self, batch: Batch) -> None:
         for partitioner, channels in self.edges:
@@ -37,12 +49,19 @@ class OutputGate:
                 channels[target].send(piece)
 
     def broadcast(self, element: Any) -> None:
+        if self._to_heads and type(element) is Barrier:
+            marked = dataclasses.replace(element, at_loop_head=True)
+            for ch, to_head in zip(self.channels, self.head_channels):
+                ch.send(marked if to_head else element)
+            return
         for ch in self.channels:
             ch.send(element)
 
-    def broadcast_loop(self, element: Any) -> None:
-        for ch in self.loop_channels:
-            ch.send(element)
+    def broadcast_loop(self, loop: int, element: Any, into_own: Any = None) -> None:
+        """A probe of `loop` goes on along that loop's edges only; `into_own`, if given, on the
+        edges into the loop this task heads, when `loop` encloses it."""
+        for ch, own in self.loop_channels.get(loop, ()):
+            ch.send(into_own if own and into_own is not None else element)
 
     def reroute(self, table: RoutingTable) -> None:
         """Key-group edges into vertices of the table's parallelism route by it from now on."""

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ...plan.specs import Partitioning, PartitionKind
 from ..key_index import KeyIndex
-from ..keys import encode_key_column, key_groups_of_column, key_groups_of_records, record_key_fn
+from ..keys import encode_key_column, key_column, key_groups_of_column, key_groups_of_records, record_key_fn
 from ..wire.batches import batch_len, to_records
 from ..wire.elements import Batch
 
@@ -42,6 +42,7 @@ class Partitioner:
         self.target_name = target_name
         self._next = subtask % num_channels
         self._key = partitioning.key
+        self._column = key_column(partitioning.key) if partitioning.key is not None else None
         self._key_fn = record_key_fn(partitioning.key) if partitioning.key is not None else None
         self._index: KeyIndex | None = None
         # key group → channel: contiguous ranges (the inverse of key_group_range), or a routing table
@@ -67,7 +68,7 @@ class Partitioner:
         elif kind is PartitionKind.BROADCAST:
             for target in range(self.num_channels):
                 yield target, batch
-        elif isinstance(batch, pa.RecordBatch) and isinstance(self._key, str):
+        elif isinstance(batch, pa.RecordBatch) and self._column is not None:
             yield from self._split_arrow(batch)
         else:
             yield from self._split_records(to_records(batch))
@@ -85,15 +86,15 @@ class Partitioner:
 
     def _arrow_key_groups(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
         """`(key group of each distinct key, index of each row's key)`, from a `KeyIndex` if it can."""
-        assert isinstance(self._key, str)
-        distinct, indices = encode_key_column(batch, self._key, self.target_name)
+        assert self._column is not None
+        distinct, indices = encode_key_column(batch, self._column, self.target_name)
         if KeyIndex.supports(distinct.type):
             index = self._index
             if index is None or not index.accepts(distinct.type) or len(index) > _INDEX_LIMIT:
                 index = self._index = KeyIndex(distinct.type, self.max_parallelism)
             slots, _ = index.lookup(distinct)
             return index.key_groups[slots], indices
-        return key_groups_of_column(distinct, self._key, self.max_parallelism, self.target_name), indices
+        return key_groups_of_column(distinct, self._column, self.max_parallelism, self.target_name), indices
 
     def _split_arrow(self, batch: pa.RecordBatch) -> Iterator[tuple[int, Batch]]:
         groups, indices = self._arrow_key_groups(batch)

@@ -6,11 +6,11 @@ input (or one batch from its source). So a host can interleave many tasks on one
 and the in-process executor can interleave them from a seed and replay a run exactly.
 
 The task schedules and dispatches; the work lives in its parts: `InputGate` (inputs, joined
-batches, barrier alignment: ABS §4.2, Algorithm 1), `SourceInput`, `OperatorChain` (operators,
-counters, event time), `OutputGate`, `SubtaskCheckpointer` and `UnalignedBarriers` (`in_flight`),
-`TaskLoop` (loop termination and a head's snapshots: ABS §4.3, Algorithm 2), `InputWatermarks`
-and `KeyGroupOwner` (what it owns, and what a live move hands it). What stays here is the order
-of things within a step: replayed input first, then control messages, timers, one element.
+batches, alignment over all, both of a two-input head: ABS §4.2, Algorithm 1), `SourceInput`,
+`OperatorChain` (operators, counters, event time), `OutputGate`, `SubtaskCheckpointer`,
+`UnalignedBarriers` (`in_flight`), `TaskLoop` (loop termination and a head's snapshots: ABS §4.3,
+Algorithm 2), `InputWatermarks` and `KeyGroupOwner` (what it owns, and what a live move hands
+it). What stays here is the order within a step: replayed input, control messages, timers, one element.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from ..operators import (
     create_operator,
 )
 from ..splits import readers
-from ..watermarks import InputWatermarks
+from ..watermarks import InputWatermarks, WatermarkAdvance
 from ..wire.elements import END_OF_INPUT, Barrier, Element, EndOfInput, LoopProbe, Watermark, is_batch
 from ..wire.messages import (
     AdoptKeyGroups,
+    DropPatch,
     EndLoop,
     InputsEnded,
     LoopRoundEnded,
@@ -45,6 +46,7 @@ from ..wire.messages import (
     OperatorMetrics,
     PrepareKeyGroups,
     QueryState,
+    StagePatch,
     TaskFinished,
     TriggerCheckpoint,
 )
@@ -54,8 +56,11 @@ from .checkpointer import Snapshots, SubtaskCheckpointer
 from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
 from .key_group_owner import KeyGroupOwner
-from .loop_probes import TaskLoop
+from .loop_clock import LoopClock
+from .loop_cut import LoopCut
+from .loop_probes import ScopeRounds, TaskLoop
 from .output_gate import OutputGate
+from .patching import TaskPatches
 from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
@@ -74,6 +79,8 @@ class Task:
         output: OutputGate,
         back_edges: frozenset[int] = frozenset(),
         loop_inputs: frozenset[int] = frozenset(),
+        second_inputs: frozenset[int] = frozenset(),
+        scopes: dict[int, ScopeRounds] | None = None,
     ) -> None:
         self.setup = setup
         self.id = setup.task_id
@@ -95,11 +102,18 @@ class Task:
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
         )
         self.back_edges = back_edges
+        self.second_inputs = second_inputs  # channels of a two-input operator's second input
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
                                                 setup.background, self.chain.operators, setup.send, setup.state)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
-        self.loop = TaskLoop(self.head, back_edges, loop_inputs, len(inputs), output,
-                             lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), self.write)
+        event_time = self.head.event_time if self.head is not None else None
+        self.loop = TaskLoop(
+            self.head, scopes or {}, setup.vertex.id if self.head is not None else None,
+            LoopClock(event_time, self.head) if self.head is not None and event_time is not None else None,
+            output, lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), setup.clock,
+        )
+        # a loop head takes every barrier ahead of its queues: an unaligned cut (`loop_cut`)
+        self.cut = LoopCut(self.gate, self, self.head.uid) if self.head is not None else None
         self.unaligned = UnalignedBarriers(self.gate, self, in_flight_uid(setup.vertex))
         # only a task outside loops takes unaligned barriers ahead of its input (`in_flight`)
         self._overtakes = setup.unaligned and not back_edges and not loop_inputs
@@ -107,8 +121,10 @@ class Task:
         self.times = StepTimes()  # where the task's time goes: two clock reads per step, none per record
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
+        self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
+            StagePatch: self.patches.stage, DropPatch: self.patches.drop,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, setup.background),
@@ -133,6 +149,8 @@ class Task:
                 return None, []
             return read_operator_restore(storage, manifest, op.uid, self.key_groups, setup.max_parallelism)
 
+        if manifest is not None:  # the functions live patches put in effect at the checkpoint
+            self.patches.restore(manifest, storage)
         self.chain.open(ctx, restored)
         if manifest is not None:
             self._replay.extend(read_in_flight(storage, manifest, setup.vertex, self.id.subtask))
@@ -148,7 +166,11 @@ class Task:
 
     # -- scheduling ------------------------------------------------------------------------------
     def next_timer(self) -> float | None:
-        return self.chain.next_timer()
+        timer = self.chain.next_timer()
+        paced = self.loop.next_round_at()
+        if paced is None or self.state not in (TaskState.RUNNING, TaskState.DRAINING):
+            return timer
+        return paced if timer is None else min(timer, paced)
 
     def is_runnable(self) -> bool:
         if self.state is TaskState.FINISHED:
@@ -159,9 +181,11 @@ class Task:
             return False
         if self._overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
             return True  # an unaligned barrier is taken even behind a full output
+        if self.cut is not None and self.state is not TaskState.ENDED and self.gate.priority_queued():
+            return True  # so is a barrier into a loop head
         if self.state is TaskState.ENDED or not self.output.has_capacity():
             return False
-        if self.state is TaskState.DRAINING and not self.loop.probes.in_flight:
+        if self.loop.wants_round(self.state is TaskState.DRAINING, True):
             return True
         timer = self.next_timer()
         now = self.setup.clock.now()
@@ -200,11 +224,15 @@ class Task:
             return
         if self._overtakes and self.state is TaskState.RUNNING:
             self.unaligned.take_priority_barriers()
+        if self.cut is not None and self.state is not TaskState.ENDED:
+            self.cut.take_barriers()
         if self.state not in (TaskState.RUNNING, TaskState.DRAINING) or not self.output.has_capacity():
             return
-        if self.state is TaskState.DRAINING and not self.loop.probes.in_flight and self.gate.readable() is None:
-            self.output.broadcast_loop(self.loop.probes.start_round())
-            return
+        draining = self.state is TaskState.DRAINING
+        if self.loop.wants_round(draining, self.gate.readable() is None):
+            self.loop.start_round()
+            if draining:
+                return
         timer = self.next_timer()
         now = self.setup.clock.now()
         if timer is not None and timer <= now:
@@ -225,39 +253,45 @@ class Task:
         idx, element = polled
         if self._overtakes:
             self.unaligned.log(idx, element)
+        elif self.cut:
+            self.cut.log(idx, element)
         self._on_element(idx, element)
 
     def _on_element(self, idx: int, element: Element) -> None:
         if is_batch(element):
-            self.loop.on_batch(idx, element)
-            self.chain.process(element)
+            self.loop.on_batch(element)
+            (self.chain.process_second if idx in self.second_inputs else self.chain.process)(element)
         elif type(element) is Barrier:
+            if self.cut is not None:
+                self.cut.on_barrier(idx, [], element)
+                return
             step = self.gate.on_barrier(idx, element)
             self._decline_abandoned()
             if step is AlignStep.SNAPSHOT:
                 self._checkpoint(element)
-            elif step is AlignStep.LOOP_RETURN:
-                self.loop.returned(idx, element.checkpoint_id)
         elif type(element) is EndOfInput:
             self._on_end_of_input(idx)
         elif type(element) is LoopProbe:
-            self.loop.on_probe(element, self.gate.aligner.ended)
+            emitted = self.loop.on_probe(idx, element, self.gate.aligner.ended, self.state is TaskState.DRAINING)
+            if emitted is not None:
+                self.chain.advance_watermark(emitted, 0)
         elif type(element) is Watermark:
             advance = self.watermarks.on_watermark(idx, element.timestamp, element.idle)
             if advance is not None:
-                self.chain.advance_watermark(advance, 0)
+                self._advance_watermark(advance)
         else:
             raise RuntimeError(f"task {self.name}: unexpected element {element!r}")
 
     def _on_end_of_input(self, idx: int) -> None:
         advance = self.watermarks.on_end(idx)
         if advance is not None and self.watermarks.has_seen:
-            self.chain.advance_watermark(advance, 0)
+            self._advance_watermark(advance)
         aligner = self.gate.aligner
         if aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
             assert aligner.completed is not None
             self._checkpoint(aligner.completed)
-        self.loop.channel_ended(idx)
+        if self.cut is not None:
+            self.cut.channel_ended(idx)
         self.unaligned.channel_ended(idx)
         if aligner.all_ended:
             if self.state is not TaskState.ENDED:
@@ -266,6 +300,14 @@ class Task:
             # The loop's input ended; the loop itself may still hold records.
             self.state = TaskState.DRAINING
             self.setup.send(InputsEnded(self.id))
+
+    def _advance_watermark(self, advance: WatermarkAdvance) -> None:
+        """The inputs' watermark moved: on through the chain, unless an event-time loop head
+        holds it until a round proves the loop past it (`loop_clock`)."""
+        if self.loop.clock is not None:
+            self.loop.clock.on_input(advance)
+        else:
+            self.chain.advance_watermark(advance, 0)
 
     def _end_input(self) -> None:
         self.chain.end_input()
@@ -277,6 +319,8 @@ class Task:
     def _on_end_loop(self, _: EndLoop) -> None:
         if self.state is TaskState.DRAINING:
             self._end_input()  # every head saw a clean round: the loop is empty
+            if self.cut is not None:
+                self.cut.loop_ended()
 
     # -- checkpoints -----------------------------------------------------------------------------
     def _decline_abandoned(self) -> None:
@@ -296,13 +340,13 @@ class Task:
 
     def _checkpoint(self, barrier: Barrier) -> None:
         """Fix state, forward the barrier, and write the snapshot in the background."""
+        if self.cut is not None:  # a loop head triggered directly (its input ended): log what is open
+            self.cut.fix(barrier, loop_ended=self.state is TaskState.ENDED)
+            return
         reroute = barrier.reroute
         if reroute is not None and self.source is not None and self.state is TaskState.RUNNING:
             self.source.before_reroute(reroute, self.output)
         snapshots, alignment_ms, sync_ms = self.fix_state(barrier)
-        if self.state is not TaskState.ENDED and self.loop.hold(
-                barrier.checkpoint_id, self.gate.aligner.ended, snapshots, alignment_ms, sync_ms):
-            return  # ABS Algorithm 2: the state copy is fixed; feedback is logged until the barrier is back
         self.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
         if barrier.reroute is not None:
             self.output.reroute(barrier.reroute)  # the barrier went out under the old table
@@ -328,6 +372,8 @@ class Task:
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.chain.pre_barrier(barrier.checkpoint_id)
         snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id)
+        if barrier.patch:  # a live patch takes effect for the records after this barrier
+            self.patches.switch(barrier.patch)
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.output.broadcast(barrier)
         # after the barrier left: downstream aligns while this task serialises a small state
@@ -345,23 +391,31 @@ class Task:
             self.gate.reset_alignment_clock()
             self._checkpoint(Barrier(
                 message.checkpoint_id, message.timestamp, message.synchronous, message.completed, message.alignment,
-                message.reroute,
+                message.reroute, patch=message.patch,
             ))
             if message.synchronous:
                 self.source.halt(message.checkpoint_id)
         elif self.state in (TaskState.ENDED, TaskState.DRAINING):
             self._checkpoint(Barrier(
-                message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute
+                message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute,
+                patch=message.patch,
             ))
 
     def _on_aborted(self, message: NotifyCheckpointAborted) -> None:
+        pending = self.gate.aligner.pending
+        if pending is not None and pending.checkpoint_id == message.checkpoint_id:
+            self.abandon_alignment()  # its barrier may never come on some input (a lost worker's)
         if self.source is not None:
             self.source.aborted(message.checkpoint_id)
+        if self.cut is not None:
+            self.cut.aborted(message.checkpoint_id)
 
     def _on_complete(self, message: NotifyCheckpointComplete) -> None:
         if self.source is not None:
             self.source.completed(message.checkpoint_id)
         self._notify_complete(message.checkpoint_id)
+        if self.cut is not None:
+            self.cut.completed(message.checkpoint_id)
         if message.is_final:
             self.state = TaskState.FINISHED
             self.close()

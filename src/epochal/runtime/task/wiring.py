@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ...plan.job_graph import JobGraph, TaskId
-from ...plan.specs import PartitionKind
+from ...plan.loops import LoopScope, loop_scopes, scope_inputs
+from ...plan.specs import IterationHeadSpec, PartitionKind
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
 from ..clock import Clock
 from ..routing import routing_for
 from ..wire.channel import LocalChannel
 from .input_gate import InputChannel
+from .loop_probes import ScopeRounds
 from .output_gate import OutputChannel, OutputGate
 from .partition import Partitioner
 from .setup import TaskSetup
@@ -78,6 +80,7 @@ def build_tasks(
     tasks: dict[TaskId, Task] = {}
     routing = routing_for(job, restore_from)
     keyed = job.keyed_vertices()
+    scopes = loop_scopes(job)
     for task_id in task_ids:
         vertex = job.vertex(task_id.vertex)
         i = task_id.subtask
@@ -85,14 +88,21 @@ def build_tasks(
         inputs = [_present(channels[key].input) for key in input_keys]
         back_edges = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].is_back_edge)
         loop_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].in_loop)
+        second_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].input == 1)
+        mine = [scope for scope in scopes.values() if vertex.id in scope.members]
+        rounds = {scope.head: _rounds(scope, job, vertex.id, [key.edge for key in input_keys]) for scope in mine}
         gate_edges: list[tuple[Partitioner, list[OutputChannel]]] = []
-        loop_edges = set()
+        loop_edges: dict[int, set[int]] = {scope.head: set() for scope in mine}
+        head_edges = set()
         for e_idx, edge in enumerate(job.edges):
             if edge.source != vertex.id:
                 continue
-            if edge.in_loop:
-                loop_edges.add(len(gate_edges))
+            for scope in mine:
+                if e_idx in scope.edges:
+                    loop_edges[scope.head].add(len(gate_edges))
             target = job.vertex(edge.target)
+            if isinstance(target.chain[0], IterationHeadSpec):
+                head_edges.add(len(gate_edges))
             if edge.partitioning.kind is PartitionKind.FORWARD:
                 outs = [_present(channels[ChannelKey(e_idx, i, i)].output)]
             else:
@@ -111,10 +121,16 @@ def build_tasks(
             routing if routing is not None and vertex.parallelism == routing.parallelism else None,
             vertex.id in keyed,
         )
-        tasks[task_id] = Task(
-            setup, inputs, OutputGate(gate_edges, frozenset(loop_edges)), back_edges, loop_inputs
-        )
+        output = OutputGate(gate_edges, {loop: frozenset(p) for loop, p in loop_edges.items()}, frozenset(head_edges),
+                            vertex.id if vertex.id in scopes else None)
+        tasks[task_id] = Task(setup, inputs, output, back_edges, loop_inputs, second_inputs, rounds)
     return tasks
+
+
+def _rounds(scope: LoopScope, job: JobGraph, vertex: int, inputs: list[int]) -> ScopeRounds:
+    """A task's part in `scope`'s probe rounds, from the edges its input channels belong to."""
+    outside = frozenset(ch for ch, edge in enumerate(inputs) if edge not in scope.edges)
+    return ScopeRounds(scope.head, scope.head == vertex, scope_inputs(scope, job, vertex, inputs), outside)
 
 
 T = TypeVar("T")

@@ -104,9 +104,10 @@ class SliceTable:
     # -- adding ---------------------------------------------------------------------------------
 
     def add(self, keys: Any, ts: np.ndarray, values: np.ndarray | None, watermark: float,
-            group_of: Callable[[Any], int]) -> TableAdmission:
+            group_of: Callable[[Any], int], weights: np.ndarray | None = None) -> TableAdmission:
         """Add a batch: `keys` (Arrow, numpy or a list), `ts` (float64 seconds), `values`
-        (numeric numpy, None for a count) at the operator's `watermark`."""
+        (numeric numpy, None for a count) at the operator's `watermark`; `weights`: how many
+        records each row stands for (rows of partials from a local phase), else one each."""
         codes, distinct = key_codes(keys)
         if len(codes) != len(ts) or (values is not None and len(values) != len(ts)):
             raise ValueError(f"keys, timestamps and values differ in length: {len(codes)}, {len(ts)}, "
@@ -138,9 +139,9 @@ class SliceTable:
         if keep is not None:
             kept = np.flatnonzero(keep)
             self.partials.fold(codes[kept], slots, ts[kept], None if values is None else values[kept],
-                               np.searchsorted(kept, updated))
+                               np.searchsorted(kept, updated), None if weights is None else weights[kept])
         else:
-            self.partials.fold(codes, slots, ts, values, updated)
+            self.partials.fold(codes, slots, ts, values, updated, weights)
         return TableAdmission(np.array(late_rows, dtype=np.int64), late_queries, bool(len(updated)))
 
     def _behind(self, ts: float, watermark: float) -> tuple[bool, tuple[str, ...]]:

@@ -267,9 +267,10 @@ class SlicePartials:
     # -- insert ---------------------------------------------------------------------------------
 
     def fold(self, codes: np.ndarray, slots: np.ndarray, ts: np.ndarray, values: np.ndarray | None,
-             updated: np.ndarray) -> None:
+             updated: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Fold rows into their (key, slice) cells: row `i` of key `slots[codes[i]]` at `ts[i]`;
-        rows `updated` (indices, behind the watermark) also mark theirs `changed`."""
+        rows `updated` (indices, behind the watermark) also mark theirs `changed`; a row counts
+        `weights[i]` records (partials of a local phase), else one."""
         if not len(ts):
             return
         index, slice_starts, slice_ends = self.edges.slices_of(ts)
@@ -292,7 +293,12 @@ class SlicePartials:
             cell = local * nk + codes
             block = np.ix_(slots, cols)
         if block is not None:
-            counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nc, nk).T
+            if weights is None:
+                counts[block] += np.bincount(cell, minlength=nk * nc).reshape(nc, nk).T
+            else:
+                added = np.zeros(nk * nc, dtype=counts.dtype)
+                np.add.at(added, cell, weights)
+                counts[block] += added.reshape(nc, nk).T
             if values is not None:
                 assert self.values is not None
                 dense = np.full(nk * nc, identity(reduction, self.values.dtype), dtype=self.values.dtype)
@@ -307,7 +313,7 @@ class SlicePartials:
                     self.values[block] = np.maximum(self.values[block], dense.reshape(nc, nk).T)
         else:
             rows, at = slots[codes], cols[local]
-            np.add.at(counts, (rows, at), 1)
+            np.add.at(counts, (rows, at), 1 if weights is None else weights)
             if values is not None:
                 assert self.values is not None
                 ufunc = {Reduction.SUM: np.add, Reduction.MIN: np.minimum, Reduction.MAX: np.maximum}[reduction]

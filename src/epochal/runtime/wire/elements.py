@@ -7,6 +7,7 @@ what makes a barrier cut the stream consistently (ABS §4.2, assumption of FIFO 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeAlias
@@ -38,11 +39,17 @@ class Barrier:
     alignment: Alignment = Alignment.ALIGNED
     # key groups move at this barrier: the routing table from here on (`runtime.master.migrations`)
     reroute: RoutingTable | None = None
+    # on a channel into a loop head, which takes every barrier ahead of its queue (`task.loop_cut`)
+    at_loop_head: bool = False
+    # the newest live logic patch in effect from this barrier on: a task switches to the patches
+    # it staged up to it when it fixes its state (`runtime.patches`); 0: none
+    patch: int = 0
 
     @property
     def overtakes(self) -> bool:
-        """An unaligned barrier jumps the queue of its input channel (`runtime.unaligned`)."""
-        return self.alignment is Alignment.UNALIGNED
+        """An unaligned barrier, or one into a loop head, jumps the queue of its input channel
+        (`task.in_flight`, `task.loop_cut`)."""
+        return self.alignment is Alignment.UNALIGNED or self.at_loop_head
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +74,20 @@ END_OF_INPUT = EndOfInput()
 
 @dataclass(frozen=True, slots=True)
 class LoopProbe:
-    """A termination probe sent round a loop by its head once the loop's input has ended.
+    """A probe sent round loop `loop` (its head's vertex) by its head, one round at a time.
 
-    Each task of the loop forwards it after it arrived on all its loop inputs, marking it
+    Each task of the loop forwards it after it arrived on all its inputs in the loop, marking it
     `active` if it processed anything since it forwarded the previous round. A round that comes
     back clean proves the loop empty: every record of the loop was processed before the probe
-    passed, and none was sent after it (FIFO channels).
+    passed, and none was sent after it (FIFO channels); the head's input having ended, the loop
+    ends (`runtime.master.loop_termination`). `low` carries progress: the smallest event time
+    an inner loop it passed may still hold (`runtime.task.loop_clock`).
     """
 
     round: int
     active: bool
+    loop: int = 0
+    low: float = math.inf
 
 
 Element: TypeAlias = list[Any] | pa.RecordBatch | Barrier | Watermark | EndOfInput | LoopProbe

@@ -28,6 +28,24 @@ class TriggerCheckpoint:
     completed: int = 0  # the newest complete checkpoint at trigger time (see Task._checkpoint)
     alignment: Alignment = Alignment.ALIGNED  # what the sources' barriers ask of every task
     reroute: RoutingTable | None = None  # key groups move at this checkpoint (`runtime.master.migrations`)
+    patch: int = 0  # the newest live logic patch in effect from this checkpoint's barrier on
+
+
+@dataclass(frozen=True, slots=True)
+class StagePatch:
+    """Load operator `uid`'s new function (pickled in `payload`) and check it, but run the old
+    one until a barrier carries patch `patch_id` (`runtime.patches`)."""
+
+    patch_id: int
+    uid: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DropPatch:
+    """Forget staged patch `patch_id`: another subtask refused it."""
+
+    patch_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +89,15 @@ class AssignSplits:
 
 
 # task → job master ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PatchStaged:
+    """Patch `patch_id` is staged at `task`, or refused there (`error`: why)."""
+
+    task: TaskId
+    patch_id: int
+    error: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class LoopRoundEnded:
     """A loop head's termination probe came back round `round`; `clean` if nothing moved."""

@@ -11,9 +11,16 @@ as Arrow IPC, Python lists as pickle protocol 5, control events (barriers, end-o
 pickle. Every frame carries the sender's *attempt*; frames of an older attempt (before a
 restart) are dropped, frames of a newer one wait until the receiver has restarted too.
 
+Copies (issue 36): an Arrow batch is written once into its IPC buffer, which the socket sends
+from (no `bytes` of it, no send buffer it is appended to; small frames are gathered into one
+write); on the receiving side the socket's bytes are read once, and a frame inside one read is
+handed on as a view of it, a frame across reads is read into a buffer of its own size, and the
+batch decoded from it references those bytes (`decode_arrow`: no copy). So an Arrow batch costs
+one copy to encode and the kernel's two, where it cost six before.
+
 A `Link` is made only once its peer proved it knows the job's secret (`runtime.wire.handshake`),
 so what it unpickles comes from a process of the job; a frame's length is checked against the
-job's `max_frame_bytes` as soon as its header arrives, before anything is gathered for it. A
+job's `max_frame_bytes` as soon as its header arrives, before a buffer is allocated for it. A
 link may run over TLS (`runtime.wire.tls`): an `ssl.SSLSocket` reads and writes a record at a
 time and may hold decrypted bytes the selector does not see, so a TLS link reads until the
 socket would block.
@@ -50,21 +57,24 @@ BACKUP = 7  # a chained backup's copy or notice between workers (`state.backups`
 
 _PICKLE = 5
 _TLS_WRITE = 1 << 20  # bytes handed to an SSLSocket at once (it takes all of them or none)
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 def encode_frame(kind: int, attempt: int, channel: int, payload: bytes) -> bytes:
     return _HEADER.pack(kind, attempt, channel, len(payload)) + payload
 
 
-def encode_arrow(batch: pa.RecordBatch) -> bytes:
+def encode_arrow(batch: pa.RecordBatch) -> pa.Buffer:
+    """The IPC stream of one batch, as the Arrow buffer it was written to (sent from as it is)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
-def decode_arrow(payload: bytes) -> pa.RecordBatch:
-    with pa.ipc.open_stream(payload) as reader:
+def decode_arrow(payload: Any) -> pa.RecordBatch:
+    """The batch of an IPC stream in any bytes-like payload; its columns reference the payload."""
+    with pa.ipc.open_stream(pa.py_buffer(payload)) as reader:
         return reader.read_next_batch()
 
 
@@ -76,8 +86,17 @@ class FrameTooLarge(LinkClosed):
     """A frame's header announced more bytes than the link accepts: the link is closed."""
 
 
+_RECEIVE = 1 << 20  # bytes asked of the socket per read
+_GATHER = 64 * 1024  # frames up to this size are gathered into one write with their neighbours
+
+
 class Link:
     """One non-blocking TCP (or TLS) connection carrying frames both ways.
+
+    Outgoing frames wait as their header and payload buffers (`_out`), never joined into one
+    buffer unless small. Incoming bytes are read a chunk at a time; a frame wholly inside a chunk
+    is yielded as a view of it, and a frame that runs past its chunk is read into a buffer of its
+    own (`_frame`, `_frame_got`), so no byte is copied after the socket read.
 
     Args:
         sock: the connection, its peer authenticated.
@@ -95,16 +114,25 @@ class Link:
         self.peer = peer
         self.max_frame = max_frame
         self._tls = isinstance(sock, ssl.SSLSocket)
-        self._out = bytearray()
-        self._in = bytearray(received)
+        self._early = received
+        self._out: deque[Any] = deque()  # headers and payloads (bytes-like), in order
+        self._head = b""  # the start of a header split across reads
+        self._frame: bytearray | None = None  # the payload of a frame split across reads
+        self._frame_got = 0
+        self._frame_header: tuple[int, int, int] = (0, 0, 0)
         self.closed = False
+        self.sent_bytes = 0
+        self.received_bytes = 0
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send_frame(self, kind: int, attempt: int, channel: int, payload: bytes) -> None:
-        self._out += _HEADER.pack(kind, attempt, channel, len(payload))
-        self._out += payload
+    def send_frame(self, kind: int, attempt: int, channel: int, payload: Any) -> None:
+        """Queue a frame; `payload` is any bytes-like object (an Arrow buffer too), not copied."""
+        size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+        self._out.append(_HEADER.pack(kind, attempt, channel, size))
+        if size:
+            self._out.append(payload)
 
     def send_object(self, message: Any, attempt: int = 0) -> None:
         self.send_frame(CONTROL, attempt, 0, pickle.dumps(message, protocol=_PICKLE))
@@ -113,21 +141,41 @@ class Link:
     def wants_write(self) -> bool:
         return bool(self._out)
 
+    def _next_write(self) -> Any:
+        """The next bytes to write: a large payload as it is, or small pieces gathered."""
+        out = self._out
+        first = out[0]
+        if len(first) >= _GATHER or len(out) == 1:
+            return first
+        gathered = bytearray()
+        while out and len(out[0]) < _GATHER and len(gathered) < _GATHER:
+            gathered += out.popleft()
+        out.appendleft(gathered)
+        return gathered
+
     def flush(self) -> None:
         """Send as much as the socket takes now."""
-        while self._out:
+        out = self._out
+        while out:
+            data = self._next_write()
             try:
-                if self._tls:  # a retried write must offer at least the bytes it offered before: it does
-                    with memoryview(self._out) as view, view[:_TLS_WRITE] as part:
+                if self._tls:  # a retried write offers at least the bytes it offered before: it must
+                    with memoryview(data) as view, view[:_TLS_WRITE] as part:
                         n = self.sock.send(part)
                 else:
-                    n = self.sock.send(self._out)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    n = self.sock.send(data)
+            except _WOULD_BLOCK:
                 return
             except OSError as exc:
                 self.closed = True
                 raise LinkClosed(f"{self.peer}: {exc}") from exc
-            del self._out[:n]
+            self.sent_bytes += n
+            if n >= len(data):
+                out.popleft()
+            else:
+                out[0] = memoryview(data)[n:]
+                if not self._tls:  # the socket is full (a TLS write took a record: go on)
+                    return
 
     def flush_blocking(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -136,47 +184,107 @@ class Link:
             if self._out:
                 time.sleep(0.001)
 
-    def receive(self) -> Iterator[tuple[int, int, int, bytes]]:
-        """Read what is available; yield complete frames `(kind, attempt, channel, payload)`.
+    def receive(self) -> Iterator[tuple[int, int, int, Any]]:
+        """Read what is available; yield complete frames `(kind, attempt, channel, payload)`,
+        the payload a bytes-like view (`bytes` for an empty one).
 
         Raises:
             LinkClosed: the peer closed the link or broke it.
             FrameTooLarge: a header announced a frame above `max_frame` (the link is closed).
         """
-        while True:
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                break
-            except OSError as exc:  # ssl.SSLError too: a record that does not decrypt
-                self.closed = True
-                raise LinkClosed(f"{self.peer}: {exc}") from exc
-            if not chunk:
-                self.closed = True
-                yield from self._frames()
-                raise LinkClosed(f"{self.peer}: connection closed")
-            self._in += chunk
-            if len(chunk) < (1 << 20) and not self._tls:
-                break
-        yield from self._frames()
+        frames: list[tuple[int, int, int, Any]] = []
+        try:
+            if self._early:  # what the handshake read past its end
+                early, self._early = self._early, b""
+                self._frames(early, frames)
+            while self._read(frames):
+                pass
+        except LinkClosed:
+            yield from frames
+            raise
+        yield from frames
 
-    def _frames(self) -> Iterator[tuple[int, int, int, bytes]]:
-        buf = self._in
-        offset = 0
-        size = _HEADER.size
-        while len(buf) - offset >= size:
-            kind, attempt, channel, length = _HEADER.unpack_from(buf, offset)
-            if length > self.max_frame:
-                self.close()
-                raise FrameTooLarge(f"{self.peer}: a frame of {length} bytes, above the {self.max_frame} accepted")
-            if len(buf) - offset - size < length:
-                break
-            start = offset + size
-            frame = bytes(buf[start : start + length])
-            offset = start + length
-            del buf[:offset]  # before the yield: a caller that stops iterating leaves only what follows
-            offset = 0
-            yield kind, attempt, channel, frame
+    def _read(self, frames: list[tuple[int, int, int, Any]]) -> bool:
+        """One socket read, its frames appended; whether to read again (a full read)."""
+        if self._frame is not None:  # a frame's payload runs on: read it into its own buffer
+            view = memoryview(self._frame)[self._frame_got:]
+            n = self._recv_into(view)
+            if n == 0:
+                return False
+            self._frame_got += n
+            if self._frame_got == len(self._frame):
+                frames.append((*self._frame_header, memoryview(self._frame)))
+                self._frame = None
+            return n == len(view) or self._tls
+        try:
+            chunk = self.sock.recv(_RECEIVE)
+        except _WOULD_BLOCK:
+            return False
+        except OSError as exc:  # ssl.SSLError too: a record that does not decrypt
+            self.closed = True
+            raise LinkClosed(f"{self.peer}: {exc}") from exc
+        if not chunk:
+            self.closed = True
+            raise LinkClosed(f"{self.peer}: connection closed")
+        self.received_bytes += len(chunk)
+        self._frames(chunk, frames)
+        return len(chunk) == _RECEIVE or self._tls  # TLS: decrypted bytes the selector does not see
+
+    def _recv_into(self, view: memoryview) -> int:
+        try:
+            n = self.sock.recv_into(view)
+        except _WOULD_BLOCK:
+            return 0
+        except OSError as exc:
+            self.closed = True
+            raise LinkClosed(f"{self.peer}: {exc}") from exc
+        if n == 0:
+            self.closed = True
+            raise LinkClosed(f"{self.peer}: connection closed")
+        self.received_bytes += n
+        return n
+
+    def _frames(self, chunk: bytes, frames: list[tuple[int, int, int, Any]]) -> None:
+        """Cut one read into frames: views of `chunk`; a frame running past it gets its own buffer."""
+        size, offset, end = _HEADER.size, 0, len(chunk)
+        view = memoryview(chunk)
+        if self._head:  # a header split across reads (rare): complete it from this read
+            need = size - len(self._head)
+            head, self._head = self._head + chunk[:need], b""
+            if len(head) < size:
+                self._head = head
+                return
+            offset = need
+            header = _HEADER.unpack(head)
+            if not self._payload(header, view, offset, frames):
+                return
+            offset += header[3]
+        while end - offset >= size:
+            header = _HEADER.unpack_from(chunk, offset)
+            offset += size
+            if not self._payload(header, view, offset, frames):
+                return
+            offset += header[3]
+        if offset < end:
+            self._head = bytes(chunk[offset:])
+
+    def _payload(self, header: tuple[int, int, int, int], view: memoryview, offset: int,
+                 frames: list[tuple[int, int, int, Any]]) -> bool:
+        """The payload of the frame whose header was read: a view, if the read holds all of it
+        (True), else the start of its own buffer (False: the read is used up)."""
+        kind, attempt, channel, length = header
+        if length > self.max_frame:  # before anything is allocated for it
+            self.close()
+            raise FrameTooLarge(f"{self.peer}: a frame of {length} bytes, above the {self.max_frame} accepted")
+        available = len(view) - offset
+        if length <= available:
+            frames.append((kind, attempt, channel, view[offset:offset + length] if length else b""))
+            return True
+        self._frame = bytearray(length)
+        self._frame[:available] = view[offset:]
+        self._frame_got = available
+        self._frame_header = (kind, attempt, channel)
+        return False
 
     def close(self) -> None:
         self.closed = True
@@ -304,7 +412,7 @@ class RemoteInputChannel:
         self._threshold = max(1, capacity // 2)
         self.priority = 0  # unaligned barriers queued (see `runtime.wire.channel`)
 
-    def deliver(self, kind: int, payload: bytes) -> None:
+    def deliver(self, kind: int, payload: Any) -> None:
         if kind == DATA_ARROW:
             self._queue.append(decode_arrow(payload))
         elif kind == EVENT:
@@ -356,4 +464,4 @@ def parse_credit(payload: bytes) -> int:
     return struct.unpack("<I", payload)[0]
 
 
-FrameHandler = Callable[[int, int, int, bytes], None]
+FrameHandler = Callable[[int, int, int, Any], None]

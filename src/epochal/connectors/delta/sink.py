@@ -42,12 +42,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..api.connector import Sink, SinkWriter
-from ..config import check_choice, check_instance, check_path
-from ..errors import CheckpointError, EpochalError
-from ..runtime.wire.elements import Batch
-from ..state.checked_files import resolve_uri
-from .arrow_files import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, delete_quietly, probe_writable
+from ...api.connector import Sink, SinkWriter
+from ...config import check_choice, check_instance, check_path
+from ...errors import CheckpointError, EpochalError
+from ...runtime.wire.elements import Batch
+from ...state.checked_files import resolve_uri
+from ..arrow_files import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, delete_quietly, probe_writable
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
