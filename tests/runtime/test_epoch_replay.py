@@ -113,9 +113,10 @@ class _Nothing(SinkWriter):
         pass
 
 
-def _sink(sink: Any, subtask: int = 0) -> SinkOperator:
+def _sink(sink: Any, subtask: int = 0, restored: int | None = None) -> SinkOperator:
     op = SinkOperator(SinkSpec("sink", "sink", sink))
-    op.open(OperatorContext(subtask, 1, 128, KeyGroupRange(0, 128), VirtualClock(), None, "sink"))
+    op.open(OperatorContext(subtask, 1, 128, KeyGroupRange(0, 128), VirtualClock(), None, "sink",
+                            restored_checkpoint=restored))
     return op
 
 
@@ -135,6 +136,20 @@ def test_a_sinks_lineage_goes_on_across_restores_and_begins_anew_when_ids_begin_
     old.restore(None, [{3: "a commit of before lineages"}])  # a state of an older version: its commits
     assert committed == ["a commit of before lineages"]
     assert old.snapshot(4).state is None  # a writer without a lineage, nothing pending: no state
+
+
+def test_a_savepoint_adopted_under_another_id_begins_a_new_lineage() -> None:
+    """A savepoint of checkpoint 1 adopted as checkpoint 3 of another storage: its ids go on
+    above the savepoint's, yet the run that took it may have committed epochs 4, 5... too."""
+    first = _sink(CollectSink())
+    first.restore(None, [])
+    state = first.snapshot(1).state
+    same = _sink(CollectSink(), restored=1)
+    same.restore(None, [state])
+    assert same.snapshot(2).state.lineage == state.lineage  # restored as itself: the same run
+    adopted = _sink(CollectSink(), restored=3)
+    adopted.restore(None, [state])
+    assert adopted.snapshot(4).state.lineage != state.lineage
 
 
 def test_collect_sink_skips_an_epoch_it_committed_before() -> None:

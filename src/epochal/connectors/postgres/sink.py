@@ -12,12 +12,16 @@ subtasks commit the prepared transactions their checkpoint holds (pending commit
 rollback: §4.1, "Rollback") and roll back every other one of the job: those of checkpoints that
 did not complete (Abort, `recover`).
 
-Each transaction also records its epoch in `epochal_sink_epochs` (job, subtask, checkpoint),
-committed with the rows. A commit repeated after a failure (its `COMMIT PREPARED` ran, the notice
+Each transaction also records its epoch in `epochal_sink_epochs` (job, subtask, checkpoint, and
+the run's lineage: `SinkWriter.set_lineage`), committed with the rows. A commit repeated after a
+failure (its `COMMIT PREPARED` ran, the notice
 did not finish) finds no prepared transaction and the epoch recorded, and does nothing; an epoch
 written again after a restore from an older checkpoint finds its epoch recorded and is rolled
 back, not prepared: the sink is idempotent per epoch (as `DeltaSink` is by Delta's txn ids;
-the dissertation's idempotent sinks, §4.5, hold for replays that repeat an epoch's records).
+the dissertation's idempotent sinks, §4.5, hold for replays that repeat an epoch's records, as
+the job master's replay at the cut after a fallback does). An epoch recorded under another
+lineage is another run's that took the same id (a savepoint restored into a new checkpoint
+directory, whose ids begin again): its record is replaced, and the epoch written.
 
 Upserts (`key=...`) COPY the epoch's rows into a staging table inside the prepared transaction,
 and merge them into the target (`INSERT ... ON CONFLICT (key) DO UPDATE`, the last row of each
@@ -170,8 +174,9 @@ class PostgresSink(Sink):
                 raise EpochalError(f"{self.who}: the server {server_name(self.dsn)} has max_prepared_transactions "
                                    "= 0; set it above the number of sink subtasks (it needs a restart)")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {self.epochs()} (job text, subtask int, checkpoint_id bigint, "
-                         "rows bigint, committed_at timestamptz DEFAULT now(), "
+                         "rows bigint, committed_at timestamptz DEFAULT now(), lineage text, "
                          "PRIMARY KEY (job, subtask, checkpoint_id))")
+            conn.execute(f"ALTER TABLE {self.epochs()} ADD COLUMN IF NOT EXISTS lineage text")  # made before it
             if self.on_error == "dead_letter":
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {self.dead_letters()} (job text, subtask int, record jsonb, "
                              "error text, written_at timestamptz DEFAULT now())")

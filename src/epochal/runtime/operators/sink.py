@@ -45,6 +45,8 @@ class SinkOperator(RuntimeOperator):
     on across restores and starts anew on a fresh start, or when checkpoint ids begin again
     below the restored one (a savepoint adopted into new storage), so that (lineage, subtask,
     id) never names two different epochs, except an epoch the job master replays at its cut.
+    A savepoint adopted into a job's storage (renumbered) begins a new lineage too: the run that
+    took it may have gone on and committed epochs under the ids the new run takes.
     """
 
     def __init__(self, spec: SinkSpec) -> None:
@@ -99,8 +101,9 @@ class SinkOperator(RuntimeOperator):
             for _, c in sorted((old.pending if isinstance(old, SinkCommits) else old).items())
         ]
         own = states[subtask] if subtask < len(states) else None
-        if isinstance(own, SinkCommits):
-            self._lineage = own.lineage
+        restored = self.ctx.restored_checkpoint
+        if isinstance(own, SinkCommits) and (restored is None or own.checkpoint_id == restored):
+            self._lineage = own.lineage  # else a savepoint adopted under another id: a new run
         self._restored_at = max((s.checkpoint_id for s in states if isinstance(s, SinkCommits)), default=0)
         self._set_lineage(self._lineage)
         with guard(self.name, "<committing restored checkpoints>"):

@@ -141,6 +141,7 @@ class Task:
             self.id.subtask, setup.vertex.parallelism, setup.max_parallelism, self.key_groups, setup.clock,
             setup.state, self.name,
             active=None if setup.vertex.active is None else readers(setup.vertex, setup.routing),
+            restored_checkpoint=None if setup.restore_from is None else setup.restore_from.checkpoint_id,
         )
         manifest, storage = setup.restore_from, setup.storage
 
