@@ -113,7 +113,8 @@ def _attack_http(url: str, marker: str) -> int:
         hostile.send(address, data, linger=0.2)
     refused = 0
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
-        for action in ("/cancel", "/rescale?parallelism=1", "/savepoint?target=/tmp/x"):
+        for action in ("/cancel", "/rescale?parallelism=1", "/savepoint?target=/tmp/x", "/move?uid=count&group=0",
+                       "/patch?uid=map"):  # a patch's body is a pickled function: never read unauthorised
             connection = http.client.HTTPConnection(*address, timeout=5)
             connection.request("POST", action, body=hostile.evil_pickle(marker), headers=headers)
             assert connection.getresponse().status == 401

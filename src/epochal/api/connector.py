@@ -143,7 +143,8 @@ class SinkWriter(ABC):
         to an older checkpoint (the newest one found corrupt), the job master replays the epochs
         since, each cut where the first run cut it (docs/guarantees.md), and their output, which
         the sink committed before, is not committed again. `FileSink`, `ParquetSink`,
-        `DeltaSink` and `CollectSink` do; a sink that ignores this may duplicate such epochs.
+        `DeltaSink`, `PostgresSink`, `JetStreamSink`, `RedisStreamSink` and `CollectSink` do; a
+        sink that ignores this may duplicate such epochs.
         """
 
     set_lineage.ignored = True  # type: ignore[attr-defined]  # this default: the runtime keeps no lineage for it

@@ -176,7 +176,7 @@ class PostgresSink(Sink):
             conn.execute(f"CREATE TABLE IF NOT EXISTS {self.epochs()} (job text, subtask int, checkpoint_id bigint, "
                          "rows bigint, committed_at timestamptz DEFAULT now(), lineage text, "
                          "PRIMARY KEY (job, subtask, checkpoint_id))")
-            conn.execute(f"ALTER TABLE {self.epochs()} ADD COLUMN IF NOT EXISTS lineage text")  # made before it
+            self._add_lineage(conn)
             if self.on_error == "dead_letter":
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {self.dead_letters()} (job text, subtask int, record jsonb, "
                              "error text, written_at timestamptz DEFAULT now())")
@@ -201,6 +201,21 @@ class PostgresSink(Sink):
             if has_rows:
                 conn.execute(f"DELETE FROM {quote_name(self.table)}")
                 log.info("%s: deleted the table's rows (mode='overwrite')", self.who)
+
+    def _add_lineage(self, conn: Any) -> None:
+        """An epochs table made before lineages gets the column (only then: ALTER TABLE waits
+        for the prepared transactions that wrote into the table to end)."""
+        schema, _ = split_name(self.table)
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                        "AND column_name = 'lineage'", (schema, EPOCHS)).fetchone() is not None:
+            return
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '10s'")
+                conn.execute(f"ALTER TABLE {self.epochs()} ADD COLUMN IF NOT EXISTS lineage text")
+        except self.psycopg.errors.LockNotAvailable:
+            raise EpochalError(f"{self.who}: {EPOCHS} needs a column lineage (text), and prepared transactions hold "
+                               "it; commit or roll them back (pg_prepared_xacts), or add the column") from None
 
     def _prepared(self, conn: Any) -> list[tuple[str, int, int]]:
         """(gid, subtask, checkpoint) of the job's prepared transactions in this database."""
