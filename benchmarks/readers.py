@@ -53,7 +53,8 @@ def write_files(directory: str, rows: int, seed: int = 23) -> dict[str, str]:
     return dirs
 
 
-def _source_rows(source: Any) -> int:
+def source_rows(source: Any) -> int:
+    """Every row of `source`, read split by split through its readers, as a job reads them."""
     rows = 0
     for split in source.splits():
         reader = source.open_split(split, None)
@@ -75,7 +76,7 @@ def contenders(dirs: dict[str, str]) -> dict[str, dict[str, Callable[[], int]]]:
     one_thread_csv = pcsv.ReadOptions(use_threads=False)
     return {
         "JSON lines": {
-            "epochal": lambda: _source_rows(JsonLinesSource(dirs["jsonl"], schema=schema)),
+            "epochal": lambda: source_rows(JsonLinesSource(dirs["jsonl"], schema=schema)),
             "pyarrow": lambda: sum(
                 pjson.read_json(p, read_options=pjson.ReadOptions(use_threads=False),
                                 parse_options=pjson.ParseOptions(explicit_schema=schema)).num_rows
@@ -83,7 +84,7 @@ def contenders(dirs: dict[str, str]) -> dict[str, dict[str, Callable[[], int]]]:
             ),
         },
         "CSV": {
-            "epochal": lambda: _source_rows(CsvSource(dirs["csv"], schema=schema)),
+            "epochal": lambda: source_rows(CsvSource(dirs["csv"], schema=schema)),
             "pyarrow": lambda: sum(
                 pcsv.read_csv(p, read_options=one_thread_csv,
                               convert_options=pcsv.ConvertOptions(column_types=schema)).num_rows
@@ -91,11 +92,11 @@ def contenders(dirs: dict[str, str]) -> dict[str, dict[str, Callable[[], int]]]:
             ),
         },
         "Parquet": {
-            "epochal": lambda: _source_rows(ParquetSource(dirs["parquet"])),
+            "epochal": lambda: source_rows(ParquetSource(dirs["parquet"])),
             "pyarrow": lambda: sum(pq.read_table(p, use_threads=False).num_rows for p in _files(dirs["parquet"])),
         },
         "text lines": {
-            "epochal": lambda: _source_rows(TextFileSource(dirs["text"])),
+            "epochal": lambda: source_rows(TextFileSource(dirs["text"])),
             "pyarrow": lambda: sum(
                 pcsv.read_csv(p, read_options=pcsv.ReadOptions(use_threads=False, column_names=["line"]),
                               parse_options=pcsv.ParseOptions(delimiter="\x1f", quote_char=False)).num_rows

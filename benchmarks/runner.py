@@ -41,6 +41,7 @@ _MODULES = [
     "benchmarks.joins",
     "benchmarks.wordcount", "benchmarks.exchange",
     "benchmarks.loops", "benchmarks.patch",
+    "benchmarks.delta",
 ]
 
 

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,46 +36,16 @@ class Claim:
     absent: tuple[str | Callable[[], bool], ...]
 
 
-def _nested_loops_fail() -> bool:
-    """Whether an `iterate` inside an `iterate` body, whose output feeds the outer loop back,
-    still fails (nested loops are not built): the inner loop halves 8 down to 1, the outer one
-    starts it again from 8 for as many passes as a record asks."""
-    from epochal import RestartStrategy, StreamEnvironment
-    from epochal.errors import EpochalError
-    from epochal.testing import CollectSink, ListSource
-
-    env = StreamEnvironment(parallelism=1, executor="inprocess", restart=RestartStrategy(max_restarts=0))
-
-    def inner(loop: Any) -> tuple[Any, Any]:
-        half = loop.map(lambda t: (t[0] // 2, t[1]))
-        return half.filter(lambda t: t[0] > 1), half.filter(lambda t: t[0] <= 1)
-
-    def outer(loop: Any) -> tuple[Any, Any]:
-        settled = loop.iterate(inner)
-        return settled.filter(lambda t: t[1] > 0).map(lambda t: (8, t[1] - 1)), settled.filter(lambda t: t[1] == 0)
-
-    sink = CollectSink()
-    env.from_source(ListSource([(8, 2), (4, 0)])).iterate(outer).sink_to(sink)
-    try:
-        env.execute("nested")
-    except EpochalError:
-        return True
-    return sorted(sink.committed()) != [(1, 0), (1, 0)]
-
-
 CLAIMS = [
     Claim("docs/api.md", "Flink's `coGroup` (a window's records of both sides in one call) is not built",
           ("text:def co_group",)),
     Claim("docs/joins.md", "full (two-sided) outer joins, anti joins, and joins of more than two inputs",
           ("text:FULL = \"full\"", "text:ANTI = \"anti\"")),
-    Claim("docs/index.md", "nested loops with per-context progress tracking", (_nested_loops_fail,)),
-    Claim("docs/concepts/loops.md", "Nested loops (an `iterate` inside an `iterate` body", (_nested_loops_fail,)),
     Claim("docs/index.md", "a job master inside the stage for Connect clients the executors cannot reach",
           ("epochal.cluster.stage_master",)),
     Claim("docs/operations.md", "A client the cluster cannot reach", ("epochal.cluster.stage_master",)),
     Claim("docs/concepts/elasticity.md", "Cheaper moves of large state", ("text:ingest_external_file",)),
     Claim("docs/concepts/elasticity.md", "Copies on local disk", ("epochal.config.StateConfig.backup_directory",)),
-    Claim("docs/concepts/elasticity.md", "Survivors without a rollback", ("epochal.config.RecoveryConfig",)),
 ]
 
 

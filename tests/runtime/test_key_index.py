@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.runtime import key_index
-from epochal.runtime.key_index import GrowableArray, KeyIndex
+from epochal.runtime.key_columns import GrowableArray
+from epochal.runtime.key_hashes import binary_hashes
+from epochal.runtime.key_index import KeyIndex
 from epochal.state.keygroups import key_group_of
 
 MAX_P = 128
@@ -151,7 +153,7 @@ def test_sliced_arrays_hash_their_own_values() -> None:
 
 def test_binary_hash_depends_on_every_byte_and_the_length() -> None:
     values = pa.array(["", "\0", "\0\0", "a", "a\0", "ab", "ba"])
-    hashes = key_index._binary_hashes(values)
+    hashes = binary_hashes(values)
     assert len(set(hashes.tolist())) == len(values)
 
 

@@ -13,7 +13,6 @@ ends when both inputs have ended (`plan.two_inputs`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..config import check_callable, check_has_methods
@@ -23,7 +22,7 @@ from ..plan.side_outputs import RESERVED_PREFIX
 from ..plan.specs import KeySelector, SideOutputSpec
 from ..plan.two_inputs import BroadcastProcessSpec, CoProcessSpec, KeyedCoProcessSpec
 from .co_functions import CoProcessFunction, OutputTag
-from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .stream import DataStream, OnErrorChoice, on_error_policy
 
 if TYPE_CHECKING:
     from .broadcast import BroadcastStream
@@ -55,10 +54,8 @@ def _key(stream: DataStream) -> KeySelector | None:
 
 def add_two_input(first: DataStream, second: DataStream, spec: Any) -> int:
     """Add a two-input operator node fed by `first` (input 0) and `second` (input 1)."""
-    graph = first._env._graph
-    node = graph.add(spec, [LogicalEdge(first._node_id, first._partitioning),
-                            LogicalEdge(second._node_id, second._partitioning, input=1)])
-    return node.id
+    return first._env._builder.add_spec(spec, LogicalEdge(first._node_id, first._partitioning),
+                                        LogicalEdge(second._node_id, second._partitioning, input=1))
 
 
 class ConnectedStreams:
@@ -104,7 +101,7 @@ class ConnectedStreams:
             return self._co(function, "co_process", name, on_error)
         env = self.first._env
         policy = on_error_policy(env, on_error, "process")
-        op_name = _name_or_unique(env._graph, name, "co_process")
+        op_name = env._builder.name(name, "co_process")
         keys = (_key(self.first), _key(self.second))
         spec = KeyedCoProcessSpec(op_name, op_name, keys, function, policy)  # type: ignore[arg-type]
         return DataStream(env, add_two_input(self.first, self.second, spec))
@@ -112,7 +109,7 @@ class ConnectedStreams:
     def _co(self, function: Any, base: str, name: str | None, on_error: OnErrorChoice) -> DataStream:
         env = self.first._env
         policy = on_error_policy(env, on_error, base)
-        op_name = _name_or_unique(env._graph, name, base)
+        op_name = env._builder.name(name, base)
         spec = CoProcessSpec(op_name, op_name, function, policy)
         return DataStream(env, add_two_input(self.first, self.second, spec))
 
@@ -141,7 +138,7 @@ class BroadcastConnectedStreams:
                              "stream.key_by(f).connect(rules.broadcast(descriptor))")
         env = self.stream._env
         policy = on_error_policy(env, on_error, "process")
-        op_name = _name_or_unique(env._graph, name, "broadcast_process")
+        op_name = env._builder.name(name, "broadcast_process")
         spec = BroadcastProcessSpec(op_name, op_name, key, function, self.broadcast.names, policy)
         return DataStream(env, add_two_input(self.stream, self.broadcast.partitioned, spec))
 
@@ -172,20 +169,21 @@ def side_output(stream: DataStream, node_id: int, tag: Any, name: str | None, *,
     """The side output `tag` of operator `node_id`, as a stream of its own (see
     `DataStream.side_output`); `reserved`: a system tag (a join's late records)."""
     tag_name = tag if reserved else _tag_name(tag)
-    graph = stream._env._graph
-    node = graph.nodes[node_id]
-    if not hasattr(node.spec, "side_outputs"):
+    builder = stream._env._builder
+    spec: Any = builder.spec(node_id)
+    if not hasattr(spec, "side_outputs"):
         raise GraphError(
-            f"operator {node.spec.name!r} runs no function that sends side outputs: side_output applies to "
+            f"operator {spec.name!r} runs no function that sends side outputs: side_output applies to "
             "process functions (keyed, co-, broadcast, window) and joins"
         )
-    if tag_name not in node.spec.side_outputs:
-        node.spec = replace(node.spec, side_outputs=(*node.spec.side_outputs, tag_name))  # type: ignore[call-arg]
+    if tag_name not in spec.side_outputs:
+        builder.update(node_id, side_outputs=(*spec.side_outputs, tag_name))
     base = tag_name.strip("_").replace("_", "-") if reserved else tag_name
-    op_name = _name_or_unique(graph, name, f"{node.spec.name}-{base}")
-    split = graph.add(SideOutputSpec(op_name, op_name, tag_name), [LogicalEdge(node_id, None)])
-    split.parallelism = node.parallelism  # equal: a forward edge, chained to the operator
-    return DataStream(stream._env, split.id)
+    split = builder.add(
+        lambda n: SideOutputSpec(n, n, tag_name), f"{spec.name}-{base}", name, LogicalEdge(node_id, None)
+    )
+    builder.set_parallelism(split, builder.parallelism(node_id))  # equal: a forward edge, chained to the operator
+    return DataStream(stream._env, split)
 
 
 def _tag_name(tag: Any) -> str:

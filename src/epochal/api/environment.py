@@ -39,6 +39,7 @@ from ..runtime.master.control import JobControl, JobState, JobStatus
 from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM
+from .builder import GraphBuilder
 from .connector import Sink, Source
 from .handle import JobHandle
 from .stream import DataStream, OnErrorChoice, on_error_policy
@@ -215,7 +216,7 @@ class StreamEnvironment:
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
-        self._graph = LogicalGraph()
+        self._builder = GraphBuilder()
         if _overrides is not None:
             if _overrides.parallelism is not None:
                 self.parallelism = _overrides.parallelism
@@ -249,11 +250,9 @@ class StreamEnvironment:
         check_has_methods("source", source, "Source", ("splits", "open_split"))
         if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
             raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
-        op_name = self._graph.unique_name("source") if name is None else check_name("name", name)
         policy = on_error_policy(self, on_error, "from_source")
-        spec = SourceSpec(op_name, op_name, source, watermarks.spec if watermarks is not None else None, policy)
-        node = self._graph.add(spec, [])
-        return DataStream(self, node.id)
+        strategy = watermarks.spec if watermarks is not None else None
+        return DataStream(self, self._builder.add(lambda n: SourceSpec(n, n, source, strategy, policy), "source", name))
 
     def from_table(
         self,
@@ -275,6 +274,11 @@ class StreamEnvironment:
         """
         source = resolve_table(spark, check_name("table", table), columns)
         return self.from_source(source, name=name, watermarks=watermarks)
+
+    @property
+    def _graph(self) -> LogicalGraph:
+        """The logical graph recorded so far (read only: streams write through `_builder`)."""
+        return self._builder.graph
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""

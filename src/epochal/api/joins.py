@@ -40,7 +40,7 @@ from ..plan.two_inputs import (
 )
 from ..plan.windows import Sliding, Tumbling
 from .connected import add_two_input, side_output
-from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .stream import DataStream, OnErrorChoice, on_error_policy
 
 if TYPE_CHECKING:
     from .keyed import KeyedStream
@@ -132,7 +132,7 @@ class _Terminal:
     def _build(self, output: JoinOutput, name: str | None, on_error: OnErrorChoice) -> JoinResults:
         env = self._left._env
         policy = on_error_policy(env, on_error, self._kind)
-        op_name = _name_or_unique(env._graph, name, self._kind)
+        op_name = env._builder.name(name, self._kind)
         spec = self._spec(op_name, output, policy)
         return JoinResults(env, add_two_input(self._left, self._right, spec))
 

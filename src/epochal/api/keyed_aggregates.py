@@ -128,7 +128,7 @@ class KeyedAggregates:
         aggregates locally before the key exchange by default with `emit="on_checkpoint"`.
         """
         from .functions import _AggregateProcess
-        from .stream import _name_or_unique, on_error_policy
+        from .stream import on_error_policy
 
         if is_batch_function(aggregate) or callable(getattr(aggregate, "merge", None)):
             call = AggregateCall(AggregateKind.AGGREGATE, None, aggregate, "result")
@@ -141,5 +141,5 @@ class KeyedAggregates:
         process = getattr(self, "process")  # noqa: B009 - KeyedStream's
         per_record = _AggregateProcess(cast("AggregateFunction[Any, Any, Any]", aggregate))
         return process(  # type: ignore[no-any-return]
-            per_record, name=_name_or_unique(self._env._graph, name, "aggregate"), on_error=on_error
+            per_record, name=self._env._builder.name(name, "aggregate"), on_error=on_error
         )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..config import check_callable, check_choice, check_has_methods, check_int, check_name
 from ..errors import GraphError
-from ..plan.logical import LogicalEdge, LogicalGraph
+from ..plan.logical import LogicalEdge
 from ..plan.specs import (
     BROADCAST,
     FORWARD,
@@ -85,7 +85,7 @@ class DataStream:
     @property
     def name(self) -> str:
         """The operator's unique name."""
-        return self._env._graph.nodes[self._node_id].spec.name
+        return self._env._builder.spec(self._node_id).name
 
     def _operator_only(self, what: str) -> None:
         if self._partitioning is not None:
@@ -98,27 +98,25 @@ class DataStream:
         """Run this operator with `parallelism` subtasks (at most the environment's `max_parallelism`)."""
         self._operator_only("set_parallelism")
         check_int("parallelism", parallelism, maximum=self._env.max_parallelism)
-        self._env._graph.nodes[self._node_id].parallelism = parallelism
+        self._env._builder.set_parallelism(self._node_id, parallelism)
         return self
 
     def uid(self, uid: str) -> DataStream:
         """Give the operator a stable id: it names the operator's state in checkpoints."""
         self._operator_only("uid")
-        self._env._graph.rename(self._node_id, uid=check_name("uid", uid))
+        self._env._builder.rename(self._node_id, uid=check_name("uid", uid))
         return self
 
     def named(self, name: str) -> DataStream:
         """Rename the operator (the uid follows unless set with `uid`)."""
         self._operator_only("named")
-        self._env._graph.rename(self._node_id, name=check_name("name", name))
+        self._env._builder.rename(self._node_id, name=check_name("name", name))
         return self
 
     # -- building blocks -------------------------------------------------------------------------
     def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> DataStream:
-        graph = self._env._graph
-        op_name = _name_or_unique(graph, name, base)
-        node = graph.add(spec_factory(op_name), [LogicalEdge(self._node_id, self._partitioning)])
-        return DataStream(self._env, node.id)
+        node = self._env._builder.add(spec_factory, base, name, LogicalEdge(self._node_id, self._partitioning))
+        return DataStream(self._env, node)
 
     def _partitioned(self, partitioning: Partitioning) -> DataStream:
         return DataStream(self._env, self._node_id, partitioning)
@@ -171,17 +169,15 @@ class DataStream:
 
     def union(self, *others: DataStream, name: str | None = None) -> DataStream:
         """Merge this stream with others; records keep their per-input order."""
-        graph = self._env._graph
         for other in others:
             if not isinstance(other, DataStream):
                 raise TypeError(f"others must be DataStreams, got {other!r} ({type(other).__name__})")
             if other._env is not self._env:
                 raise ValueError("others must belong to this stream's environment: cannot union streams of "
                                  "different environments")
-        op_name = _name_or_unique(graph, name, "union")
         inputs = [LogicalEdge(s._node_id, s._partitioning) for s in (self, *others)]
-        node = graph.add(UnionSpec(op_name, op_name), inputs)
-        return DataStream(self._env, node.id)
+        node = self._env._builder.add(lambda n: UnionSpec(n, n), "union", name, *inputs)
+        return DataStream(self._env, node)
 
     def iterate(
         self,
@@ -229,19 +225,19 @@ class DataStream:
         from .time import _event_time
 
         event_time = None if timestamp is None else _event_time(timestamp)
-        graph = self._env._graph
-        op_name = _name_or_unique(graph, name, "iterate")
-        head = graph.add(
-            IterationHeadSpec(op_name, op_name, feedback_threshold, event_time),
-            [LogicalEdge(self._node_id, self._partitioning)],
+        builder = self._env._builder
+        head = builder.add(
+            lambda n: IterationHeadSpec(n, n, feedback_threshold, event_time), "iterate", name,
+            LogicalEdge(self._node_id, self._partitioning),
         )
-        result = body(DataStream(self._env, head.id))
+        op_name = builder.spec(head).name
+        result = body(DataStream(self._env, head))
         if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(s, DataStream) for s in result)):
             raise GraphError(f"iterate {op_name!r}: the body must return (feedback, output) streams")
         feedback, output = result
         if feedback._env is not self._env:
             raise GraphError(f"iterate {op_name!r}: the feedback stream belongs to another environment")
-        head.inputs.append(LogicalEdge(feedback._node_id, feedback._partitioning, feedback=True))
+        builder.close_loop(head, LogicalEdge(feedback._node_id, feedback._partitioning, feedback=True))
         return output
 
     # -- partitioning ----------------------------------------------------------------------------
@@ -278,11 +274,11 @@ class DataStream:
         policy = on_error_policy(self._env, on_error, "key_by")
         if policy is OnError.FAIL:
             return KeyedStream(self._env, self._node_id, key)
-        graph = self._env._graph
+        builder = self._env._builder
         checked = self._add(
             lambda n: RecordFnSpec(n, n, RecordFnKind.KEY_CHECK, KeyCheck(key), policy), "key_by", None
         )
-        graph.nodes[checked._node_id].parallelism = graph.nodes[self._node_id].parallelism  # chains
+        builder.set_parallelism(checked._node_id, builder.parallelism(self._node_id))  # chains
         return KeyedStream(self._env, checked._node_id, key)
 
     def rebalance(self) -> DataStream:
@@ -333,11 +329,6 @@ class DataStream:
         """Write the stream to `sink`; exactly once if the sink commits per checkpoint."""
         check_has_methods("sink", sink, "Sink", ("create_writer",))
         return self._add(lambda n: SinkSpec(n, n, sink), "sink", name)
-
-
-def _name_or_unique(graph: LogicalGraph, name: str | None, base: str) -> str:
-    """The operator name a user gave (checked), or a new unique one made from `base`."""
-    return graph.unique_name(base) if name is None else check_name("name", name)
 
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.

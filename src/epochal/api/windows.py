@@ -24,7 +24,7 @@ from ..plan.time import Duration, seconds
 from ..plan.windows import check_window
 from .functions import ProcessWindowFunction
 from .keyed import KeyedStream
-from .stream import DataStream, OnErrorChoice, _name_or_unique, on_error_policy
+from .stream import DataStream, OnErrorChoice, on_error_policy
 
 Value = str | int | Callable[[Any], Any] | None
 
@@ -106,16 +106,16 @@ class WindowedStream:
     ) -> WindowResults:
         keyed = self._keyed
         env = keyed._env
-        graph = env._graph
+        builder = env._builder
         policy = on_error_policy(env, on_error, kind.value)
-        event_time = event_time_of(graph, keyed._node_id)
+        event_time = event_time_of(builder.graph, keyed._node_id)
         if event_time is None:
             raise GraphError(
                 "windows need event time: give the source a watermark strategy "
                 "(env.from_source(source, watermarks=WatermarkStrategy...)) or call assign_timestamps "
                 "before key_by"
             )
-        op_name = _name_or_unique(graph, name, kind.value)
+        op_name = builder.name(name, kind.value)
         spec = KeyedWindowSpec(
             op_name, op_name, keyed._key, self._queries, kind, event_time, value, function,
             self._lateness, self._named, on_error=policy,
@@ -127,12 +127,11 @@ class WindowedStream:
                 raise GraphError(f"{kind.value}(combine=True) needs periodic windows (Tumbling, Sliding) keyed by a "
                                  "column, event time in a field, a column as the value, and on_error='fail'")
             spec = replace(spec, combine=True)
-        window = graph.add(spec, [LogicalEdge(keyed._node_id, keyed._partitioning)])
-        results_name = graph.unique_name(f"{op_name}-results")
-        results = graph.add(
-            SplitLateSpec(results_name, results_name, OutputPart.RESULTS), [LogicalEdge(window.id, None)]
+        window = builder.add_spec(spec, LogicalEdge(keyed._node_id, keyed._partitioning))
+        results = builder.add(
+            lambda n: SplitLateSpec(n, n, OutputPart.RESULTS), f"{op_name}-results", None, LogicalEdge(window, None)
         )
-        return WindowResults(env, results.id, window.id)
+        return WindowResults(env, results, window)
 
 
 def _value(value: Value) -> Value:
@@ -162,7 +161,7 @@ class WindowResults(DataStream):
         """Give the window operator a stable id: it names the windows' state in checkpoints (and
         in state queries); its results keep `<uid>-results`."""
         super().uid(f"{check_name('uid', uid)}-results")
-        self._env._graph.rename(self._window_node, uid=uid)
+        self._env._builder.rename(self._window_node, uid=uid)
         return self
 
     def side_output(self, tag: Any, *, name: str | None = None) -> DataStream:
@@ -175,10 +174,8 @@ class WindowResults(DataStream):
     def late_records(self, *, name: str | None = None) -> DataStream:
         """The records that came after their windows closed (end + allowed lateness), as they
         were; without this call they are only counted."""
-        graph = self._env._graph
-        node = graph.nodes[self._window_node]
-        assert isinstance(node.spec, KeyedWindowSpec)
-        node.spec = replace(node.spec, emit_late=True)
-        late_name = _name_or_unique(graph, name, "late_records")
-        late = graph.add(SplitLateSpec(late_name, late_name, OutputPart.LATE), [LogicalEdge(self._window_node, None)])
-        return DataStream(self._env, late.id)
+        builder = self._env._builder
+        builder.update(self._window_node, emit_late=True)
+        late = builder.add(lambda n: SplitLateSpec(n, n, OutputPart.LATE), "late_records", name,
+                           LogicalEdge(self._window_node, None))
+        return DataStream(self._env, late)

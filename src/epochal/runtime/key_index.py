@@ -20,160 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import column_hash
+from .key_columns import BinaryKeys, GrowableArray, IntegerKeys, is_binary_like
+from .key_hashes import binary_hashes, mix64
 from .keys import key_groups_of_keys
-from .wire.batches import binary_buffers
 
 _U64 = np.uint64
-_P = 0x9E3779B97F4A7C15 | 1  # odd, so invertible modulo 2**64
-_P_INV = pow(_P, -1, 1 << 64)
 # Linear probing stays short while at most a quarter of the cells are taken (8 bytes a cell).
 _MAX_LOAD = 0.25
 _LOW = np.uint64(0xFFFFFFFF)
 # From this many new keys on, their key groups are hashed as a column (`column_hash`): below
 # it, a Python step per key (memoised) is quicker than an array pass per byte position.
 _VECTOR_GROUPS_MIN = 64
-
-
-class _Powers:
-    """P**j and P**-j modulo 2**64, grown on demand: the polynomial hash needs both."""
-
-    def __init__(self) -> None:
-        self.up: np.ndarray = np.ones(1, dtype=_U64)
-        self.down: np.ndarray = np.ones(1, dtype=_U64)
-
-    def ensure(self, n: int) -> None:
-        if len(self.up) >= n:
-            return
-        size = max(n, 2 * len(self.up))
-        self.up = np.cumprod(np.full(size, _P, dtype=_U64)) * _U64(_P_INV)  # [P**0, P**1, ...]
-        self.down = np.cumprod(np.full(size, _P_INV, dtype=_U64)) * _U64(_P)
-
-
-_POWERS = _Powers()
-
-
-def _mix64(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 64-bit finaliser, in place: a bijection spreading every bit over the output."""
-    h ^= h >> _U64(33)
-    h *= _U64(0xFF51AFD7ED558CCD)
-    h ^= h >> _U64(33)
-    h *= _U64(0xC4CEB9FE1A85EC53)
-    h ^= h >> _U64(33)
-    return h
-
-
-def _binary_hashes(array: pa.Array) -> np.ndarray:
-    """One hash per value of a (large) string or binary array, in one pass over its bytes.
-
-    h(s) = mix(sum(s[j] * P**j) + len(s) * P): with prefix sums S over the whole data buffer,
-    the value at [a, b) sums to (S[b] - S[a]) * P**-a, all wrapping modulo 2**64. Two values of
-    one length and one polynomial differ in no byte; the length tells zero-padded values apart.
-    """
-    offsets, data = binary_buffers(array)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    data = data[lo:]
-    _POWERS.ensure(hi - lo + 1)
-    prefix = np.empty(hi - lo + 1, dtype=_U64)
-    prefix[0] = 0
-    terms = prefix[1:]
-    np.multiply(data, _POWERS.up[: hi - lo], out=terms)
-    np.cumsum(terms, out=terms)
-    starts = offsets[:-1] - lo if lo else offsets[:-1]
-    ends = offsets[1:] - lo if lo else offsets[1:]
-    h = prefix[ends]
-    h -= prefix[starts]
-    h *= _POWERS.down[starts]
-    lengths = (ends - starts).astype(_U64)
-    lengths *= _U64(_P)
-    h += lengths
-    return _mix64(h)
-
-
-class GrowableArray:
-    """A 1-d numpy array that appends in amortised O(1): its capacity doubles when full."""
-
-    def __init__(self, dtype: Any, fill: Any = 0) -> None:
-        self._data = np.full(16, fill, dtype=dtype)
-        self._fill = fill
-        self._size = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    @property
-    def values(self) -> np.ndarray:
-        """The filled part, as a view: valid until the next `extend`."""
-        return self._data[: self._size]
-
-    def extend(self, values: np.ndarray) -> None:
-        end = self._size + len(values)
-        if end > len(self._data):
-            grown = np.full(max(end, 2 * len(self._data)), self._fill, dtype=self._data.dtype)
-            grown[: self._size] = self.values
-            self._data = grown
-        self._data[self._size : end] = values
-        self._size = end
-
-    def grow_to(self, size: int) -> None:
-        """Extend with the fill value up to `size` elements (no-op if already that long)."""
-        if size > self._size:
-            self.extend(np.full(size - self._size, self._fill, dtype=self._data.dtype))
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._data.dtype
-
-    def astype(self, dtype: Any) -> None:
-        """Hold `dtype` values from now on (the values so far converted)."""
-        self._data = self._data.astype(dtype)
-
-
-def _is_binary_like(t: pa.DataType) -> bool:
-    types = pa.types
-    return bool(types.is_string(t) or types.is_large_string(t) or types.is_binary(t) or types.is_large_binary(t))
-
-
-class _BinaryKeys:
-    """The keys of every slot as one contiguous large string/binary array: one `take` checks them."""
-
-    def __init__(self, key_type: pa.DataType) -> None:
-        self.type = key_type
-        self._offsets = GrowableArray(np.int64)
-        self._offsets.extend(np.zeros(1, dtype=np.int64))
-        self._data = GrowableArray(np.uint8)
-        self._array: pa.Array | None = None
-
-    def append(self, keys: pa.Array) -> None:
-        offsets, data = binary_buffers(keys)
-        lo, hi = int(offsets[0]), int(offsets[-1])
-        self._offsets.extend(offsets[1:] - lo + self._offsets.values[-1])
-        if hi > lo:
-            self._data.extend(data[lo:])
-        self._array = None
-
-    def array(self) -> pa.Array:
-        if self._array is None:  # zero-copy views of the numpy buffers, rebuilt after appends
-            buffers = [None, pa.py_buffer(self._offsets.values), pa.py_buffer(self._data.values)]
-            self._array = pa.Array.from_buffers(self.type, len(self._offsets) - 1, buffers)
-        return self._array
-
-
-class _IntegerKeys:
-    """The keys of every slot as one contiguous int64 array."""
-
-    def __init__(self) -> None:
-        self._values = GrowableArray(np.int64)
-        self._array: pa.Array | None = None
-
-    def append(self, keys: pa.Array) -> None:
-        self._values.extend(keys.fill_null(0).to_numpy(zero_copy_only=False))
-        self._array = None
-
-    def array(self) -> pa.Array:
-        if self._array is None:
-            values = self._values.values
-            self._array = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-        return self._array
 
 
 class KeyIndex:
@@ -191,7 +48,7 @@ class KeyIndex:
         self.key_type = self.normalised_type(key_type)
         self.max_parallelism = max_parallelism
         self._with_groups = key_groups  # False: slots only (a local aggregation never routes)
-        self._keys = _IntegerKeys() if pa.types.is_integer(self.key_type) else _BinaryKeys(self.key_type)
+        self._keys = IntegerKeys() if pa.types.is_integer(self.key_type) else BinaryKeys(self.key_type)
         self._key_groups = GrowableArray(np.int64)
         self._cells = np.zeros(64, dtype=_U64)
         self._slot_hashes = GrowableArray(_U64)  # the full hash of every slot, to rehash on growth
@@ -201,7 +58,7 @@ class KeyIndex:
     @staticmethod
     def supports(key_type: pa.DataType) -> bool:
         # uint64 is left out: its upper half does not fit the int64 the index holds
-        return _is_binary_like(key_type) or (pa.types.is_integer(key_type) and not pa.types.is_uint64(key_type))
+        return is_binary_like(key_type) or (pa.types.is_integer(key_type) and not pa.types.is_uint64(key_type))
 
     @staticmethod
     def normalised_type(key_type: pa.DataType) -> pa.DataType:
@@ -297,8 +154,8 @@ class KeyIndex:
     def _hashes(self, keys: pa.Array) -> np.ndarray:
         if pa.types.is_integer(self.key_type):
             values = keys.fill_null(0).to_numpy(zero_copy_only=False)
-            return _mix64(values.view(_U64).copy())
-        return _binary_hashes(keys)
+            return mix64(values.view(_U64).copy())
+        return binary_hashes(keys)
 
     def _resolve_missing(
         self, keys: pa.Array, hashes: np.ndarray, missing: np.ndarray, slots: np.ndarray, added: np.ndarray

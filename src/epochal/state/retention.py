@@ -13,17 +13,26 @@ then updated as manifests are added and dropped; dropping one never reloads the 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
 from ..errors import CorruptCheckpointError, NoCheckpointError
 from .manifest import Manifest, checkpoint_of_path
 
-if TYPE_CHECKING:
-    from .storage import CheckpointStorage
-
 __all__ = ["Retention"]
 
 log = logging.getLogger(__name__)
+
+
+class RetainedStorage(Protocol):
+    """What retention needs of the storage it retains (`state.storage.CheckpointStorage`)."""
+
+    def checkpoint_ids(self) -> Iterable[int]: ...
+    def complete_checkpoints(self) -> Iterable[int]: ...
+    def load_manifest(self, checkpoint_id: int) -> Manifest: ...
+    def delete_manifest(self, checkpoint_id: int) -> None: ...
+    def delete_file(self, relative: str) -> None: ...
+    def discard(self, checkpoint_id: int) -> None: ...
 
 
 class Retention:
@@ -33,7 +42,7 @@ class Retention:
     manifest written or dropped meanwhile went through this object.
     """
 
-    def __init__(self, storage: CheckpointStorage) -> None:
+    def __init__(self, storage: RetainedStorage) -> None:
         self._storage = storage
         self._files: dict[int, tuple[str, ...]] = {}  # complete checkpoint -> the files it lists
         self._refs: dict[str, int] = {}  # file -> how many complete checkpoints list it

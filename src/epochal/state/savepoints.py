@@ -108,6 +108,18 @@ def adopt(storage: CheckpointStorage, manifest: Manifest) -> Manifest:
     return adopted
 
 
+def resolve(storage: CheckpointStorage, which: str | int, *, verify: bool = True) -> Manifest:
+    """What a job restores: `storage.resolve(which)`, or the savepoint in the directory `which`
+    (which may lie anywhere: it is self-contained). With `verify` a savepoint is adopted as the
+    storage's next checkpoint (`adopt`): checkpoint ids go on from it, and the job never reads (or
+    deletes) anything in the user's directory again."""
+    if isinstance(which, str) and which != "latest" and not which.isdigit():
+        savepoint = load_savepoint(which, verify=verify)
+        if savepoint is not None:
+            return adopt(storage, savepoint) if verify else savepoint
+    return storage.resolve(which, verify=verify)
+
+
 def storage_for(manifest: Manifest, default: CheckpointStorage | None) -> CheckpointStorage:
     """The storage to read `manifest`'s files from: where it was loaded, else `default`."""
     if default is not None and (not manifest.location or manifest.location == default.uri):

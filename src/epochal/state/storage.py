@@ -35,10 +35,10 @@ from ..errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
 from .checked_files import CheckedFiles, RangedFile, chunks_of, resolve_uri
 from .manifest import CHECKPOINT_PREFIX, FileHandle, Manifest, checkpoint_dir_name, checkpoint_key
 from .manifest_copy import MANIFEST_COPY_NAME, repair_manifest
+from .retention import Retention
 
 if TYPE_CHECKING:
     from .backups import BackupStore
-    from .retention import Retention
 
 log = logging.getLogger(__name__)
 
@@ -241,22 +241,12 @@ class CheckpointStorage(CheckedFiles):
         return None
 
     def resolve(self, which: str | int, *, verify: bool = True) -> Manifest:
-        """The manifest for `"latest"`, a checkpoint id, a `chk-…` directory path, or the
-        directory of a savepoint (which may lie anywhere: it is self-contained, and with
-        `verify` is adopted as this storage's next checkpoint, see `savepoints.adopt`).
+        """The manifest for `"latest"`, a checkpoint id, or a `chk-…` directory path of this
+        storage (a savepoint, which may lie anywhere, is `savepoints.resolve`'s).
 
         `verify` checks that the files exist with their sizes (`check_files`); the bytes are
         verified when a restore reads them.
         """
-        if isinstance(which, str) and which != "latest" and not which.isdigit():
-            # savepoints build on this module, so it is imported here, where it is needed
-            from .savepoints import adopt, load_savepoint
-
-            savepoint = load_savepoint(which, verify=verify)
-            if savepoint is not None:
-                # copied in as this storage's next checkpoint: checkpoint ids go on from it, and
-                # the job never reads (or deletes) anything in the user's directory again
-                return adopt(self, savepoint) if verify else savepoint
         if which == "latest":
             manifest = self._newest(None, check=verify)
             if manifest is None:
@@ -286,12 +276,6 @@ class CheckpointStorage(CheckedFiles):
             )
         return int(base[len(CHECKPOINT_PREFIX) :])
 
-    def adopt(self, manifest: Manifest) -> Manifest:
-        """`savepoints.adopt(self, manifest)`: kept for callers; remove once they call that."""
-        from .savepoints import adopt
-
-        return adopt(self, manifest)
-
     # -- deleting --------------------------------------------------------------------------------
     def discard(self, checkpoint_id: int) -> None:
         """Delete a checkpoint's directory with everything in it (an aborted checkpoint)."""
@@ -313,8 +297,6 @@ class CheckpointStorage(CheckedFiles):
         older incomplete ones. See `Retention.retain`; the reference counts are built from the
         manifests on the first call, then kept up to date in memory."""
         if self._retention is None:
-            from .retention import Retention  # retention builds on this module
-
             self._retention = Retention(self)
         self._retention.retain(keep, newest_complete, in_flight_base)
 

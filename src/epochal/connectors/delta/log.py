@@ -4,18 +4,28 @@ Each version `N` of a Delta table is one JSON-lines file, `_delta_log/<N as 20 d
 written once and atomically (Delta protocol, "Delta Log Entries"): its `add` actions name the
 data files the version adds (with their partition values), `remove` actions the files it takes
 away, `metaData` a new schema, `commitInfo` the operation and time. Following a table is
-reading the next version's file once it exists; nothing else of the log is needed.
+reading the next version's file once it exists.
+
+Log cleanup (`delta.logRetentionDuration`, 30 days by default; delta-rs's `cleanup_metadata`,
+Spark's checkpoints) deletes the JSON of versions older than a checkpoint
+(`_delta_log/<N>.checkpoint.parquet`, named by `_delta_log/_last_checkpoint`). A missing JSON is
+then not a version to wait for but one that is gone: `gone` tells the two apart with the last
+checkpoint's version (versions are contiguous, so a checkpoint at or after `N` means `N` was
+committed), one small read only while no new version has come.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 
 LOG_DIR = "_delta_log"
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,70 @@ def read_version(fs: pafs.FileSystem, root: str, version: int) -> Version | None
             return None
         raise exc
     return parse_version(version, text)
+
+
+def last_checkpoint(fs: pafs.FileSystem, root: str) -> int | None:
+    """The version of the table's last checkpoint, as `_delta_log/_last_checkpoint` says; None
+    if it has none (or the hint does not read)."""
+    try:
+        with fs.open_input_stream(f"{root.rstrip('/')}/{LOG_DIR}/_last_checkpoint") as f:
+            return int(json.loads(f.read().decode("utf-8"))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LogExtent:
+    """The versions a table's log still has: its commits' JSON and its checkpoints."""
+
+    commits: tuple[int, ...]
+    checkpoints: tuple[int, ...]
+
+    def readable(self, version: int) -> bool:
+        """Whether the table can still be read at `version`: from its first commit, or from a
+        checkpoint at or before it, with every commit after that checkpoint."""
+        base = max((c for c in self.checkpoints if c <= version), default=None)
+        if base == version:
+            return True
+        start = 0 if base is None else base + 1  # the first commit to replay (cleanup keeps a suffix)
+        return version in self.commits and min(self.commits) <= start
+
+    def describe(self) -> str:
+        oldest = min(self.commits, default=min(self.checkpoints, default=-1))
+        return (f"the oldest version the log still has is {oldest} "
+                f"(oldest checkpoint: {min(self.checkpoints) if self.checkpoints else 'none'})")
+
+
+def log_extent(fs: pafs.FileSystem, root: str) -> LogExtent:
+    commits, checkpoints = [], []
+    for info in fs.get_file_info(pafs.FileSelector(f"{root.rstrip('/')}/{LOG_DIR}")):
+        if m := _COMMIT.match(info.base_name):
+            commits.append(int(m.group(1)))
+        elif m := _CHECKPOINT.match(info.base_name):
+            checkpoints.append(int(m.group(1)))
+    return LogExtent(tuple(sorted(commits)), tuple(sorted(checkpoints)))
+
+
+def gone(fs: pafs.FileSystem, root: str, version: int) -> str | None:
+    """None if `version`'s JSON is only not written yet; else, the version being gone from the
+    log (cleaned up), one line saying which versions the log still has."""
+    checkpoint = last_checkpoint(fs, root)
+    if checkpoint is None or checkpoint < version:
+        return None
+    extent = log_extent(fs, root)
+    if version in extent.commits:  # written meanwhile, between the two looks
+        return None
+    return (f"version {version} is no longer in the table's log: {LOG_DIR}/{version:020d}.json was cleaned up "
+            f"(log retention, delta.logRetentionDuration); {extent.describe()}")
+
+
+def unreadable(fs: pafs.FileSystem, root: str, version: int) -> str | None:
+    """None if the log can still rebuild the table at `version`; else one line saying why not."""
+    extent = log_extent(fs, root)
+    if extent.readable(version):
+        return None
+    return (f"the table can no longer be read at version {version}: log cleanup (delta.logRetentionDuration) "
+            f"deleted the log before it; {extent.describe()}")
 
 
 def parse_version(version: int, text: str) -> Version:

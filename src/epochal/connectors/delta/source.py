@@ -15,7 +15,14 @@ an append (a delete, an update, a merge, an overwrite: it removes files with dat
 answer in a stream of new rows: the job fails with one line naming the version, unless
 `ignore_deletes` (pass over versions that only remove files, as Spark's `ignoreDeletes`) or
 `skip_change_commits` (pass over every version that removes files, its added files too, as
-Spark's `skipChangeCommits`) says otherwise. A schema change fails the job always.
+Spark's `skipChangeCommits`) says otherwise. A schema change fails the job always, and so does
+a version whose JSON log cleanup deleted before it was read (`log.gone`): waiting for it would
+wait forever.
+
+A driver restarted from a checkpoint makes the source anew (the job file runs again), pinned at
+the table's newest version; `resumed` puts it back at the versions of the checkpoint's split
+log (the snapshot's version is in its splits, the versions followed in theirs), so the versions
+committed meanwhile are followed, one by one, not read again in a newer snapshot.
 """
 
 from __future__ import annotations
@@ -32,9 +39,9 @@ import pyarrow.parquet as pq
 from ...api.connector import SplitReader
 from ...errors import EpochalError
 from ...state.checked_files import resolve_uri
-from ..parquet_source import RowGroupReader, one_batch
-from ..table import _DatasetSource
-from .log import AddedFile, Version, read_version
+from ..datasets import DatasetSource
+from ..parquet_source import RowGroupReader, RowGroupSplit, one_batch
+from .log import AddedFile, Version, gone, read_version, unreadable
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -48,6 +55,13 @@ class VersionFileSplit:
     version: int
     file: AddedFile
     error: str = ""  # a version that cannot be read as new rows: its reader fails with this
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSplit(RowGroupSplit):
+    """A row group of the snapshot a followed table is read from first, with its version."""
+
+    version: int = -1
 
 
 class _VersionFileReader(RowGroupReader):
@@ -69,7 +83,7 @@ class _VersionFileReader(RowGroupReader):
         return rows
 
 
-class DeltaSource(_DatasetSource):
+class DeltaSource(DatasetSource):
     """A Delta table, read at one version or followed as new versions are committed.
 
     Args:
@@ -135,43 +149,69 @@ class DeltaSource(_DatasetSource):
     def build(self) -> ds.Dataset:
         from deltalake import DeltaTable
 
-        table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
+        try:
+            table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
+        except Exception as exc:  # deltalake's own words ("No files in log segment") say little
+            fs, root = resolve_uri(self.path)
+            if (why := unreadable(fs, root, self.version)) is not None:
+                raise EpochalError(f"DeltaSource: {self.path}: {why}; start a new job from a version it has") from exc
+            raise
         return table.to_pyarrow_dataset()
 
     def discovery_interval(self) -> float | None:
         return self.poll_interval if self.follow else None
 
     def splits(self) -> Sequence[Any]:
-        first = list(super().splits()) if self.snapshot else []
         if not self.follow:
-            return first
+            return super().splits()
+        first = [SnapshotSplit(s.split_id, s.path, s.row_group, s.rows, s.error, self.version)
+                 for s in super().splits()] if self.snapshot else []
         fs, root = resolve_uri(self.path)
         while not self._stopped and (found := read_version(fs, root, self._next)) is not None:
             self._found.extend(self._version_splits(found))
             self._next += 1
+        if not self._stopped and (missing := gone(fs, root, self._next)) is not None:
+            self._found.extend(self._stop(self._next, f"DeltaSource: {self.path}: {missing}; start a new job from a "
+                                                      "version it has (starting_version=...), or keep the log longer"))
         return first + self._found
 
+    def resumed(self, restored: Sequence[Any]) -> None:
+        """The job master restored a checkpoint's split log: go on after its last version."""
+        if not self.follow:
+            return
+        versions = [s.version for s in restored if isinstance(s, (SnapshotSplit, VersionFileSplit))]
+        if any(type(s) is RowGroupSplit for s in restored) and not versions:  # a checkpoint older than versions
+            raise EpochalError(f"DeltaSource: {self.path}: the checkpoint does not say which version its snapshot "
+                               "was read at; start a new job (starting_version=...)")
+        if not versions:  # nothing of the table was read before that checkpoint: start as new
+            return
+        snapshots = {s.version for s in restored if isinstance(s, SnapshotSplit)}
+        self.snapshot, self._dataset = False, None  # the snapshot's splits are in the log
+        self.version = min(snapshots, default=self.version)
+        self._found, self._next = [], max(versions) + 1
+        self._stopped = any(getattr(s, "error", "") for s in restored)
+
     def _version_splits(self, version: Version) -> list[VersionFileSplit]:
-        where = f"DeltaSource: version {version.version} of {self.path}"
+        n, where = version.version, f"DeltaSource: version {version.version} of {self.path}"
         if version.schema is not None and json.loads(version.schema) != self._schema_json:
-            return self._stop(version, f"{where} changes the table's schema; a running job reads one schema: "
-                                       "start a new job from that version (starting_version=...)")
+            return self._stop(n, f"{where} changes the table's schema; a running job reads one schema: "
+                                "start a new job from that version (starting_version=...)")
         if version.removes and not version.adds and (self.ignore_deletes or self.skip_change_commits):
             return []
         if version.removes and self.skip_change_commits:
             return []
         if version.removes:
-            return self._stop(version, f"{where} is not an append ({version.operation or 'a change'}: it removes "
-                                       f"{version.removes} file(s) with data); pass ignore_deletes=True to pass over "
-                                       "deletes or skip_change_commits=True to pass over every such version")
+            return self._stop(n, f"{where} is not an append ({version.operation or 'a change'}: it removes "
+                                f"{version.removes} file(s) with data); pass ignore_deletes=True to pass over "
+                                "deletes or skip_change_commits=True to pass over every such version")
         dv = [a.path for a in version.adds if a.deletion_vector]
         if dv:
-            return self._stop(version, f"{where} adds files with deletion vectors ({dv[0]}); they cannot be followed")
+            return self._stop(n, f"{where} adds files with deletion vectors ({dv[0]}); they cannot be followed")
         return [VersionFileSplit(f"v{version.version}/{a.path}", version.version, a) for a in version.adds]
 
-    def _stop(self, version: Version, error: str) -> list[VersionFileSplit]:
+    def _stop(self, version: int, error: str) -> list[VersionFileSplit]:
         self._stopped = True
-        return [VersionFileSplit(f"v{version.version}/<refused>", version.version, AddedFile("", (), 0, False), error)]
+        return [VersionFileSplit(f"v{version}/<refused>", version, AddedFile("", (), 0, False), error)]
 
     def check(self) -> None:
         """Fail now on a version that cannot be followed, among those committed already."""
@@ -183,6 +223,8 @@ class DeltaSource(_DatasetSource):
     def open_split(self, split: Any, position: Any | None) -> SplitReader:
         if isinstance(split, VersionFileSplit):
             return _VersionFileReader(self, split, position)
+        if isinstance(split, SnapshotSplit) and split.version != self.version:  # a resumed job's snapshot
+            self.version, self._dataset = split.version, None
         return super().open_split(split, position)
 
     def read_file(self, split: VersionFileSplit) -> pa.Table:

@@ -24,6 +24,7 @@ from ...errors import JobCancelledError, JobFailedError, NoCheckpointError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
+from ...state.savepoints import adopt, resolve
 from ...state.storage import CheckpointStorage
 from ..channel_state import check_in_flight
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
@@ -125,7 +126,7 @@ class JobMaster:
             return None
         if self.storage is None:
             raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
-        manifest = self.storage.resolve(from_checkpoint)
+        manifest = resolve(self.storage, from_checkpoint)
         check_in_flight(manifest, self.job)
         table = manifest.routing
         if table is not None and self.migrations.standby and table.active != self.job.parallelism:
@@ -134,7 +135,7 @@ class JobMaster:
                      manifest.checkpoint_id, table.active, self.job.parallelism)
             manifest = dataclasses.replace(manifest, routing=None)
         if manifest.is_savepoint:  # tasks restore by id from the job's own storage
-            manifest = self.storage.adopt(manifest)
+            manifest = adopt(self.storage, manifest)
             self._oldest_ancestor = manifest.checkpoint_id
         log.info("job %r restores checkpoint %d", self.job.name, manifest.checkpoint_id)
         return manifest

@@ -14,19 +14,17 @@ sums may differ in the last bits).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ...plan.time import column_seconds
-from .aggregates import Values
-from .store import Admission, SliceStore
-
-if TYPE_CHECKING:
-    from .engine import Windowing
+from .aggregates import Values, WindowAggregate
+from .grid import Grid
+from .sessions import Sessions
+from .store import SliceStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +63,7 @@ def key_codes(keys: Any) -> tuple[np.ndarray, list[Any]]:
     return codes, list(index)
 
 
-def _take(values: Values, rows: np.ndarray) -> Values:
+def take(values: Values, rows: np.ndarray) -> Values:
     if values is None:
         return None
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
@@ -85,84 +83,25 @@ def python_list(values: Values, n: int) -> list[Any]:
     return list(values)
 
 
-def add_columns(engine: Windowing, get_store: Callable[[Any], SliceStore], keys: Any, timestamps: Any,
-                values: Values, watermark: float) -> ColumnarAdmission:
-    """Add a batch of rows: `keys` (Arrow or numpy; keys or key indices), `timestamps` (Arrow time
-    column or seconds), `values` (what the aggregate reads; None for a count).
-
-    `get_store(key)` returns the key's store (creating it), called once per distinct key.
-    """
-    ts = timestamps_in_seconds(timestamps)
-    codes, distinct = key_codes(keys)
-    if len(codes) != len(ts) or (values is not None and len(values) != len(ts)):
-        raise ValueError(f"keys, timestamps and values differ in length: {len(codes)}, {len(ts)}, "
-                         f"{'-' if values is None else len(values)}")
-    stores = [get_store(k) for k in distinct]
-    n = len(ts)
-    items: Values = values
-    python_values: list[Any] | None = None
-    if engine.keep_records or engine.cutty:
-        python_values = python_list(values, n)
-    if engine.keep_records:
-        assert python_values is not None
-        items = list(zip(ts.tolist(), python_values))
-    behind = ts < watermark
-    on_time = np.flatnonzero(~behind)
-    if len(on_time):
-        on_codes, on_ts, on_items = codes[on_time], ts[on_time], _take(items, on_time)
-        if engine.grid:
-            _slice_rows(engine, stores, on_codes, on_ts, on_items)
-        if engine.sessions:
-            _session_rows(engine, stores, on_codes, on_ts, on_items)
-        if engine.cutty:
-            assert python_values is not None
-            stage = engine.cutty.stage
-            for row in on_time.tolist():
-                store = stores[codes[row]]
-                assert store.cutty is not None
-                at = stage(store.cutty, float(ts[row]), python_values[row])
-                if at < store.next_fire:
-                    store.next_fire = at
-    late_rows: list[int] = []
-    late_queries: list[tuple[str, ...]] = []
-    updated: dict[int, None] = {}
-    behind_rows = np.flatnonzero(behind)
-    if len(behind_rows):
-        behind_items = python_list(_take(items, behind_rows), len(behind_rows))
-        for row, item in zip(behind_rows.tolist(), behind_items):
-            code = int(codes[row])
-            store, t = stores[code], float(ts[row])
-            admission = engine.add_behind(store, t, item, watermark)
-            if admission is Admission.LATE or admission is Admission.PARTLY_LATE:
-                late_rows.append(row)
-                late_queries.append(engine.late_queries(store, t, watermark))
-            if admission is Admission.LATE_UPDATE or admission is Admission.PARTLY_LATE:
-                updated[code] = None
-    return ColumnarAdmission(distinct, np.array(late_rows, dtype=np.int64), late_queries,
-                             [distinct[c] for c in updated])
-
-
 def _groups(sorted_keys: np.ndarray) -> np.ndarray:
     """Where each run of equal values starts in a sorted array."""
     return np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
 
 
-def _slice_rows(engine: Windowing, stores: list[SliceStore], codes: np.ndarray, ts: np.ndarray,
-                items: Values) -> None:
+def slice_rows(grid: Grid, aggregate: WindowAggregate, stores: list[SliceStore], codes: np.ndarray, ts: np.ndarray,
+               items: Values) -> None:
     """Periodic queries: one partial per (key, slice) of the batch, merged into the stores."""
-    grid = engine.grid
-    assert grid is not None
     index, slice_starts, slice_ends = grid.edges.slices_of(ts)
     slices = len(slice_starts)
     group = codes * slices + index
-    reduced = engine.aggregate.reduce_by_code(items, group, len(stores) * slices)
+    reduced = aggregate.reduce_by_code(items, group, len(stores) * slices)
     if reduced is not None:
         present, partials = reduced
     else:
         order = np.argsort(group, kind="stable")
         bounds = _groups(group[order])
         present = group[order[bounds]]
-        partials = engine.aggregate.reduce_groups(items, order, bounds)
+        partials = aggregate.reduce_groups(items, order, bounds)
     which = present % slices
     add = grid.add_partial
     for store_code, start, end, partial in zip((present // slices).tolist(), slice_starts[which].tolist(),
@@ -170,18 +109,16 @@ def _slice_rows(engine: Windowing, stores: list[SliceStore], codes: np.ndarray, 
         add(stores[store_code], start, end, partial)
 
 
-def _session_rows(engine: Windowing, stores: list[SliceStore], codes: np.ndarray, ts: np.ndarray,
-                  items: Values) -> None:
+def session_rows(sessions: Sessions, aggregate: WindowAggregate, stores: list[SliceStore], codes: np.ndarray,
+                 ts: np.ndarray, items: Values) -> None:
     """Session queries: the batch's runs per key (sorted timestamps at most gap apart), merged."""
-    sessions = engine.sessions
-    assert sessions is not None
     order = np.lexsort((ts, codes))  # stable: equal times keep their arrival order
     sorted_codes, sorted_ts = codes[order], ts[order]
     same_key = sorted_codes[1:] == sorted_codes[:-1]
     for q, gap in enumerate(sessions.gaps):
         bounds = np.flatnonzero(np.r_[True, ~same_key | (sorted_ts[1:] > sorted_ts[:-1] + gap)])
         lasts = np.r_[bounds[1:], len(order)] - 1
-        partials = engine.aggregate.reduce_groups(items, order, bounds)
+        partials = aggregate.reduce_groups(items, order, bounds)
         for store_code, start, last, partial in zip(sorted_codes[bounds].tolist(), sorted_ts[bounds].tolist(),
                                                     sorted_ts[lasts].tolist(), partials):
             sessions.add_run(stores[store_code], q, start, last + gap, partial)

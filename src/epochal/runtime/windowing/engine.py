@@ -26,10 +26,20 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from ...plan.time import Duration, seconds
 from ...plan.windows import DeterministicWindow, PeriodicWindow, Session, WindowSpec, check_window
 from .aggregates import Combining, Count, Max, Min, Sum, Values, WindowAggregate
-from .columnar import ColumnarAdmission, add_columns
+from .columnar import (
+    ColumnarAdmission,
+    key_codes,
+    python_list,
+    session_rows,
+    slice_rows,
+    take,
+    timestamps_in_seconds,
+)
 from .cutty import Cutty
 from .grid import Grid
 from .sessions import Sessions
@@ -213,8 +223,59 @@ class Windowing:
 
     def add_columns(self, get_store: Callable[[Any], SliceStore], keys: Any, timestamps: Any, values: Values,
                     watermark: float) -> ColumnarAdmission:
-        """Add a batch of rows at `watermark`, vectorized (see `columnar.add_columns`)."""
-        return add_columns(self, get_store, keys, timestamps, values, watermark)
+        """Add a batch of rows: `keys` (Arrow or numpy; keys or key indices), `timestamps` (Arrow time
+        column or seconds), `values` (what the aggregate reads; None for a count).
+
+        `get_store(key)` returns the key's store (creating it), called once per distinct key.
+        """
+        ts = timestamps_in_seconds(timestamps)
+        codes, distinct = key_codes(keys)
+        if len(codes) != len(ts) or (values is not None and len(values) != len(ts)):
+            raise ValueError(f"keys, timestamps and values differ in length: {len(codes)}, {len(ts)}, "
+                             f"{'-' if values is None else len(values)}")
+        stores = [get_store(k) for k in distinct]
+        n = len(ts)
+        items: Values = values
+        python_values: list[Any] | None = None
+        if self.keep_records or self.cutty:
+            python_values = python_list(values, n)
+        if self.keep_records:
+            assert python_values is not None
+            items = list(zip(ts.tolist(), python_values))
+        behind = ts < watermark
+        on_time = np.flatnonzero(~behind)
+        if len(on_time):
+            on_codes, on_ts, on_items = codes[on_time], ts[on_time], take(items, on_time)
+            if self.grid:
+                slice_rows(self.grid, self.aggregate, stores, on_codes, on_ts, on_items)
+            if self.sessions:
+                session_rows(self.sessions, self.aggregate, stores, on_codes, on_ts, on_items)
+            if self.cutty:
+                assert python_values is not None
+                stage = self.cutty.stage
+                for row in on_time.tolist():
+                    store = stores[codes[row]]
+                    assert store.cutty is not None
+                    at = stage(store.cutty, float(ts[row]), python_values[row])
+                    if at < store.next_fire:
+                        store.next_fire = at
+        late_rows: list[int] = []
+        late_queries: list[tuple[str, ...]] = []
+        updated: dict[int, None] = {}
+        behind_rows = np.flatnonzero(behind)
+        if len(behind_rows):
+            behind_items = python_list(take(items, behind_rows), len(behind_rows))
+            for row, item in zip(behind_rows.tolist(), behind_items):
+                code = int(codes[row])
+                store, t = stores[code], float(ts[row])
+                admission = self.add_behind(store, t, item, watermark)
+                if admission is Admission.LATE or admission is Admission.PARTLY_LATE:
+                    late_rows.append(row)
+                    late_queries.append(self.late_queries(store, t, watermark))
+                if admission is Admission.LATE_UPDATE or admission is Admission.PARTLY_LATE:
+                    updated[code] = None
+        return ColumnarAdmission(distinct, np.array(late_rows, dtype=np.int64), late_queries,
+                                 [distinct[c] for c in updated])
 
     # -- watermarks --------------------------------------------------------------------------
 

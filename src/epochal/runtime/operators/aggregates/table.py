@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from ....state.group_tables import GroupTable
-from ...key_index import GrowableArray, KeyIndex
+from ...key_columns import GrowableArray
+from ...key_index import KeyIndex
 from .functions import Accumulators, BatchAggregate
 
 
