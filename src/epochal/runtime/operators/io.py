@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..wire.batches import batch_len
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
+from .source_cuts import SourceCuts
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,8 @@ class SourceOperator(RuntimeOperator):
     (`runtime.splits`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
     end when it has nothing to read, but once told `no_more_splits`.
 
-    After a fallback to an older checkpoint, it replays the epochs since at their cuts
-    (`state.replay`, `replay_to`): it reads each split up to the records the cut says, never
-    further, and holds the checkpoint's barrier (`at_cut`) until every split is there.
+    After a fallback, it replays the epochs since at their cuts (`source_cuts`, `state.replay`):
+    each split read up to the cut, never further, the barrier held (`at_cut`) until all are there.
     """
 
     def __init__(self, spec: SourceSpec) -> None:
@@ -103,7 +102,7 @@ class SourceOperator(RuntimeOperator):
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
-        self._cuts: deque[tuple[int, SplitCut]] = deque()  # epochs replayed at their cuts, in order
+        self._cuts = SourceCuts()  # epochs replayed at their cuts, in order
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
@@ -218,37 +217,20 @@ class SourceOperator(RuntimeOperator):
     # -- epochs replayed at their cuts (`state.replay`) ----------------------------------------------
     def replay_to(self, cuts: list[tuple[int, SplitCut]]) -> None:
         """Read no further than each cut, in turn, until its checkpoint's barrier went out."""
-        self._cuts = deque(cuts)
+        self._cuts.replay_to(cuts)
 
     def holds(self, checkpoint_id: int) -> bool:
         """Whether checkpoint `checkpoint_id`'s barrier must wait until this source reached its cut."""
-        return bool(self._cuts) and self._cuts[0][0] == checkpoint_id and not self.at_cut()
+        return self._cuts.first_is(checkpoint_id) and not self.at_cut()
 
-    def at_cut(self) -> bool:
-        """Every split of this subtask is where the first cut says (finished, or that many read)."""
-        if not self._cuts:
-            return False
-        cut = self._cuts[0][1]
-        state = self._state
-        return all(
-            split.split_id in state.finished if split.split_id in cut.finished
-            else state.counts.get(split.split_id, 0) >= cut.count(split.split_id)
-            for split in self._splits
-        )
+    def at_cut(self) -> bool:  # every split where the first cut says (finished, or that many read)
+        return self._cuts.reached((s.split_id for s in self._splits), self._state.finished, self._state.counts)
 
     def cut_passed(self, checkpoint_id: int) -> None:
-        """Checkpoint `checkpoint_id`'s barrier went out: on to the next cut, or read freely."""
-        while self._cuts and self._cuts[0][0] <= checkpoint_id:
-            self._cuts.popleft()
+        self._cuts.passed(checkpoint_id)
 
     def _room(self, split_id: str) -> int | None:
-        """Records `split_id` may still give before the cut (None: no limit)."""
-        if not self._cuts:
-            return None
-        cut = self._cuts[0][1]
-        if split_id in cut.finished:
-            return None
-        return max(0, cut.count(split_id) - self._state.counts.get(split_id, 0))
+        return self._cuts.room(split_id, self._state.counts.get(split_id, 0))
 
     def _unopened(self) -> list[Any]:
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
