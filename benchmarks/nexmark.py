@@ -81,8 +81,11 @@ def query_files(directory: str | None = None) -> list[tuple[str, str]]:
 
 
 def harness(directory: str | None = None) -> ModuleType:
-    """examples/nexmark/harness.py (the examples' source, watermarks and loader), loaded by path."""
+    """examples/nexmark/harness.py (the examples' source, watermarks and loader), loaded by path
+    (from examples/nexmark/sql/, the harness of the folder above)."""
     path = os.path.join(directory or QUERIES_DIR, "harness.py")
+    if not os.path.exists(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(directory or QUERIES_DIR)), "harness.py")
     name = "nexmark_harness_" + str(abs(hash(os.path.abspath(path))))
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)
@@ -505,6 +508,11 @@ def measure(events: int, directory: str, spark: bool = True, reps: int = 1, quer
         generated = [run_epochal(module, events) for _ in range(reps)]  # the generator in the job
         rows.append({"query": name, "description": module.DESCRIPTION, "flink_13": FLINK_13.get(name),
                      "epochal": _best(runs), "epochal_generated": _best(generated)})
+        sql_path = os.path.join(queries_dir, "sql", f"{name}.py")
+        if os.path.exists(sql_path):  # the same query in SQL (env.sql), on the same files
+            sql = load_query(sql_path)
+            run_epochal(sql, min(events, WARMUP_EVENTS), files=warmup)
+            rows[-1]["epochal_sql"] = _best([run_epochal(sql, events, files=files) for _ in range(reps)])
     result: dict[str, Any] = {
         "events": events, "seed": SEED, "watermark_delay": watermark_delay(queries_dir), "batch": BATCH,
         "checkpoint_interval": CHECKPOINT_INTERVAL, "reps": reps, "spark_master": SPARK_MASTER,
@@ -706,6 +714,17 @@ def _summary(result: dict[str, Any]) -> str:
             f"| {r['query']} | {_k(mine)} | {_k(_per_core(r, 'epochal_generated'))} | {spark_cell} | "
             f"{_spark_ss_cell(r)} | {_k(r['flink_13'])} | "
             f"{_ratio(mine, r['flink_13'])} | {_ratio(mine, _per_core(r, 'spark_ss'))} | {counts} |")
+    with_sql = [r for r in result["rows"] if r.get("epochal_sql")]
+    if with_sql:
+        lines += ["", "The queries in SQL (`examples/nexmark/sql/`, `env.sql`) beside their DataStream versions, "
+                  "Epochal in-process, the same files:", "",
+                  "| query | DataStream /core | SQL /core | SQL ÷ DataStream | results (DataStream / SQL) |",
+                  "|---|---:|---:|---:|---:|"]
+        for r in with_sql:
+            sql_rate = _per_core(r, "epochal_sql")
+            lines.append(f"| {r['query']} | {_k(_per_core(r, 'epochal'))} | {_k(sql_rate)} | "
+                         f"{_ratio(sql_rate, _per_core(r, 'epochal'))} | "
+                         f"{r['epochal']['results']:,} / {r['epochal_sql']['results']:,} |")
     lines += ["", "Queries, as the examples describe them:", ""]
     lines += [f"- {r['query']}: {r['description']}" for r in result["rows"]]
     if notes:

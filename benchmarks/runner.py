@@ -40,7 +40,7 @@ _MODULES = [
     "benchmarks.postgres",
     "benchmarks.joins",
     "benchmarks.wordcount", "benchmarks.exchange",
-    "benchmarks.loops", "benchmarks.patch",
+    "benchmarks.loops", "benchmarks.patch", "benchmarks.vertical",
     "benchmarks.delta",
 ]
 

@@ -331,3 +331,14 @@ def test_shop_totals_commits_each_shop_s_aggregates_from_partials(
         windows = list(read_committed(os.path.join("out-shops", "per-minute")))
         assert sum(r[-1] for r in windows) == sales.num_rows
         assert len(windows) == len({(r[0], r[1]) for r in windows})  # each (shop, minute) once
+
+
+def test_vertical_elasticity_resizes_a_pool_live_and_runs_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example checks its totals itself; the pool grew (more than one process computed)."""
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        summary = _run("vertical_elasticity", capsys, monkeypatch)
+        processes = int(summary.split("; ")[1].split()[0])
+        assert processes > 1 and summary.endswith("0 restart(s)"), summary

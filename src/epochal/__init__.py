@@ -30,6 +30,7 @@ from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
 from .api.keyed import KeyedStream as KeyedStream
+from .api.sql import register_sql_frontend as _register_sql_frontend
 from .api.stream import DataStream as DataStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
@@ -113,3 +114,13 @@ def _table_source(spark: object, table: str, columns: object) -> Source:
 
 
 _register_table_resolver(_table_source)
+
+
+def _register_sql() -> None:
+    """`env.sql`'s frontend (`epochal.sql`, which imports sqlglot): registered now, cheap to import."""
+    from .sql import SqlLayer
+
+    _register_sql_frontend(SqlLayer())
+
+
+_register_sql()

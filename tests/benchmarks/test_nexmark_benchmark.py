@@ -81,6 +81,8 @@ def test_measure_report_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert mine["events_per_s"] > 0 and mine["checkpoints"] >= 1 and mine["workers"] == 1
         assert not mine["cpu_s"] or mine["events_per_cpu_s"] > 0  # a tiny run may use under a clock tick
         assert row["flink_13"] == n.FLINK_13.get(row["query"])
+        if os.path.exists(os.path.join(n.QUERIES_DIR, "sql", f"{row['query']}.py")):  # its SQL version ran too
+            assert row["epochal_sql"]["events"] == EVENTS and row["epochal_sql"]["results"] == mine["results"]
         if "profile" in row:
             assert row["profile"]["functions"] and abs(sum(row["profile"]["areas"].values()) - 1) < 0.05
     _fake_spark_columns(result["rows"])
@@ -91,6 +93,7 @@ def test_measure_report_and_plot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert all(f"| {name} |" in summary for name in names)
     assert "not expressible in Spark SS" in summary and "stopped after 600 s" in summary
     assert "Per CPU-second used" in summary
+    assert "q11" not in names or "The queries in SQL" in summary
     assert len(names) < 4 or "on Spark SS failed: `RuntimeError: boom`" in summary
     verdicts = n.verdicts(result)
     assert len(verdicts) == 3 and "Flink 1.13" in verdicts[0] and "Spark SS" in verdicts[2]

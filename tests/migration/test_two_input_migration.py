@@ -1,5 +1,5 @@
 """Key groups of two-input operators moved between running subtasks: both sides' state of a key
-moves with its group (interval and window joins, connected streams, broadcast state beside keyed
+moves with its group (interval, window and temporal joins, connected streams, broadcast state beside keyed
 state), on both state backends, and every result is committed once, nothing restarted."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _wait_running(handle: Any) -> None:
 
 
 @pytest.mark.parametrize("backend", ["memory", "disk"])
-@pytest.mark.parametrize("job", ["interval", "window", "co_process", "broadcast"])
+@pytest.mark.parametrize("job", ["interval", "window", "temporal", "co_process", "broadcast"])
 def test_every_used_key_group_moved_there_and_back_commits_each_result_once(
     tmp_path: Path, job: str, backend: str
 ) -> None:
@@ -43,7 +43,7 @@ def test_every_used_key_group_moved_there_and_back_commits_each_result_once(
     watermarks = WatermarkStrategy.bounded_out_of_orderness(jobs.JITTER, timestamp="t")
     a = env.from_source(jobs.SlowRecords(left, splits=2, pause=0.01), name="left", watermarks=watermarks)
     b = env.from_source(jobs.SlowRecords(right, splits=2, pause=0.01), name="right", watermarks=watermarks)
-    how = "left" if job == "interval" else "inner"
+    how = "left" if job in ("interval", "temporal") else "inner"
     sink = CollectSink()
     jobs.JOBS[job](a, b, how=how).sink_to(sink)
     handle = env.execute_async(f"moved-{job}")

@@ -20,6 +20,7 @@ from epochal import (
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     MapStateDescriptor,
+    OutputTag,
     ProcessJoinFunction,
     RestartStrategy,
     Source,
@@ -139,6 +140,29 @@ class PairWhenBothSeen(KeyedCoProcessFunction):
     def process_element2(self, value: Any, ctx: Any) -> Iterable[Any]:
         self.rights.add(value["id"])
         return [(left, value["id"]) for left in self.lefts.get()]
+
+
+ODD_PAIRS = OutputTag("odd-pairs")
+
+
+class PairsOddToTheSide(PairWhenBothSeen):
+    """`PairWhenBothSeen`, the pairs of an odd-numbered left record to the side output `ODD_PAIRS`."""
+
+    def process_element1(self, value: Any, ctx: Any) -> Iterable[Any]:
+        return self._split(super().process_element1(value, ctx), ctx)
+
+    def process_element2(self, value: Any, ctx: Any) -> Iterable[Any]:
+        return self._split(super().process_element2(value, ctx), ctx)
+
+    @staticmethod
+    def _split(pairs: Iterable[Any], ctx: Any) -> list[Any]:
+        out = []
+        for pair in pairs:
+            if int(pair[0][1:]) % 2:
+                ctx.output(ODD_PAIRS, pair)
+            else:
+                out.append(pair)
+        return out
 
 
 def co_process(left: DataStream, right: DataStream, how: str = "inner") -> DataStream:

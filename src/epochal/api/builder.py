@@ -56,3 +56,15 @@ class GraphBuilder:
     def close_loop(self, head: int, feedback: LogicalEdge) -> None:
         """The feedback edge into a loop's head, known only once the loop's body is built."""
         self.graph.nodes[head].inputs.append(feedback)
+
+    def mark(self) -> tuple[int, dict[str, int]]:
+        """Where the graph is now, for `rewind` (SQL's EXPLAIN plans a query, then takes it back)."""
+        return len(self.graph.nodes), dict(self.graph._name_counts)
+
+    def rewind(self, mark: tuple[int, dict[str, int]]) -> None:
+        """Drop every node added since `mark` (nothing may read them: no stream built on them
+        survives) and the names they took."""
+        nodes, names = mark
+        del self.graph.nodes[nodes:]
+        self.graph._name_counts.clear()
+        self.graph._name_counts.update(names)

@@ -42,6 +42,7 @@ from ..state.keygroups import DEFAULT_MAX_PARALLELISM
 from .builder import GraphBuilder
 from .connector import Sink, Source
 from .handle import JobHandle
+from .sql import SqlMethods
 from .stream import DataStream, OnErrorChoice, on_error_policy
 from .tables import resolve_table
 from .time import WatermarkStrategy
@@ -96,7 +97,7 @@ def run_overrides(overrides: RunOverrides) -> Iterator[None]:
         _overrides = previous
 
 
-class StreamEnvironment:
+class StreamEnvironment(SqlMethods):
     """Builds a stream program and executes it.
 
     Every argument is checked here: a value the job could not run with raises `TypeError` or

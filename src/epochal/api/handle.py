@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..runtime.commands import Move, Patch, Rescale, Savepoint
+from ..runtime.commands import Move, Patch, Rescale, Resize, Savepoint
 from ..runtime.master.control import JobControl, JobStatus
 from ..runtime.metrics import JobMetrics
 from ..runtime.result import JobResult
@@ -142,6 +142,20 @@ class JobHandle:
             TimeoutError: not done after `timeout` seconds (the patch may still happen).
         """
         return self._control.submit(Patch(operator, function)).wait(timeout)
+
+    def resize(self, operator: str, processes: int, timeout: float | None = None) -> int:
+        """Run the function of the operator with uid `operator` in `processes` processes per
+        subtask from now on: vertical elasticity, more cores for a busy subtask with no state
+        moved (`docs/concepts/elasticity.md`). The operator is a `map`, `filter` or `flat_map`
+        given `processes=n`; new processes join its pool once they loaded the function, so the
+        job never waits for them. A restart keeps the size. Returns `processes`.
+
+        Raises:
+            ValueError: `processes` is not a positive int.
+            EpochalError: no such operator, it runs no process pool, or the job is not running.
+            TimeoutError: not done after `timeout` seconds.
+        """
+        return self._control.submit(Resize(operator, processes)).wait(timeout)
 
     def savepoint(self, target: str, timeout: float | None = None) -> str:
         """Take a savepoint of the running job into `target` (a new or empty directory).

@@ -123,7 +123,8 @@ class DataStream:
 
     # -- stateless operators ---------------------------------------------------------------------
     def map(
-        self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        processes: int | None = None,
     ) -> DataStream:
         """Emit `fn(record)` for every record.
 
@@ -131,26 +132,35 @@ class DataStream:
         its restarts), naming the operator, the record and where it was read; `"skip"` drops
         and counts it (`OperatorMetrics.skipped_records`); `"dead_letter"` sends it to the
         environment's `dead_letter` sink, exactly once. The other operators take it too.
+
+        `processes`: run `fn` in a pool of that many processes of each subtask's own, which
+        `JobHandle.resize(name, n)` resizes while the job runs (vertical elasticity,
+        `docs/concepts/elasticity.md`); for a CPU-heavy function. `filter` and `flat_map` take it too.
         """
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "map")
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn, policy), "map", name)
+        pool = _processes(processes)
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn, policy, pool), "map", name)
 
     def filter(
-        self, predicate: Callable[[Any], bool], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, predicate: Callable[[Any], bool], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        processes: int | None = None,
     ) -> DataStream:
         """Keep the records for which `predicate(record)` is true."""
         check_callable("predicate", predicate)
         policy = on_error_policy(self._env, on_error, "filter")
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate, policy), "filter", name)
+        pool = _processes(processes)
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate, policy, pool), "filter", name)
 
     def flat_map(
-        self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None, on_error: OnErrorChoice = "fail"
+        self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        processes: int | None = None,
     ) -> DataStream:
         """Emit every record of the iterable `fn(record)` returns."""
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "flat_map")
-        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy), "flat_map", name)
+        pool = _processes(processes)
+        return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy, pool), "flat_map", name)
 
     def map_batches(
         self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
@@ -333,3 +343,11 @@ class DataStream:
 
 # `epochal/__init__.py` re-homes these classes to `epochal`; list them so doctest still finds them.
 __test__ = {"DataStream": DataStream}
+
+
+def _processes(processes: int | None) -> int:
+    """A function pool's size: None runs the function in line (0)."""
+    if processes is None:
+        return 0
+    check_int("processes", processes, minimum=1)
+    return processes

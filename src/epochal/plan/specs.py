@@ -77,6 +77,7 @@ class RecordFnSpec(OperatorSpec):
     kind: RecordFnKind
     fn: Callable[[Any], Any]
     on_error: OnError = OnError.FAIL
+    processes: int = 0  # > 0: the function runs in a pool of that many processes (`function_pool`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,21 @@ class Patch(Command[int]):
             raise ValueError(f"a patch needs a function (or a KeyedProcessFunction), got {self.function!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class Resize(Command[int]):
+    """Run operator `uid`'s function in `processes` processes per subtask from now on (vertical
+    elasticity: `runtime.operators.function_pool`); its result is the new size."""
+
+    uid: str
+    processes: int
+    kind: ClassVar[str] = "resize"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uid, str) or not self.uid:
+            raise ValueError(f"a resize needs an operator uid, got {self.uid!r}")
+        _positive_int("processes", self.processes)
+
+
 class Ticket(Generic[R]):
     """One command on its way: the job master finishes it once, the asker waits for it."""
 

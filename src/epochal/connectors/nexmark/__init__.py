@@ -19,6 +19,7 @@ from .schema import auctions as auctions
 from .schema import bids as bids
 from .schema import persons as persons
 from .source import NexmarkSource as NexmarkSource
+from .views import create_views as create_views
 
 __all__ = [
     "AUCTION_SCHEMA",
@@ -28,6 +29,7 @@ __all__ = [
     "EventKind",
     "NexmarkConfig",
     "NexmarkGenerator",
+    "create_views",
     "NexmarkSource",
     "auctions",
     "bids",

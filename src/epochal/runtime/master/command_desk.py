@@ -24,7 +24,7 @@ from ...plan.job_graph import JobGraph
 from ...state.savepoints import create_savepoint
 from ...state.storage import CheckpointStorage
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
-from ..commands import Move, Patch, Query, Rescale, Savepoint, Ticket
+from ..commands import Move, Patch, Query, Rescale, Resize, Savepoint, Ticket
 from ..wire.messages import StateAnswer
 from .attempt import Attempt
 from .control import JobControl, JobState
@@ -32,6 +32,7 @@ from .coordinator import CheckpointCoordinator
 from .live_queries import LiveQueries
 from .migrations import Migrations
 from .patches import PatchLog
+from .pools import PoolSizes
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,13 @@ class CommandDesk:
         self.patches: PatchLog | None = None  # the job master's live logic patches
         self._handlers: dict[type, Callable[[Any], None]] = {
             Query: self._query, Move: self._move, Rescale: self._rescale, Savepoint: self._savepoint,
-            Patch: self._patch,
+            Patch: self._patch, Resize: self._resize,
         }
+        self.pools = PoolSizes(job)  # function pools' sizes (vertical elasticity)
 
     def attempt_started(self, attempt: Attempt) -> None:
         self._attempt = attempt
+        self.pools.attempt_started()
 
     def poll(self) -> None:
         """Hosts call this between steps (through the job master): act on the next command.
@@ -95,6 +98,7 @@ class CommandDesk:
                         relaunch.checkpoint_id)
             self.control.publish(state=JobState.RESTARTING)
             raise relaunch
+        self.pools.flush(self._attempt.send if self._attempt is not None else None)
         ticket = self.control.next_command()
         if ticket is not None:
             self._handlers[type(ticket.command)](ticket)
@@ -143,6 +147,10 @@ class CommandDesk:
             return
         ending = coordinator is None or coordinator.is_stopped or coordinator.final_checkpoint is not None
         self.patches.submit(ticket, self._attempt.send if self._attempt is not None else None, self.storage, ending)
+
+    def _resize(self, ticket: Ticket[int]) -> None:
+        """Resize an operator's function pools, at every subtask at once (`master.pools`)."""
+        self.pools.resize(ticket, self._attempt.send if self._attempt is not None else None)
 
     def _savepoint(self, ticket: Ticket[str]) -> None:
         if not self._refused_while_waiting(ticket):

@@ -17,7 +17,8 @@ from ...plan.specs import MapBatchesSpec, OnError, RecordFnKind, RecordFnSpec
 from ..wire.batches import batch_len, to_arrow, to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
-from .base import RuntimeOperator, batch_repr
+from .base import OperatorContext, RuntimeOperator, batch_repr
+from .function_pool import FunctionPool
 
 
 class RecordFnOperator(RuntimeOperator):
@@ -29,8 +30,28 @@ class RecordFnOperator(RuntimeOperator):
         self.kind = spec.kind
         self.on_error = spec.on_error
         self._tolerant = spec.on_error is not OnError.FAIL
+        self.processes = spec.processes
+        self.pool: FunctionPool | None = None
+
+    def open(self, ctx: OperatorContext) -> None:
+        super().open(ctx)
+        if self.processes:
+            self.pool = FunctionPool(self.fn, self.processes, self.kind.value)
+
+    def resize(self, processes: int) -> None:
+        """Vertical elasticity: run the function in `processes` processes from the next batch on."""
+        if self.pool is None:
+            raise ValueError(f"operator {self.name!r} runs its function in line, not in a process pool")
+        self.pool.resize(processes)
+        self.processes = processes
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
     def process(self, batch: Batch) -> Batch | None:
+        if self.pool is not None:
+            return self._process_in_pool(self.pool, batch)
         if self._tolerant:
             return self._process_tolerant(batch)
         fn = self.fn
@@ -53,6 +74,21 @@ class RecordFnOperator(RuntimeOperator):
         except Exception as exc:
             raise self.record_error(record, exc) from exc
         return out
+
+    def _process_in_pool(self, pool: FunctionPool, batch: Batch) -> Batch | None:
+        if pool.fn is not self.fn:  # a live patch switched the function
+            pool.set_function(self.fn)
+        records = to_records(batch)
+        answer = pool.apply(records, self._tolerant)
+        if answer[0] == "error":
+            raise self.record_error(records[answer[1]], answer[2]) from answer[2]
+        out, failures = answer[1], answer[2]
+        if not failures:
+            return out
+        letters: list[DeadLetter] = []
+        for index, exc in failures:
+            self.reject(records[index], exc, letters)
+        return with_letters(out, letters)
 
     def _process_tolerant(self, batch: Batch) -> Batch | None:
         """One `try` per record: a record the function fails on is skipped or dead-lettered."""

@@ -46,6 +46,7 @@ from ..wire.messages import (
     OperatorMetrics,
     PrepareKeyGroups,
     QueryState,
+    ResizePool,
     StagePatch,
     TaskFinished,
     TriggerCheckpoint,
@@ -124,13 +125,20 @@ class Task:
         self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
-            StagePatch: self.patches.stage, DropPatch: self.patches.drop,
+            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self._on_resize,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, setup.background),
         }
         if self.source is not None:
             self._handlers.update(self.source.handlers(self.owner))
+
+    def _on_resize(self, message: ResizePool) -> None:
+        """Vertical elasticity: the operator's function pool runs `processes` processes now."""
+        operator = self.chain.find(message.uid)
+        resize = getattr(operator, "resize", None)
+        if resize is not None:
+            resize(message.processes)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:

@@ -42,6 +42,15 @@ class StagePatch:
 
 
 @dataclass(frozen=True, slots=True)
+class ResizePool:
+    """Run operator `uid`'s function in `processes` processes from the next batch on
+    (`runtime.operators.function_pool`)."""
+
+    uid: str
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
 class DropPatch:
     """Forget staged patch `patch_id`: another subtask refused it."""
 

@@ -1,0 +1,38 @@
+"""Nexmark q11 in Spark SQL: user sessions: bids per bidder per session (10 s gap).
+
+The same query as examples/nexmark/q11.py (the DataStream version), written as the SQL that
+Spark's dialect expresses and compiled by `env.sql` to columnar operators over the `bid` view
+(`epochal.connectors.nexmark.create_views`). tests/sql/test_nexmark_sql.py checks both versions
+and Spark SQL agree on the same events.
+
+    python examples/nexmark/sql/q11.py [--events N] [--parallelism P]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from epochal import DataStream
+from epochal.connectors.nexmark import create_views
+
+NAME = "sql-q11"
+DESCRIPTION = "user sessions: bids per bidder per session (10 s gap), as SQL"
+SQL = """
+SELECT bidder, count(*) AS bid_count, session_window.start AS starttime, session_window.end AS endtime
+FROM bid
+GROUP BY bidder, session_window(dateTime, '10 seconds')
+"""
+
+
+def query(events: DataStream) -> DataStream:
+    """The Nexmark events with watermarks -> the query's rows, as Arrow batches."""
+    create_views(events, kinds=("bid",))
+    return events._env.sql(SQL)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import harness
+
+    harness.main(query, NAME, DESCRIPTION)

@@ -1,0 +1,102 @@
+"""The Nexmark queries in SQL (examples/nexmark/sql/) equal their DataStream versions
+(examples/nexmark/) on the same events, and (marker `spark`) Spark SQL's answers."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import importlib.util
+import os
+import sys
+import types
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from epochal.connectors.nexmark import NexmarkSource
+from epochal.testing import CollectSink
+
+from .grammar import normal
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "examples", "nexmark")
+EVENTS, SEED = 6_000, 3
+QUERIES = ["q0", "q1", "q2", "q10", "q11"]
+
+
+def _load(path: str, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+HARNESS = _load(os.path.join(EXAMPLES, "harness.py"), "nexmark_harness_sql")
+
+
+def _committed(module: types.ModuleType, name: str) -> list[tuple[Any, ...]]:
+    sink = CollectSink()
+    HARNESS.run(module.query, name=name, events=EVENTS, parallelism=2, seed=SEED, sink=sink)
+    return [tuple(r) for r in sink.committed()]
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return normal(value)
+
+
+def _sql_rows(name: str) -> collections.Counter[tuple[Any, ...]]:
+    module = HARNESS.load(os.path.join(EXAMPLES, "sql", f"{name}.py"))
+    return collections.Counter(tuple(_utc(v) for v in r) for r in _committed(module, f"sql-{name}"))
+
+
+def _datastream_rows(name: str) -> collections.Counter[tuple[Any, ...]]:
+    rows = _committed(HARNESS.load(os.path.join(EXAMPLES, f"{name}.py")), name)
+    if name == "q11":  # (bidder, start s, end s, count) -> the SQL's (bidder, bid_count, starttime, endtime)
+        epoch = dt.datetime(1970, 1, 1)
+        rows = [(b, n, epoch + dt.timedelta(seconds=s), epoch + dt.timedelta(seconds=e)) for b, s, e, n in rows]
+    return collections.Counter(tuple(_utc(v) for v in r) for r in rows)
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_the_sql_version_equals_the_datastream_version(name: str) -> None:
+    got = _sql_rows(name)
+    assert sum(got.values()) > 10
+    assert got == _datastream_rows(name)
+
+
+def _bids() -> pa.Table:
+    events = pa.Table.from_batches([NexmarkSource(events=EVENTS, seed=SEED).slots(0, EVENTS)])
+    bids = events.filter(pc.equal(events["kind"], 2)).column("bid").combine_chunks()
+    table = pa.Table.from_arrays(bids.flatten(), names=[f.name for f in bids.type])
+    for column in ("channel", "url"):
+        table = table.set_column(table.schema.get_field_index(column), column, table[column].cast(pa.string()))
+    return table
+
+
+@pytest.mark.spark
+def test_the_sql_versions_equal_spark_sql_on_the_same_bids(spark: Any) -> None:
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        frame = spark.createDataFrame(_bids().to_pandas())
+        frame.createOrReplaceTempView("bid")
+        for name in QUERIES:
+            module = HARNESS.load(os.path.join(EXAMPLES, "sql", f"{name}.py"))
+            rows = spark.sql(module.SQL).collect()
+            expected = collections.Counter(tuple(_utc(_naive_utc(v)) for v in r) for r in rows)
+            assert _sql_rows(name) == expected, name
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+
+
+def _naive_utc(value: Any) -> Any:
+    """PySpark gives TIMESTAMPs as naive datetimes in the machine's time zone: as naive UTC."""
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
