@@ -28,15 +28,17 @@ def alternate(records: int, rounds: int, session: Any = None) -> dict[str, Any]:
     baseline = [run_once(records, 2, "none", None, session)["seconds"]]
     seconds: list[float] = []
     checkpoints: list[int] = []
+    loads = [os.getloadavg()[0]]  # the machine is shared: the report says how loaded it was
     for _ in range(rounds):
         measured = run_once(records, 2, "aligned", INTERVAL, session)
         seconds.append(measured["seconds"])
         checkpoints.append(len(periodic_checkpoints(measured)))
         baseline.append(run_once(records, 2, "none", None, session)["seconds"])
+        loads.append(os.getloadavg()[0])
     ratios = [s / ((before + after) / 2) for s, before, after in zip(seconds, baseline, baseline[1:])]
     return {
         "records": records, "rounds": rounds, "interval": INTERVAL, "ratios": ratios,
-        "abs_seconds": seconds, "baseline_seconds": baseline, "checkpoints": checkpoints,
+        "abs_seconds": seconds, "baseline_seconds": baseline, "checkpoints": checkpoints, "loads": loads,
         **summarise(ratios),
     }
 
@@ -101,4 +103,7 @@ def _summary(result: dict[str, Any]) -> str:
         )
         met = "meets" if h["median"] <= 1 + TARGET_OVERHEAD else "misses"
         verdicts.append(f"{h['host']}: ABS at 1 s costs **{_percent(h['median'])}** ({met} the ≤ 3 % target)")
-    return "\n".join(lines + ["", "; ".join(verdicts) + "."])
+    loads = [x for key in ("inprocess", "spark") for x in result["hosts"][key].get("loads", [])]
+    load = (f" Load average (1 min) during the runs: {min(loads):.1f}–{max(loads):.1f} on {result['cores']} shared "
+            "cores." if loads else "")
+    return "\n".join(lines + ["", "; ".join(verdicts) + "." + load])

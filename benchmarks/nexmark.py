@@ -546,6 +546,7 @@ def measure(events: int, directory: str, spark: bool = True, reps: int = 1, quer
         if shortfalls(row):
             row["profile"] = _guarded(profile_epochal, modules[row["query"]], min(events, profile_events), 12,
                                       profiled)
+    result["load_end"] = os.getloadavg()
     return result
 
 
@@ -563,10 +564,11 @@ def shortfalls(row: dict[str, Any]) -> list[str]:
 
 @benchmark("nexmark", "Nexmark queries: events/s per core against Spark SS and Flink 1.13's published figures")
 def run(quick: bool) -> dict[str, Any]:
-    events = 300_000 if quick else 5_000_000
+    events = 300_000 if quick else int(os.environ.get("EPOCHAL_NEXMARK_EVENTS", 5_000_000))
+    reps = 1 if quick else int(os.environ.get("EPOCHAL_NEXMARK_REPS", 2))
     directory = tempfile.mkdtemp(prefix="epochal-nexmark-")
     try:
-        result = measure(events, directory, reps=1 if quick else 2)
+        result = measure(events, directory, reps=reps)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     _plot(result)
@@ -741,6 +743,9 @@ def _summary(result: dict[str, Any]) -> str:
     lines += ["", "Spark SS emits a window only once a later micro-batch's watermark passes its end, and has no "
               "end of input: the windows of the last seconds are never emitted, so its result counts of "
               "windowed queries are lower than Epochal's (which fires them at the end of the input).",
+              "", f"Load average (1 min) on {os.cpu_count()} shared cores: "
+              + (f"{result['load'][0]:.1f} after the in-process runs" if result.get("load") else "not recorded")
+              + (f", {result['load_end'][0]:.1f} at the end." if result.get("load_end") else "."),
               "", "Targets (issues 17 and 36; against Spark SS, Epochal reading the same files):", ""]
     lines += [f"- {v}" for v in verdicts(result)]
     for r in result["rows"]:

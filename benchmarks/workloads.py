@@ -93,6 +93,52 @@ class GeneratorSource(Source):
         return _GeneratorReader(split, position, self.keys, self.arrow)
 
 
+class _PacedReader(_GeneratorReader):
+    """A `_GeneratorReader` that hands out at most `rate` records a second, without blocking:
+    between reads it asks to be polled again when its next batch is due (`retry_after`)."""
+
+    def __init__(self, split: RangeSplit, position: int | None, keys: int, rate: float) -> None:
+        super().__init__(split, position, keys, False)
+        self.rate = rate
+        self.started = -1.0
+        self.first = self.pos
+
+    def _due(self) -> float:
+        """When the record at `pos` is due (the pace is kept from the first read on)."""
+        return self.started + (self.pos - self.first) / self.rate
+
+    def read(self, max_records: int) -> Any:
+        import time
+
+        if self.pos >= self.split.end:
+            return None
+        now = time.monotonic()
+        if self.started < 0:
+            self.started = now
+        due = int((now - self.started) * self.rate) + self.first - self.pos
+        if due <= 0:
+            return []
+        return super().read(min(max_records, due))
+
+    def retry_after(self) -> float:
+        import time
+
+        return max(0.001, self._due() + 1 / self.rate - time.monotonic())
+
+
+class PacedSource(GeneratorSource):
+    """`GeneratorSource`'s records, `rate` a second in all (each split its share), never
+    blocking a worker: slow input, so that what a run measures is the cost of running wide,
+    not the cores."""
+
+    def __init__(self, records: int, splits: int, keys: int, rate: float) -> None:
+        super().__init__(records, splits, keys)
+        self.rate = rate
+
+    def open_split(self, split: Any, position: Any | None) -> SplitReader:
+        return _PacedReader(split, position, self.keys, self.rate / self.n_splits)
+
+
 # -- the word count's in-memory corpus --------------------------------------------------------------
 
 

@@ -17,6 +17,9 @@ from typing import Any, Literal, TypeVar
 
 # Young objects collected every 50,000 allocations instead of CPython's 700 (runtime/gc_tuning.py).
 DEFAULT_GC_THRESHOLD = (50_000, 20, 20)
+# The most key groups a job may have (Flink's bound too): a routing table, a partitioner's
+# owner table and a restore's set of groups are O(key groups), and a group id fits 16 bits.
+MAX_KEY_GROUPS = 32_768
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,10 @@ class CheckpointConfig:
             has no URI pyarrow resolves (an fsspec filesystem wrapped in
             `pyarrow.fs.PyFileSystem(FSSpecHandler(fs))`, a filesystem of your own). It must
             pickle: the workers open the directory through it. None: `directory` says.
+        merge_files: each worker (on Spark; the whole process in-process) writes one file per
+            checkpoint holding every subtask's state as segments, each with its own checksum
+            (Flink's file merging): an object store sees one PUT per worker and checkpoint, not
+            one per subtask and operator. `False` writes a file per subtask and operator.
     """
 
     interval: float | None = None
@@ -67,6 +74,7 @@ class CheckpointConfig:
     mode: Literal["aligned", "unaligned", "at_least_once", "synchronous"] = "aligned"
     existing: Literal["error", "overwrite"] = "error"
     filesystem: Any = None
+    merge_files: bool = True
 
     def __post_init__(self) -> None:
         if self.interval is not None:
@@ -78,6 +86,7 @@ class CheckpointConfig:
         check_int("CheckpointConfig.max_concurrent", self.max_concurrent)
         check_int("CheckpointConfig.tolerable_failures", self.tolerable_failures, minimum=0)
         check_int("CheckpointConfig.retain", self.retain)
+        check_bool("CheckpointConfig.merge_files", self.merge_files)
         check_choice("CheckpointConfig.mode", self.mode, ("aligned", "unaligned", "at_least_once", "synchronous"))
         check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
         if self.filesystem is not None:
@@ -125,6 +134,12 @@ class StateConfig:
             step, so that each step holds input back briefly: a quarter of a 1 GB state moves in
             about four steps, of 10 MB in one. 0 moves them all at one checkpoint. A move's own
             `batch` (groups per step) wins.
+        max_parallelism: the number of key groups keyed state is cut into: the unit of
+            snapshot, rescale and migration, and the most subtasks a keyed operator can run
+            with. From 1 to 32,768; None takes the environment's (`StreamEnvironment(
+            max_parallelism=...)`, 128 by default). Fixed for the life of a job's state; change
+            it through a savepoint (`epochal savepoint rescale-groups`). More groups cost a
+            little per group (docs/concepts/scale.md measures it at 128, 1,024 and 32,768).
     """
 
     backend: Literal["memory", "disk"] = "memory"
@@ -135,9 +150,12 @@ class StateConfig:
     inline_snapshot_entries: int = 20_000
     backup_replicas: int = 0
     migration_step_bytes: int = 64 * 2**20
+    max_parallelism: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("StateConfig.backend", self.backend, ("memory", "disk"))
+        if self.max_parallelism is not None:
+            check_int("StateConfig.max_parallelism", self.max_parallelism, maximum=MAX_KEY_GROUPS)
         check_int("StateConfig.backup_replicas", self.backup_replicas, minimum=0)
         check_int("StateConfig.migration_step_bytes", self.migration_step_bytes, minimum=0)
         check_bool("StateConfig.incremental", self.incremental)

@@ -147,3 +147,28 @@ def test_live_queries_over_http_and_the_cli(tmp_path: Path) -> None:
         assert out.startswith("counts 'k2' (checkpoint ") and out.rstrip().endswith("count=100")
     finally:
         handle.cancel()
+
+
+def test_columnar_aggregates_answer_live_and_committed_queries_per_key(tmp_path: Path) -> None:
+    """A sum on Arrow batches keeps its state as one table per key group: queries still see keys."""
+    import pyarrow as pa
+
+    env = StreamEnvironment(parallelism=2, executor="inprocess",
+                            checkpoint=CheckpointConfig(interval=0.1, directory=str(tmp_path / "c")))
+    (env.from_source(EndlessSource(stop_at=500))
+        .map_batches(lambda b: pa.RecordBatch.from_pydict({"k": [f"k{x % 5}" for x in b.column(0).to_pylist()],
+                                                            "v": b.column(0)}))
+        .key_by("k").sum("v", emit="on_checkpoint").uid("sums").sink_to(CollectSink()))
+    handle = env.execute_async("columnar-queries")
+    expected = {f"k{r}": sum(x for x in range(500) if x % 5 == r) for r in range(5)}
+    try:
+        wait_until(lambda: handle.query_state("sums", "k3", live=True) == {"sum": expected["k3"]}, "k3 summed", 30)
+        settled = handle.status().last_checkpoint or 0
+        wait_until(lambda: (handle.status().last_checkpoint or 0) >= settled + 2, "two more checkpoints", 30)
+        for key, total in expected.items():
+            assert handle.query_state("sums", key, live=True) == {"sum": total}
+            assert handle.query_state("sums", key) == {"sum": total}  # committed: read from the GroupTable
+        assert handle.query_state("sums", "nobody", live=True) == {}
+        assert {r.key: r.value for r in read_state(str(tmp_path / "c"), "sums")} == expected
+    finally:
+        handle.cancel()

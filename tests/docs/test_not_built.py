@@ -46,6 +46,12 @@ CLAIMS = [
     Claim("docs/operations.md", "A client the cluster cannot reach", ("epochal.cluster.stage_master",)),
     Claim("docs/concepts/elasticity.md", "Cheaper moves of large state", ("text:ingest_external_file",)),
     Claim("docs/concepts/elasticity.md", "Copies on local disk", ("epochal.config.StateConfig.backup_directory",)),
+    Claim("docs/concepts/scale.md", "A buffer budget per task", ("epochal.config.JobConfig.buffer_budget",)),
+    Claim("docs/concepts/scale.md", "Choosing a lower parallelism when a relaunch finds fewer slots",
+          ("text:def shrink_to_slots",)),
+    Claim("docs/concepts/scale.md", "A standby job master", ("epochal.runtime.master.standby",)),
+    Claim("docs/concepts/scale.md", "Checkpoint directories spread over object-store prefixes",
+          ("epochal.config.CheckpointConfig.prefixes",)),
 ]
 
 

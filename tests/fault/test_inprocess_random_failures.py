@@ -80,7 +80,7 @@ def test_a_corrupt_latest_checkpoint_is_skipped_for_the_previous_one(corpus: str
     complete = sorted(d for d in os.listdir(ckpt) if os.path.exists(os.path.join(ckpt, d, "MANIFEST.json")))
     assert len(complete) >= 2
     newest = os.path.join(ckpt, complete[-1])
-    victim = next(os.path.join(newest, f) for f in sorted(os.listdir(newest)) if f.endswith(".keyed"))
+    victim = next(os.path.join(newest, f) for f in sorted(os.listdir(newest)) if f.endswith((".keyed", ".merged")))
     data = bytearray(Path(victim).read_bytes())
     data[len(data) // 2] ^= 0xFF
     Path(victim).write_bytes(bytes(data))

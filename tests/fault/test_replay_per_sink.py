@@ -105,7 +105,7 @@ def _replay_job(tmp_path: Path, sink: Sink) -> tuple[Any, list[str]]:
     env = StreamEnvironment(
         parallelism=2, executor="inprocess", batch_size=32,
         checkpoint=CheckpointConfig(directory=str(manifests), filesystem=faulty_filesystem(), interval=0.05,
-                                    tolerable_failures=3),
+                                    tolerable_failures=3, merge_files=False),  # a .keyed file to flip
         restart=RestartStrategy(max_restarts=3, delay=0.0),
     )
     env.from_source(ListSource(WORDS, splits=2)).map(crash_once).key_by(lambda w: w).count().sink_to(recording)

@@ -113,7 +113,9 @@ def _crash_after_commits(
             crashed.append(FAULTS.arm("flip", where, times=times))  # the next such file read is corrupt
             raise InjectedFailure("crash")
 
-    result, _ = _run(tmp_path, on_record=crash_once, sink=sink)
+    # a state file of its own: `merge_files=False` (the fault's flip does not reach the ranged
+    # reads of a merged file's segments; tests/state/test_merged_checkpoint_files.py)
+    result, _ = _run(tmp_path, on_record=crash_once, sink=sink, merge_files=pattern != ".keyed")
     assert crashed and crashed[0].hits, "the corruption never struck"
     return result, sink, crashed
 

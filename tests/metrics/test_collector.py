@@ -30,7 +30,7 @@ def _report(vertex: int, subtask: int, counts: list[tuple[str, int, int]], busy:
             held: float = 0.0, elapsed: float = 1.0, marks: tuple[float, ...] = (),
             queued: tuple[int, ...] = ()) -> TaskMetrics:
     ops = tuple(OperatorMetrics(name, i, o) for name, i, o in counts)
-    return TaskMetrics(TaskId(vertex, subtask), ops, marks, busy, held, elapsed, queued)
+    return TaskMetrics(TaskId(vertex, subtask), ops, marks, busy, held, elapsed, max(queued, default=0), sum(queued))
 
 
 def test_operators_sum_their_subtasks_and_rates_come_from_two_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:

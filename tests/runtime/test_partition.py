@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from epochal.errors import KeySelectorError
 from epochal.plan.specs import BROADCAST, FORWARD, REBALANCE, Partitioning, PartitionKind
 from epochal.runtime.task.partition import Partitioner
-from epochal.runtime.wire.batches import batch_len, to_records
+from epochal.runtime.wire.batches import batch_len, columns_of, to_arrow, to_records
 from epochal.runtime.wire.elements import Batch
 from epochal.state.keygroups import key_group_of, subtask_of_key_group
 
@@ -151,3 +151,10 @@ def test_forward_and_single_channel_edges_keep_the_batch_on_channel_zero() -> No
 def test_empty_batches_go_nowhere() -> None:
     for p in (key_group_partitioner("k", 3), Partitioner(BROADCAST, 3, 0, 128, "t")):
         assert list(p.split([])) == []
+
+
+def test_columns_of_transposes_rows_as_zip_does() -> None:
+    rows = [(f"w{i}", i, i / 2) for i in range(1000)]
+    assert columns_of(rows, 3) == [list(c) for c in zip(*rows, strict=True)]
+    assert columns_of([], 2) == [[], []]
+    assert to_arrow(rows).column(2).to_pylist() == [i / 2 for i in range(1000)]

@@ -57,3 +57,77 @@ def test_watermarks_never_go_back(events: list[tuple[int, float]]) -> None:
             assert advance.timestamp >= last
             last = advance.timestamp
     assert marks.current == last
+
+
+class _Reference:
+    """The minimum over the inputs as it was computed before it was kept: from scratch, per event."""
+
+    def __init__(self, channels: int, back_edges: frozenset[int]) -> None:
+        self.marks = [-math.inf] * channels
+        self.idle = [False] * channels
+        self.counted = [i not in back_edges for i in range(channels)]
+        self.current = -math.inf
+        self.is_idle = False
+
+    def watermark(self, channel: int, timestamp: float, idle: bool) -> WatermarkAdvance | None:
+        if not self.counted[channel]:
+            return None
+        self.idle[channel] = idle
+        if timestamp > self.marks[channel] or timestamp == -math.inf:
+            self.marks[channel] = timestamp
+        return self.combine()
+
+    def end(self, channel: int) -> WatermarkAdvance | None:
+        if not self.counted[channel]:
+            return None
+        self.marks[channel], self.idle[channel] = END_OF_TIME, False
+        return self.combine()
+
+    def combine(self) -> WatermarkAdvance | None:
+        counted = [(m, i) for m, i, c in zip(self.marks, self.idle, self.counted) if c]
+        open_marks = [(m, i) for m, i in counted if m != END_OF_TIME]
+        if counted and not open_marks:
+            low = END_OF_TIME
+        else:
+            live = [m for m, i in open_marks if not i]
+            if not live:
+                top = max(m for m, _ in open_marks)
+                moved = top > self.current
+                if moved:
+                    self.current = top
+                if moved or not self.is_idle:
+                    self.is_idle = True
+                    return WatermarkAdvance(self.current, idle=True)
+                return None
+            low = min(live)
+        was_idle, self.is_idle = self.is_idle, False
+        if low > self.current:
+            self.current = low
+            return WatermarkAdvance(low)
+        if was_idle:
+            return WatermarkAdvance(self.current)
+        return None
+
+
+events = st.lists(
+    st.tuples(st.integers(0, 5), st.sampled_from(["mark", "idle", "end", "back"]), st.integers(0, 6)), max_size=60
+)
+
+
+@given(events, st.frozensets(st.integers(0, 5), max_size=2))
+def test_the_kept_minimum_is_the_minimum_over_the_inputs_after_every_event(
+    trace: list[tuple[int, str, int]], back_edges: frozenset[int]
+) -> None:
+    kept, reference = InputWatermarks(6, back_edges), _Reference(6, back_edges)
+    ended: set[int] = set()
+    for channel, kind, t in trace:
+        if channel in ended:  # nothing follows an end on a channel
+            continue
+        if kind == "end":
+            ended.add(channel)
+            assert kept.on_end(channel) == reference.end(channel)
+        else:
+            timestamp = -math.inf if kind == "back" else float(t)
+            idle = kind == "idle"
+            assert kept.on_watermark(channel, timestamp, idle) == reference.watermark(channel, timestamp, idle)
+        assert (kept.current, kept.is_idle) == (reference.current, reference.is_idle)

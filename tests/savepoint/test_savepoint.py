@@ -79,7 +79,7 @@ def test_uid_names_state_in_checkpoints_savepoints_and_the_reader(tmp_path):
     env.execute("first")
     manifest = CheckpointStorage(directory).resolve("latest")
     assert "my-counts" in {op.uid for op in manifest.operators}
-    assert any(h.path.split("/")[-1].startswith("my-counts-") for h in manifest.files())
+    assert any(st.keyed is not None for st in manifest.operator("my-counts").subtasks)  # its state, by uid
     savepoint = str(tmp_path / "sp")
     assert create_savepoint(CheckpointStorage(directory), "latest", savepoint).operator("my-counts")
     assert len(read_state(savepoint, "my-counts")) == 17
@@ -113,9 +113,9 @@ def test_a_corrupt_savepoint_is_refused(tmp_path):
     env.execute("first")
     savepoint = str(tmp_path / "sp")
     manifest = create_savepoint(CheckpointStorage(directory), "latest", savepoint)
-    handle = next(h for h in manifest.files() if h.path.endswith(".keyed"))
+    handle = next(st.keyed for st in manifest.operator("counts").subtasks if st.keyed is not None)
     with open(os.path.join(savepoint, handle.path), "r+b") as f:
-        f.seek(10)
+        f.seek((handle.offset or 0) + 10)  # within the keyed state's segment of the merged file
         f.write(b"\xff\xff")
     # the size is right, so it resolves; its bytes are verified as the job copies it in
     assert load_savepoint(savepoint) == manifest

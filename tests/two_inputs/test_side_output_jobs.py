@@ -88,7 +88,7 @@ def test_side_outputs_commit_their_part_once_across_a_crash(tmp_path: Path, kind
     main, side = CollectSink(), CollectSink()
     out.sink_to(main)
     out.side_output(ODD_PAIRS).sink_to(side)
-    result = InProcessExecutor(seed=5, virtual_time=True, step_time=0.001).execute(env.job_graph(f"side-{kind}"))
+    result = InProcessExecutor(seed=7, virtual_time=True, step_time=0.001).execute(env.job_graph(f"side-{kind}"))
     assert result.restarts == 1 and result.restored_from[1] is not None, "restored from a checkpoint"
     want_main, want_side = _reference(kind, left, right)
     assert want_main and want_side

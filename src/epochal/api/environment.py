@@ -38,7 +38,7 @@ from ..plan.specs import SourceSpec
 from ..runtime.master.control import JobControl, JobState, JobStatus
 from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
-from ..state.keygroups import DEFAULT_MAX_PARALLELISM
+from ..state.keygroups import DEFAULT_MAX_PARALLELISM, MAX_KEY_GROUPS
 from .builder import GraphBuilder
 from .connector import Sink, Source
 from .handle import JobHandle
@@ -108,7 +108,9 @@ class StreamEnvironment(SqlMethods):
             default) takes the number of CPU cores.
         checkpoint: when and where to checkpoint (`CheckpointConfig`).
         restart: how often a failed job restarts from its latest checkpoint (default: 3 times).
-        max_parallelism: the number of key groups; fixed for the life of the job's state.
+        max_parallelism: the number of key groups (1 to 32,768; default 128, or
+            `state`'s `StateConfig(max_parallelism=...)`); fixed for the life of the job's state,
+            changed through a savepoint (`epochal savepoint rescale-groups`).
         executor: `"spark"` runs on Spark (a `SparkSession` given as `spark`, or a new
             `local[*]` one); `"inprocess"` runs every task in this process (tests, debugging).
         spark: the SparkSession to run on, for `executor="spark"`.
@@ -158,7 +160,7 @@ class StreamEnvironment(SqlMethods):
         *,
         checkpoint: CheckpointConfig | None = None,
         restart: RestartStrategy | None = None,
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        max_parallelism: int | None = None,
         executor: Executor = "spark",
         spark: Any = None,
         batch_size: int = 1024,
@@ -176,7 +178,8 @@ class StreamEnvironment(SqlMethods):
         tls: TlsConfig | None = None,
         network: NetworkConfig | None = None,
     ) -> None:
-        self.max_parallelism = check_int("max_parallelism", max_parallelism)
+        self.state = StateConfig() if state is None else check_instance("state", state, StateConfig)
+        self.max_parallelism = _max_parallelism(max_parallelism, self.state)
         if parallelism is None:
             self.parallelism = os.cpu_count() or 1
         else:
@@ -195,7 +198,6 @@ class StreamEnvironment(SqlMethods):
         self.batch_size = check_int("batch_size", batch_size)
         self.channel_capacity = check_int("channel_capacity", channel_capacity)
         self.seed = check_int("seed", seed, minimum=None)
-        self.state = StateConfig() if state is None else check_instance("state", state, StateConfig)
         self.gc_threshold = check_gc_threshold("gc_threshold", gc_threshold)
         if dead_letter is not None:
             check_has_methods("dead_letter", dead_letter, "Sink", ("create_writer",))
@@ -414,6 +416,18 @@ class StreamEnvironment(SqlMethods):
 
         control.watch(announce)
         return endpoint
+
+
+def _max_parallelism(given: int | None, state: StateConfig) -> int:
+    """The job's number of key groups: `StreamEnvironment(max_parallelism=...)` or the state
+    config's (the same if both are given), else the default."""
+    if given is not None:
+        check_int("max_parallelism", given, maximum=MAX_KEY_GROUPS)
+        if state.max_parallelism is not None and state.max_parallelism != given:
+            raise ValueError(
+                f"max_parallelism ({given}) and StateConfig(max_parallelism={state.max_parallelism}) differ; give one")
+        return given
+    return state.max_parallelism if state.max_parallelism is not None else DEFAULT_MAX_PARALLELISM
 
 
 def _check_within_max(parallelism: int, max_parallelism: int) -> None:

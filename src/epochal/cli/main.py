@@ -12,6 +12,7 @@
     epochal query URL UID KEY [--live]
     epochal checkpoints list D
     epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
+    epochal savepoint rescale-groups SRC DST --max-parallelism N [--checkpoint latest|ID]
 
 Mistakes a user makes (a missing job file or checkpoint directory, a URI no filesystem
 serves, a Spark master that cannot be reached, a job that must not start over earlier output)
@@ -221,9 +222,31 @@ def _savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescale_groups(args: argparse.Namespace) -> int:
+    from ..runtime.windowing.table_state import SPLITTERS  # window tables keep an entry per key group
+    from ..state.regroup import regroup_savepoint
+
+    try:
+        manifest = regroup_savepoint(args.source, args.target, args.max_parallelism, checkpoint=args.checkpoint,
+                                     splitters=SPLITTERS)
+    except ValueError as exc:
+        raise EpochalError(str(exc)) from exc
+    print(
+        f"savepoint of checkpoint {manifest.checkpoint_id} with {args.max_parallelism:,} key groups written to "
+        f"{args.target} ({manifest.full_size():,} bytes); start the job from it with "
+        f"StateConfig(max_parallelism={args.max_parallelism})"
+    )
+    return 0
+
+
+# `epochal savepoint rescale-groups ...` is one command: `main` joins its two words into this
+# name before parsing, as `savepoint` itself takes a directory as its first word.
+RESCALE_GROUPS = "savepoint rescale-groups"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: `run`, `status`, `cancel`, `rescale`, `move`, `patch`, `query`,
-    `checkpoints list` and `savepoint`."""
+    `checkpoints list`, `savepoint` and `savepoint rescale-groups`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -283,6 +306,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--token", help=f"for a running job: the token it printed at start (or set {TOKEN_ENV})")
     sp.set_defaults(func=_savepoint)
 
+    regroup = sub.add_parser(
+        RESCALE_GROUPS, help="re-split a savepoint's keyed state into another number of key groups (max parallelism)"
+    )
+    regroup.add_argument("source", help="a savepoint directory, or a job's checkpoint directory")
+    regroup.add_argument("target", help="where the new savepoint goes (must not exist, or be empty)")
+    regroup.add_argument("--max-parallelism", type=_positive_int, required=True, metavar="N",
+                         help="the new number of key groups (up to 32768)")
+    regroup.add_argument("--checkpoint", default="latest", metavar="latest|ID",
+                         help="of a checkpoint directory: 'latest' (default) or a checkpoint id")
+    regroup.set_defaults(func=_rescale_groups)
+
     rescale = sub.add_parser("rescale", help="change a running job's parallelism (live, or by restore)")
     rescale.add_argument("url", help="the job's control endpoint")
     rescale.add_argument("parallelism", type=_positive_int, help="the new parallelism")
@@ -323,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:  # everything after `--` belongs to the job file
         cut = argv.index("--")
         argv, job_args = argv[:cut], argv[cut + 1 :]
+    if argv[:2] == ["savepoint", "rescale-groups"]:
+        argv = [RESCALE_GROUPS, *argv[2:]]
     args = parser.parse_args(argv)
     args.job_args = job_args
     try:

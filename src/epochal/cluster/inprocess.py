@@ -5,7 +5,9 @@ runnable task, or a pending background snapshot write, with a seeded random gene
 runs with the same seed and a virtual clock interleave identically: a failing interleaving found
 by a randomized test replays exactly. With the wall clock (the default) timing is real but the
 order of steps is still drawn from the seed. A picked task takes a few steps in a row
-(`Task.run_steps`), as on a Spark worker, so backlogs form and get joined.
+(`Task.run_steps`), as on a Spark worker, so backlogs form and get joined. Only tasks that
+something happened to are drawn from (`ready_tasks`): the cost of a step does not grow with the
+number of tasks.
 
 Failures are the job master's (`runtime.master.job_master`): any error fails the attempt, and the job
 master decides whether and from which checkpoint the next one starts.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,7 +34,8 @@ from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
 from ..runtime.task.setup import STEPS_IN_A_ROW
 from ..runtime.task.task import Task
-from ..runtime.task.wiring import build_tasks, local_channels
+from ..runtime.task.wiring import build_tasks, local_channels, merger_for
+from .ready_tasks import ReadyTasks
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +107,18 @@ class InProcessExecutor:
         tasks: dict[TaskId, Task] = {}
 
         def send(task_id: TaskId, message: Any) -> None:
-            tasks[task_id].inbox.append(message)
+            task = tasks[task_id]
+            task.inbox.append(message)
+            task.wake()
 
         attempt = master.start_attempt(send)
-        outbox: list[Any] = []
+        outbox: deque[Any] = deque()
         background = _DeferredRunner()
+        merger = merger_for(job, master.storage, background, "inprocess")  # one file per checkpoint
         tasks.update(
             build_tasks(
                 job, job.task_ids(), local_channels(job), clock, master.storage, master.restore_from,
-                outbox.append, background,
+                outbox.append, background, merger,
             )
         )
         try:
@@ -121,6 +128,8 @@ class InProcessExecutor:
         except BaseException:
             for task in tasks.values():
                 task.close()
+            if merger is not None:
+                merger.close()
             raise
 
     def _loop(
@@ -129,12 +138,14 @@ class InProcessExecutor:
         attempt: Attempt,
         tasks: list[Task],
         background: _DeferredRunner,
-        outbox: list[Any],
+        outbox: deque[Any],
         clock: Clock,
         rng: random.Random,
     ) -> None:
         coordinator = attempt.coordinator
         virtual = clock if isinstance(clock, VirtualClock) else None
+        ready = ReadyTasks(tasks)
+        woken, pending = ready.woken, background.pending
 
         def metrics() -> list[TaskMetrics]:  # read by the job master twice a second
             return [t.task_metrics() for t in tasks]
@@ -145,25 +156,32 @@ class InProcessExecutor:
             master.report_progress(metrics)
             master.poll_control()
             coordinator.tick()
-            runnable: list[Any] = [t for t in tasks if t.is_runnable()]
-            n_tasks = len(runnable)
-            runnable.extend(background.pending)
-            if not runnable:
+            ready.due(clock.now())
+            if ready.counted_draw():
+                ready.rescan()
+            steps = 0
+            while (n := len(woken) + len(pending)) or ready.rescan():  # a uniform draw among the runnable
+                if not n:
+                    continue
+                pick = rng.randrange(n)
+                if pick >= len(woken):  # as many background writes as a task's steps, so writes keep pace
+                    pending.pop(pick - len(woken))()
+                    steps = 1
+                    while steps < STEPS_IN_A_ROW and pending:
+                        pending.pop(rng.randrange(len(pending)))()
+                        steps += 1
+                    break
+                task = woken[pick]
+                if task.is_runnable():
+                    steps = task.run_steps()
+                    ready.stepped(task, steps == STEPS_IN_A_ROW)
+                    break
+                ready.drop(task)
+            if not steps:
                 self._idle(attempt, tasks, clock, virtual)
                 continue
-            pick = rng.randrange(len(runnable))
-            if pick < n_tasks:
-                steps = runnable[pick].run_steps()
-            else:  # as many background writes as a task's steps, so writes keep pace
-                pending = background.pending
-                pending.remove(runnable[pick])
-                runnable[pick]()
-                steps = 1
-                while steps < STEPS_IN_A_ROW and pending:
-                    pending.pop(rng.randrange(len(pending)))()
-                    steps += 1
             while outbox:
-                attempt.deliver(outbox.pop(0))
+                attempt.deliver(outbox.popleft())
             if virtual is not None:
                 virtual.advance(self.step_time * steps)
         master.report_progress(metrics, now=True)  # the tasks' times as they finished

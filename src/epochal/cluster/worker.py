@@ -38,9 +38,10 @@ from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
 from ..runtime.clock import WallClock
+from ..runtime.task.file_merging import SnapshotMerger
 from ..runtime.task.setup import TaskState
 from ..runtime.task.task import Task
-from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys
+from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys, merger_for
 from ..runtime.wire.channel import LocalChannel
 from ..runtime.wire.messages import AcknowledgeCheckpoint, NotifyCheckpointComplete
 from ..runtime.wire.network import (
@@ -134,6 +135,7 @@ class Worker:
         self.held: list[ToTask] = []  # what came for the pending Start's tasks, not built yet
         self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
+        self.merger: SnapshotMerger | None = None  # this worker's one checkpoint file per checkpoint
         self.inputs: dict[int, RemoteInputChannel] = {}
         self.outputs: dict[int, RemoteOutputChannel] = {}
         self.future_frames: list[tuple[int, int, int, bytes]] = []
@@ -220,7 +222,9 @@ class Worker:
                 ends[key] = ChannelEnds(None, inp)
         mine = [t for t in self.job.task_ids() if worker_of(t) == self.index]
         send = self._sender(attempt_no)
-        self.tasks = build_tasks(self.job, mine, ends, self.clock, self.storage, manifest, send, self.background)
+        self.merger = merger_for(self.job, self.storage, self.background, f"worker-{self.index}")
+        self.tasks = build_tasks(self.job, mine, ends, self.clock, self.storage, manifest, send, self.background,
+                                 self.merger)
         try:
             for task in self.tasks.values():
                 task.open()
@@ -245,6 +249,9 @@ class Worker:
         for task in self.tasks.values():
             task.close()
         self.tasks = {}
+        if self.merger is not None:
+            self.merger.close()
+            self.merger = None
 
     def _fail(self, exc: BaseException) -> None:
         log.warning("worker %d: task failed: %s", self.index, exc)

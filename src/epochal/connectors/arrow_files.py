@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import EpochalError
-from ..runtime.wire.batches import to_arrow
+from ..runtime.wire.batches import columns_of, to_arrow
 from ..runtime.wire.elements import Batch
 
 __all__ = [
@@ -64,7 +64,7 @@ def _rows_with_schema(rows: list[Any], schema: pa.Schema) -> pa.RecordBatch:
         if any(not isinstance(r, tuple) or len(r) != len(schema) for r in rows):
             bad = next(r for r in rows if not isinstance(r, tuple) or len(r) != len(schema))
             raise ValueError(f"record {bad!r} does not have the {len(schema)} fields of the schema {schema.names}")
-        columns = zip(*rows)
+        columns = columns_of(rows, len(schema))
         return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema)], schema=schema)
     if len(schema) != 1:
         raise ValueError(f"record {first!r} is one value, but the schema has {len(schema)} fields {schema.names}")

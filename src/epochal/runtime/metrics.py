@@ -49,7 +49,10 @@ class TaskMetrics:
         backpressured_s: seconds it could not run because an output channel was full.
         elapsed_s: seconds since it opened; the rest of it was idle (no input, or, on a shared
             core, another task's turn).
-        queued: elements waiting in each input channel.
+        input_fullest: elements waiting in its fullest input channel.
+        input_queued: elements waiting in all its input channels. Two numbers, not one per
+            channel: a task of a keyed vertex has an input per upstream subtask, and a report
+            per second from every task to the job master must not grow with the parallelism.
     """
 
     task: TaskId
@@ -58,7 +61,8 @@ class TaskMetrics:
     busy_s: float = 0.0
     backpressured_s: float = 0.0
     elapsed_s: float = 0.0
-    queued: tuple[int, ...] = ()
+    input_fullest: int = 0
+    input_queued: int = 0
 
     @staticmethod
     def of_counts(task: TaskId, operators: Iterable[OperatorMetrics]) -> TaskMetrics:
@@ -71,6 +75,10 @@ class CheckpointStatus(Enum):
     COMPLETED = "completed"
     ABORTED = "aborted"
 
+
+# The share of the job master's time live metrics may take: a snapshot is O(tasks) (at 512 tasks,
+# tens of ms on these cores), so at scale snapshots come less often than `metrics_interval`.
+METRICS_SHARE = 0.02
 
 @dataclass(frozen=True, slots=True)
 class CheckpointRecord:

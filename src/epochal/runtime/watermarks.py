@@ -114,6 +114,12 @@ class SplitWatermarks:
 class InputWatermarks:
     """A task's watermark: the minimum over its input channels that count.
 
+    A keyed edge gives a task one input per upstream subtask, and every one of them sends its
+    watermarks (and its end): so the minimum is kept, not recomputed per watermark. The inputs
+    at the minimum are counted; only when the last of them moves on is the minimum found again,
+    once for every input that moved, so a task's watermark costs O(1) per watermark amortised,
+    whatever its number of inputs.
+
     Args:
         channels: the number of inputs.
         back_edges: inputs that close a loop; they never hold the watermark back.
@@ -123,6 +129,11 @@ class InputWatermarks:
         self._marks = [NO_WATERMARK] * channels
         self._idle = [False] * channels
         self._counted = [i not in back_edges for i in range(channels)]
+        self._n_counted = sum(self._counted)
+        self._open = self._n_counted  # counted inputs not ended
+        self._live = self._n_counted  # counted inputs neither ended nor idle
+        self._low: float | None = NO_WATERMARK if self._live else None  # the live minimum; None: to find
+        self._at_low = self._live  # live inputs at `_low`
         self.current = NO_WATERMARK
         self.is_idle = False
         self.has_seen = False  # a watermark arrived: this task is on event time
@@ -131,36 +142,66 @@ class InputWatermarks:
         if not self._counted[channel]:
             return None
         self.has_seen = True
-        self._idle[channel] = idle
-        if timestamp > self._marks[channel] or timestamp == NO_WATERMARK:  # NO_WATERMARK: `take_back`
-            self._marks[channel] = timestamp
+        mark = self._marks[channel]
+        if timestamp > mark or timestamp == NO_WATERMARK:  # NO_WATERMARK: `take_back`
+            mark = timestamp
+        self._set(channel, mark, idle)
         return self._combine()
 
     def on_end(self, channel: int) -> WatermarkAdvance | None:
         """A channel ended: it holds nothing back any more."""
         if not self._counted[channel]:
             return None
-        self._marks[channel] = END_OF_TIME
-        self._idle[channel] = False
+        self._set(channel, END_OF_TIME, False)
         return self._combine()
 
+    def _set(self, channel: int, mark: float, idle: bool) -> None:
+        old, was_idle = self._marks[channel], self._idle[channel]
+        if old != END_OF_TIME:
+            if not was_idle:
+                self._live -= 1
+                if old == self._low:
+                    self._at_low -= 1
+                    if not self._at_low:
+                        self._low = None  # found again when asked
+            if mark == END_OF_TIME:
+                self._open -= 1
+        elif mark != END_OF_TIME:
+            self._open += 1
+        self._marks[channel], self._idle[channel] = mark, idle
+        if mark != END_OF_TIME and not idle:
+            self._live += 1
+            low = self._low
+            if low is not None:
+                if mark < low:
+                    self._low, self._at_low = mark, 1
+                elif mark == low:
+                    self._at_low += 1
+            elif self._live == 1:
+                self._low, self._at_low = mark, 1
+
+    def _live_low(self) -> float:
+        if self._low is None:
+            live = [m for m, idle, c in zip(self._marks, self._idle, self._counted, strict=True)
+                    if c and not idle and m != END_OF_TIME]
+            self._low = min(live)
+            self._at_low = live.count(self._low)
+        return self._low
+
     def _combine(self) -> WatermarkAdvance | None:
-        counted = [(m, idle) for m, idle, c in zip(self._marks, self._idle, self._counted) if c]
-        open_marks = [(m, idle) for m, idle in counted if m != END_OF_TIME]
-        if counted and not open_marks:  # every input ended
+        if self._n_counted and not self._open:  # every input ended
             low = END_OF_TIME
+        elif not self._live:  # the open inputs are all idle: move to the largest mark, say so once
+            top = max(m for m, c in zip(self._marks, self._counted, strict=True) if c and m != END_OF_TIME)
+            moved = top > self.current
+            if moved:
+                self.current = top
+            if moved or not self.is_idle:
+                self.is_idle = True
+                return WatermarkAdvance(self.current, idle=True)
+            return None
         else:
-            live = [m for m, idle in open_marks if not idle]
-            if not live:  # the open inputs are all idle: move to the largest mark, say so once
-                top = max(m for m, _ in open_marks)
-                moved = top > self.current
-                if moved:
-                    self.current = top
-                if moved or not self.is_idle:
-                    self.is_idle = True
-                    return WatermarkAdvance(self.current, idle=True)
-                return None
-            low = min(live)
+            low = self._live_low()
         was_idle, self.is_idle = self.is_idle, False
         if low > self.current:
             self.current = low

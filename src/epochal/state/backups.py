@@ -48,7 +48,8 @@ class BackupRetained:
 
 @dataclass(slots=True)
 class _Owner:
-    """What one backed-up worker's copies are: files by path, and its last snapshots' file sets."""
+    """What one backed-up worker's copies are: files by label (a merged file's segments one by
+    one), and its last snapshots' file sets (by path)."""
 
     files: dict[str, BackupFile] = field(default_factory=dict)
     retained: dict[int, set[str]] = field(default_factory=dict)  # checkpoint id → paths, oldest first
@@ -64,7 +65,7 @@ class BackupStore:
         self.bytes_read = 0
 
     def put(self, copy: BackupFile) -> None:
-        self._owners.setdefault(copy.worker, _Owner()).files[copy.handle.path] = copy
+        self._owners.setdefault(copy.worker, _Owner()).files[copy.handle.label] = copy
 
     def retained(self, notice: BackupRetained) -> None:
         """A task of `notice.worker` snapshotted `notice.checkpoint_id`: keep the files the
@@ -77,13 +78,14 @@ class BackupStore:
         newest = max(owner.retained)
         keep = set().union(*owner.retained.values())
         owner.files = {
-            path: copy for path, copy in owner.files.items() if path in keep or copy.checkpoint_id >= newest
+            label: copy for label, copy in owner.files.items()
+            if copy.handle.path in keep or copy.checkpoint_id >= newest
         }
 
     def get(self, handle: FileHandle) -> bytes | None:
         """The bytes of `handle` if a copy is here and matches it; None: read it from storage."""
         for owner in list(self._owners.values()):  # the snapshot thread reads too (pre-copy)
-            copy = owner.files.get(handle.path)
+            copy = owner.files.get(handle.label)
             if copy is None:
                 continue
             data = copy.data

@@ -5,7 +5,9 @@ name is always whole: `write` writes under a temporary name, computing the file'
 way, and renames it into place (the manifest's rename is then the commit point of an epoch,
 dissertation §4.1.3, which `storage.CheckpointStorage` builds on). `read_file` checks a file's
 size and SHA-256 against its handle and is the one place that does; `open_ranged` hands out a
-file a range at a time for readers that check each section's own CRC-32 instead.
+file a range at a time for readers that check each section's own CRC-32 instead. A handle may
+name a segment of a merged file (`merged_files`): then both read only the segment's range, and
+`read_file` checks the segment's SHA-256.
 """
 
 from __future__ import annotations
@@ -78,39 +80,52 @@ class CheckedFiles:
         return FileHandle(relative, size, digest.hexdigest())
 
     def read_file(self, handle: FileHandle) -> bytes:
-        """Read a data file and verify its bytes against its handle.
+        """Read a data file (or a merged file's segment) and verify its bytes against its handle.
 
         Raises:
             CorruptCheckpointError: the file is missing, or its size or SHA-256 differs; the
                 message names the checkpoint whose directory holds it, and the file.
         """
-        try:
-            with self.fs.open_input_stream(self._abs(handle.path)) as f:
-                data: bytes = f.read()
-        except OSError as exc:
-            raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
+        if handle.offset is not None:
+            ranged = CheckedFiles._open_range(self, handle)
+            try:
+                data = ranged.slice(0, handle.size)
+            finally:
+                ranged.release()
+        else:
+            try:
+                with self.fs.open_input_stream(self._abs(handle.path)) as f:
+                    data = f.read()
+            except OSError as exc:
+                where = f"{_checkpoint_label(handle.path)}{handle.label}"
+                raise CorruptCheckpointError(f"{where}: missing ({exc})") from exc
         self._verify(handle, len(data), hashlib.sha256(data))
         return data
 
     def open_ranged(self, handle: FileHandle) -> list[bytes] | RangedFile:
-        """The file to read a range at a time (`RangedFile`), for a reader that wants only some
-        of a keyed-state file's sections and checks each by its own CRC-32
+        """The file (or segment) to read a range at a time (`RangedFile`), for a reader that
+        wants only some of a keyed-state file's sections and checks each by its own CRC-32
         (`snapshot_files.KeyedFile`): its SHA-256 is not checked, as that reads every byte."""
+        return self._open_range(handle)
+
+    def _open_range(self, handle: FileHandle) -> RangedFile:
         try:
             f = self.fs.open_input_file(self._abs(handle.path))
         except OSError as exc:
-            raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.path}: missing ({exc})") from exc
-        if (size := f.size()) != handle.size:
+            raise CorruptCheckpointError(f"{_checkpoint_label(handle.path)}{handle.label}: missing ({exc})") from exc
+        start = handle.offset or 0
+        if (size := f.size()) < start + handle.size or (handle.offset is None and size != handle.size):
             f.close()
             raise CorruptCheckpointError(
-                f"{_checkpoint_label(handle.path)}{handle.path}: {size} bytes, not {handle.size} (truncated?)")
-        return RangedFile(f)
+                f"{_checkpoint_label(handle.path)}{handle.label}: the file has {size} bytes, not "
+                f"{start + handle.size}{'' if handle.offset is None else ' or more'} (truncated?)")
+        return RangedFile(f, start, handle.size)
 
     @staticmethod
     def _verify(handle: FileHandle, size: int, digest: Any) -> None:
         if size != handle.size or digest.hexdigest() != handle.sha256:
             raise CorruptCheckpointError(
-                f"{_checkpoint_label(handle.path)}{handle.path}: checksum mismatch (corrupt or truncated)"
+                f"{_checkpoint_label(handle.path)}{handle.label}: checksum mismatch (corrupt or truncated)"
             )
 
     def has_file(self, relative: str) -> bool:
@@ -132,17 +147,19 @@ def _checkpoint_label(path: str) -> str:
 
 
 class RangedFile:
-    """An open data file read a range at a time (`snapshot_files.RangedBytes`); `release` closes it."""
+    """An open data file, or the `size` bytes from `start` of one (a merged file's segment), read
+    a range at a time (`snapshot_files.RangedBytes`); `release` closes it."""
 
-    def __init__(self, f: pa.NativeFile) -> None:
+    def __init__(self, f: pa.NativeFile, start: int = 0, size: int | None = None) -> None:
         self._f = f
-        self._size: int = f.size()
+        self._start = start
+        self._size: int = f.size() - start if size is None else size
 
     def __len__(self) -> int:
         return self._size
 
     def slice(self, start: int, end: int) -> bytes:
-        data: bytes = self._f.read_at(end - start, start)
+        data: bytes = self._f.read_at(end - start, self._start + start)
         if len(data) != end - start:
             raise CorruptCheckpointError(f"short read at {start} (truncated?)")
         return data

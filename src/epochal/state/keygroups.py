@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..config import MAX_KEY_GROUPS as MAX_KEY_GROUPS
+
 DEFAULT_MAX_PARALLELISM = 128
 
 

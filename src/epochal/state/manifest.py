@@ -11,6 +11,13 @@ The JSON is the records' fields, nothing hand-written per field: `to_plain` and 
 walk the dataclass fields and their type hints. A field added with a default reads older
 manifests unchanged; that is how version 1 (one keyed file per subtask, no chains and no
 savepoint flag) still loads.
+
+Since version 5 a file handle may name a *segment* of a merged file (`state.merged_files`: one
+file per worker and checkpoint holding all of its subtasks' files, as Flink's file merging,
+FLIP-306): `offset` says where it starts, `size` and `sha256` are the segment's own, and the
+manifest lists every merged file it references in `merged`, with the whole file's size and
+SHA-256. So every byte a restore reads is still checked against a checksum, and checking that
+the files exist with their sizes stays one metadata call per file.
 """
 
 from __future__ import annotations
@@ -46,11 +53,13 @@ __all__ = [
     "from_plain",
 ]
 
-FORMAT_VERSION = 4
-# 1: one keyed file per subtask, no chains; 2: no split logs; 3: no routing tables (contiguous ranges)
-READABLE_VERSIONS = frozenset({1, 2, 3, 4})
+FORMAT_VERSION = 5
+# 1: one keyed file per subtask, no chains; 2: no split logs; 3: no routing tables (contiguous
+# ranges); 4: no merged files (no segments)
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5})
 CHECKPOINT_PREFIX = "chk-"
 _STORED = "stored"  # field metadata key: False keeps a field out of the JSON
+_SPARSE = "sparse"  # field metadata key: True leaves the field out of the JSON when it has its default
 
 
 def checkpoint_dir_name(checkpoint_id: int) -> str:
@@ -69,11 +78,23 @@ def checkpoint_of_path(path: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class FileHandle:
-    """A file of a checkpoint: path relative to the storage root, size, and SHA-256."""
+    """A file of a checkpoint: path relative to the storage root, size, and SHA-256; or, with an
+    `offset`, a segment of a merged file: `size` bytes from `offset` of the file at `path`, and
+    their SHA-256 (the merged file's own are in `Manifest.merged`)."""
 
     path: str
     size: int
     sha256: str
+    offset: int | None = field(default=None, metadata={_SPARSE: True})
+
+    @property
+    def is_segment(self) -> bool:
+        return self.offset is not None
+
+    @property
+    def label(self) -> str:
+        """What names the bytes, in messages and as a key: `path`, or `path@offset` for a segment."""
+        return self.path if self.offset is None else f"{self.path}@{self.offset}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +133,15 @@ class OperatorState:
 
 @dataclass(frozen=True, slots=True)
 class TaskCheckpointStats:
-    """What one task's part of a checkpoint cost."""
+    """What one task's part of a checkpoint cost; `barrier_ms`: from the trigger until the task
+    fixed its state (the barrier's way there, alignment included)."""
 
     task: str
     alignment_ms: float
     sync_ms: float
     async_ms: float
     bytes: int
+    barrier_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +181,11 @@ class Manifest:
     split_logs: tuple[SplitLogState, ...] = ()  # of sources whose splits are found as they run
     # who owns which key group from this checkpoint on, once key groups moved (`RoutingTable`)
     routing: RoutingTable | None = None
-    patches: tuple[PatchState, ...] = ()  # live logic patches in effect (`runtime.patches`)
+    # the merged files the segments it lists live in, whole (`state.merged_files`), by path
+    merged: tuple[FileHandle, ...] = field(default=(), metadata={_SPARSE: True})
+    # the job master's CPU time for the checkpoint (trigger, acknowledgements, this manifest)
+    coordinator_ms: float = 0.0
+    patches: tuple[PatchState, ...] = field(default=(), metadata={_SPARSE: True})  # live logic patches in effect
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
     # the epochs after it a restore replays at their cuts (`state.replay`): the job master's, not stored
@@ -178,18 +205,39 @@ class Manifest:
         return None
 
     def files(self) -> Iterable[FileHandle]:
-        """Every file a restore reads, each once (chains share files between subtasks)."""
+        """Every file (or segment of a merged file) a restore reads, each once (chains share
+        files between subtasks)."""
         seen: set[str] = set()
         for op in self.operators:
             for st in op.subtasks:
                 for handle in (*st.keyed_chain(), st.operator):
-                    if handle is not None and handle.path not in seen:
-                        seen.add(handle.path)
+                    if handle is not None and handle.label not in seen:
+                        seen.add(handle.label)
                         yield handle
         for split_log in self.split_logs:
             yield from split_log.segments
         for patch in self.patches:
             yield patch.file
+
+    def stored_files(self) -> list[FileHandle]:
+        """The files as they lie in storage, each once: the files its handles name, and the
+        merged files its segments live in (whole). What retention counts and `check_files`
+        checks the sizes of."""
+        merged = {h.path: h for h in self.merged}
+        out: dict[str, FileHandle] = {}
+        for handle in self.files():
+            if handle.path in out:
+                continue
+            if handle.is_segment:
+                whole = merged.get(handle.path)
+                if whole is None:
+                    raise CorruptCheckpointError(
+                        f"checkpoint {self.checkpoint_id}: segment {handle.label} of a merged file the manifest "
+                        "does not list")
+                out[handle.path] = whole
+            else:
+                out[handle.path] = handle
+        return list(out.values())
 
     def written_size(self) -> int:
         """Bytes of the files that live in this checkpoint's own directory (new in it)."""
@@ -271,6 +319,8 @@ class _Field:
     name: str
     hint: Any
     required: bool
+    sparse: bool = False
+    default: Any = None
 
 
 @functools.cache
@@ -278,7 +328,8 @@ def _stored_fields(cls: type) -> tuple[_Field, ...]:
     """The stored fields of a dataclass with their resolved type hints (computed once per type)."""
     hints = get_type_hints(cls)
     return tuple(
-        _Field(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING)
+        _Field(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING,
+               bool(f.metadata.get(_SPARSE, False)), f.default)
         for f in fields(cls)
         if f.metadata.get(_STORED, True)
     )
@@ -287,12 +338,19 @@ def _stored_fields(cls: type) -> tuple[_Field, ...]:
 def to_plain(value: Any) -> Any:
     """A record as JSON values: a dataclass becomes a dict of its stored fields, a tuple a list.
 
-    Unlike `dataclasses.asdict`, leaves are not deep-copied (they are immutable).
+    Unlike `dataclasses.asdict`, leaves are not deep-copied (they are immutable). A sparse field
+    at its default is left out (a manifest lists thousands of handles at scale).
     """
     if isinstance(value, tuple):
         return [to_plain(v) for v in value]
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in _stored_fields(type(value))}
+        out = {}
+        for f in _stored_fields(type(value)):
+            v = getattr(value, f.name)
+            if f.sparse and v == f.default:
+                continue
+            out[f.name] = to_plain(v)
+        return out
     return value
 
 

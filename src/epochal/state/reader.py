@@ -73,7 +73,7 @@ def iter_state(
             continue
         groups: dict[int, dict[str, dict[Any, Any]]] = {}
         for handle in st.keyed_chain():
-            is_delta, sections = decode_keyed_file(storage.read_file(handle), these, source=handle.path)
+            is_delta, sections = decode_keyed_file(storage.read_file(handle), these, source=handle.label)
             apply_sections(groups, is_delta, sections)
         for key_group in sorted(groups):
             for name in sorted(groups[key_group]):

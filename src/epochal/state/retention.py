@@ -59,7 +59,7 @@ class Retention:
     def add(self, manifest: Manifest) -> None:
         """Count the files of a newly complete checkpoint."""
         self.forget(manifest.checkpoint_id)  # rewritten (a retried final checkpoint): count once
-        paths = tuple(h.path for h in manifest.files())
+        paths = tuple(h.path for h in manifest.stored_files())  # a merged file once, whatever its segments
         self._files[manifest.checkpoint_id] = paths
         for path in paths:
             count = self._refs.get(path, 0)

@@ -10,13 +10,14 @@ its own storage's next checkpoint, so it never reads or deletes the user's direc
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from dataclasses import replace
 
 import pyarrow.fs as pafs
 
-from ..errors import CheckpointError, NoCheckpointError
-from .checked_files import resolve_uri
+from ..errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
+from .checked_files import CheckedFiles, resolve_uri
 from .manifest import FileHandle, Manifest
 from .storage import MANIFEST_NAME, CheckpointStorage
 
@@ -29,7 +30,7 @@ def rebase(manifest: Manifest, prefix: str) -> Manifest:
     """`manifest` with `prefix` put before the path of every file it lists."""
 
     def moved(h: FileHandle) -> FileHandle:
-        return FileHandle(prefix + h.path, h.size, h.sha256)
+        return replace(h, path=prefix + h.path)
 
     operators = tuple(
         replace(
@@ -47,15 +48,28 @@ def rebase(manifest: Manifest, prefix: str) -> Manifest:
         for op in manifest.operators
     )
     split_logs = tuple(replace(log, segments=tuple(moved(h) for h in log.segments)) for log in manifest.split_logs)
+    merged = tuple(moved(h) for h in manifest.merged)
     patches = tuple(replace(patch, file=moved(patch.file)) for patch in manifest.patches)
-    return replace(manifest, operators=operators, split_logs=split_logs, patches=patches)
+    return replace(manifest, operators=operators, split_logs=split_logs, merged=merged, patches=patches)
 
 
 def _copy_files(manifest: Manifest, dest: CheckpointStorage, prefix: str) -> None:
-    """Copy every file of `manifest` into `dest` under `prefix`, its bytes verified on the way."""
+    """Copy every file of `manifest` into `dest` under `prefix`, its bytes verified on the way:
+    a merged file whole (against its own checksum), with every segment the manifest lists of
+    it checked too."""
     source = storage_for(manifest, None)
+    segments: dict[str, list[FileHandle]] = {}
     for handle in manifest.files():
-        copied = dest.write(prefix + handle.path, source.read_file(handle))
+        if handle.is_segment:
+            segments.setdefault(handle.path, []).append(handle)
+    for handle in manifest.stored_files():
+        data = CheckedFiles.read_file(source, handle)  # the whole file, checked
+        for segment in segments.get(handle.path, ()):
+            start = segment.offset or 0
+            part = data[start: start + segment.size]
+            if hashlib.sha256(part).hexdigest() != segment.sha256 or len(part) != segment.size:
+                raise CorruptCheckpointError(f"{segment.label}: checksum mismatch (corrupt or truncated)")
+        copied = dest.write(prefix + handle.path, data)
         if (copied.size, copied.sha256) != (handle.size, handle.sha256):
             raise CheckpointError(f"copying {handle.path} changed it")
 

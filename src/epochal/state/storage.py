@@ -1,13 +1,12 @@
 """Checkpoint storage: a directory per checkpoint on any pyarrow filesystem, manifest last.
 
-Layout: `<root>/chk-<id:08d>/` holds one file per subtask and operator, then `MANIFEST.copy.json`
-and `MANIFEST.json`. A checkpoint is *complete* iff its manifest exists. Every file, data and
-manifest alike, is written under a temporary name and renamed into place, so a file under its
-own name is always whole; the manifest's rename is the commit point of the epoch (dissertation
-§4.1.3). The copy is written before it, so a complete checkpoint always has both: a manifest
-found corrupt (a flipped bit, a truncated write the rename did not catch) is repaired from its
-copy when the copy is intact, instead of costing the checkpoint (`manifest_copy`); the copy alone
-never makes a checkpoint complete.
+Layout: `<root>/chk-<id:08d>/` holds one merged file per worker (`merged_files`; or, with
+`CheckpointConfig(merge_files=False)`, one file per subtask and operator), then `MANIFEST.json`.
+A checkpoint is *complete* iff its manifest exists. Every file, data and manifest alike, is
+written under a temporary name and renamed into place, so a file under its own name is always
+whole; the manifest's rename is the commit point of the epoch (dissertation §4.1.3). A copy of
+the manifest (`MANIFEST.copy.json`) is written before it: a corrupt manifest is repaired from an
+intact copy instead of costing the checkpoint (`manifest_copy`).
 
 Bytes are verified where they are read (`checked_files.CheckedFiles`, which this class extends
 with the layout of checkpoints, their manifests and their chained backups). Resolving a
@@ -111,7 +110,7 @@ class CheckpointStorage(CheckedFiles):
         checkpoint would be unrestorable. It fails instead, and the job's next one is whole.
         """
         own = checkpoint_dir_name(manifest.checkpoint_id) + "/"
-        shared = [self._abs(h.path) for h in manifest.files() if not h.path.startswith(own)]
+        shared = [self._abs(h.path) for h in manifest.stored_files() if not h.path.startswith(own)]
         if not shared:
             return
         try:
@@ -191,12 +190,13 @@ class CheckpointStorage(CheckedFiles):
 
     # -- verification ----------------------------------------------------------------------------
     def check_files(self, manifest: Manifest) -> None:
-        """Check that every file of a checkpoint exists with its recorded size (metadata only).
+        """Check that every file of a checkpoint exists with its recorded size (metadata only;
+        a merged file's size is the manifest's `merged` entry's).
 
         Raises:
             CorruptCheckpointError: a file is missing or has another size (truncated, appended).
         """
-        handles = list(manifest.files())
+        handles = manifest.stored_files()
         if not handles:
             return
         try:
@@ -213,10 +213,13 @@ class CheckpointStorage(CheckedFiles):
                 )
 
     def verify(self, manifest: Manifest) -> None:
-        """Read every byte of every file of a checkpoint; raises CorruptCheckpointError on the
-        first bad one. For tools and tests: a restore verifies the bytes it reads anyway."""
+        """Read every byte of every file of a checkpoint, each segment of a merged file against
+        its own checksum and each merged file whole against its; raises CorruptCheckpointError
+        on the first bad one. For tools and tests: a restore verifies the bytes it reads anyway."""
         for handle in manifest.files():
             self.read_file(handle)
+        for whole in manifest.merged:
+            CheckedFiles.read_file(self, whole)
 
     def latest(self, before: int | None = None) -> Manifest | None:
         """The newest complete checkpoint (older than `before`, if given) whose manifest is

@@ -33,7 +33,7 @@ from ...config import CheckpointConfig
 from ...errors import CheckpointError, ReplayAbandoned
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
+from ...state.manifest import FileHandle, Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
 from ...state.storage import CheckpointStorage
 from ..channel_state import in_flight_uid
 from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
@@ -79,6 +79,11 @@ class PendingCheckpoint:
     split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
     routing: RoutingTable | None = None  # the routing table from this checkpoint on
     reroutes: bool = False  # key groups move at this checkpoint (`runtime.master.migrations`)
+    cpu_s: float = 0.0  # the coordinator's thread time on it so far (the job master's cost per checkpoint)
+    # merged files of complete checkpoints its chains may build on (their segments, not their
+    # files, are named by its acknowledgements): path → the whole file's handle; the
+    # coordinator's, kept up to date as checkpoints complete
+    earlier_merged: dict[str, FileHandle] = field(default_factory=dict)
     patch: int = 0  # the newest live patch its barrier carries (`runtime.patches`)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
@@ -96,10 +101,18 @@ class PendingCheckpoint:
 
     def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (),
                  patches: tuple[PatchState, ...] = ()) -> Manifest:
+        started = time.thread_time()
         by_uid: dict[str, list[SubtaskState]] = {}
+        merged: dict[str, FileHandle] = {}
         for ack in self.acks.values():
             for entry in ack.states:
                 by_uid.setdefault(entry.uid, []).append(entry.state)
+                for handle in (*entry.state.keyed_chain(), entry.state.operator):
+                    if handle is not None and handle.is_segment and handle.path not in merged \
+                            and handle.path in self.earlier_merged:  # a chain's earlier segment
+                        merged[handle.path] = self.earlier_merged[handle.path]
+            for handle in ack.merged:
+                merged[handle.path] = handle
         operators = []
         for vertex in job.vertices:
             for op in vertex.chain:
@@ -120,6 +133,8 @@ class PendingCheckpoint:
             is_final=self.is_final,
             split_logs=split_logs,
             routing=self.routing,
+            merged=tuple(merged[path] for path in sorted(merged)),
+            coordinator_ms=(self.cpu_s + time.thread_time() - started) * 1000,
             patches=patches,
         )
 
@@ -201,10 +216,30 @@ class CheckpointCoordinator:
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
         self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, to trigger first
         self.replayed: set[int] = set()
+        # per complete checkpoint a pending one may build on, the merged files its manifest lists;
+        # and all of them by path (what every pending checkpoint looks segments up in)
+        self._merged_of: dict[int, dict[str, FileHandle]] = {}
+        self._merged_known: dict[str, FileHandle] = {}
         self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
         self._replays, self.replayed = deque(sorted(checkpoint_ids)), set(checkpoint_ids)
+
+    def remember_merged(self, manifest: Manifest | None) -> None:
+        """The merged files of a complete checkpoint (the restored one) that new ones may build on."""
+        if manifest is not None and manifest.merged:
+            files = self._merged_of[manifest.checkpoint_id] = {h.path: h for h in manifest.merged}
+            self._merged_known.update(files)
+
+    def _forget_merged(self, before: int) -> None:
+        """No pending checkpoint builds on a checkpoint older than `before`: forget their files."""
+        old = [cid for cid in self._merged_of if cid < before]
+        if old:
+            for cid in old:
+                del self._merged_of[cid]
+            self._merged_known.clear()  # in place: the pending checkpoints hold it
+            for files in self._merged_of.values():
+                self._merged_known.update(files)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -257,6 +292,7 @@ class CheckpointCoordinator:
         they restore at any parallelism, and exactly once). `reroute`: key groups move to this
         routing table at the checkpoint (`runtime.master.migrations`; always aligned); no other
         checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
+        cpu = time.thread_time()
         if self._replays:
             checkpoint_id = self._replays.popleft()
         else:
@@ -272,7 +308,7 @@ class CheckpointCoordinator:
         patch = self.patches.switch_id if self.patches is not None else 0
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks,
-            routing=self.routing, reroutes=reroute is not None, patch=patch,
+            routing=self.routing, reroutes=reroute is not None, earlier_merged=self._merged_known, patch=patch,
         )
         mode = self.config.mode
         alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
@@ -283,6 +319,7 @@ class CheckpointCoordinator:
                 self.send(task, message)
         if is_final:
             self.final_checkpoint = checkpoint_id
+        self.pending[checkpoint_id].cpu_s += time.thread_time() - cpu
         return checkpoint_id
 
     # -- messages from tasks ---------------------------------------------------------------------
@@ -339,10 +376,12 @@ class CheckpointCoordinator:
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
+        cpu = time.thread_time()
         pending = self.pending.get(ack.checkpoint_id)
         if pending is None:
             return AckResult.LATE if ack.checkpoint_id in self._recent else AckResult.UNKNOWN_CHECKPOINT
         result = pending.acknowledge(ack)
+        pending.cpu_s += time.thread_time() - cpu
         if result is AckResult.ACCEPTED and pending.is_fully_acknowledged:
             self._complete(pending)
         return result
@@ -377,8 +416,10 @@ class CheckpointCoordinator:
         for older in [p for cid, p in self.pending.items() if cid < pending.checkpoint_id]:
             del self.pending[older.checkpoint_id]
             self._recent.append(older.checkpoint_id)
+        in_flight = [p.based_on for p in self.pending.values()]
+        self.remember_merged(manifest)
+        self._forget_merged(min(in_flight, default=pending.checkpoint_id))
         if self.storage is not None:
-            in_flight = [p.based_on for p in self.pending.values()]
             self.storage.retain(self.config.retain, pending.checkpoint_id, min(in_flight, default=None))
         self.on_completed(completed)
         log.info(

@@ -104,7 +104,7 @@ class SplitLog:
         """Start from the log of the checkpoint a job starts from."""
         restored: list[Any] = []
         for handle in state.segments:
-            restored.extend(decode_operator_state(storage.read_file(handle), source=handle.path))
+            restored.extend(decode_operator_state(storage.read_file(handle), source=handle.label))
         if len(restored) != state.length:
             raise CorruptCheckpointError(
                 f"source {self.uid!r}: the split log holds {len(restored)} splits, the manifest says {state.length}"

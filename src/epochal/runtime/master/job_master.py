@@ -30,7 +30,7 @@ from ..channel_state import check_in_flight
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
 from ..clock import Clock
 from ..commands import Move, Ticket
-from ..metrics import TaskMetrics
+from ..metrics import METRICS_SHARE, TaskMetrics
 from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from ..routing import routing_for
 from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, PatchStaged, StateAnswer
@@ -114,6 +114,7 @@ class JobMaster:
         self.aborted: list[AbortedCheckpoint] = []
         self._next_checkpoint_id = 1
         self._last_progress = float("-inf")
+        self._progress_cost = 0.0  # seconds the last metrics snapshot took
         every = job.config.metrics_interval
         self._progress_interval = math.inf if every is None else every / 2  # progress and metrics snapshots
         # live metrics, published into `control`; a rescale's new job master goes on with the history
@@ -165,6 +166,7 @@ class JobMaster:
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
         if replay is not None:
             self.attempt.coordinator.replay(replay.checkpoint_ids)
+        self.attempt.coordinator.remember_merged(self.restore_from)
         self.migrations.send = self.attempt.send
         self.commands.attempt_started(self.attempt)
         self.metrics.attempt_started()
@@ -344,11 +346,14 @@ class JobMaster:
         """Publish a metrics snapshot and report live progress if it is time (or `now`); `tasks`
         (the latest metrics of the attempt's tasks) is only called then."""
         at = time.monotonic()
-        if not now and (at - self._last_progress < self._progress_interval or self._progress_interval == math.inf):
+        # a snapshot is O(tasks): spaced so that it takes at most METRICS_SHARE of the job master's time
+        spacing = max(self._progress_interval, self._progress_cost / METRICS_SHARE)
+        if not now and (at - self._last_progress < spacing or self._progress_interval == math.inf):
             return
         self._last_progress = at
         attempt = self.attempt.number if self.attempt is not None else 0
         metrics = self.metrics.snapshot(tasks(), attempt)
+        self._progress_cost = time.monotonic() - at
         self.control.publish_metrics(metrics)
         if self.progress is not None:
             newest = self.checkpoints[-1] if self.checkpoints else None

@@ -180,7 +180,8 @@ class MetricsCollector:
 
 
 def _with_counts(t: TaskMetrics, operators: tuple[OperatorMetrics, ...]) -> TaskMetrics:
-    return TaskMetrics(t.task, operators, t.watermarks, t.busy_s, t.backpressured_s, t.elapsed_s, t.queued)
+    return TaskMetrics(t.task, operators, t.watermarks, t.busy_s, t.backpressured_s, t.elapsed_s, t.input_fullest,
+                       t.input_queued)
 
 
 def _rate(now: int, before: int, dt: float) -> float:
@@ -199,11 +200,11 @@ def _task_stats(
         d_busy, d_held, d_elapsed = busy, held, elapsed
     busy_ratio = _ratio(d_busy, d_elapsed)
     held_ratio = min(_ratio(d_held, d_elapsed), 1.0 - busy_ratio)
-    fill = min(1.0, max(t.queued, default=0) / capacity) if capacity > 0 else 0.0
+    fill = min(1.0, t.input_fullest / capacity) if capacity > 0 else 0.0
     return TaskStats(
         job.vertex(t.task.vertex).name, t.task.subtask, busy, held, max(0.0, elapsed - busy - held),
         busy_ratio, held_ratio, max(0.0, 1.0 - busy_ratio - held_ratio) if d_elapsed > 0 else 0.0,
-        sum(t.queued), fill,
+        t.input_queued, fill,
     )
 
 

@@ -84,7 +84,7 @@ class SplitHandovers:
         for st in op.subtasks:  # the first subtask still reading ends the look (subtask 0 reads)
             if st.operator is None:
                 return False
-            state = decode_operator_state(storage.read_file(st.operator), source=st.operator.path)
+            state = decode_operator_state(storage.read_file(st.operator), source=st.operator.label)
             if not getattr(state, "exhausted", False):
                 return False
         return True

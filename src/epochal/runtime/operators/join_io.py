@@ -22,6 +22,7 @@ from ...errors import OperatorError, RecordError
 from ...plan.specs import OnError
 from ...plan.two_inputs import LATE_TAGS, JoinInput, JoinOutput, JoinSpec, JoinType
 from ..keys import batch_keys
+from ..wire.batches import columns_of
 from ..wire.elements import Batch
 from .bad_records import DeadLetter
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, extend, timed_rows
@@ -244,7 +245,7 @@ def _flat_pair(right_width: int) -> Callable[[Any, Any, list[Any]], None]:
 
 
 def _arrow(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    columns = list(zip(*rows))
+    columns = columns_of(rows, len(schema))
     return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ...plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunctionKind
 from ..windowing import FiredWindow
+from ..wire.batches import columns_of
 from ..wire.elements import Batch
 from .bad_records import dead_letters_part, records_part
 from .base import RuntimeOperator
@@ -83,9 +84,8 @@ class WindowOutput:
 
     def _as_arrow(self, results: list[Any]) -> pa.RecordBatch:
         assert isinstance(self.key, str)
-        columns = list(zip(*results))
         names = [self.key, *(["window"] if self.named else []), "window_start", "window_end", self.result_column]
-        return pa.RecordBatch.from_arrays([pa.array(list(c)) for c in columns], names=names)
+        return pa.RecordBatch.from_arrays([pa.array(c) for c in columns_of(results, len(names))], names=names)
 
 
 class SplitLateOperator(RuntimeOperator):

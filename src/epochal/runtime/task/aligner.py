@@ -15,6 +15,11 @@ aligner only counts the barriers and blocks nothing, so records behind an early 
 the snapshot *and* replayed after a restore (Flink's barrier tracking). Unaligned barriers are
 taken by `runtime.unaligned` instead; a task that cannot take them so (a loop's) aligns them here.
 
+Each step is O(1) whatever the number of inputs (a keyed edge gives a task one per upstream
+subtask): the aligner counts the inputs that delivered the barrier or ended instead of comparing
+sets, and counts the times it unblocked inputs (`releases`), so the input gate knows when the
+inputs it set aside may be read again without asking each.
+
 Departures: a channel that has ended (end-of-input) counts as having delivered every barrier, so
 bounded inputs do not stall checkpoints; a newer barrier abandons an alignment in progress (the
 older checkpoint was aborted), and an older one is dropped.
@@ -46,6 +51,9 @@ class BarrierAligner:
         self._blocked: set[int] = set()
         self._arrived: set[int] = set()  # inputs that delivered the pending barrier
         self._ended: set[int] = set()
+        self._regular_ended = 0  # regular inputs that ended (none of them is in `_arrived`)
+        self._ended_view: frozenset[int] | None = frozenset()
+        self.releases = 0  # times blocked inputs were unblocked (`InputGate` reads them again)
         self.pending: Barrier | None = None
         self.last_completed = 0
         self.completed: Barrier | None = None  # the barrier of the last SNAPSHOT step
@@ -64,11 +72,14 @@ class BarrierAligner:
 
     @property
     def ended(self) -> frozenset[int]:
-        return frozenset(self._ended)
+        view = self._ended_view
+        if view is None:
+            view = self._ended_view = frozenset(self._ended)
+        return view
 
     @property
     def regular_ended(self) -> bool:
-        return self.regular <= self._ended
+        return self._regular_ended == len(self.regular)
 
     def on_barrier(self, channel: int, barrier: Barrier) -> AlignStep:
         if channel in self.back_edges:
@@ -90,22 +101,30 @@ class BarrierAligner:
         if self.pending is not None:
             self.abandoned.append(self.pending.checkpoint_id)
             self.pending = None
-        self._blocked.clear()
+        self._release()
+
+    def _release(self) -> None:
+        if self._blocked:
+            self._blocked.clear()
+            self.releases += 1
         self._arrived.clear()
 
     def on_end_of_input(self, channel: int) -> AlignStep:
-        self._ended.add(channel)
+        if channel not in self._ended:
+            self._ended.add(channel)
+            self._ended_view = None
+            if channel in self.regular:
+                self._regular_ended += 1
         self._blocked.discard(channel)
         self._arrived.discard(channel)
         return self._maybe_complete() if self.pending is not None else AlignStep.CONTINUE
 
     def _maybe_complete(self) -> AlignStep:
-        if not self.regular <= (self._arrived | self._ended):
+        if len(self._arrived) + self._regular_ended < len(self.regular):
             return AlignStep.CONTINUE
         assert self.pending is not None
         self.completed = self.pending
         self.last_completed = self.pending.checkpoint_id
         self.pending = None
-        self._blocked.clear()
-        self._arrived.clear()
+        self._release()
         return AlignStep.SNAPSHOT

@@ -46,6 +46,8 @@ class OperatorChain:
         self.watermarks_seen = [NO_WATERMARK] * n  # per operator, for metrics
         # the last operator of the chain that generates watermarks (`assign_timestamps`), if any
         self.assigner = max((i for i, op in enumerate(operators) if op.generates_watermarks), default=None)
+        # the operators that may set timers: a host asks for the next one before every step
+        self._timed = [op for op in operators if type(op).next_timer is not RuntimeOperator.next_timer]
 
     def __iter__(self) -> Iterator[RuntimeOperator]:
         return iter(self.operators)
@@ -126,7 +128,10 @@ class OperatorChain:
         self.output.broadcast(Watermark(advance.timestamp, advance.idle))
 
     def next_timer(self) -> float | None:
-        times = [t for op in self.operators if (t := op.next_timer()) is not None]
+        timed = self._timed
+        if not timed:
+            return None
+        times = [t for op in timed if (t := op.next_timer()) is not None]
         return min(times) if times else None
 
     def fire_timers(self, now: float) -> None:

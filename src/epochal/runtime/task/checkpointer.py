@@ -17,16 +17,19 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ...config import StateConfig
 from ...plan.job_graph import TaskId
 from ...state.keygroups import KeyGroups
-from ...state.manifest import TaskCheckpointStats
+from ...state.manifest import FileHandle, TaskCheckpointStats
 from ...state.storage import CheckpointStorage
 from ..operators import OperatorSnapshot, RuntimeOperator
 from ..wire.messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
 from .snapshots import serialise_small_snapshots, write_task_snapshot
+
+if TYPE_CHECKING:
+    from .file_merging import SnapshotMerger
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class SnapshotWritten:
     checkpoint_id: int
     states: tuple[OperatorSubtaskState, ...]
     stats: TaskCheckpointStats
+    merged: bool = False  # into the process's merged file: acknowledged once that is in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class SnapshotFailed:
 
     checkpoint_id: int
     reason: str
+    merged: bool = False
 
 
 class SubtaskCheckpointer:
@@ -78,6 +83,7 @@ class SubtaskCheckpointer:
         chain: the task's operators, told what was written of their state.
         send: to the job master.
         state: inline serialisation threshold and backend options.
+        merger: the process's merged checkpoint files (`file_merging`); None: files of its own.
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class SubtaskCheckpointer:
         chain: Sequence[RuntimeOperator],
         send: Callable[[Any], None],
         state: StateConfig,
+        merger: SnapshotMerger | None = None,
     ) -> None:
         self.task_id = task_id
         self.task_name = task_name
@@ -100,6 +107,15 @@ class SubtaskCheckpointer:
         self.send = send
         self.inline_entries = state.inline_snapshot_entries
         self.is_closed = False  # results of writes that end after the task closed are dropped
+        self.merger = merger if storage is not None else None
+        if self.merger is not None:
+            self.merger.register(task_id)
+        self._barrier_ms: dict[int, float] = {}  # checkpoint → its trigger to this task's state fixed
+
+    def barrier_reached(self, checkpoint_id: int, since_trigger_ms: float) -> None:
+        """The task fixes its state for `checkpoint_id` now, this long after the trigger (the
+        barrier's way here, fan-out and alignment: checkpoint statistics)."""
+        self._barrier_ms[checkpoint_id] = since_trigger_ms
 
     def snapshot(self, chain: Sequence[RuntimeOperator], checkpoint_id: int) -> Snapshots:
         """The synchronous part: fix every operator's state (cheap, copy-on-write)."""
@@ -120,19 +136,26 @@ class SubtaskCheckpointer:
         """The asynchronous part: write the snapshots, then report on the task's thread.
 
         A synchronous checkpoint (Naiad-style, `CheckpointConfig(mode="synchronous")`) writes
-        before the task does anything else.
+        before the task does anything else, into files of its own (nothing may hold it up).
         """
         storage, task_id, key_groups = self.storage, self.task_id, self.key_groups()
+        barrier_ms = self._barrier_ms.pop(checkpoint_id, 0.0)
+        for older in [c for c in self._barrier_ms if c < checkpoint_id]:
+            del self._barrier_ms[older]  # a checkpoint not written (declined)
+        merged = not synchronous and self.merger is not None and self.merger.started(checkpoint_id, task_id)
+        if synchronous and self.merger is not None:
+            self.merger.declined(checkpoint_id, task_id)  # its part is in files of its own
+        target: Any = self.merger.sink if merged and self.merger is not None else storage
 
         def write() -> SnapshotWritten | SnapshotFailed:
             began = time.perf_counter()
             try:
-                states, size = write_task_snapshot(storage, checkpoint_id, task_id, key_groups, snapshots)
+                states, size = write_task_snapshot(target, checkpoint_id, task_id, key_groups, snapshots)
             except Exception as exc:
-                return SnapshotFailed(checkpoint_id, f"writing state failed: {exc}")
+                return SnapshotFailed(checkpoint_id, f"writing state failed: {exc}", merged)
             async_ms = (time.perf_counter() - began) * 1000
-            stats = TaskCheckpointStats(str(task_id), alignment_ms, sync_ms, async_ms, size)
-            return SnapshotWritten(checkpoint_id, states, stats)
+            stats = TaskCheckpointStats(str(task_id), alignment_ms, sync_ms, async_ms, size, barrier_ms)
+            return SnapshotWritten(checkpoint_id, states, stats, merged)
 
         if synchronous:
             self._on_result(write())
@@ -146,6 +169,8 @@ class SubtaskCheckpointer:
         if type(result) is SnapshotFailed:
             for op in self.chain:
                 op.on_snapshot_written(result.checkpoint_id, None)
+            if result.merged and self.merger is not None:
+                self.merger.failed(result.checkpoint_id, self.task_id)
             log.warning("%s: checkpoint %d declined: %s", self.task_name, result.checkpoint_id, result.reason)
             self.send(DeclineCheckpoint(self.task_id, result.checkpoint_id, result.reason))
             return
@@ -157,12 +182,34 @@ class SubtaskCheckpointer:
             "%s: checkpoint %d written (%d bytes, %.1f ms)",
             self.task_name, result.checkpoint_id, result.stats.bytes, result.stats.async_ms,
         )
-        self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats))
+        if not result.merged or self.merger is None:
+            self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats))
+            return
+
+        def release(merged: FileHandle | None, error: str | None) -> None:  # the merged file is in place
+            if self.is_closed:
+                return
+            if error is not None:
+                self.send(DeclineCheckpoint(self.task_id, result.checkpoint_id, f"writing state failed: {error}"))
+                return
+            self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats,
+                                            () if merged is None else (merged,)))
+
+        self.merger.finished(result.checkpoint_id, self.task_id, release)
 
     def close(self) -> None:
+        if not self.is_closed and self.merger is not None:
+            self.merger.unregister(self.task_id)
         self.is_closed = True
+
+    def completed(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed (older ones never will)."""
+        if self.merger is not None:
+            self.merger.completed(checkpoint_id)
 
     def decline(self, checkpoint_id: int, reason: str) -> None:
         """Decline a checkpoint this subtask will not take (e.g. its alignment was abandoned)."""
         log.info("%s: checkpoint %d declined: %s", self.task_name, checkpoint_id, reason)
+        if self.merger is not None:
+            self.merger.declined(checkpoint_id, self.task_id)
         self.send(DeclineCheckpoint(self.task_id, checkpoint_id, reason))

@@ -109,7 +109,7 @@ def read_in_flight(
         return []
     handle = mine[0].operator
     assert handle is not None
-    state = decode_operator_state(storage_for(manifest, storage).read_file(handle), source=handle.path)
+    state = decode_operator_state(storage_for(manifest, storage).read_file(handle), source=handle.label)
     assert isinstance(state, InFlight)
     return list(state.elements)
 
@@ -154,9 +154,11 @@ class UnalignedBarriers:
 
     def take_priority_barriers(self) -> None:
         """Take every unaligned barrier out of its input queue, ahead of the data before it."""
-        for idx, channel in enumerate(self.gate.channels):
+        gate = self.gate
+        for idx in gate.priority_channels():
+            channel = gate.channels[idx]
             while channel.priority:
-                ahead, barrier = channel.take_priority_barrier()
+                ahead, barrier = gate.take_priority_barrier(idx)
                 self._on_barrier(idx, ahead, barrier)
 
     def _on_barrier(self, idx: int, ahead: list[Element], barrier: Barrier) -> None:

@@ -5,12 +5,20 @@ Algorithm 1, in `aligner`) is skipped until the alignment completes. Batches que
 each other on one channel are joined before they reach the operator chain, since a keyed shuffle
 cuts batches into one piece per consumer and per-batch costs then dominate. The gate also times
 alignment (first barrier to snapshot), which the checkpoint statistics report.
+
+The gate never scans its inputs (a keyed edge gives a task one per upstream subtask: 128 at
+parallelism 128). Each channel tells it when an element arrives (`ChannelWatch.arrived`); the
+gate keeps the inputs that may hold something in a rotation, drops one when it is found empty,
+parks one blocked by alignment until the alignment ends, and reads the rest round robin. Finding
+the next input to read is O(1) amortised, whatever the number of inputs. A channel that cannot
+tell (a test's fake) makes the gate scan as it used to.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -32,6 +40,10 @@ class InputChannel(Protocol):
     def peek(self) -> Any: ...
     def __len__(self) -> int: ...
     def take_priority_barrier(self) -> tuple[list[Element], Barrier]: ...
+
+
+def _nothing() -> None:
+    pass
 
 
 class InputGate:
@@ -60,17 +72,66 @@ class InputGate:
         self.feedback_threshold = feedback_threshold
         self._next = 0
         self._alignment_started: float | None = None
+        self.wake: Callable[[], None] = _nothing  # called on every arrival: the task's host steps it
+        n = len(self.channels)
+        # inputs that may hold something, in reading order; `_listed[i]`: i is in it (or parked)
+        self._rotation: deque[int] = deque(range(n))
+        self._listed = bytearray(b"\x01" * n)
+        self._parked: list[int] = []  # listed inputs blocked by an alignment, until it unblocks them
+        self._parked_at = 0  # `aligner.releases` when they were parked
+        self._priority: set[int] = set()  # inputs that received an unaligned barrier
+        self._lengths = [len(ch) for ch in self.channels]  # kept as elements arrive and are read (metrics)
+        self._watched = all(hasattr(ch, "watch") for ch in self.channels)
+        if self._watched:
+            for i, ch in enumerate(self.channels):
+                ch.watch.arrived = self._arrival(i)  # type: ignore[attr-defined]
+
+    def _arrival(self, idx: int) -> Callable[[], None]:
+        channel, listed, rotation, priority = self.channels[idx], self._listed, self._rotation, self._priority
+        lengths = self._lengths
+
+        def arrived() -> None:
+            lengths[idx] += 1
+            if not listed[idx]:
+                listed[idx] = 1
+                rotation.append(idx)
+            if channel.priority:
+                priority.add(idx)
+            self.wake()
+
+        return arrived
 
     def __len__(self) -> int:
         return len(self.channels)
 
-    def queued(self) -> tuple[int, ...]:
-        """Elements waiting in each channel (live metrics: a full input is a slow consumer)."""
-        return tuple(len(ch) for ch in self.channels)
+    def queued(self) -> tuple[int, int]:
+        """Elements waiting in the fullest channel and in all (live metrics: a full input is a
+        slow consumer); kept as they come and go, not counted per report."""
+        lengths = self._lengths if self._watched else list(map(len, self.channels))
+        return max(lengths, default=0), sum(lengths)
+
+    def take_priority_barrier(self, idx: int) -> tuple[list[Element], Barrier]:
+        """Input `idx`'s first unaligned barrier, out of its queue (`in_flight`)."""
+        channel = self.channels[idx]
+        taken = channel.take_priority_barrier()
+        self._lengths[idx] = len(channel)
+        return taken
+
+    def priority_channels(self) -> list[int]:
+        """The inputs that hold an unaligned barrier, to be taken ahead of the data before it."""
+        if not self._watched:
+            return [i for i, ch in enumerate(self.channels) if ch.priority]
+        priority = self._priority  # the arrivals' set: changed in place
+        if priority:
+            channels = self.channels
+            priority.difference_update([i for i in priority if not channels[i].priority])
+        return sorted(priority)
 
     def priority_queued(self) -> bool:
         """Some input holds an unaligned barrier, to be taken ahead of the data before it."""
-        return any(ch.priority for ch in self.channels)
+        if not self._watched:
+            return any(ch.priority for ch in self.channels)
+        return bool(self._priority) and bool(self.priority_channels())
 
     def readable(self) -> int | None:
         """The channel to read next, or None if no unblocked channel holds anything."""
@@ -79,6 +140,28 @@ class InputGate:
             for i in self.back_edges:
                 if len(channels[i]) > self.feedback_threshold and not aligner.is_blocked(i):
                     return i
+        if not self._watched:
+            return self._scan()
+        rotation, listed = self._rotation, self._listed
+        parked = self._parked
+        if parked and aligner.releases != self._parked_at:  # unblocked since: read them again
+            rotation.extend(parked)
+            parked.clear()
+        while rotation:
+            idx = rotation[0]
+            if not channels[idx]:
+                rotation.popleft()
+                listed[idx] = 0
+            elif aligner.is_blocked(idx):
+                if not parked:
+                    self._parked_at = aligner.releases
+                parked.append(rotation.popleft())
+            else:
+                return idx
+        return None
+
+    def _scan(self) -> int | None:
+        channels, aligner = self.channels, self.aligner
         n = len(channels)
         for i in range(n):
             idx = (self._next + i) % n
@@ -86,18 +169,27 @@ class InputGate:
                 return idx
         return None
 
+    def peek(self) -> Any:
+        """The element `poll` would return next (before joining), left in place; None if none."""
+        idx = self.readable()
+        return None if idx is None else self.channels[idx].peek()
+
     def poll(self) -> tuple[int, Any] | None:
         """The next element and its channel; queued batches behind a batch come joined."""
         idx = self.readable()
         if idx is None:
             return None
         self._next = (idx + 1) % len(self.channels)
+        rotation = self._rotation
+        if self._watched and rotation and rotation[0] == idx:
+            rotation.rotate(-1)  # round robin: its next element waits for the others' turn
         channel = self.channels[idx]
         element = channel.poll()
         if type(element) is list and len(element) < self.batch_size:
             element = self._join_records(channel, element)
         elif type(element) is pa.RecordBatch and element.num_rows < ARROW_JOIN_ROWS:
             element = self._join_arrow(channel, element)
+        self._lengths[idx] = len(channel)
         return idx, element
 
     # -- alignment -------------------------------------------------------------------------------

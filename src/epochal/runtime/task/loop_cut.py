@@ -90,9 +90,11 @@ class LoopCut:
 
     def take_barriers(self) -> None:
         """Take every barrier queued on an input out of its queue, ahead of the data before it."""
-        for idx, channel in enumerate(self.gate.channels):
+        gate = self.gate
+        for idx in gate.priority_channels():  # the gate knows which (it keeps their queue lengths too)
+            channel = gate.channels[idx]
             while channel.priority:
-                ahead, barrier = channel.take_priority_barrier()
+                ahead, barrier = gate.take_priority_barrier(idx)
                 self.on_barrier(idx, ahead, barrier)
 
     def on_barrier(self, idx: int, ahead: list[Element], barrier: Barrier) -> None:

@@ -1,9 +1,16 @@
-"""A task's output side: each outgoing edge's partitioner and the channels it routes to."""
+"""A task's output side: each outgoing edge's partitioner and the channels it routes to.
+
+Whether the task may run depends on its outputs (it does not while one is full), and a keyed
+edge gives it one per downstream subtask. So the gate never asks them all: each channel tells it
+when it fills up and when it has room again (`ChannelWatch`), the gate keeps the full ones, and
+`has_capacity` is O(1). The channel that frees room wakes the task (`wake`): the host needs
+not look at a task held back by a full output until then.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ...plan.specs import PartitionKind
@@ -42,6 +49,27 @@ class OutputGate:
         # channels into a loop head, which takes barriers ahead of its queue (`task.loop_cut`)
         self.head_channels = [i in head_edges for i, (_, chans) in enumerate(self.edges) for _ in chans]
         self._to_heads = any(self.head_channels)
+        self.wake: Callable[[], None] = _nothing  # room again in a full channel: the host steps the task
+        self._full: set[int] = {i for i, ch in enumerate(self.channels) if not ch.has_capacity()}
+        self._watched = all(hasattr(ch, "watch") for ch in self.channels)
+        if self._watched:
+            for i, ch in enumerate(self.channels):
+                watch = ch.watch  # type: ignore[attr-defined]
+                watch.filled, watch.freed = self._filled(i), self._freed(i)
+
+    def _filled(self, idx: int) -> Callable[[], None]:
+        full = self._full
+        return lambda: full.add(idx)
+
+    def _freed(self, idx: int) -> Callable[[], None]:
+        full = self._full
+
+        def freed() -> None:
+            full.discard(idx)
+            if not full:
+                self.wake()
+
+        return freed
 
     def emit(self, batch: Batch) -> None:
         for partitioner, channels in self.edges:
@@ -70,7 +98,13 @@ class OutputGate:
                 partitioner.reroute(table.owners)
 
     def has_capacity(self) -> bool:
+        if self._watched:
+            return not self._full
         for ch in self.channels:
             if not ch.has_capacity():
                 return False
         return True
+
+
+def _nothing() -> None:
+    pass

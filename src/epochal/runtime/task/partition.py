@@ -8,6 +8,7 @@ subtask owns which key group is a routing table that a live migration changes (`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +23,21 @@ from ..wire.elements import Batch
 
 # A partitioner's key index only routes; past this many keys it starts afresh (bounded memory).
 _INDEX_LIMIT = 1 << 20
+
+
+@functools.lru_cache(maxsize=64)
+def _owner_table(owners: tuple[int, ...]) -> tuple[np.ndarray, list[int]]:
+    """Key group → channel, as an array (vectorized routing) and a list (per record), shared
+    by every partitioner that routes by the same table: at 32,768 key groups and 256 subtasks a
+    table per partitioner would be 256 copies of it (key groups: `state.keygroups`)."""
+    array = np.array(owners, dtype=np.int64)
+    array.flags.writeable = False
+    return array, list(owners)
+
+
+@functools.lru_cache(maxsize=64)
+def _contiguous(num_channels: int, max_parallelism: int) -> tuple[int, ...]:
+    return tuple((kg * num_channels) // max_parallelism for kg in range(max_parallelism))
 
 
 class Partitioner:
@@ -46,14 +62,13 @@ class Partitioner:
         self._key_fn = record_key_fn(partitioning.key) if partitioning.key is not None else None
         self._index: KeyIndex | None = None
         # key group → channel: contiguous ranges (the inverse of key_group_range), or a routing table
-        self.reroute(owners or [(kg * num_channels) // max_parallelism for kg in range(max_parallelism)])
+        self.reroute(owners or _contiguous(num_channels, max_parallelism))
 
     def reroute(self, owners: Sequence[int]) -> None:
         """Route key groups to `owners[key_group]` from the next batch on (a live migration
         switches at a barrier: `runtime.master.migrations`)."""
-        owner = list(owners)
-        self._owner = np.array(owner, dtype=np.int64)
-        self._owner_list = owner  # for per-record routing: list indexing beats numpy scalars
+        # for per-record routing the list: list indexing beats numpy scalars; never changed in place
+        self._owner, self._owner_list = _owner_table(tuple(owners))
 
     def split(self, batch: Batch) -> Iterator[tuple[int, Batch]]:
         if batch_len(batch) == 0:

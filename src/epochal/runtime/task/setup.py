@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...config import StateConfig
 from ...plan.job_graph import JobVertex, TaskId
@@ -17,6 +17,9 @@ from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
 from ..clock import Clock
 from .checkpointer import BackgroundRunner
+
+if TYPE_CHECKING:
+    from .file_merging import SnapshotMerger
 
 # Steps a host lets a runnable task take in a row before the next task's turn (`run_steps`).
 # One step each would move every batch on at once: queues would never hold more than one, and
@@ -49,3 +52,4 @@ class TaskSetup:
     unaligned: bool = False  # checkpoints overtake queued input (`CheckpointConfig(mode="unaligned")`)
     routing: RoutingTable | None = None  # who owns which key group, if not contiguous ranges
     keyed: bool = False  # records reach it by key group: a routing table places its keyed state
+    merger: SnapshotMerger | None = None  # the process's merged checkpoint files (`file_merging`)

@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ...errors import CheckpointError
 from ...plan.job_graph import TaskId
@@ -39,6 +39,13 @@ from ..operators import OperatorSnapshot
 from ..wire.messages import OperatorSubtaskState
 
 log = logging.getLogger(__name__)
+
+
+class SnapshotTarget(Protocol):
+    """Where a task's snapshot files go: the job's storage, or the process's merged file
+    (`file_merging.SegmentSink`)."""
+
+    def write_file(self, checkpoint_id: int, name: str, data: bytes | Iterable[bytes]) -> FileHandle: ...
 
 
 def _file_stem(uid: str, subtask: int) -> str:
@@ -89,7 +96,7 @@ def serialise_small_snapshots(snapshots: Sequence[tuple[str, OperatorSnapshot]],
 
 
 def _write_keyed(
-    storage: CheckpointStorage, checkpoint_id: int, stem: str, keyed: KeyedSnapshot
+    storage: SnapshotTarget, checkpoint_id: int, stem: str, keyed: KeyedSnapshot
 ) -> tuple[FileHandle | None, tuple[FileHandle, ...]]:
     """Write a full file or a delta; returns (the new file or None, the chain's earlier files)."""
     chunks = _keyed_chunks(keyed)
@@ -101,7 +108,7 @@ def _write_keyed(
 
 
 def write_task_snapshot(
-    storage: CheckpointStorage | None,
+    storage: SnapshotTarget | None,
     checkpoint_id: int,
     task: TaskId,
     key_groups: KeyGroups,
@@ -159,7 +166,7 @@ def read_keyed_chain(
     """The keyed state a chain of files (full, then deltas) holds, for the key groups `wanted`."""
     out: KeyedGroups = {}
     for handle in chain:
-        is_delta, groups = decode_keyed_file(storage.read_file(handle), wanted, source=handle.path)
+        is_delta, groups = decode_keyed_file(storage.read_file(handle), wanted, source=handle.label)
         apply_sections(out, is_delta, groups)
     return out
 
@@ -180,7 +187,8 @@ def read_operator_restore(
     if op.max_parallelism != max_parallelism:
         raise CheckpointError(
             f"operator {uid!r}: the checkpoint has {op.max_parallelism} key groups but the job "
-            f"has max_parallelism={max_parallelism}; keyed state cannot be redistributed"
+            f"has max_parallelism={max_parallelism}; re-split the state into {max_parallelism} key groups with "
+            f"`epochal savepoint rescale-groups SRC DST --max-parallelism {max_parallelism}` and start from DST"
         )
     reader = storage_for(manifest, storage)
     keyed: KeyedGroups = {}
@@ -197,7 +205,7 @@ def read_operator_restore(
         states.append(
             None
             if st.operator is None
-            else decode_operator_state(reader.read_file(st.operator), source=st.operator.path)
+            else decode_operator_state(reader.read_file(st.operator), source=st.operator.label)
         )
         fault_point("restore.read")  # tests: die mid-restore, this old subtask's files read
     return keyed, states
@@ -227,7 +235,7 @@ def _read_into(reader: CheckpointStorage, handles: Iterable[FileHandle], wanted:
     """Apply the sections of `wanted` in the files `handles` to `state`, keeping their bytes;
     `pace` runs the decoding of each section."""
     for handle in handles:
-        file = KeyedFile(reader.open_ranged(handle), source=handle.path)  # only the sections wanted
+        file = KeyedFile(reader.open_ranged(handle), source=handle.label)  # only the sections wanted
         try:
             for group in file.groups(wanted):
                 raw = file.raw(group)
@@ -256,7 +264,7 @@ def prepare_groups(storage: CheckpointStorage | None, manifest: Manifest, uids: 
             chain = st.keyed_chain()
             if chain and wanted:
                 _read_into(reader, chain, wanted, state, copies, pace)
-                prepared.read[(uid, st.subtask)] = (wanted, tuple(h.path for h in chain))
+                prepared.read[(uid, st.subtask)] = (wanted, tuple(h.label for h in chain))
     return prepared
 
 
@@ -277,7 +285,7 @@ def read_groups(storage: CheckpointStorage | None, manifest: Manifest, uid: str,
         chain = st.keyed_chain()
         if not chain or not wanted:
             continue
-        paths = tuple(h.path for h in chain)
+        paths = tuple(h.label for h in chain)
         before = prepared.read.get((uid, st.subtask)) if prepared is not None else None
         part: KeyedGroups = {}
         if prepared is not None and before is not None and wanted <= before[0] \

@@ -56,6 +56,7 @@ from .chain import OperatorChain
 from .checkpointer import Snapshots, SubtaskCheckpointer
 from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
+from .input_joining import join_across_inputs
 from .key_group_owner import KeyGroupOwner
 from .loop_clock import LoopClock
 from .loop_cut import LoopCut
@@ -66,8 +67,11 @@ from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
 from .step_times import StepTimes
+from .wakeups import WakingRunner, no_wake
 
 log = logging.getLogger(__name__)
+
+_CONTROL = (Barrier, Watermark, EndOfInput)  # in-band events a step takes in a row (`_step_input`)
 
 
 class Task:
@@ -89,6 +93,8 @@ class Task:
         self.output = output
         self.inbox: deque[Any] = deque()
         self.state = TaskState.RUNNING
+        self.wake: Callable[[], None] = no_wake  # set by a host that steps only tasks woken (`wakeups`)
+        background = WakingRunner(setup.background, self._wake)
         self.chain = OperatorChain([create_operator(spec) for spec in setup.vertex.chain], output, self.name)
         self.owner = KeyGroupOwner(  # what it owns, and the key groups on their way here (`master.migrations`)
             setup.routing.key_groups_of(setup.task_id.subtask) if setup.routing is not None
@@ -102,10 +108,12 @@ class Task:
         self.gate = InputGate(
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
         )
+        self.gate.wake = output.wake = self._wake
         self.back_edges = back_edges
         self.second_inputs = second_inputs  # channels of a two-input operator's second input
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
-                                                setup.background, self.chain.operators, setup.send, setup.state)
+                                                background, self.chain.operators, setup.send, setup.state,
+                                                setup.merger)
         self.watermarks = InputWatermarks(len(inputs), back_edges)
         event_time = self.head.event_time if self.head is not None else None
         self.loop = TaskLoop(
@@ -128,7 +136,7 @@ class Task:
             StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self._on_resize,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
-            PrepareKeyGroups: lambda m: self.owner.prepare(m, setup.background),
+            PrepareKeyGroups: lambda m: self.owner.prepare(m, background),
         }
         if self.source is not None:
             self._handlers.update(self.source.handlers(self.owner))
@@ -174,6 +182,9 @@ class Task:
         self.chain.close()
 
     # -- scheduling ------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        self.wake()
+
     def next_timer(self) -> float | None:
         timer = self.chain.next_timer()
         paced = self.loop.next_round_at()
@@ -256,15 +267,27 @@ class Task:
 
     # -- data ------------------------------------------------------------------------------------
     def _step_input(self) -> None:
-        polled = self.gate.poll()
-        if polled is None:
-            return
-        idx, element = polled
-        if self._overtakes:
-            self.unaligned.log(idx, element)
-        elif self.cut:
-            self.cut.log(idx, element)
-        self._on_element(idx, element)
+        """Take the next element; then, in the same step, the barriers, watermarks and ends of
+        input that head the other inputs: a keyed edge gives a task an input per upstream
+        subtask, each delivering every barrier, and one step each cost a step's overhead 128
+        times per checkpoint at parallelism 128."""
+        gate = self.gate
+        polled = gate.poll()
+        taken = 0
+        while polled is not None:
+            idx, element = polled
+            if self._overtakes:
+                self.unaligned.log(idx, element)
+            elif self.cut:
+                self.cut.log(idx, element)
+            elif type(element) is list and len(element) < gate.batch_size:
+                element = join_across_inputs(gate, idx, element, self.second_inputs)
+            self._on_element(idx, element)
+            taken += 1
+            if taken >= len(gate) or self.cut is not None or self.state is not TaskState.RUNNING or self.inbox \
+                    or not self.output.has_capacity() or type(gate.peek()) not in _CONTROL:
+                return
+            polled = gate.poll()
 
     def _on_element(self, idx: int, element: Element) -> None:
         if is_batch(element):
@@ -376,6 +399,7 @@ class Task:
         """
         if barrier.completed > self.last_notified:
             self._notify_complete(barrier.completed)
+        self.checkpointer.barrier_reached(barrier.checkpoint_id, (self.setup.clock.now() - barrier.timestamp) * 1000)
         alignment_ms = self.gate.take_alignment_ms()
         started = time.perf_counter()
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
@@ -434,6 +458,7 @@ class Task:
         if checkpoint_id <= self.last_notified:
             return  # learnt from a barrier already
         self.last_notified = checkpoint_id
+        self.checkpointer.completed(checkpoint_id)
         self.chain.notify_checkpoint_complete(checkpoint_id)
 
     # -- control messages ------------------------------------------------------------------------
@@ -462,4 +487,4 @@ class Task:
         """The counters, the time spent and the input queues, for live metrics (`runtime.metrics`)."""
         now, times = time.perf_counter(), self.times
         return TaskMetrics(self.id, self.metrics(), tuple(self.chain.watermarks_seen), times.busy_s,
-                           times.held_s(now), now - times.opened_at, self.gate.queued())
+                           times.held_s(now), now - times.opened_at, *self.gate.queued())

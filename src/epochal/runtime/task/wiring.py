@@ -19,6 +19,7 @@ from ...state.storage import CheckpointStorage
 from ..clock import Clock
 from ..routing import routing_for
 from ..wire.channel import LocalChannel
+from .file_merging import SnapshotMerger
 from .input_gate import InputChannel
 from .loop_probes import ScopeRounds
 from .output_gate import OutputChannel, OutputGate
@@ -55,6 +56,13 @@ def channel_keys(job: JobGraph) -> list[ChannelKey]:
     return keys
 
 
+def merger_for(job: JobGraph, storage: CheckpointStorage | None, background: Any, owner: str) -> SnapshotMerger | None:
+    """The merged checkpoint files of a process's tasks, if the job merges them (`CheckpointConfig.merge_files`)."""
+    if storage is None or not job.config.checkpoint.merge_files:
+        return None
+    return SnapshotMerger(storage, background, owner)
+
+
 def local_channels(job: JobGraph) -> dict[ChannelKey, ChannelEnds]:
     """Local queues for every channel: the whole job in one process."""
     capacity = job.config.channel_capacity
@@ -75,16 +83,21 @@ def build_tasks(
     restore_from: Manifest | None,
     send: Callable[[Any], None],
     background: Any,
+    merger: SnapshotMerger | None = None,
 ) -> dict[TaskId, Task]:
-    """The tasks `task_ids` of the job, each wired to its ends of `channels`."""
+    """The tasks `task_ids` of the job, each wired to its ends of `channels`; with `merger`
+    they write their checkpoints into the process's merged files (`file_merging`)."""
     tasks: dict[TaskId, Task] = {}
     routing = routing_for(job, restore_from)
     keyed = job.keyed_vertices()
+    inputs_of: dict[tuple[int, int], list[ChannelKey]] = {}  # (vertex, subtask) → its input channels
+    for key in channels:  # once: asking every channel for every task is quadratic in subtasks
+        inputs_of.setdefault((job.edges[key.edge].target, key.target), []).append(key)
     scopes = loop_scopes(job)
     for task_id in task_ids:
         vertex = job.vertex(task_id.vertex)
         i = task_id.subtask
-        input_keys = [key for key in channels if job.edges[key.edge].target == vertex.id and key.target == i]
+        input_keys = inputs_of.get((vertex.id, i), [])
         inputs = [_present(channels[key].input) for key in input_keys]
         back_edges = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].is_back_edge)
         loop_inputs = frozenset(n for n, key in enumerate(input_keys) if job.edges[key.edge].in_loop)
@@ -119,7 +132,7 @@ def build_tasks(
             task_id, vertex, job.max_parallelism, job.config.batch_size, clock, storage,
             restore_from, send, background, job.config.state, job.config.checkpoint.mode == "unaligned",
             routing if routing is not None and vertex.parallelism == routing.parallelism else None,
-            vertex.id in keyed,
+            vertex.id in keyed, merger,
         )
         output = OutputGate(gate_edges, {loop: frozenset(p) for loop, p in loop_edges.items()}, frozenset(head_edges),
                             vertex.id if vertex.id in scopes else None)

@@ -80,3 +80,25 @@ def slice_store(fired: float, counts: np.ndarray, values: np.ndarray | None, sta
     held = starts[cols].tolist()
     return SliceStore(fired=fired, next_fire=math.inf if not held else -math.inf,
                       partials=dict(zip(held, partials.tolist())), starts=held, ends=ends[cols].tolist())
+
+
+def split_group_slices(key: Any, value: Any, old_group: int, max_parallelism: int) -> dict[int, Any]:
+    """A key group's slice-table entry (`TABLE_STATE`, stored under the group) cut by the groups
+    its keys fall in among `max_parallelism`: what `state.regroup` re-splits it with. Any other
+    value of that state is returned whole, in its own key's group."""
+    if not isinstance(value, GroupSlices):
+        return {key_group_of(key, max_parallelism): value}
+    rows: dict[int, list[int]] = {}
+    for i, k in enumerate(value.keys):
+        rows.setdefault(key_group_of(k, max_parallelism), []).append(i)
+    out: dict[int, Any] = {}
+    for group, picked in rows.items():
+        index = np.asarray(picked, dtype=np.int64)
+        out[group] = GroupSlices(
+            tuple(value.keys[i] for i in picked), value.fired[index], value.starts, value.ends, value.counts[index],
+            None if value.values is None else value.values[index],
+            None if value.changed is None else value.changed[index])
+    return out
+
+
+SPLITTERS = {TABLE_STATE: split_group_slices}  # the states kept per key group, for `state.regroup`

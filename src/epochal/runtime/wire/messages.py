@@ -12,7 +12,7 @@ from typing import Any
 
 from ...plan.job_graph import TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import Manifest, SubtaskState, TaskCheckpointStats
+from ...state.manifest import FileHandle, Manifest, SubtaskState, TaskCheckpointStats
 from .elements import Alignment
 
 
@@ -129,6 +129,7 @@ class AcknowledgeCheckpoint:
     checkpoint_id: int
     states: tuple[OperatorSubtaskState, ...]
     stats: TaskCheckpointStats
+    merged: tuple[FileHandle, ...] = ()  # the merged files its segments live in, whole (`state.merged_files`)
 
 
 @dataclass(frozen=True, slots=True)

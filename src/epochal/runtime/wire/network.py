@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from ...config import DEFAULT_MAX_FRAME_BYTES
 from .batches import batch_len
-from .channel import take_priority_barrier
+from .channel import ChannelWatch, take_priority_barrier
 from .elements import Barrier, Element
 
 # kind (1 byte), attempt, channel wire id, payload length
@@ -355,6 +355,7 @@ class RemoteOutputChannel:
         self._buffer: list[Any] = []
         self._rows = 0
         self._since = 0.0
+        self.watch = ChannelWatch()  # the producer's gate learns when credit runs out and returns
 
     def has_capacity(self) -> bool:
         return self.elastic or self.credits > 0
@@ -395,9 +396,14 @@ class RemoteOutputChannel:
     def _frame(self, kind: int, payload: bytes) -> None:
         self.link.send_frame(kind, self.attempt, self.wire_id, payload)
         self.credits -= 1
+        if self.credits == 0 and not self.elastic:
+            self.watch.filled()
 
     def grant(self, credits: int) -> None:
+        had = self.credits
         self.credits += credits
+        if had <= 0 < self.credits and not self.elastic:
+            self.watch.freed()
 
 
 class RemoteInputChannel:
@@ -411,6 +417,7 @@ class RemoteInputChannel:
         self._consumed = 0
         self._threshold = max(1, capacity // 2)
         self.priority = 0  # unaligned barriers queued (see `runtime.wire.channel`)
+        self.watch = ChannelWatch()  # the consumer's gate learns of each arrival
 
     def deliver(self, kind: int, payload: Any) -> None:
         if kind == DATA_ARROW:
@@ -422,6 +429,7 @@ class RemoteInputChannel:
             self._queue.append(event)
         else:
             self._queue.append(pickle.loads(payload))
+        self.watch.arrived()
 
     def poll(self) -> Element | None:
         if not self._queue:
