@@ -22,7 +22,6 @@ what it committed. Each trial's output is checked exactly, as every chaos trial'
 
 from __future__ import annotations
 
-import glob
 import os
 import random
 import re
@@ -91,6 +90,20 @@ def _committed_epochs(out: str) -> set[int]:
     return {int(m.group(1)) for name in os.listdir(out) if (m := _PART.match(name))} if os.path.isdir(out) else set()
 
 
+def _keyed_of(ckpt: str, checkpoint_id: int) -> list[tuple[str, int, int]]:
+    """(path, offset, size) of the keyed state the checkpoint wrote itself: its files, or its
+    segments of a merged file."""
+    from epochal.state.storage import CheckpointStorage
+
+    manifest = CheckpointStorage(ckpt, create=False).load_manifest(checkpoint_id)
+    own = f"chk-{checkpoint_id:08d}/"
+    return sorted({
+        (os.path.join(ckpt, h.path), h.offset or 0, h.size)
+        for op in manifest.operators for sub in op.subtasks for h in sub.keyed_chain()
+        if h.path.startswith(own) and h.size > 0
+    })
+
+
 def _corrupt_newest(executor: Any, control: Any, ckpt: str, out: str) -> bool:
     wait_until(lambda: len(complete_checkpoints(ckpt)) >= 2 and bool(_committed_epochs(out)) or
                control.status().state.is_final, "two checkpoints, an epoch committed", 120)
@@ -101,13 +114,12 @@ def _corrupt_newest(executor: Any, control: Any, ckpt: str, out: str) -> bool:
         os.kill(pid, signal.SIGSTOP)  # no newer checkpoint completes from here
     try:
         newest = max(int(os.path.basename(os.path.dirname(m))[4:]) for m in complete_checkpoints(ckpt))
-        damaged = sorted(glob.glob(os.path.join(ckpt, f"chk-{newest:08d}", "*.keyed")))
-        for path in damaged:
+        damaged = _keyed_of(ckpt, newest)  # files, or segments of merged files (the default)
+        for path, offset, size in damaged:
             with open(path, "r+b") as f:
-                size = os.path.getsize(path)
-                f.seek(size // 2)
+                f.seek(offset + size // 2)
                 byte = f.read(1)
-                f.seek(size // 2)
+                f.seek(offset + size // 2)
                 f.write(bytes([byte[0] ^ 0x10]))
         os.kill(workers[-1], signal.SIGKILL)
     finally:
