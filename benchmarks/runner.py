@@ -36,6 +36,7 @@ _MODULES = [
     "benchmarks.nexmark", "benchmarks.nexmark_sql", "benchmarks.metrics_cost", "benchmarks.sinks",
     "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
+    "benchmarks.link_security",
     "benchmarks.logs",
     "benchmarks.postgres", "benchmarks.async_io", "benchmarks.state_ttl",
     "benchmarks.joins",

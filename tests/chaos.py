@@ -22,6 +22,12 @@ nothing duplicated, nothing unexpected. Each trial injects one fault, drawn at r
   which is SIGKILLed, with its process group, once a checkpoint completed; then the same job
   runs again here with `from_checkpoint="latest"` to the end. Any process of the dead driver
   left running (Spark's Python daemon has a process group of its own) is killed and counted.
+- `drop_link`, `stall_link`, `partition`: the link between the two workers is reset mid-stream,
+  one direction of it stalls past the checkpoint timeout, or both directions stop past it and
+  then heal (`tests/network_chaos.py`: a fault relay at the socket layer between the workers);
+- `corrupt_checkpoint`: the newest complete checkpoint's state files are corrupted once its
+  epoch was committed, and a worker killed: the checkpoint is refused, the one before restored,
+  and the refused epoch replayed at its cut (the sink skips it).
 
 Fault points (`epochal.runtime.fault_points`) reach the workers through
 `SparkContext.environment`: one fixed value per fault kind, so Spark keeps one worker daemon per
@@ -54,6 +60,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import network_chaos  # noqa: E402
 from epochal import CheckpointConfig, JobCancelledError, RestartStrategy, StreamEnvironment  # noqa: E402
 from epochal.cluster.spark import SparkExecutor  # noqa: E402
 from epochal.connectors import FileSink, read_committed  # noqa: E402
@@ -65,6 +72,7 @@ from spark_jobs import complete_checkpoints, run_in_background, wait_until  # no
 FAULTS = (
     "kill_worker", "kill_after_checkpoint", "kill_twice", "stall_worker",
     "kill_in_async_write", "kill_in_commit", "kill_in_restore", "kill_driver",
+    *network_chaos.KINDS,
 )
 POINTS = {"kill_in_async_write": "checkpoint.write", "kill_in_commit": "sink.commit", "kill_in_restore": "restore.read"}
 RECORDS = 2_400
@@ -188,11 +196,16 @@ def run_trial(spark: Any, number: int, fault: str, rng: random.Random, directory
     if fault in POINTS:  # read when each launch is submitted: this trial's workers have it
         _hold(fault)
         context.environment[fault_points.ENV] = f"{POINTS[fault]}:{MARKERS}"
+    extra = network_chaos.environment(fault)
+    context.environment.update(extra)
+    fired = True
     try:
         thread, outcome = run_in_background(executor, graph, control)
         try:
             wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
-            if thread.is_alive():
+            if thread.is_alive() and fault in network_chaos.KINDS:
+                fired = network_chaos.inject(fault, executor, control, ckpt, out, TIMEOUT, rng)
+            elif thread.is_alive():
                 _inject(fault, executor, control, ckpt, rng)
             thread.join(timeout=300)
         finally:
@@ -201,8 +214,12 @@ def run_trial(spark: Any, number: int, fault: str, rng: random.Random, directory
                 thread.join(timeout=60)
     finally:
         context.environment.pop(fault_points.ENV, None)
+        for name in extra:
+            context.environment.pop(name, None)
         # fired: the point made its marker again after `_arm` deleted it
-        fired = fault not in POINTS or os.path.exists(_marker(fault))
+        fired = fired and (fault not in POINTS or os.path.exists(_marker(fault)))
+        if fault == "corrupt_checkpoint":  # and the corrupt checkpoint was refused at a restore
+            fired = fired and any("checksum mismatch" in f for f in control.status().failures)
         if fault in POINTS:
             _hold(fault)
     error = outcome.get("error")

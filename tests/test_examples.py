@@ -254,6 +254,19 @@ def test_the_delta_connectors_name_the_extra_they_need(monkeypatch: pytest.Monke
         DeltaSource("some-table")
 
 
+def test_secure_wordcount_commits_the_quick_starts_updates_twice_in_a_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the example makes its certificates with the openssl command")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # an example must run twice in a row
+        summary = _run("secure_wordcount", capsys, monkeypatch)
+        assert summary.startswith("secure_wordcount: 96,000 updates committed to out-secure/ over TLS links")
+    assert _committed("out-secure") == _corpus_updates()
+    assert {"ca.pem", "node.key", "node.pem"} <= set(os.listdir("tls"))
 def test_nested_pagerank_matches_power_iteration_and_runs_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

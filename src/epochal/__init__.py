@@ -42,9 +42,11 @@ from .api.stream import DataStream as DataStream
 from .api.tables import register_table_resolver as _register_table_resolver
 from .api.time import WatermarkStrategy as WatermarkStrategy
 from .config import CheckpointConfig as CheckpointConfig
+from .config import NetworkConfig as NetworkConfig
 from .config import RecoveryConfig as RecoveryConfig
 from .config import RestartStrategy as RestartStrategy
 from .config import StateConfig as StateConfig
+from .config import TlsConfig as TlsConfig
 from .errors import CheckpointError as CheckpointError
 from .errors import CorruptCheckpointError as CorruptCheckpointError
 from .errors import EpochalError as EpochalError
@@ -94,6 +96,7 @@ __all__ = sorted(
         "KeyedStream",
         "ListState",
         "MapState",
+        "NetworkConfig",
         "MapStateDescriptor",
         "OperatorError",
         "OutputTag",
@@ -107,6 +110,7 @@ __all__ = sorted(
         "SplitReader",
         "StateConfig",
         "StreamEnvironment",
+        "TlsConfig",
         "ValueState",
         "WatermarkStrategy",
     ]

@@ -199,6 +199,73 @@ class RestartStrategy:
         return RestartStrategy(max_restarts=0)
 
 
+TLS_CERT_ENV = "EPOCHAL_TLS_CERT"
+TLS_KEY_ENV = "EPOCHAL_TLS_KEY"
+TLS_CA_ENV = "EPOCHAL_TLS_CA"
+DEFAULT_MAX_FRAME_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS on every link between the job's processes (workers, job master), with the standard
+    `ssl` module: each side presents `certfile` and requires the other's to be signed by `cafile`
+    (mutual TLS). The files are read where each link ends: on the driver and on every executor,
+    at the same paths (as Spark's own `spark.ssl.*` files are).
+
+    Args:
+        certfile: the PEM certificate (chain) this process presents.
+        keyfile: its private key; None: it is in `certfile`.
+        cafile: the PEM certificate(s) of the authority that signed the peers' certificates;
+            None: `certfile` itself (one self-signed certificate shared by every process).
+    """
+
+    certfile: str
+    keyfile: str | None = None
+    cafile: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "certfile", check_path("TlsConfig.certfile", self.certfile))
+        if self.keyfile is not None:
+            object.__setattr__(self, "keyfile", check_path("TlsConfig.keyfile", self.keyfile))
+        if self.cafile is not None:
+            object.__setattr__(self, "cafile", check_path("TlsConfig.cafile", self.cafile))
+
+    @staticmethod
+    def from_environment() -> TlsConfig | None:
+        """`EPOCHAL_TLS_CERT` (and `EPOCHAL_TLS_KEY`, `EPOCHAL_TLS_CA`), or None if it is unset."""
+        cert = os.environ.get(TLS_CERT_ENV)
+        if not cert:
+            return None
+        return TlsConfig(cert, os.environ.get(TLS_KEY_ENV) or None, os.environ.get(TLS_CA_ENV) or None)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """The links between a job's processes on Spark (`runtime.wire.handshake`).
+
+    Every link is authenticated whatever this says: each connection begins with a mutual
+    challenge-response over a secret the job master makes for the job, and a peer that fails it
+    is closed before any of its bytes is decoded.
+
+    Args:
+        tls: encrypt every link too (`TlsConfig`); None: plain TCP (authenticated, not private).
+        max_frame_bytes: the largest frame a link accepts from an authenticated peer (a chained
+            backup's copy of a checkpoint file is one frame: keep it above the largest state
+            file a subtask writes); a larger length closes the link before anything is allocated.
+        handshake_timeout: seconds a connection may take to prove itself before it is closed.
+    """
+
+    tls: TlsConfig | None = None
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    handshake_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.tls is not None:
+            check_instance("NetworkConfig.tls", self.tls, TlsConfig)
+        check_int("NetworkConfig.max_frame_bytes", self.max_frame_bytes, minimum=1 << 16)
+        check_seconds("NetworkConfig.handshake_timeout", self.handshake_timeout)
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryConfig:
     """What the tasks that survive a lost worker do (on Spark; in-process nothing is lost).
@@ -242,10 +309,13 @@ class JobConfig:
     # so that a rescale up to this many happens in the running stage (cluster/spark.py).
     max_workers: int | None = None
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    # the links between the job's processes on Spark: TLS, frame sizes (cluster/spark.py)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def __post_init__(self) -> None:
         check_instance("JobConfig.checkpoint", self.checkpoint, CheckpointConfig)
         check_instance("JobConfig.recovery", self.recovery, RecoveryConfig)
+        check_instance("JobConfig.network", self.network, NetworkConfig)
         check_instance("JobConfig.restart", self.restart, RestartStrategy)
         check_int("JobConfig.channel_capacity", self.channel_capacity)
         check_int("JobConfig.batch_size", self.batch_size)

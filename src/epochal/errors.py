@@ -162,5 +162,9 @@ class NoCheckpointError(CheckpointError):
     """Raised when a job is asked to start from a checkpoint that does not exist."""
 
 
+class ReplayAbandoned(CheckpointError):
+    """An epoch replayed at its cut after a fallback did not complete (`state.replay`)."""
+
+
 class InjectedFailure(EpochalError):
     """Raised on purpose by test helpers (`epochal.testing.Crash`) to exercise recovery."""

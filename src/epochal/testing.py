@@ -1,5 +1,5 @@
 """Helpers for testing stream programs: a list source with crash injection, a collecting sink,
-and throwaway message-log servers.
+throwaway message-log servers, and certificates for trying TLS.
 
 The source and sink work with the in-process executor (`StreamEnvironment(executor="inprocess")`),
 where the objects are shared with the running job; on Spark use files (`TextFileSource`,
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .api.connector import Sink, SinkWriter, Source, SplitReader
-from .config import check_int
+from .config import TlsConfig, check_int, check_path
 from .errors import InjectedFailure
 from .runtime.wire.batches import to_records
 from .runtime.wire.elements import Batch
 
-__all__ = ["Crash", "ListSource", "CollectSink", "nats_server", "redis_server"]
+__all__ = ["Crash", "ListSource", "CollectSink", "make_test_certificates", "nats_server", "redis_server"]
 
 
 T = TypeVar("T")  # a ListSource's records
@@ -115,9 +115,14 @@ class ListSource(Source[T]):
 
 
 class _CollectWriter(SinkWriter):
-    def __init__(self, sink: CollectSink) -> None:
+    def __init__(self, sink: CollectSink, subtask: int) -> None:
         self.sink = sink
+        self.subtask = subtask
+        self.lineage: str | None = None
         self.staged: list[Any] = []
+
+    def set_lineage(self, lineage: str) -> None:
+        self.lineage = lineage
 
     def write(self, batch: Batch) -> None:
         self.staged.extend(to_records(batch))
@@ -126,36 +131,74 @@ class _CollectWriter(SinkWriter):
         if not self.staged:
             return None
         token = next(self.sink._tokens)
+        epoch = None if self.lineage is None else (self.lineage, self.subtask, checkpoint_id)
         with self.sink._lock:
-            self.sink._prepared[token] = self.staged
+            self.sink._prepared[token] = (epoch, self.staged)
         self.staged = []
         return token
 
 
 class CollectSink(Sink):
-    """Collects records in memory; `committed()` holds only what checkpoints committed."""
+    """Collects records in memory; `committed()` holds only what checkpoints committed, each
+    epoch once (idempotent per epoch, as `FileSink`: an epoch replayed after a fallback to an
+    older checkpoint is skipped)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tokens = itertools.count()
-        self._prepared: dict[int, list[Any]] = {}
+        self._prepared: dict[int, tuple[Any, list[Any]]] = {}
         self._committed_tokens: set[int] = set()
+        self._committed_epochs: set[Any] = set()  # (lineage, subtask, checkpoint id)
         self._committed: list[Any] = []
 
     def create_writer(self, subtask: int, parallelism: int) -> SinkWriter:
-        return _CollectWriter(self)
+        return _CollectWriter(self, subtask)
 
     def commit(self, committables: list[Any]) -> None:
         with self._lock:
             for token in committables:
-                if token not in self._committed_tokens:
-                    self._committed_tokens.add(token)
-                    self._committed.extend(self._prepared.pop(token))
+                if token in self._committed_tokens:
+                    continue
+                self._committed_tokens.add(token)
+                epoch, records = self._prepared.pop(token)
+                if epoch is not None and epoch in self._committed_epochs:
+                    continue  # a replayed epoch, committed before
+                if epoch is not None:
+                    self._committed_epochs.add(epoch)
+                self._committed.extend(records)
 
     def committed(self) -> list[Any]:
         """The committed records, in commit order."""
         with self._lock:
             return list(self._committed)
+
+
+def make_test_certificates(directory: str | os.PathLike[str]) -> TlsConfig:
+    """A throw-away certificate authority and one certificate it signed, for every process of a
+    job, in `directory` (created); the `TlsConfig` that uses them. For tests and trying TLS on
+    one machine, never for production: the keys are unencrypted files. Needs the `openssl`
+    command (Debian's `openssl` package).
+    """
+    root = check_path("directory", directory)
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("make_test_certificates needs the openssl command")
+    os.makedirs(root, exist_ok=True)
+    names = ("ca.key", "ca.pem", "node.key", "node.csr", "node.pem")
+    ca_key, ca, key, csr, cert = (os.path.join(root, n) for n in names)
+    extensions = os.path.join(root, "node.ext")
+    with open(extensions, "w", encoding="ascii") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for command in (
+        [openssl, "req", "-x509", *curve, "-keyout", ca_key, "-out", ca, "-days", "30", "-subj", "/CN=epochal test CA"],
+        [openssl, "req", *curve, "-keyout", key, "-out", csr, "-subj", "/CN=epochal node"],
+        [openssl, "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+         "-days", "30", "-extfile", extensions],
+    ):
+        subprocess.run(command, check=True, capture_output=True)
+    return TlsConfig(cert, key, ca)
 
 
 # -- throwaway log servers -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from epochal.cli.main import build_parser, main
 from epochal.connectors import FileSink, read_committed
 from epochal.errors import NoCheckpointError
 from epochal.runtime.master.start_checks import auto_start, describe_auto_start
-from epochal.state.storage import MANIFEST_NAME, CheckpointStorage
+from epochal.state.storage import MANIFEST_COPY_NAME, MANIFEST_NAME, CheckpointStorage
 from epochal.testing import ListSource
 
 EXPECTED = collections.Counter((f"k{k}", n) for k in range(5) for n in range(1, 41))
@@ -176,7 +176,11 @@ def test_the_decision_skips_a_corrupt_latest_checkpoint(tmp_path: Path) -> None:
     complete = storage.complete_checkpoints()
     assert len(complete) >= 2
     manifest = Path(ckpt) / storage.checkpoint_dir_name(complete[-1]) / MANIFEST_NAME
-    manifest.write_bytes(manifest.read_bytes()[:-5])  # truncated: refused as corrupt
+    manifest.write_bytes(manifest.read_bytes()[:-5])  # truncated: repaired from its copy
+    start = auto_start(_graph(tmp_path, ckpt))
+    assert start is not None and start.checkpoint_id == complete[-1]
+    for damaged in (manifest, manifest.with_name(MANIFEST_COPY_NAME)):  # both: refused as corrupt
+        damaged.write_bytes(damaged.read_bytes()[:-5])
     start = auto_start(_graph(tmp_path, ckpt))
     assert start is not None and start.checkpoint_id == complete[-2]
 
@@ -186,7 +190,7 @@ def test_a_directory_of_corrupt_checkpoints_only_is_refused_not_started_over(
 ) -> None:
     job = _job_file(tmp_path)
     assert _auto(job) == 0
-    for manifest in (tmp_path / "ckpt").glob(f"chk-*/{MANIFEST_NAME}"):
+    for manifest in (tmp_path / "ckpt").glob("chk-*/MANIFEST*.json"):  # each and its copy
         manifest.write_bytes(manifest.read_bytes()[:-5])
     capsys.readouterr()
     assert _auto(job) == 1

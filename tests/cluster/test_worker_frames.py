@@ -21,9 +21,11 @@ import pyarrow as pa
 import pytest
 
 from epochal import StreamEnvironment
+from epochal.cluster.link_guard import LinkGuard
 from epochal.cluster.protocol import Start
 from epochal.cluster.worker import Worker
 from epochal.runtime.wire.elements import END_OF_INPUT, Barrier, Element
+from epochal.runtime.wire.handshake import new_secret
 from epochal.runtime.wire.network import CONTROL, CREDIT, DATA_ARROW, DATA_PICKLE, EVENT, Link, encode_arrow
 from epochal.testing import CollectSink, ListSource
 
@@ -44,7 +46,7 @@ def worker() -> Iterator[Worker]:
     env.from_source(ListSource(list(range(10)), splits=2)).key_by(lambda x: x % 3).count().sink_to(CollectSink())
     job = env.job_graph("frames")
     sockets = [*_tcp_pair(), *_tcp_pair(), socket.socket()]
-    w = Worker(job, 0, 2, 1, ("127.0.0.1", 0), sockets[4], [])  # not connected: no listening
+    w = Worker(job, 0, 2, 1, ("127.0.0.1", 0), sockets[4], ("127.0.0.1", 0), 0, guard=LinkGuard(new_secret()))  # not connected
     w.driver = Link(sockets[0], "driver")
     w.links[1] = Link(sockets[2], "worker 1")
     yield w

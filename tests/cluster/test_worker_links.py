@@ -23,14 +23,17 @@ from collections.abc import Iterator
 import pytest
 
 from epochal import StreamEnvironment
+from epochal.cluster.link_guard import LinkGuard
 from epochal.cluster.peers import PeerHello
 from epochal.cluster.protocol import Start, ToTask
 from epochal.cluster.worker import Worker
 from epochal.plan.job_graph import TaskId
+from epochal.runtime.wire.handshake import Role, new_secret, secure_client
 from epochal.runtime.wire.network import CONTROL, HELLO, Link, write_object_blocking
 from epochal.testing import CollectSink, ListSource
 
 LAUNCH = 1
+GUARD = LinkGuard(new_secret())
 
 
 def _worker(index: int, incarnation: int) -> Worker:
@@ -39,7 +42,7 @@ def _worker(index: int, incarnation: int) -> Worker:
     env.from_source(ListSource(list(range(10)), splits=2)).key_by(lambda x: x % 3).count().sink_to(CollectSink())
     listener = socket.create_server(("127.0.0.1", 0))
     w = Worker(env.job_graph("links"), index, 2, LAUNCH, ("127.0.0.1", 0), listener, listener.getsockname(),
-               incarnation)
+               incarnation, 0.0, GUARD)
     w.peers.addresses = [listener.getsockname()] * 2  # what the job master's `Peers` says
     w.peers.listen()
     return w
@@ -72,10 +75,28 @@ def replacement() -> Iterator[Worker]:
 
 
 def _connect_as(worker: Worker, peer: int, incarnation: int) -> socket.socket:
-    """Worker `peer`'s `incarnation` connecting to `worker` (its incarnation)."""
-    sock = socket.create_connection(worker.peers.listener.getsockname())
-    write_object_blocking(sock, PeerHello(peer, LAUNCH, incarnation, worker.incarnation), kind=HELLO)
-    return sock
+    """Worker `peer`'s `incarnation` connecting to `worker` (its incarnation): the handshake and
+    the `PeerHello` sent, the link not taken yet (`worker`'s loop takes it when it next polls).
+    Connecting blocks until the challenge comes, so the connecting side runs on a thread while
+    `worker`'s acceptor answers."""
+    import threading
+
+    address = worker.peers.listener.getsockname()
+    done: list[socket.socket] = []
+
+    def connect() -> None:
+        sock = secure_client(socket.create_connection(address), GUARD.secret, Role.WORKER, Role.WORKER, 5.0)
+        write_object_blocking(sock, PeerHello(peer, LAUNCH, incarnation, worker.incarnation), kind=HELLO)
+        done.append(sock)
+
+    thread = threading.Thread(target=connect)
+    thread.start()
+    acceptor = worker.peers.acceptor
+    deadline = time.monotonic() + 5
+    while not any(p._handshake._server_nonce for p in acceptor._pending.values()) and time.monotonic() < deadline:
+        assert acceptor.poll(0.01) == []  # the challenge goes out; the proof has not come yet
+    thread.join(5)
+    return done[0]
 
 
 def _control(worker: Worker, message: object) -> None:
@@ -90,7 +111,9 @@ def test_what_comes_for_an_attempt_whose_tasks_wait_for_a_peer_link_reaches_them
     source = TaskId(replacement.job.vertices[0].id, 1)
     _control(replacement, ToTask(source, "trigger"))  # sent right after the Start
     peer = _connect_as(replacement, 0, 0)
-    replacement._poll_io(1.0)  # accepts it: the tasks are built
+    deadline = time.monotonic() + 5
+    while replacement.pending is not None and time.monotonic() < deadline:
+        replacement._poll_io(0.1)  # accepts it: the tasks are built
     assert replacement.pending is None and replacement.attempt == 2
     assert "trigger" in replacement.tasks[source].inbox
     peer.close()
@@ -100,13 +123,16 @@ def test_a_peer_replaced_while_its_old_link_ends_in_the_same_select_leaves_the_w
     worker: Worker,
 ) -> None:
     old = _connect_as(worker, 1, 0)
-    worker._poll_io(1.0)
+    deadline = time.monotonic() + 5
+    while 1 not in worker.links and time.monotonic() < deadline:
+        worker._poll_io(0.1)
     assert worker.peers._between[1] == (0, 0)
     new = _connect_as(worker, 1, 1)  # the listener is ready first, then the old link's end
     time.sleep(0.05)
     old.close()
     time.sleep(0.05)
-    worker._poll_io(1.0)  # raised ValueError before the fix
+    for _ in range(3):  # the new link's hello and the old link's end, in one select or two
+        worker._poll_io(0.2)  # raised ValueError before the fix
     assert worker.peers._between[1] == (0, 1) and not worker.links[1].closed
     assert not worker.stopped
     new.close()

@@ -18,7 +18,7 @@ import chaos
 from epochal.runtime import fault_points
 
 # restarts each kind causes at least: a kill during recovery (or during the restore) is a second one
-LEAST_RESTARTS = {"kill_twice": 2, "kill_in_restore": 2}
+LEAST_RESTARTS = {"kill_twice": 2, "kill_in_restore": 2, "corrupt_checkpoint": 2}
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,13 @@
 """Storage faults, injected by a faulty `pyarrow.fs` filesystem under the checkpoint directory
 (tests/faulty_fs.py; Epochal's own code unchanged): a write that fails, a full store, a store
 slower than the checkpoint timeout, a bit flipped in a file after it was written. Each is
-detected; a failed checkpoint is aborted and the job goes on, its output exactly once; a
-corrupt checkpoint is refused, the one before it restored, and the job says which and why, and
-that the refused checkpoint's committed output can come again (nothing is lost)."""
+detected; a failed checkpoint is aborted and the job goes on, its output exactly once. A
+corrupt newest manifest, read back at the restore after its epoch was committed, is repaired
+from its copy: the output is exact. A corrupt state file (or a manifest and its copy both)
+refuses the checkpoint, and the one before it is restored; the epochs since are replayed at
+their cuts where those can be read (a corrupt state file), and the sinks skip what they
+committed of them: the output is exact again; where they cannot (both manifests), the job says
+their committed output can come again, and nothing is lost."""
 
 from __future__ import annotations
 
@@ -37,7 +41,9 @@ def _expected() -> list[tuple[str, int]]:
     return sorted((w, n) for w, c in totals.items() for n in range(1, c + 1))
 
 
-def _run(tmp_path: Path, on_record: Any = None, **checkpoint: Any) -> tuple[Any, CollectSink]:
+def _run(
+    tmp_path: Path, on_record: Any = None, sink: CollectSink | None = None, **checkpoint: Any
+) -> tuple[Any, CollectSink]:
     config = {"interval": 0.05, "tolerable_failures": 3, **checkpoint}
     env = StreamEnvironment(
         parallelism=2,
@@ -53,7 +59,7 @@ def _run(tmp_path: Path, on_record: Any = None, **checkpoint: Any) -> tuple[Any,
             on_record(word)
         return word
 
-    sink = CollectSink()
+    sink = sink or CollectSink()
     env.from_source(ListSource(WORDS, splits=2)).map(slowly).key_by(lambda w: w).count().sink_to(sink)
     return env.execute("storage-faults"), sink
 
@@ -86,34 +92,81 @@ def test_a_store_slower_than_the_timeout_expires_the_checkpoint_and_the_job_goes
     assert sorted(sink.committed()) == _expected()
 
 
-@pytest.mark.parametrize("target", ["MANIFEST.json", ".keyed"])
-def test_a_corrupt_checkpoint_is_refused_and_the_one_before_is_restored(
-    tmp_path: Path, target: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A bit flips in a checkpoint's manifest or state file (read back at the restore after a
-    crash): the checkpoint is refused, the one before it restored, and the log says so."""
+def _crash_after_commits(
+    tmp_path: Path, pattern: str, times: int = 1, newest: bool = False
+) -> tuple[Any, CollectSink, list[Any]]:
+    """The job, crashed once three checkpoints completed and the sink committed the newest's
+    epoch, with the next `times` reads of files whose path holds `pattern` (in the newest
+    checkpoint's directory, with `newest`) corrupt: those of the restore that follows."""
     crashed: list[Any] = []
+    sink = CollectSink()
+    manifests = tmp_path / "ckpt"
+
+    def committed_newest() -> int | None:
+        complete = sorted(int(m.parent.name[4:]) for m in manifests.glob("chk-*/MANIFEST.json"))
+        epochs = {checkpoint for _, _, checkpoint in sink._committed_epochs}
+        return complete[-1] if len(complete) >= 3 and complete[-1] in epochs else None
 
     def crash_once(word: str) -> None:
-        if not crashed and word == "w5" and len(list((tmp_path / "ckpt").glob("chk-*/MANIFEST.json"))) >= 3:
-            crashed.append(FAULTS.arm("flip", target, times=1))  # the next such file read is corrupt
+        if not crashed and (committed := committed_newest()) is not None:
+            where = f"chk-{committed:08d}/{pattern}" if newest else pattern
+            crashed.append(FAULTS.arm("flip", where, times=times))  # the next such file read is corrupt
             raise InjectedFailure("crash")
 
-    with caplog.at_level(logging.WARNING):
-        # a state file of its own: `merge_files=False` (the fault's flip does not reach the
-        # ranged reads of a merged file's segments; tests/state/test_merged_checkpoint_files.py)
-        result, sink = _run(tmp_path, on_record=crash_once, merge_files=target != ".keyed")
+    # a state file of its own: `merge_files=False` (the fault's flip does not reach the ranged
+    # reads of a merged file's segments; tests/state/test_merged_checkpoint_files.py)
+    result, _ = _run(tmp_path, on_record=crash_once, sink=sink, merge_files=pattern != ".keyed")
     assert crashed and crashed[0].hits, "the corruption never struck"
-    struck = int(crashed[0].hits[0].split("chk-")[1][:8])
+    return result, sink, crashed
+
+
+def _struck(crashed: list[Any]) -> int:
+    return int(crashed[0].hits[0].split("chk-")[1][:8])
+
+
+def test_a_corrupt_newest_manifest_is_repaired_from_its_copy_and_the_output_is_exact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        result, sink, crashed = _crash_after_commits(tmp_path, "MANIFEST.json")
+    struck = _struck(crashed)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"chk-{struck:08d}/MANIFEST.json was corrupt" in m and "repaired" in m for m in messages), messages
+    assert result.restored_from[-1] == struck  # restored, not refused
+    assert sorted(sink.committed()) == _expected()  # exact: nothing lost, nothing twice
+
+
+def test_a_corrupt_checkpoint_is_refused_and_its_epochs_replayed_at_their_cuts_so_the_output_is_exact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bit flips in a state file of the newest checkpoint (read back at the restore after a
+    crash, after its epoch was committed): the checkpoint is refused, the one before it
+    restored, and the refused one's epoch replayed at its cut and skipped by the sink."""
+    with caplog.at_level(logging.WARNING):
+        result, sink, crashed = _crash_after_commits(tmp_path, ".keyed")
+    struck = _struck(crashed)
     messages = [r.getMessage() for r in caplog.records]
     refused = re.compile(rf"checkpoint(\(s\))? \[?{struck}\]? refused")
     assert any(refused.search(m) for m in messages), messages  # which, and (in the message) why
     restored = [c for c in result.restored_from if c is not None]
     assert restored and restored[-1] < struck  # the one before it
+    assert any(f"replaying the epochs of checkpoint(s) [{struck}] at their cuts" in m for m in messages), messages
+    assert any(c.checkpoint_id == struck for c in result.checkpoints)  # written anew by the replay
+    assert sorted(sink.committed()) == _expected()  # exact: the replayed epoch was skipped, not committed twice
+
+
+def test_a_checkpoint_whose_manifest_and_copy_are_corrupt_is_refused_and_nothing_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        # every read of the newest checkpoint's manifest and copy corrupt: damaged on disk, both
+        result, sink, crashed = _crash_after_commits(tmp_path, "MANIFEST", times=1000, newest=True)
+    struck = _struck(crashed)
+    messages = [r.getMessage() for r in caplog.records]
+    restored = [c for c in result.restored_from if c is not None]
+    assert restored and restored[-1] < struck
     assert any(f"restoring checkpoint {restored[-1]}" in m and "can appear twice" in m for m in messages), messages
-    # nothing lost; what the refused checkpoint's epoch committed may come again (said above)
-    committed = collections.Counter(sink.committed())
-    assert set(committed) == set(_expected())
+    assert set(sink.committed()) == set(_expected())  # nothing lost; the lost cut's epoch may come twice (said)
 
 
 def test_a_filesystem_that_is_not_one_is_refused() -> None:

@@ -1,4 +1,5 @@
-"""A sink's operator state is its pending commits: with none pending, it writes no file."""
+"""A sink's operator state is its pending commits (and, for a writer idempotent per epoch, its
+lineage): a sink with none pending whose writer has no lineage writes no file."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from epochal.errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
 from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState, TaskCheckpointStats
-from epochal.state.storage import MANIFEST_NAME, CheckpointStorage
+from epochal.state.storage import MANIFEST_COPY_NAME, MANIFEST_NAME, CheckpointStorage
 
 
 def write_checkpoint(
@@ -116,7 +116,7 @@ def test_checkpoint_ids_ignore_foreign_entries(storage: CheckpointStorage) -> No
 def test_manifest_is_written_atomically_without_leftovers(storage: CheckpointStorage) -> None:
     write_checkpoint(storage, 1)
     names = sorted(os.listdir(storage.checkpoint_path(1)))
-    assert names == [MANIFEST_NAME, "count-0.keyed", "count-1.keyed", "source-0.op"]
+    assert names == [MANIFEST_COPY_NAME, MANIFEST_NAME, "count-0.keyed", "count-1.keyed", "source-0.op"]
 
 
 def test_storage_survives_pickling(storage: CheckpointStorage) -> None:
@@ -175,7 +175,9 @@ def test_any_flipped_bit_of_the_manifest_is_detected(storage: CheckpointStorage)
             corrupted[pos] ^= 1 << bit
             with pytest.raises(CorruptCheckpointError):
                 Manifest.from_json(bytes(corrupted), source="m")
-    # and through the storage, for a sample of positions (each round trip touches the disk)
+    # and through the storage, for a sample of positions (each round trip touches the disk), the
+    # copy lost too (with it, each would be repaired: `test_a_corrupt_manifest_is_repaired_from_its_copy`)
+    path.with_name(MANIFEST_COPY_NAME).unlink()
     for pos in range(0, len(original), max(1, len(original) // 40)):
         _flip(path, pos, 0x01)
         assert storage.latest() == previous
@@ -195,6 +197,7 @@ def test_any_flipped_byte_of_the_manifest_is_detected_or_harmless(data) -> None:
         write_checkpoint(storage, 1)
         newest = write_checkpoint(storage, 2)
         path = manifest_path(storage, 2)
+        path.with_name(MANIFEST_COPY_NAME).unlink()  # no copy to repair it from
         size = path.stat().st_size
         pos = data.draw(st.integers(min_value=0, max_value=size - 1), label="pos")
         mask = data.draw(st.integers(min_value=1, max_value=255), label="mask")
@@ -226,6 +229,10 @@ def test_truncated_files_are_detected(storage: CheckpointStorage) -> None:
         with pytest.raises(CorruptCheckpointError):
             Manifest.from_json(original[:cut], source="m")
     path.write_bytes(original[: len(original) // 2])
+    assert storage.latest() == newest  # repaired from its copy
+    assert path.read_bytes() == original
+    path.write_bytes(original[: len(original) // 2])
+    path.with_name(MANIFEST_COPY_NAME).write_bytes(original[:10])
     assert storage.latest() == previous
 
 
@@ -258,9 +265,34 @@ def test_corrupt_checkpoints_are_skipped_with_a_warning(
     write_checkpoint(storage, 1)
     write_checkpoint(storage, 2)
     manifest_path(storage, 2).write_bytes(b"not json")
+    manifest_path(storage, 2).with_name(MANIFEST_COPY_NAME).write_bytes(b"nor this")
     with caplog.at_level(logging.WARNING, logger="epochal.state.storage"):
         assert storage.latest().checkpoint_id == 1
     assert "skipping corrupt checkpoint 2" in caplog.text
+
+
+def test_a_corrupt_manifest_is_repaired_from_its_copy(
+    storage: CheckpointStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_checkpoint(storage, 1)
+    newest = write_checkpoint(storage, 2)
+    path = manifest_path(storage, 2)
+    original = path.read_bytes()
+    _flip(path, len(original) // 2, 0x04)
+    with caplog.at_level(logging.WARNING, logger="epochal.state"):
+        assert storage.resolve(2) == newest
+    assert "repaired from MANIFEST.copy.json" in caplog.text
+    assert path.read_bytes() == original  # written back: the next read needs no copy
+    assert storage.latest() == newest
+
+
+def test_a_copy_alone_does_not_complete_a_checkpoint_and_goes_with_its_manifest(storage: CheckpointStorage) -> None:
+    write_checkpoint(storage, 1)
+    write_checkpoint(storage, 2)
+    manifest_path(storage, 2).unlink()  # as if the writer died between the copy and the manifest
+    assert storage.complete_checkpoints() == [1] and storage.latest().checkpoint_id == 1
+    storage.delete_manifest(1)
+    assert not manifest_path(storage, 1).with_name(MANIFEST_COPY_NAME).exists()
 
 
 def test_all_checkpoints_corrupt_means_none(storage: CheckpointStorage) -> None:

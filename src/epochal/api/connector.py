@@ -136,6 +136,23 @@ class SinkWriter(ABC):
         """Seal what was written since the last checkpoint; return a picklable committable, or None."""
         return None
 
+    def set_lineage(self, lineage: str) -> None:  # noqa: B027 - optional hook
+        """Called after open, before `recover` (and again if it changes): the id of the run this
+        writer continues (16 hex digits), kept in the sink's checkpointed state, so the same in
+        every attempt restored from the run's checkpoints and new for a fresh start (or a
+        savepoint whose checkpoint ids begin again).
+
+        A sink idempotent per epoch names what it commits for checkpoint `n` by (lineage,
+        subtask, `n`) and skips a commit of an epoch it has committed already: after a fallback
+        to an older checkpoint (the newest one found corrupt), the job master replays the epochs
+        since, each cut where the first run cut it (docs/guarantees.md), and their output, which
+        the sink committed before, is not committed again. `FileSink`, `ParquetSink`,
+        `DeltaSink`, `PostgresSink`, `JetStreamSink`, `RedisStreamSink` and `CollectSink` do; a
+        sink that ignores this may duplicate such epochs.
+        """
+
+    set_lineage.ignored = True  # type: ignore[attr-defined]  # this default: the runtime keeps no lineage for it
+
     def recover(self) -> None:  # noqa: B027 - optional hook
         """Called after restore: discard staged data that no checkpoint covers."""
 

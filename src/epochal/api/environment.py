@@ -14,9 +14,11 @@ from ..config import (
     DEFAULT_GC_THRESHOLD,
     CheckpointConfig,
     JobConfig,
+    NetworkConfig,
     RecoveryConfig,
     RestartStrategy,
     StateConfig,
+    TlsConfig,
     check_bool,
     check_callable,
     check_choice,
@@ -148,6 +150,13 @@ class StreamEnvironment(SqlMethods):
             splits: a rescale up to `max_workers` and back moves key groups live, no restart,
             no replay (`docs/concepts/elasticity.md`; jobs with loops or unaligned checkpoints
             restart in the running stage instead).
+        tls: encrypt the links between the job's processes on Spark (`TlsConfig`: certificate,
+            key and authority files, at the same paths on the driver and every executor); None
+            takes `EPOCHAL_TLS_CERT` (with `EPOCHAL_TLS_KEY`, `EPOCHAL_TLS_CA`) if set. Links are
+            authenticated either way (docs/operations.md, Security); shorthand for
+            `network=NetworkConfig(tls=...)`.
+        network: the links' full configuration (`NetworkConfig`): TLS, the largest frame, the
+            handshake's timeout.
         recovery: what survivors do when a worker is lost (`RecoveryConfig`): by default every
             task restores the last checkpoint; with `RecoveryConfig(survivors=True)` only the
             lost worker's tasks do, where that is sound.
@@ -174,6 +183,8 @@ class StreamEnvironment(SqlMethods):
         metrics_interval: float | None = 1.0,
         max_workers: int | None = None,
         recovery: RecoveryConfig | None = None,
+        tls: TlsConfig | None = None,
+        network: NetworkConfig | None = None,
     ) -> None:
         self.state = StateConfig() if state is None else check_instance("state", state, StateConfig)
         self.max_parallelism = _max_parallelism(max_parallelism, self.state)
@@ -208,6 +219,11 @@ class StreamEnvironment(SqlMethods):
         self.recovery = RecoveryConfig() if recovery is None else check_instance("recovery", recovery, RecoveryConfig)
         if self.max_workers is not None and self.max_workers < self.parallelism:
             raise ValueError(f"max_workers ({max_workers}) must be at least the parallelism ({self.parallelism})")
+        self.network = NetworkConfig() if network is None else check_instance("network", network, NetworkConfig)
+        if tls is not None:
+            self.network = replace(self.network, tls=check_instance("tls", tls, TlsConfig))
+        elif self.network.tls is None and (from_env := TlsConfig.from_environment()) is not None:
+            self.network = replace(self.network, tls=from_env)
         if state_backend is not None:
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
@@ -290,7 +306,7 @@ class StreamEnvironment(SqlMethods):
         check_name("name", name)
         config = JobConfig(
             self.checkpoint, self.restart, self.channel_capacity, self.batch_size, self.state, self.gc_threshold,
-            self.metrics_interval, self.max_workers, self.recovery,
+            self.metrics_interval, self.max_workers, self.recovery, self.network,
         )
         return JobBlueprint(self._graph, name, self.max_parallelism, config, self.dead_letter)
 

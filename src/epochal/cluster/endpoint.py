@@ -7,9 +7,10 @@ committed state, or with `?live=1` its live value from the subtask that owns it)
 dashboard (`GET /`, a static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`,
 `/rescale`, `/savepoint`, `/move`, `/patch`: a live logic patch, `cluster.patch_request`) needs
 the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
-cancel a job can lose a day of a team's work; `POST /cancel?wait=S` answers once the job ended
-(at most S seconds), with its final status, since the endpoint closes with the job. It binds
-127.0.0.1 unless told otherwise, so nothing off the machine reaches it by accident.
+cancel a job can lose a day of a team's work: an action without it is refused, logged with the
+caller's address and counted (`epochal_links_refused_total`). `POST /cancel?wait=S` answers once
+the job ended (at most S seconds), with its final status, since the endpoint closes with the job.
+It binds 127.0.0.1 unless told otherwise, so nothing off the machine reaches it by accident.
 
 Every read but a live state query serves the newest snapshot the job master published into the
 `JobControl` (`runtime.metrics.JobMetrics`): a scrape never reaches the job master or its tasks. The
@@ -45,6 +46,7 @@ from ..errors import EpochalError, NoCheckpointError
 from ..runtime.commands import Command, Move, Rescale, Savepoint
 from ..runtime.master.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
+from ..runtime.wire.handshake import refusal
 from ..state.keygroups import parse_key_groups
 from . import patch_request
 
@@ -123,6 +125,8 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
             elif not endpoint.authorized(self.headers.get("Authorization")):
                 refused = "actions need the job's token (Authorization: Bearer ...)"
+                endpoint.control.refusals.add(refusal("control endpoint", self.client_address,
+                                                      f"POST {action} without the job's token"))
                 self._reply(HTTPStatus.UNAUTHORIZED, {"error": refused})
             elif action == "/cancel":
                 accepted = endpoint.control.request_cancel()
@@ -281,6 +285,11 @@ class JobCollector:
         yield state
         yield _gauge("epochal_job_parallelism", "Workers (the largest parallelism of an operator)", job,
                      status.parallelism)
+        refused = CounterMetricFamily(
+            "epochal_links_refused", "Connections to the job's ports refused: no handshake, a wrong proof, "
+            "a broken frame, or an action without the token", labels=["job"])
+        refused.add_metric([job], self.control.refusals.count)
+        yield refused
         metrics = self.control.metrics()
         if metrics is not None:
             yield from _job_metrics(metrics)

@@ -11,7 +11,9 @@ from typing import Any
 
 from ..errors import EpochalError
 from ..plan.job_graph import TaskId
+from ..runtime.wire.handshake import Refusal
 from ..state.keygroups import RoutingTable
+from ..state.replay import EpochReplay
 
 
 class JobMasterUnreachable(EpochalError):
@@ -35,6 +37,7 @@ class Hello:
     # wall-clock times its Spark task began (the job graph loaded) and said hello, for the
     # start-up's breakdown (`SparkExecutor.timeline`)
     task_started: float = 0.0
+    listening: str = ""  # host:port of its data port (shown in the job's status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class Start:
     job: bytes | None = None
     incarnations: tuple[int, ...] = ()
     routing: RoutingTable | None = None  # in place of the checkpoint's: a parallel recovery's
+    replay: EpochReplay | None = None  # epochs after the checkpoint replayed at their cuts (`state.replay`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +137,24 @@ class WorkerFailed:
     worker: int
     attempt: int
     error: Any  # the exception when it pickles, else its text
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRefused:
+    """The worker closed a connection to its port that did not authenticate (the job master
+    counts it in the job's metrics)."""
+
+    worker: int
+    refusal: Refusal
+
+
+@dataclass(frozen=True, slots=True)
+class LinkBroken:
+    """The worker's link to `peer` (its process `incarnation`) broke while `attempt` ran (the
+    network, or the peer's death)."""
+
+    worker: int
+    attempt: int
+    peer: int
+    reason: str
+    incarnation: int = 0

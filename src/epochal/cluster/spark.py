@@ -20,9 +20,15 @@ The job master decides every restart; this host carries it out at one of two spe
 - a worker process that dies (SIGKILL, OOM) or a lost executor fails the barrier stage, which
   Spark never retries for a result stage: the host cancels what is left and submits a new stage
   (a new *launch*), whose workers start the next attempt.
+- a link between two workers that breaks while both processes live (the network: `LinkBroken`)
+  restarts the attempt in place once a short grace shows neither process died, which links the
+  two anew.
 The host numbers launches and the job master attempts, since a rerun Spark task cannot tell that
-it is a retry. Submitting a stage, accepting its workers, supervising them and relaunching share one piece
-of state (the launch, its links and the attempt) and stay here, about 475 lines (past the 450 we
+it is a retry. Every link is authenticated (`runtime.wire.handshake`): the host makes the job's
+secret and hands it to the workers in the stage's task closure; its port (`cluster.master_port`)
+turns a connection into a worker's link only once it passed the handshake. Submitting a stage,
+accepting its workers, supervising them and relaunching share one piece of state (the launch,
+its links and the attempt) and stay here, about 490 lines (past the 450 we
 aim for: cutting the stage host in two would pass that state between the halves); what does not
 is in modules of its own: what a stage's task runs and the reading of its failures
 (`cluster.stage_task`), the session, its master, task slots and the address workers reach
@@ -36,7 +42,6 @@ from __future__ import annotations
 import logging
 import pickle
 import selectors
-import socket
 import threading
 import time
 import uuid
@@ -53,14 +58,19 @@ from ..runtime.master.control import JobControl
 from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobProgress, JobResult
-from ..runtime.wire.network import CONTROL, Link, LinkClosed, read_object_blocking
+from ..runtime.wire.handshake import new_secret
+from ..runtime.wire.network import CONTROL, Link, LinkClosed
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
+from .link_guard import LinkGuard
+from .master_port import MasterPort
 from .protocol import (
     CaughtUp,
     FromTask,
     Hello,
     JobMasterUnreachable,
+    LinkBroken,
+    LinkRefused,
     PeerLost,
     Peers,
     Progress,
@@ -79,6 +89,7 @@ from .worker import worker_of
 log = logging.getLogger(__name__)
 
 _HELLO_TIMEOUT = 300.0
+_PEER_LOST_GRACE = 1.0  # seconds a broken link between workers waits for news of a dead process
 _STAGE_SCHEMA = "worker int"
 
 
@@ -192,8 +203,10 @@ class _StageHost:
         self.spark = spark
         self.connect = is_connect(spark)
         self.workers = workers
-        self.server = socket.create_server((host, 0), backlog=max(8, workers * 2))
-        self.address = (host, self.server.getsockname()[1])
+        self.secret = new_secret()  # the job's: to the workers in the stage's closure, never on a link
+        self.port = MasterPort(host, workers, LinkGuard(self.secret, self.job.config.network), master.control.refusals)
+        self.address = self.port.address
+        self.peer_lost: tuple[float, LinkBroken] | None = None  # a broken link, restarted after the grace
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}
         self.addresses: dict[int, tuple[str, int]] = {}  # where each worker's task listens (`Peers`)
@@ -219,7 +232,7 @@ class _StageHost:
         self.launches += 1
         number = self.launches
         tag = f"epochal-{uuid.uuid4().hex[:8]}-{number}"
-        fn = worker_function(self.job, self.workers, number, self.address)
+        fn = worker_function(self.job, self.workers, number, self.address, self.secret)
         launch = _Launch(number, tag, None)  # type: ignore[arg-type]
 
         def body() -> None:
@@ -259,7 +272,6 @@ class _StageHost:
         self.links, self.addresses = {}, {}
         self.executor.task_started.clear()
         self.incarnations = [0] * self.workers
-        self.server.settimeout(0.05)
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links) < self.workers:
             if launch.is_done:
@@ -273,35 +285,19 @@ class _StageHost:
                 raise LaunchFailed(describe_failure(launch.error), raised_in_task(launch.error))
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
-            hello = self._next_hello(launch)
+            hello = self.port.next_hello(launch.number, 0.2)
             if hello is not None:
                 self._add_worker(*hello)
         self._event("connected")
         if self.executor.task_started:  # when the first Spark task began, on this clock
             first = min(self.executor.task_started.values())
             self.executor.timeline.append(("task started", time.monotonic() - (time.time() - first)))
+        self.master.control.publish(listening=self.port.listening_status())
 
-    def _next_hello(self, launch: _Launch) -> tuple[Hello, socket.socket] | None:
-        """A worker process's `Hello` of `launch` on the control port, if one comes soon."""
-        try:
-            sock, _ = self.server.accept()
-        except TimeoutError:
-            return None
-        try:
-            _, hello = read_object_blocking(sock, timeout=30)
-        except (OSError, ConnectionError):
-            sock.close()
-            return None
-        if not isinstance(hello, Hello) or hello.launch != launch.number:
-            sock.close()
-            return None
-        return hello, sock
-
-    def _add_worker(self, hello: Hello, sock: socket.socket) -> None:
+    def _add_worker(self, hello: Hello, link: Link) -> None:
         old = self.links.pop(hello.worker, None)
         if old is not None:
             self._drop(old)
-        link = Link(sock, f"worker {hello.worker}")
         self.links[hello.worker] = link
         self.incarnations[hello.worker] = hello.incarnation
         self.executor.worker_pids[hello.worker] = hello.pid
@@ -333,7 +329,7 @@ class _StageHost:
         survivors = self.job.config.recovery.survivors
         told: set[int] = set()
         deadline = time.monotonic() + _HELLO_TIMEOUT
-        self.server.settimeout(0.05)
+        self.peer_lost = None  # the dead process broke it
         while True:
             lost |= self._closed_links()
             if survivors and lost - told:  # the others run on, logging what they send the lost
@@ -348,7 +344,7 @@ class _StageHost:
                 raise WorkerLost(f"the Spark stage ended: {describe_failure(launch.error)}")
             if time.monotonic() > deadline:
                 raise WorkerLost(f"workers {sorted(lost)} died and were not replaced in time")
-            hello = self._next_hello(launch)
+            hello = self.port.next_hello(launch.number, 0.05)
             if hello is not None and hello[0].incarnation > self.incarnations[hello[0].worker]:
                 self._add_worker(*hello)
             elif hello is not None:
@@ -433,10 +429,12 @@ class _StageHost:
         self.running = set()
         self.local_bytes = 0
         self.live = {}
+        self.peer_lost = None
         self.attempt = self.master.start_attempt(self._send)
         restore = self.master.restore_from
         checkpoint = restore.checkpoint_id if restore is not None else None
-        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations), routing)
+        replay = restore.replay if restore is not None else None
+        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations), routing, replay)
         for link in self.links.values():
             link.send_object(start)
 
@@ -501,7 +499,7 @@ class _StageHost:
                 self._event("finished")
                 return self.master.result()
         finally:
-            self.server.close()
+            self.port.close()
 
     def _supervise(self, launch: _Launch) -> None:
         """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
@@ -515,6 +513,12 @@ class _StageHost:
                 continue
             self.master.poll_control()
             attempt.coordinator.tick()
+            self.port.poll()
+            if self.peer_lost is not None and time.monotonic() - self.peer_lost[0] >= _PEER_LOST_GRACE:
+                lost = self.peer_lost[1]
+                self._restart_in_place(WorkerLost(
+                    f"the link between workers {lost.worker} and {lost.peer} broke ({lost.reason})"))
+                continue
             for worker, link in list(self.links.items()):
                 try:
                     link.flush()
@@ -561,6 +565,21 @@ class _StageHost:
         elif kind is WorkerFailed:
             error = message.error if isinstance(message.error, BaseException) else EpochalError(str(message.error))
             self._restart_in_place(error)
+        elif kind is LinkBroken and self.peer_lost is None and self._current(message):
+            log.warning("worker %d lost its link to worker %d: %s", message.worker, message.peer, message.reason)
+            self.peer_lost = (time.monotonic(), message)
+        elif kind is LinkRefused:
+            self.master.control.refusals.add(message.refusal)
+
+    def _current(self, broken: LinkBroken) -> bool:
+        """Whether a broken link joined this attempt's processes (not a dead one's: its loss is
+        handled as such, and survivors run on without it)."""
+        return (
+            self.attempt is not None
+            and broken.attempt == self.attempt.number
+            and broken.incarnation == self.incarnations[broken.peer]
+            and not self.recovering
+        )
 
     def _caught_up(self, worker: int | None) -> None:
         """A survivor dropped what restored workers sent again: once all did, and every worker

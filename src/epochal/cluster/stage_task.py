@@ -19,14 +19,20 @@ from typing import Any
 
 from ..plan.job_graph import JobGraph
 from ..runtime.gc_tuning import tuned_gc
+from .link_guard import UNREACHABLE, LinkGuard
 from .snapshot_thread import snapshot_friendly_gil
 from .supervisor import supervise
-from .worker import UNREACHABLE, Worker
+from .worker import Worker
 
 
-def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
+def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int], secret: bytes) -> Any:
     """The function every task of launch `launch` runs: listen, and supervise the worker's
-    processes until the job ends (the worker learns its peers' addresses from the job master)."""
+    processes until the job ends (the worker learns its peers' addresses from the job master).
+
+    `secret` is the job's (`runtime.wire.handshake`): this closure is its only way to the
+    workers, as Spark carries task closures to executors over its own (authenticated, with
+    `spark.authenticate`, and encrypted, with `spark.network.crypto.enabled`) RPC."""
+    guard = LinkGuard(secret, job.config.network)
 
     def run(rows: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -49,7 +55,7 @@ def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str,
 
         def incarnation(number: int) -> None:
             with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
-                worker = Worker(job, index, workers, launch, driver, listener, address, number, started)
+                worker = Worker(job, index, workers, launch, driver, listener, address, number, started, guard)
                 worker.connect()
                 worker.run()
 

@@ -14,10 +14,13 @@ to the loop through a queue.
 A task that raises does not end the process: the worker reports it and waits for the job
 master to `Start` the next attempt (restoring a checkpoint, in place) or `Stop`.
 
-A worker that cannot connect to the job master (refused, or not within `CONNECT_TIMEOUT`) fails
+A worker that cannot connect to the job master (refused, or not within `link_guard.CONNECT_TIMEOUT`) fails
 its Spark task with `JobMasterUnreachable`, whose message starts with `UNREACHABLE`: the host
 recognises it in the stage's error and ends the job in one line instead of relaunching (the job
 master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
+So does a job master that does not prove it knows the job's secret (`runtime.wire.handshake`).
+Connections to the worker's port that fail the handshake are refused (`cluster.peers`) and
+reported (`LinkRefused`); a link to a peer that breaks is reported too (`LinkBroken`).
 """
 
 from __future__ import annotations
@@ -62,11 +65,13 @@ from ..runtime.wire.network import (
 )
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
+from .link_guard import LinkGuard
 from .peers import LISTENER, PeerLinks
 from .protocol import (
     FromTask,
     Hello,
-    JobMasterUnreachable,
+    LinkBroken,
+    LinkRefused,
     Peers,
     Progress,
     Running,
@@ -84,25 +89,11 @@ FLUSH_INTERVAL = 0.005
 WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
 ASYNC_LOOP = "async"  # the selector key's data for the asyncio loop's descriptor (`runtime.aio`)
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
-CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
 RENDEZVOUS_TIMEOUT = 300.0  # seconds a worker waits for the others' addresses (the job master's wait)
-UNREACHABLE = "the Spark workers cannot reach the job master"
 
 
 def worker_of(task: TaskId) -> int:
     return task.subtask
-
-
-def connect_to_job_master(address: tuple[str, int], worker: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
-    """A connection to the job master, which listens before the stage is submitted: a refusal
-    or a timeout means this executor cannot reach it, and retrying would not change that."""
-    try:
-        return socket.create_connection(address, timeout=timeout)
-    except OSError as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc)).lower()
-        raise JobMasterUnreachable(
-            f"{UNREACHABLE} at {address[0]}:{address[1]} from worker {worker} on {socket.gethostname()} ({reason})"
-        ) from None
 
 
 class Worker:
@@ -119,7 +110,11 @@ class Worker:
         address: tuple[str, int],
         incarnation: int = 0,
         task_started: float = 0.0,
+        guard: LinkGuard | None = None,
     ) -> None:
+        if guard is None:
+            raise TypeError("a worker needs the job's LinkGuard (its secret)")
+        self.guard = guard
         self.job = job
         self.index = index
         self.num_workers = num_workers
@@ -143,7 +138,7 @@ class Worker:
         self.selector.register(self.background.wakeup, selectors.EVENT_READ, WAKEUP)
         self.address = address  # where this worker's task listens for its peers
         self.task_started = task_started
-        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, (), self.selector)
+        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, (), self.selector, guard)
         self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
@@ -166,17 +161,18 @@ class Worker:
     def connect(self) -> None:
         """Connect to the driver and, at launch, to every peer (lower index accepts, higher
         connects); a later incarnation makes its peer links when its first `Start` names them."""
-        sock = connect_to_job_master(self.driver_address, self.index)
+        sock = self.guard.connect_to_job_master(self.driver_address, self.index)
         sock.settimeout(RENDEZVOUS_TIMEOUT)
+        host, port = self.peers.listener.getsockname()[:2]
         hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid(), self.address,
-                      self.task_started)
+                      self.task_started, f"{host}:{port}")
         write_object_blocking(sock, hello, kind=HELLO)
-        _, peers = read_object_blocking(sock, timeout=RENDEZVOUS_TIMEOUT)  # once every worker said hello
+        _, peers = read_object_blocking(sock, RENDEZVOUS_TIMEOUT, self.guard.max_frame)  # once all said hello
         if not isinstance(peers, Peers):
             raise ConnectionError(f"the job master answered {type(peers).__name__}, not the peers' addresses")
         self.peers.addresses = list(peers.addresses)
         sock.settimeout(60)
-        self.driver = Link(sock, "driver")
+        self.driver = Link(sock, "driver", self.guard.max_frame)
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
         if self.incarnation == 0:
             self.peers.connect_all()
@@ -217,6 +213,8 @@ class Worker:
             manifest = self.storage.load_manifest(start.checkpoint_id)
             if start.routing is not None:  # a parallel recovery's table (`runtime.master.recovery`)
                 manifest = dataclasses.replace(manifest, routing=start.routing)
+            if start.replay is not None:  # epochs replayed at their cuts after a fallback (`state.replay`)
+                manifest = dataclasses.replace(manifest, replay=start.replay)
         read_before = self.backups.store.bytes_read if self.backups is not None else 0
         ends: dict[ChannelKey, ChannelEnds] = {}
         self.inputs, self.outputs = {}, {}
@@ -303,6 +301,8 @@ class Worker:
                     self._to_driver(Progress(self.index, self.attempt, metrics))
                 self._flush_links()
                 self._poll_io(0.0 if busy else self._idle_timeout())
+                if self.peers.acceptor.pending and self.peers.acceptor.due(time.monotonic()):
+                    self.peers.accept()  # closes the connections that did not prove themselves in time
         finally:
             self._close_tasks()
             with contextlib.suppress(KeyError, ValueError):
@@ -372,6 +372,8 @@ class Worker:
         return busy
 
     def _drain_outbox(self) -> None:
+        while self.peers.refused:
+            self._to_driver(LinkRefused(self.index, self.peers.refused.pop(0)))
         if self.backups is not None:
             self.backups.ship(self.links)
         while True:
@@ -422,7 +424,7 @@ class Worker:
                             self._on_control(frame)
                         else:
                             self._on_frame(*frame)
-                except LinkClosed:
+                except LinkClosed as exc:
                     try:
                         self.selector.unregister(link)
                     except (KeyError, ValueError):
@@ -430,7 +432,11 @@ class Worker:
                     if key.data == "driver":
                         log.warning("worker %d: lost the driver; leaving", self.index)
                         self.stopped = True
-                    # a peer: its process died; the job master restarts the attempt with its next
+                    elif self.tasks and self.pending is None and self.links.get(key.data) is link:
+                        # a peer's link broke: its process died (the job master sees that too), or
+                        # the network dropped it; either way the attempt cannot go on without it
+                        self._to_driver(LinkBroken(self.index, self.attempt, key.data, str(exc),
+                                                   self.peers.incarnation_of(key.data)))
 
     def _on_control(self, frame: tuple[int, int, int, bytes]) -> None:
         kind, _, _, payload = frame

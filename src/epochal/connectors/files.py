@@ -10,6 +10,10 @@ object store has no rename, so there the commit copies the staged object to its 
 commit cut short did so already, then deletes it: the copy appears whole, and a repeat is as
 harmless as a repeated rename.
 
+Idempotent per epoch: subtask `s`'s file of checkpoint `n` is `part-<s>-<n>-<lineage>.<ext>`
+(the run's lineage: `SinkWriter.set_lineage`), and an epoch replayed at its cut after a fallback
+finds its name taken: skipped, its staged file dropped.
+
 A fresh run cannot know what an earlier run committed into the same directory, so before the job
 starts (`FileSink.check`) the sink's `mode` decides, as Spark's save modes do: `"error"` refuses
 a directory that holds committed `part-*` files, `"overwrite"` deletes the files a FileSink wrote
@@ -190,6 +194,10 @@ class _FileWriter(SinkWriter):
         self._conform = ArrowConformer(sink.schema)  # one schema for all of this subtask's files
         self._file: _StagedFile | None = None
         self._token = ""
+        self._lineage = ""
+
+    def set_lineage(self, lineage: str) -> None:
+        self._lineage = lineage[:12]
 
     def _open(self) -> _StagedFile:
         self._token = uuid.uuid4().hex[:12]
@@ -213,7 +221,7 @@ class _FileWriter(SinkWriter):
         if file is None:
             return None
         file.finish()
-        name = f"part-{self.subtask:05d}-{checkpoint_id:08d}-{self._token}.{file.extension}"
+        name = f"part-{self.subtask:05d}-{checkpoint_id:08d}-{self._lineage or self._token}.{file.extension}"
         return PendingFile(file.path, f"{self.root}/{name}")
 
     def recover(self) -> None:
@@ -329,9 +337,14 @@ class FileSink(Sink):
 
 
 def _publish(fs: pafs.FileSystem, pending: PendingFile) -> None:
-    """Give a staged file its final name; done again after a failure, it changes nothing."""
+    """Give a staged file its final name; done again after a failure, it changes nothing. A name
+    taken already is an epoch committed before (replayed after a fallback): the staged file goes."""
     if exists(fs, pending.staging):
         if isinstance(fs, pafs.LocalFileSystem) or fs.type_name == "hdfs":
+            if exists(fs, pending.final):
+                log.info("FileSink: %s is committed already (a replayed epoch): skipped", pending.final)
+                delete_quietly(fs, pending.staging)
+                return
             fs.move(pending.staging, pending.final)  # atomic: one name or the other
             return
         # An object store has no rename (pyarrow's move copies, then deletes). Copy unless a

@@ -15,6 +15,10 @@ checkpoint's files land in one batch per subtask: a batch id is taken by creatin
 if it does not exist yet (a hard link on a local disk, a rename on HDFS), as Spark's
 `HDFSMetadataLog` does, and a subtask that loses the race takes the next id. A commit repeated
 after a failure finds its files in the log already and adds nothing: commits are idempotent.
+They are idempotent per epoch too, as `FileSink`'s: a file's name holds the run's lineage, the
+subtask and the checkpoint id, and an epoch replayed after a fallback to an older checkpoint
+finds its name taken and is skipped (listed in the log all the same, if the first commit stopped
+before it was).
 
 Records to Arrow and the Parquet file writer, which `FileSink` and `DeltaSink` use too, are in
 `arrow_files`.
@@ -213,6 +217,10 @@ class _ParquetSinkWriter(SinkWriter):
         self._conform = ArrowConformer(sink.schema)
         self._file: ParquetFileWriter | None = None
         self._token = ""
+        self._lineage = ""
+
+    def set_lineage(self, lineage: str) -> None:
+        self._lineage = lineage[:12]
 
     def write(self, batch: Batch) -> None:
         arrow = self._conform(batch)
@@ -228,7 +236,7 @@ class _ParquetSinkWriter(SinkWriter):
         file, self._file = self._file, None
         if file is None or file.finish() is None:
             return None
-        final = f"{self.root}/part-{self.subtask:05d}-{checkpoint_id:08d}-{self._token}.parquet"
+        final = f"{self.root}/part-{self.subtask:05d}-{checkpoint_id:08d}-{self._lineage or self._token}.parquet"
         return PendingParquetFile(file.path, final)
 
     def recover(self) -> None:
@@ -359,7 +367,10 @@ class ParquetSink(Sink):
         fs, _ = self.target()
         committables = [p for c in committables for p in getattr(c, "files", (c,))]  # a partitioned subtask's
         for pending in committables:
-            if exists(fs, pending.staging):
+            if exists(fs, pending.staging) and exists(fs, pending.final):  # an epoch replayed: committed before
+                log.info("ParquetSink: %s is committed already (a replayed epoch): skipped", pending.final)
+                delete_quietly(fs, pending.staging)
+            elif exists(fs, pending.staging):
                 fs.move(pending.staging, pending.final)
             elif not exists(fs, pending.final):
                 raise CheckpointError(

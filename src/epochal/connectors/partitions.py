@@ -82,6 +82,12 @@ class PartitionedWriter(SinkWriter):
         self.fs, self.root = sink.target()
         self._conform = ArrowConformer(sink.schema)
         self._files: dict[str, tuple[ParquetFileWriter, str]] = {}
+        self._lineage = ""
+
+    def set_lineage(self, lineage: str) -> None:
+        """Files are named by (subtask, checkpoint, lineage) in each partition: a replayed
+        epoch's file has the name its first commit took, and `ParquetSink.commit` skips it."""
+        self._lineage = lineage[:12]
 
     def write(self, batch: Batch) -> None:
         for directory, rows in split_by_partition(self._conform(batch), self.sink.partition_by):
@@ -103,7 +109,8 @@ class PartitionedWriter(SinkWriter):
         pending = []
         for directory, (file, token) in sorted(files.items()):
             if file.finish() is not None:
-                final = f"{self.root}/{directory}/part-{self.subtask:05d}-{checkpoint_id:08d}-{token}.parquet"
+                name = self._lineage or token
+                final = f"{self.root}/{directory}/part-{self.subtask:05d}-{checkpoint_id:08d}-{name}.parquet"
                 pending.append(PendingParquetFile(file.path, final))
         return PendingParquetFiles(tuple(pending)) if pending else None
 

@@ -32,6 +32,7 @@ from typing import Any
 from ..plan.job_graph import TaskId
 from ..state.manifest import Manifest
 from .checkpoints import AbortedCheckpoint
+from .wire.handshake import Refusal
 from .wire.messages import OperatorMetrics
 
 
@@ -215,6 +216,8 @@ class JobMetrics:
     restarts: tuple[RestartRecord, ...]  # the last `HISTORY`
     restart_count: int
     series: tuple[SeriesPoint, ...] = field(default=())
+    links_refused: int = 0  # connections to the job's ports that failed authentication (ever)
+    refused_links: tuple[Refusal, ...] = ()  # the newest of them
 
     @property
     def last_completed(self) -> CheckpointRecord | None:

@@ -34,6 +34,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..errors import CheckpointError, CorruptCheckpointError
 from .keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_set
+from .replay import EpochReplay
 
 __all__ = [
     "FORMAT_VERSION",
@@ -203,6 +204,8 @@ class Manifest:
     counts: tuple[OperatorCounts, ...] | None = None
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
+    # the epochs after it a restore replays at their cuts (`state.replay`): the job master's, not stored
+    replay: EpochReplay | None = field(default=None, compare=False, metadata={_STORED: False})
 
     @property
     def size(self) -> int:

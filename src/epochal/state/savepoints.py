@@ -1,7 +1,7 @@
 """Savepoints: a complete checkpoint copied, with every file of its chains, into a directory the
 user owns.
 
-A savepoint is self-contained (`MANIFEST.json` at its root, the files under `files/`), never
+A savepoint is self-contained (`MANIFEST.json` and its copy at its root, the files under `files/`), never
 touched by retention, and restorable by any job whose operators carry the same uids: a job
 forked from a snapshot, at another parallelism or with changed logic (dissertation §4.3,
 application provenance and migration). A job that starts from one *adopts* it: copies it in as
@@ -87,7 +87,7 @@ def create_savepoint(source: CheckpointStorage, which: str | int, target: str) -
         raise CheckpointError(f"savepoint directory {target!r} is not empty")
     _copy_files(manifest, dest, _SAVEPOINT_FILES)
     savepoint = replace(rebase(manifest, _SAVEPOINT_FILES), is_savepoint=True, location=dest.uri)
-    dest.write(MANIFEST_NAME, savepoint.to_json())
+    dest.write_manifest_pair("", savepoint.to_json())
     return savepoint
 
 

@@ -4,7 +4,9 @@ Layout: `<root>/chk-<id:08d>/` holds one merged file per worker (`merged_files`;
 `CheckpointConfig(merge_files=False)`, one file per subtask and operator), then `MANIFEST.json`.
 A checkpoint is *complete* iff its manifest exists. Every file, data and manifest alike, is
 written under a temporary name and renamed into place, so a file under its own name is always
-whole; the manifest's rename is the commit point of the epoch (dissertation §4.1.3).
+whole; the manifest's rename is the commit point of the epoch (dissertation §4.1.3). A copy of
+the manifest (`MANIFEST.copy.json`) is written before it: a corrupt manifest is repaired from an
+intact copy instead of costing the checkpoint (`manifest_copy`).
 
 Bytes are verified where they are read (`checked_files.CheckedFiles`, which this class extends
 with the layout of checkpoints, their manifests and their chained backups). Resolving a
@@ -31,6 +33,7 @@ import pyarrow.fs as pafs
 from ..errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
 from .checked_files import CheckedFiles, RangedFile, chunks_of, resolve_uri
 from .manifest import CHECKPOINT_PREFIX, FileHandle, Manifest, checkpoint_dir_name, checkpoint_key
+from .manifest_copy import MANIFEST_COPY_NAME, repair_manifest
 from .retention import Retention
 
 if TYPE_CHECKING:
@@ -88,11 +91,16 @@ class CheckpointStorage(CheckedFiles):
         return handle
 
     def write_manifest(self, manifest: Manifest) -> None:
-        """Complete a checkpoint: the manifest goes last, atomically."""
+        """Complete a checkpoint: the manifest goes last, atomically, after its copy."""
         self._check_shared_files(manifest)
-        self.write(posixpath.join(checkpoint_dir_name(manifest.checkpoint_id), MANIFEST_NAME), manifest.to_json())
+        self.write_manifest_pair(checkpoint_dir_name(manifest.checkpoint_id), manifest.to_json())
         if self._retention is not None:
             self._retention.add(manifest)
+
+    def write_manifest_pair(self, directory: str, data: bytes) -> None:
+        """`directory`'s copy of a manifest, then the manifest (the commit point)."""
+        self.write(posixpath.join(directory, MANIFEST_COPY_NAME), data)
+        self.write(posixpath.join(directory, MANIFEST_NAME), data)
 
     def _check_shared_files(self, manifest: Manifest) -> None:
         """Refuse to complete a checkpoint whose chains reference a file that is gone.
@@ -131,11 +139,13 @@ class CheckpointStorage(CheckedFiles):
         return super().open_ranged(handle)
 
     def read_manifest(self, relative: str) -> Manifest:
-        """The manifest at `relative`, its checksum checked, located at this storage.
+        """The manifest at `relative`, its checksum checked, located at this storage; if it is
+        corrupt and its copy beside it (`MANIFEST_COPY_NAME`) is intact, the copy's, and the
+        manifest is rewritten from it (repaired).
 
         Raises:
             NoCheckpointError: there is no file at `relative`.
-            CorruptCheckpointError: the file is not an intact manifest.
+            CorruptCheckpointError: the file is not an intact manifest, nor its copy.
         """
         path = self._abs(relative)
         try:
@@ -143,7 +153,13 @@ class CheckpointStorage(CheckedFiles):
                 data: bytes = f.read()
         except OSError as exc:
             raise NoCheckpointError(f"no manifest {relative!r} in {self.uri!r}") from exc
-        return replace(Manifest.from_json(data, source=path), location=self.uri)
+        try:
+            return replace(Manifest.from_json(data, source=path), location=self.uri)
+        except CorruptCheckpointError as exc:
+            repaired = repair_manifest(self, relative, exc)
+            if repaired is None:
+                raise
+            return repaired
 
     def checkpoint_ids(self) -> list[int]:
         """Ids of every checkpoint directory, complete or not, ascending."""
@@ -272,8 +288,9 @@ class CheckpointStorage(CheckedFiles):
             pass
 
     def delete_manifest(self, checkpoint_id: int) -> None:
-        """Make a checkpoint incomplete; its files stay."""
+        """Make a checkpoint incomplete (the manifest first, then its copy); its files stay."""
         self._delete_quietly(posixpath.join(self.checkpoint_path(checkpoint_id), MANIFEST_NAME))
+        self._delete_quietly(posixpath.join(self.checkpoint_path(checkpoint_id), MANIFEST_COPY_NAME))
 
     def retain(self, keep: int, newest_complete: int, in_flight_base: int | None = None) -> None:
         """Keep the newest `keep` complete checkpoints, and every complete one from
@@ -285,4 +302,4 @@ class CheckpointStorage(CheckedFiles):
         self._retention.retain(keep, newest_complete, in_flight_base)
 
 
-__all__ = ["MANIFEST_NAME", "CheckpointStorage"]
+__all__ = ["MANIFEST_COPY_NAME", "MANIFEST_NAME", "CheckpointStorage"]

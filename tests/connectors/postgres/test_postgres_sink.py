@@ -118,6 +118,50 @@ def test_a_restore_commits_its_checkpoint_and_rolls_back_the_rest(pg_dsn: str) -
     assert sql(pg_dsn, "SELECT id FROM t ORDER BY id") == [(1,), (11,), (21,), (99,)]
 
 
+def test_an_epoch_is_recognised_by_its_lineage_another_run_s_epoch_of_that_id_is_written(pg_dsn: str) -> None:
+    """Idempotent per epoch under lineages (`SinkWriter.set_lineage`): the same run's replay is
+    dropped; a run of another lineage (a savepoint restored into a new directory, whose ids
+    begin again) writes its epoch of that id, and the record becomes its."""
+    sql(pg_dsn, "CREATE TABLE t (id int)")
+    sink = PostgresSink(pg_dsn, "t")
+    sink.check(resuming=False)
+    first = sink.create_writer(0, 1)
+    first.set_lineage("aaaaaaaaaaaaaaaa")
+    first.write([(1,)])
+    sink.commit([first.prepare_commit(3)])
+    first.write([(1,)])  # the same run's epoch 3, replayed at its cut
+    assert first.prepare_commit(3) is None
+    first.close()
+    sink.check(resuming=True)
+    fork = sink.create_writer(0, 1)
+    fork.set_lineage("bbbbbbbbbbbbbbbb")
+    fork.write([(2,)])  # another run's epoch 3
+    sink.commit([fork.prepare_commit(3)])
+    assert sql(pg_dsn, "SELECT id FROM t ORDER BY id") == [(1,), (2,)]
+    assert sql(pg_dsn, "SELECT checkpoint_id, lineage FROM epochal_sink_epochs") == [(3, "bbbbbbbbbbbbbbbb")]
+    fork.write([(2,)])  # and its replay is dropped
+    assert fork.prepare_commit(3) is None
+    fork.close()
+
+
+def test_an_epochs_table_of_before_lineages_gets_the_column_and_its_epochs_still_count(pg_dsn: str) -> None:
+    sql(pg_dsn, "CREATE TABLE t (id int)")
+    sql(pg_dsn, "CREATE TABLE epochal_sink_epochs (job text, subtask int, checkpoint_id bigint, rows bigint, "
+                "committed_at timestamptz DEFAULT now(), PRIMARY KEY (job, subtask, checkpoint_id))")
+    sql(pg_dsn, "INSERT INTO epochal_sink_epochs (job, subtask, checkpoint_id, rows) VALUES ('t', 0, 3, 1)")
+    sink = PostgresSink(pg_dsn, "t")
+    sink.check(resuming=True)
+    writer = sink.create_writer(0, 1)
+    writer.set_lineage("cccccccccccccccc")
+    writer.write([(1,)])
+    assert writer.prepare_commit(3) is None  # recorded before lineages: taken as this run's
+    writer.write([(2,)])
+    sink.commit([writer.prepare_commit(4)])
+    assert sql(pg_dsn, "SELECT checkpoint_id, lineage FROM epochal_sink_epochs ORDER BY 1") == [
+        (3, None), (4, "cccccccccccccccc")]
+    writer.close()
+
+
 def test_a_replayed_epoch_that_was_committed_is_dropped(pg_dsn: str) -> None:
     sql(pg_dsn, "CREATE TABLE t (id int)")
     sink = PostgresSink(pg_dsn, "t")

@@ -12,11 +12,13 @@ after a failure, also one cut short between Delta's commit and the end of the no
 nothing. That is the idempotence the txn action exists for (Spark's `foreachBatch` writes with
 `txnAppId`/`txnVersion` for the same reason).
 
-An app id belongs to one writer (`epochal-<random>-s<subtask>`), and a writer is created for
-every attempt, so a version is never reused: a committable restored from a checkpoint carries
-the id of the writer that prepared it, and a writer commits its checkpoints in order, so "the
-table's version for this id is at least this checkpoint" means "this committable is in". An id
-per job and subtask would skip the output of a fresh run, whose checkpoint ids start at 1 again.
+An app id belongs to one subtask of one run: `epochal-<lineage>-s<subtask>`, the lineage being the
+run's (`SinkWriter.set_lineage`: kept in the sink's checkpointed state, so the same in every
+attempt restored from the run's checkpoints, new for a fresh run, whose checkpoint ids start at
+1 again). A subtask commits its checkpoints in order, so "the table's version for this id is at
+least this checkpoint" means "this epoch is in": a committable restored from a checkpoint and
+committed again is skipped, and so is an epoch replayed after a fallback to an older checkpoint
+(the job master cuts it where the first run did), which makes the sink idempotent per epoch.
 
 Each sink subtask commits on its own (the runtime commits in every sink subtask, not on the job
 master), so a checkpoint is one Delta commit per subtask that wrote something. Commits that
@@ -83,10 +85,13 @@ class _DeltaWriter(SinkWriter):
     def __init__(self, sink: DeltaSink, subtask: int) -> None:
         self.sink = sink
         self.subtask = subtask
-        self.app_id = f"epochal-{uuid.uuid4().hex[:16]}-s{subtask}"
+        self.app_id = f"epochal-{uuid.uuid4().hex[:16]}-s{subtask}"  # until `set_lineage`
         self.fs, self.root = sink.target()
         self._conform: ArrowConformer | None = None
         self._file: ParquetFileWriter | None = None
+
+    def set_lineage(self, lineage: str) -> None:
+        self.app_id = f"epochal-{lineage}-s{self.subtask}"
 
     def write(self, batch: Batch) -> None:
         if self._conform is None:  # the table's schema, if it has one: files must fit the table

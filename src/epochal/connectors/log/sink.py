@@ -17,9 +17,12 @@ each adapter's `commit_epoch` must be idempotent:
   so the server drops a repeat within its duplicate window, and the writer's last committed
   epoch is kept in a key-value bucket, so a repeat after the window is skipped too.
 
-A writer's id is new in every attempt (`<name>-<random>-s<subtask>`), as the Delta sink's app
-id is: a fresh run's checkpoint ids start at 1 again, and an id per job would take its epochs
-for ones committed already. The committable carries the id of the writer that prepared it.
+A writer's id is `<name>-<lineage>-s<subtask>`, the lineage the sink's checkpointed state
+keeps (`SinkWriter.set_lineage`), as the Delta sink's app id is: the same across the restores of
+one run, so an epoch the job master replays at its cut after a fallback to an older checkpoint
+finds its commit marker and is skipped (the sink is idempotent per epoch); new for a fresh run,
+whose checkpoint ids start at 1 again and would otherwise be taken for epochs committed already.
+The committable carries the id of the writer that prepared it.
 """
 
 from __future__ import annotations
@@ -129,10 +132,13 @@ class _EpochWriter(SinkWriter):
     def __init__(self, sink: LogSink, subtask: int) -> None:
         self.sink = sink
         self.subtask = subtask
-        self.writer = f"{sink.name}-{uuid.uuid4().hex[:12]}-s{subtask}"
+        self.writer = f"{sink.name}-{uuid.uuid4().hex[:16]}-s{subtask}"  # until `set_lineage`
         self._payloads: list[bytes] = []
         self._targets: list[str] = []
         self._one_target: str | None = sink.target if isinstance(sink.target, str) else None
+
+    def set_lineage(self, lineage: str) -> None:
+        self.writer = f"{self.sink.name}-{lineage}-s{self.subtask}"
 
     def write(self, batch: Batch) -> None:
         if not batch_len(batch):

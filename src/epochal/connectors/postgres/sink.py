@@ -12,12 +12,16 @@ subtasks commit the prepared transactions their checkpoint holds (pending commit
 rollback: §4.1, "Rollback") and roll back every other one of the job: those of checkpoints that
 did not complete (Abort, `recover`).
 
-Each transaction also records its epoch in `epochal_sink_epochs` (job, subtask, checkpoint),
-committed with the rows. A commit repeated after a failure (its `COMMIT PREPARED` ran, the notice
+Each transaction also records its epoch in `epochal_sink_epochs` (job, subtask, checkpoint, and
+the run's lineage: `SinkWriter.set_lineage`), committed with the rows. A commit repeated after a
+failure (its `COMMIT PREPARED` ran, the notice
 did not finish) finds no prepared transaction and the epoch recorded, and does nothing; an epoch
 written again after a restore from an older checkpoint finds its epoch recorded and is rolled
 back, not prepared: the sink is idempotent per epoch (as `DeltaSink` is by Delta's txn ids;
-the dissertation's idempotent sinks, §4.5, hold for replays that repeat an epoch's records).
+the dissertation's idempotent sinks, §4.5, hold for replays that repeat an epoch's records, as
+the job master's replay at the cut after a fallback does). An epoch recorded under another
+lineage is another run's that took the same id (a savepoint restored into a new checkpoint
+directory, whose ids begin again): its record is replaced, and the epoch written.
 
 Upserts (`key=...`) COPY the epoch's rows into a staging table inside the prepared transaction,
 and merge them into the target (`INSERT ... ON CONFLICT (key) DO UPDATE`, the last row of each
@@ -172,8 +176,9 @@ class PostgresSink(Sink):
                 raise EpochalError(f"{self.who}: the server {server_name(self.dsn)} has max_prepared_transactions "
                                    "= 0; set it above the number of sink subtasks (it needs a restart)")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {self.epochs()} (job text, subtask int, checkpoint_id bigint, "
-                         "rows bigint, committed_at timestamptz DEFAULT now(), "
+                         "rows bigint, committed_at timestamptz DEFAULT now(), lineage text, "
                          "PRIMARY KEY (job, subtask, checkpoint_id))")
+            self._add_lineage(conn)
             if self.on_error == "dead_letter":
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {self.dead_letters()} (job text, subtask int, record jsonb, "
                              "error text, written_at timestamptz DEFAULT now())")
@@ -198,6 +203,21 @@ class PostgresSink(Sink):
             if has_rows:
                 conn.execute(f"DELETE FROM {quote_name(self.table)}")
                 log.info("%s: deleted the table's rows (mode='overwrite')", self.who)
+
+    def _add_lineage(self, conn: Any) -> None:
+        """An epochs table made before lineages gets the column (only then: ALTER TABLE waits
+        for the prepared transactions that wrote into the table to end)."""
+        schema, _ = split_name(self.table)
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                        "AND column_name = 'lineage'", (schema, EPOCHS)).fetchone() is not None:
+            return
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '10s'")
+                conn.execute(f"ALTER TABLE {self.epochs()} ADD COLUMN IF NOT EXISTS lineage text")
+        except self.psycopg.errors.LockNotAvailable:
+            raise EpochalError(f"{self.who}: {EPOCHS} needs a column lineage (text), and prepared transactions hold "
+                               "it; commit or roll them back (pg_prepared_xacts), or add the column") from None
 
     def _prepared(self, conn: Any) -> list[tuple[str, int, int]]:
         """(gid, subtask, checkpoint) of the job's prepared transactions in this database."""

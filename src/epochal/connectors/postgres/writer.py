@@ -75,6 +75,7 @@ class PostgresWriter(SinkWriter):
         self.seq = 0
         self.skipped = 0
         self.staged = staging_id(sink.job, subtask)
+        self.lineage: str | None = None  # the run's (`set_lineage`): None matches any
         self._buffer: list[pa.RecordBatch] = []  # batches not sent yet: one COPY for many small ones
         self._buffered = 0
 
@@ -153,6 +154,9 @@ class PostgresWriter(SinkWriter):
                         (self.sink.job, self.subtask, Jsonb(row, dumps=_dumps), first_line(exc)))
             self.rows += 1  # the transaction holds something to commit
 
+    def set_lineage(self, lineage: str) -> None:
+        self.lineage = lineage
+
     def prepare_commit(self, checkpoint_id: int) -> PreparedEpoch | None:
         try:
             return self._prepare(checkpoint_id)
@@ -170,16 +174,23 @@ class PostgresWriter(SinkWriter):
             return None
         gid = transaction_id(self.sink.job, self.subtask, checkpoint_id)
         with self.conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {self.sink.epochs()} WHERE job = %s AND subtask = %s AND checkpoint_id = %s",
-                        (self.sink.job, self.subtask, checkpoint_id))
-            if cur.fetchone() is not None:  # a replay of an epoch committed already
+            where, epoch = "WHERE job = %s AND subtask = %s AND checkpoint_id = %s", (self.sink.job, self.subtask,
+                                                                                     checkpoint_id)
+            cur.execute(f"SELECT lineage FROM {self.sink.epochs()} {where}", epoch)
+            recorded = cur.fetchone()
+            ours = recorded is not None and (recorded[0] is None or self.lineage in (None, recorded[0]))
+            if ours:
                 log.info("%s: epoch %d of subtask %d was committed already: its replay is dropped", self.sink.who,
                          checkpoint_id, self.subtask)
                 self.conn.rollback()
                 self.rows = self.seq = 0
                 return None
-            cur.execute(f"INSERT INTO {self.sink.epochs()} (job, subtask, checkpoint_id, rows) VALUES (%s, %s, %s, %s)",
-                        (self.sink.job, self.subtask, checkpoint_id, self.rows))
+            if recorded is not None:  # another run's epoch under this id (a restored savepoint's ids began again)
+                log.info("%s: epoch %d of subtask %d was another run's (lineage %s): recorded anew", self.sink.who,
+                         checkpoint_id, self.subtask, recorded[0])
+                cur.execute(f"DELETE FROM {self.sink.epochs()} {where}", epoch)
+            cur.execute(f"INSERT INTO {self.sink.epochs()} (job, subtask, checkpoint_id, rows, lineage) "
+                        "VALUES (%s, %s, %s, %s, %s)", (*epoch, self.rows, self.lineage))
             cur.execute(f"PREPARE TRANSACTION '{gid}'")  # gid: our digits and the checked job name
         self.conn.commit()  # the session leaves the (now prepared) transaction
         prepared = PreparedEpoch(gid, self.subtask, checkpoint_id, self.rows, self.staged if self.sink.key else None)

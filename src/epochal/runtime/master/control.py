@@ -27,6 +27,7 @@ from ...state.reader import lookup, open_checkpoint
 from ..commands import Command, Query, R, Ticket
 from ..metrics import JobMetrics
 from ..windowing.table_state import committed_windows
+from ..wire.handshake import Refusals
 
 if TYPE_CHECKING:
     pass
@@ -59,13 +60,15 @@ class JobStatus:
     restarts: int = 0
     last_checkpoint: int | None = None
     failures: tuple[str, ...] = field(default_factory=tuple)
+    # the ports of a job on Spark, e.g. ("job master", "10.0.0.5:41231"), ("worker 0", ...)
+    listening: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, object]:
         """The status as JSON-ready values (the endpoint's `GET /status`)."""
         return {
             "job": self.job, "state": self.state.value, "parallelism": self.parallelism,
             "attempt": self.attempt, "restarts": self.restarts, "last_checkpoint": self.last_checkpoint,
-            "failures": list(self.failures),
+            "failures": list(self.failures), "listening": dict(self.listening),
         }
 
 
@@ -82,6 +85,8 @@ class JobControl:
         self.checkpoint_directory: str | None = None  # set by the job master: where state queries read
         self.task_slots: int | None = None  # set by a host that knows the cluster's: a rescale's ceiling
         self.web_url: str | None = None  # set by the control endpoint that serves this job
+        # connections to the job's ports that did not authenticate (job master, workers, endpoint)
+        self.refusals = Refusals()
         self._commands: deque[Ticket[Any]] = deque()
         self._watchers: list[Callable[[JobStatus], None]] = []
 

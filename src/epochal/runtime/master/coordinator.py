@@ -14,6 +14,10 @@ the protocol.
 Deviation (for bounded inputs): a task whose inputs have all ended can no longer receive
 barriers, so the coordinator triggers it directly, like a source; once every task has ended,
 a final checkpoint commits the last epoch and the job finishes.
+
+After a fallback, an attempt first replays the refused epochs at their cuts (`state.replay`):
+their checkpoints are triggered first, under their ids, one at a time; one that does not
+complete fails the attempt.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ...config import CheckpointConfig
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ReplayAbandoned
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import FileHandle, Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
@@ -214,12 +218,17 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
+        self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, to trigger first
+        self.replayed: set[int] = set()
         # per complete checkpoint a pending one may build on, the merged files its manifest lists;
         # and all of them by path (what every pending checkpoint looks segments up in)
         self._merged_of: dict[int, dict[str, FileHandle]] = {}
         self._merged_known: dict[str, FileHandle] = {}
         self.counts_base: Base = {}  # the whole job's counts at the restored checkpoint (`job_counts`)
         self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
+
+    def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
+        self._replays, self.replayed = deque(sorted(checkpoint_ids)), set(checkpoint_ids)
 
     def remember_merged(self, manifest: Manifest | None) -> None:
         """The merged files of a complete checkpoint (the restored one) that new ones may build on."""
@@ -245,6 +254,7 @@ class CheckpointCoordinator:
             and not self.is_stopped
             and self.final_checkpoint is None
             and self.migrating is None
+            and not self._replays
             and not self.paused
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
@@ -275,7 +285,9 @@ class CheckpointCoordinator:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
                 if self.is_stopped:  # the failure manager was told: the attempt is over
                     return
-        if self._periodic_due(now):
+        if self._replays and not self.pending and self.final_checkpoint is None:
+            self.trigger(aligned=True)  # the next replayed epoch: its sources hold its barrier until the cut
+        elif self._periodic_due(now):
             self.trigger()
 
     def trigger(self, is_final: bool = False, aligned: bool = False, reroute: RoutingTable | None = None) -> int:
@@ -286,10 +298,13 @@ class CheckpointCoordinator:
         routing table at the checkpoint (`runtime.master.migrations`; always aligned); no other
         checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
         cpu = time.thread_time()
+        if self._replays:
+            checkpoint_id = self._replays.popleft()
+        else:
+            checkpoint_id = self._next_id
+            self._next_id += 1
         if reroute is not None:
-            self.routing, self.migrating, aligned = reroute, self._next_id, True
-        checkpoint_id = self._next_id
-        self._next_id += 1
+            self.routing, self.migrating, aligned = reroute, checkpoint_id, True
         now = self.clock.now()
         self._last_trigger = now
         completed = self.completed[-1].checkpoint_id if self.completed else 0
@@ -435,6 +450,11 @@ class CheckpointCoordinator:
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
         self.on_aborted(aborted)
+        if pending.checkpoint_id in self.replayed:  # its cut is lost: so are the cuts after it
+            self.stop(AbortReason.TASK_FAILED)
+            self.on_failure(ReplayAbandoned(f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was "
+                                            f"aborted ({reason.value}: {detail}); restoring without its cut"))
+            return
         if switched:  # tasks switched to the patch at its barrier: only a restore undoes that
             self.stop(AbortReason.TASK_FAILED)
             self.on_failure(CheckpointError(

@@ -8,6 +8,9 @@ every attempt, so retrying it only repeats the traceback; so too a Spark stage w
 raise the same error before they start). Every byte of the checkpoint to restore is verified
 before the next attempt's tasks start (`restore_point.verified`): a corrupt one is refused for
 good, and the one before it is used; `refused_reasons` says which and why, for the `JobResult`.
+The refused checkpoints' epochs are then replayed at their cuts where those can be read
+(`runtime.master.replay`), so that the sinks, idempotent per epoch, skip what they committed of
+them.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from ...errors import CorruptCheckpointError, JobFailedError, NoCheckpointError, RecordError
+from ...errors import CorruptCheckpointError, JobFailedError, NoCheckpointError, RecordError, ReplayAbandoned
 from ...plan.job_graph import JobGraph
 from ...state.manifest import Manifest
 from ...state.storage import CheckpointStorage
 from ..result import RefusedCheckpoint
+from .replay import Replays
 from .restore_point import verified
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,7 @@ class FailureManager:
         self.failures: list[str] = []
         self.refused: set[int] = {r.checkpoint_id for r in refused}  # found corrupt: never restored again
         self.refused_reasons: list[RefusedCheckpoint] = list(refused)  # and why
+        self.replays = Replays(job, storage)  # the refused epochs' cuts (replayed anew)
         self._last_failure: tuple[str, str, str] | None = None  # the previous attempt's record failure
 
     def failed(self, cause: BaseException, attempt: int, restoring: Manifest | None) -> None:
@@ -61,6 +66,8 @@ class FailureManager:
         if isinstance(cause, CorruptCheckpointError) and restoring is not None:  # changed since it was verified
             self.refused.add(restoring.checkpoint_id)
             self.refused_reasons.append(RefusedCheckpoint(restoring.checkpoint_id, str(cause)))
+        if isinstance(cause, ReplayAbandoned) and restoring is not None:
+            self.replays.abandoned(restoring.replay)
         recurring = self._recurs(cause)
         if recurring or self.restarts >= self.job.config.restart.max_restarts:
             raise JobFailedError(self.job.name, self.restarts + 1, cause, recurring) from cause
@@ -74,8 +81,15 @@ class FailureManager:
         previous, self._last_failure = self._last_failure, fingerprint
         return fingerprint is not None and fingerprint == previous
 
+    def completed(self, checkpoint_id: int) -> None:
+        """Checkpoint `checkpoint_id` completed: if it was refused, its epoch was replayed at its cut
+        and it is whole again."""
+        self.refused.discard(checkpoint_id)
+        self.replays.completed(checkpoint_id)
+
     def latest_restorable(self, completed: Collection[int]) -> Manifest | None:
-        """The newest complete checkpoint of this job's own lineage that is not refused.
+        """The newest complete checkpoint of this job's own lineage that is not refused, with the
+        refused epochs after it to replay at their cuts (`Manifest.replay`).
 
         The lineage is what this run `completed`, and, when it started from a checkpoint, that
         one and those before it (for an adopted savepoint, only itself). A checkpoint directory
@@ -99,8 +113,10 @@ class FailureManager:
                 continue
             except NoCheckpointError:  # dropped by retention meanwhile
                 continue
+            manifest = self.replays.restore(manifest, self.refused)
             if self.refused:
-                newer = sorted(c for c in self.refused if c > checkpoint_id)
+                replayed = manifest.replay.checkpoint_ids if manifest.replay is not None else ()
+                newer = sorted(c for c in self.refused if c > checkpoint_id and c not in replayed)
                 log.warning(
                     "job %r: checkpoint(s) %s refused as corrupt; restoring checkpoint %d%s",
                     self.job.name, sorted(self.refused), checkpoint_id,

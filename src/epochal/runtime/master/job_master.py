@@ -153,6 +153,7 @@ class JobMaster:
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
         self.history = JobHistory.of(self.control, self.storage)  # kept in the checkpoint directory
+        self.metrics.refusals = self.control.refusals  # refused connections, counted by the hosts
         self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
         self.counts = AttemptCounts(job)  # what the attempt's counts go on from: the whole job's
 
@@ -169,6 +170,9 @@ class JobMaster:
             first_id = max(first_id, max(self.storage.checkpoint_ids(), default=0) + 1)
         if restored is not None:
             first_id = max(first_id, restored + 1)
+        replay = self.restore_from.replay if self.restore_from is not None else None
+        if replay is not None:
+            first_id = max(first_id, *(k + 1 for k in replay.checkpoint_ids))
         self.enumerators.start_attempt(self.job, send, self.restore_from)
         self.patches.restored(self.restore_from)
         self.attempt = Attempt(
@@ -176,6 +180,8 @@ class JobMaster:
             self, self.enumerators, self.patches,
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
+        if replay is not None:
+            self.attempt.coordinator.replay(replay.checkpoint_ids)
         self.attempt.coordinator.remember_merged(self.restore_from)
         self.attempt.coordinator.counts_base = self.counts.attempt_started(self.restore_from)
         self.migrations.send = self.attempt.send
@@ -345,6 +351,7 @@ class JobMaster:
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
         self._archive(often=True)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
+        self.failure_manager.completed(checkpoint.checkpoint_id)  # an epoch replayed at its cut: written anew
         if self.attempt is not None:
             self.migrations.completed(checkpoint, self.attempt.send, self.attempt.coordinator)
         self.commands.checkpoint_completed(checkpoint)

@@ -30,6 +30,7 @@ from ..metrics import (
     TaskMetrics,
     TaskStats,
 )
+from ..wire.handshake import Refusals
 from ..wire.messages import OperatorMetrics
 
 HISTORY = 100  # checkpoints and restarts kept for the dashboard (counts go on past it)
@@ -74,6 +75,7 @@ class MetricsCollector:
         self.tasks: dict[TaskId, TaskMetrics] = {}  # the latest of every task of this attempt
         self.series: deque[SeriesPoint] = deque(maxlen=SERIES)
         self._previous: _Previous | None = None
+        self.refusals: Refusals | None = None  # the job's (`JobControl.refusals`), set by the job master
         if previous is not None:
             self.checkpoints.extend(previous.checkpoints)
             self.completed, self.aborted = previous.checkpoints_completed, previous.checkpoints_aborted
@@ -166,6 +168,7 @@ class MetricsCollector:
             self.job.name, wall, now - self.started, attempt, job_in, job_out, in_rate, out_rate,
             tuple(operators), tuple(task_stats.values()), self.edges, tuple(self.checkpoints),
             self.completed, self.aborted, tuple(self.restarts), self.restart_count, tuple(self.series),
+            *((self.refusals.count, self.refusals.recent()) if self.refusals is not None else ()),
         )
 
     def finished(self, final: dict[TaskId, tuple[OperatorMetrics, ...]], attempt: int) -> JobMetrics:

@@ -48,6 +48,7 @@ class OperatorContext:
     name: str = ""  # the task's name, for the disk backend's working directory
     origin: SourceOrigin = field(default_factory=SourceOrigin)  # the source batch being processed
     active: int | None = None  # subtasks of the vertex that read splits (`JobVertex.active`)
+    restored_checkpoint: int | None = None  # the id of the checkpoint the task restores (None: fresh)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...errors import OperatorError
 from ...plan.specs import OnError, SourceSpec
+from ...state.replay import SplitCut
 from ..fault_points import fault_point
 from ..splits import PendingSplits, discovery_interval, split_move
 from ..watermarks import NO_WATERMARK, SplitWatermarks, WatermarkAdvance
@@ -21,6 +22,7 @@ from ..wire.batches import batch_len
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, json_value, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator, batch_timestamps, guard
+from .source_cuts import SourceCuts
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ class SourcePositions:
     # nothing left to read and nothing on its way: once every subtask says so in one
     # checkpoint, the job master ends them (`runtime.master.split_handovers`); absent before
     exhausted: bool = False
+    # records read from each split not finished: where an epoch replayed after a fallback stops
+    # (`state.replay`); absent before
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 class SourceOperator(RuntimeOperator):
@@ -64,6 +69,9 @@ class SourceOperator(RuntimeOperator):
     With standby subtasks, a live rescale hands splits over at its rerouting barrier
     (`runtime.splits`: `hand_over`, then `adopt`); such a source (`hands_over`) does not
     end when it has nothing to read, but once told `no_more_splits`.
+
+    After a fallback, it replays the epochs since at their cuts (`source_cuts`, `state.replay`):
+    each split read up to the cut, never further, the barrier held (`at_cut`) until all are there.
     """
 
     def __init__(self, spec: SourceSpec) -> None:
@@ -94,6 +102,7 @@ class SourceOperator(RuntimeOperator):
         self.watermarks: SplitWatermarks | None = (
             SplitWatermarks(spec.watermarks.max_delay, spec.watermarks.idleness) if spec.watermarks else None
         )
+        self._cuts = SourceCuts()  # epochs replayed at their cuts, in order
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
@@ -128,6 +137,7 @@ class SourceOperator(RuntimeOperator):
             self._state.positions.update(old.positions)
             self._state.finished |= old.finished
             self._state.max_timestamp.update(getattr(old, "max_timestamp", {}))
+            self._state.counts.update(getattr(old, "counts", {}))
         if self.watermarks is not None:
             mine = {s.split_id for s in self._splits}
             self.watermarks.restore({k: v for k, v in self._state.max_timestamp.items() if k in mine})
@@ -156,6 +166,7 @@ class SourceOperator(RuntimeOperator):
             self._waiting.pop(split_id, None)
             self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
+            self._state.counts.pop(split_id, None)
             if self.watermarks is not None:  # what it no longer reads holds nothing back here
                 self.watermarks.max_timestamp.pop(split_id, None)
         self._state.finished -= lost
@@ -197,10 +208,29 @@ class SourceOperator(RuntimeOperator):
             state.positions.update((k, v) for k, v in old.positions.items() if k in ids)
             state.finished |= old.finished & ids
             state.max_timestamp.update((k, v) for k, v in getattr(old, "max_timestamp", {}).items() if k in ids)
+            state.counts.update((k, v) for k, v in getattr(old, "counts", {}).items() if k in ids)
         self._splits = sorted([*self._splits, *gained], key=lambda s: self._index[s.split_id])
         if self.watermarks is not None:
             self.watermarks.restore({k: v for k, v in state.max_timestamp.items() if k in ids})
         return gained
+
+    # -- epochs replayed at their cuts (`state.replay`) ----------------------------------------------
+    def replay_to(self, cuts: list[tuple[int, SplitCut]]) -> None:
+        """Read no further than each cut, in turn, until its checkpoint's barrier went out."""
+        self._cuts.replay_to(cuts)
+
+    def holds(self, checkpoint_id: int) -> bool:
+        """Whether checkpoint `checkpoint_id`'s barrier must wait until this source reached its cut."""
+        return self._cuts.first_is(checkpoint_id) and not self.at_cut()
+
+    def at_cut(self) -> bool:  # every split where the first cut says (finished, or that many read)
+        return self._cuts.reached((s.split_id for s in self._splits), self._state.finished, self._state.counts)
+
+    def cut_passed(self, checkpoint_id: int) -> None:
+        self._cuts.passed(checkpoint_id)
+
+    def _room(self, split_id: str) -> int | None:
+        return self._cuts.room(split_id, self._state.counts.get(split_id, 0))
 
     def _unopened(self) -> list[Any]:
         return [s for s in self._splits if s.split_id not in self._state.finished and s.split_id not in self._readers]
@@ -217,6 +247,8 @@ class SourceOperator(RuntimeOperator):
     def ready(self, now: float) -> bool:
         """Whether `poll` may have something now: not every open split is waiting for data."""
         waiting = self._waiting
+        if self._cuts and self.at_cut():
+            return False  # at the cut: the barrier goes first (the task is woken by its trigger)
         if self._may_get_more() and not self._readers and not self._unopened():
             # until a split comes; once to say idle, so it holds no one back meanwhile
             return self.watermarks is not None and self._pending is None and not self._said_idle
@@ -233,15 +265,16 @@ class SourceOperator(RuntimeOperator):
             self._open_readers()
             if not self._readers:
                 return [] if self._may_get_more() else None
-            ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now]
+            ids = [i for i in self._readers if self._waiting.get(i, -math.inf) <= now and self._room(i) != 0]
             if not ids:
-                return []  # every split waits for data
+                return []  # every split waits for data, or is at the cut
             split_id = ids[self._turn % len(ids)]
             self._turn += 1
             reader = self._readers[split_id]
             start = self._state.positions.get(split_id)
+            room = self._room(split_id)
             try:
-                batch = reader.read(max_records)
+                batch = reader.read(max_records if room is None else min(max_records, room))
             except OperatorError:
                 raise
             except Exception as exc:
@@ -254,6 +287,7 @@ class SourceOperator(RuntimeOperator):
                         wait = reader.retry_after() if hasattr(reader, "retry_after") else _RETRY_AFTER
                         self._waiting[split_id] = now + max(0.0, float(wait))
                 self._state.positions[split_id] = end = reader.position()
+                self._state.counts[split_id] = self._state.counts.get(split_id, 0) + batch_len(batch)
                 self.ctx.origin.at(split_id, start, end)  # errors downstream in this task name it
                 if self.watermarks is not None:
                     self._observe(split_id, batch)
@@ -263,6 +297,7 @@ class SourceOperator(RuntimeOperator):
             self._waiting.pop(split_id, None)
             end = self._state.positions.pop(split_id, None)
             self._state.max_timestamp.pop(split_id, None)
+            self._state.counts.pop(split_id, None)
             if hasattr(reader, "notify_checkpoint_complete") and end is not None:
                 self._finishing[split_id] = (reader, end)
             else:
@@ -334,6 +369,7 @@ class SourceOperator(RuntimeOperator):
                 state.finished & mine,
                 {k: v for k, v in state.max_timestamp.items() if k in mine},
                 not self.discovers and self._pending is None and mine <= state.finished,
+                {k: v for k, v in state.counts.items() if k in mine},
             )
         )
 

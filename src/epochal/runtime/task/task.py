@@ -103,7 +103,7 @@ class Task:
             setup.storage, setup.max_parallelism, setup.send,
         )
         first = self.chain.first
-        self.source = SourceInput.of(first, self.chain, setup.vertex, setup.routing)
+        self.source = SourceInput.of(first, self.chain, setup.vertex, setup.routing, setup.restore_from)
         self.head: IterationHeadOperator | None = first if isinstance(first, IterationHeadOperator) else None
         self.gate = InputGate(
             inputs, back_edges, setup.batch_size, self.head.feedback_threshold if self.head is not None else None
@@ -158,6 +158,7 @@ class Task:
             self.id.subtask, setup.vertex.parallelism, setup.max_parallelism, self.key_groups, setup.clock,
             setup.state, self.name,
             active=None if setup.vertex.active is None else readers(setup.vertex, setup.routing),
+            restored_checkpoint=None if setup.restore_from is None else setup.restore_from.checkpoint_id,
         )
         manifest, storage = setup.restore_from, setup.storage
 
@@ -272,6 +273,8 @@ class Task:
         if self.source is not None:
             if not self.source.step(self.setup.batch_size):
                 self._end_input()
+            if (held := self.source.released(self.state is not TaskState.RUNNING)) is not None:
+                self._on_trigger(held)  # a replayed epoch's cut: its barrier goes now
         else:
             self._step_input()
 
@@ -432,6 +435,8 @@ class Task:
     def _on_trigger(self, message: TriggerCheckpoint) -> None:
         if message.checkpoint_id <= self.last_checkpoint:
             return  # the barrier reached this task through its inputs already
+        if self.source is not None and self.source.holds(message, self.state is TaskState.RUNNING):
+            return  # a replayed epoch: its barrier waits for the cut
         if self.source is not None and self.state is TaskState.RUNNING:
             self.gate.reset_alignment_clock()
             self._checkpoint(Barrier(

@@ -17,12 +17,20 @@ write); on the receiving side the socket's bytes are read once, and a frame insi
 handed on as a view of it, a frame across reads is read into a buffer of its own size, and the
 batch decoded from it references those bytes (`decode_arrow`: no copy). So an Arrow batch costs
 one copy to encode and the kernel's two, where it cost six before.
+
+A `Link` is made only once its peer proved it knows the job's secret (`runtime.wire.handshake`),
+so what it unpickles comes from a process of the job; a frame's length is checked against the
+job's `max_frame_bytes` as soon as its header arrives, before a buffer is allocated for it. A
+link may run over TLS (`runtime.wire.tls`): an `ssl.SSLSocket` reads and writes a record at a
+time and may hold decrypted bytes the selector does not see, so a TLS link reads until the
+socket would block.
 """
 
 from __future__ import annotations
 
 import pickle
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -31,6 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...config import DEFAULT_MAX_FRAME_BYTES
 from .batches import batch_len
 from .channel import ChannelWatch, take_priority_barrier
 from .elements import Barrier, Element
@@ -47,6 +56,8 @@ HELLO = 6
 BACKUP = 7  # a chained backup's copy or notice between workers (`state.backups`)
 
 _PICKLE = 5
+_TLS_WRITE = 1 << 20  # bytes handed to an SSLSocket at once (it takes all of them or none)
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 def encode_frame(kind: int, attempt: int, channel: int, payload: bytes) -> bytes:
@@ -71,24 +82,39 @@ class LinkClosed(ConnectionError):
     """The peer closed the connection (or died)."""
 
 
+class FrameTooLarge(LinkClosed):
+    """A frame's header announced more bytes than the link accepts: the link is closed."""
+
+
 _RECEIVE = 1 << 20  # bytes asked of the socket per read
 _GATHER = 64 * 1024  # frames up to this size are gathered into one write with their neighbours
 
 
 class Link:
-    """One non-blocking TCP connection carrying frames both ways.
+    """One non-blocking TCP (or TLS) connection carrying frames both ways.
 
     Outgoing frames wait as their header and payload buffers (`_out`), never joined into one
     buffer unless small. Incoming bytes are read a chunk at a time; a frame wholly inside a chunk
     is yielded as a view of it, and a frame that runs past its chunk is read into a buffer of its
     own (`_frame`, `_frame_got`), so no byte is copied after the socket read.
+
+    Args:
+        sock: the connection, its peer authenticated.
+        peer: what the peer is, for messages.
+        max_frame: the largest payload accepted, checked at each header.
+        received: bytes already read past the handshake (the peer's first frames).
     """
 
-    def __init__(self, sock: socket.socket, peer: str = "") -> None:
+    def __init__(
+        self, sock: socket.socket, peer: str = "", max_frame: int = DEFAULT_MAX_FRAME_BYTES, received: bytes = b""
+    ) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
         self.peer = peer
+        self.max_frame = max_frame
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._early = received
         self._out: deque[Any] = deque()  # headers and payloads (bytes-like), in order
         self._head = b""  # the start of a header split across reads
         self._frame: bytearray | None = None  # the payload of a frame split across reads
@@ -133,8 +159,12 @@ class Link:
         while out:
             data = self._next_write()
             try:
-                n = self.sock.send(data)
-            except (BlockingIOError, InterruptedError):
+                if self._tls:  # a retried write offers at least the bytes it offered before: it must
+                    with memoryview(data) as view, view[:_TLS_WRITE] as part:
+                        n = self.sock.send(part)
+                else:
+                    n = self.sock.send(data)
+            except _WOULD_BLOCK:
                 return
             except OSError as exc:
                 self.closed = True
@@ -144,7 +174,8 @@ class Link:
                 out.popleft()
             else:
                 out[0] = memoryview(data)[n:]
-                return
+                if not self._tls:  # the socket is full (a TLS write took a record: go on)
+                    return
 
     def flush_blocking(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -155,9 +186,17 @@ class Link:
 
     def receive(self) -> Iterator[tuple[int, int, int, Any]]:
         """Read what is available; yield complete frames `(kind, attempt, channel, payload)`,
-        the payload a bytes-like view (`bytes` for an empty one)."""
+        the payload a bytes-like view (`bytes` for an empty one).
+
+        Raises:
+            LinkClosed: the peer closed the link or broke it.
+            FrameTooLarge: a header announced a frame above `max_frame` (the link is closed).
+        """
         frames: list[tuple[int, int, int, Any]] = []
         try:
+            if self._early:  # what the handshake read past its end
+                early, self._early = self._early, b""
+                self._frames(early, frames)
             while self._read(frames):
                 pass
         except LinkClosed:
@@ -176,12 +215,12 @@ class Link:
             if self._frame_got == len(self._frame):
                 frames.append((*self._frame_header, memoryview(self._frame)))
                 self._frame = None
-            return n == len(view)
+            return n == len(view) or self._tls
         try:
             chunk = self.sock.recv(_RECEIVE)
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             return False
-        except OSError as exc:
+        except OSError as exc:  # ssl.SSLError too: a record that does not decrypt
             self.closed = True
             raise LinkClosed(f"{self.peer}: {exc}") from exc
         if not chunk:
@@ -189,12 +228,12 @@ class Link:
             raise LinkClosed(f"{self.peer}: connection closed")
         self.received_bytes += len(chunk)
         self._frames(chunk, frames)
-        return len(chunk) == _RECEIVE
+        return len(chunk) == _RECEIVE or self._tls  # TLS: decrypted bytes the selector does not see
 
     def _recv_into(self, view: memoryview) -> int:
         try:
             n = self.sock.recv_into(view)
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             return 0
         except OSError as exc:
             self.closed = True
@@ -234,6 +273,9 @@ class Link:
         """The payload of the frame whose header was read: a view, if the read holds all of it
         (True), else the start of its own buffer (False: the read is used up)."""
         kind, attempt, channel, length = header
+        if length > self.max_frame:  # before anything is allocated for it
+            self.close()
+            raise FrameTooLarge(f"{self.peer}: a frame of {length} bytes, above the {self.max_frame} accepted")
         available = len(view) - offset
         if length <= available:
             frames.append((kind, attempt, channel, view[offset:offset + length] if length else b""))
@@ -252,14 +294,19 @@ class Link:
             pass
 
 
-def read_object_blocking(sock: socket.socket, timeout: float | None = None) -> tuple[int, Any]:
-    """Read one CONTROL or HELLO frame from a blocking socket: `(attempt, object)`."""
+def read_object_blocking(
+    sock: socket.socket, timeout: float | None = None, max_bytes: int = DEFAULT_MAX_FRAME_BYTES
+) -> tuple[int, Any]:
+    """Read one CONTROL or HELLO frame from a blocking socket whose peer is authenticated:
+    `(attempt, object)`. The kind and the length are checked before the payload is read."""
     sock.settimeout(timeout)
     header = _recv_exact(sock, _HEADER.size)
     kind, attempt, _, length = _HEADER.unpack(header)
-    payload = _recv_exact(sock, length)
     if kind not in (CONTROL, HELLO):
         raise ConnectionError(f"expected a control frame, got kind {kind}")
+    if length > max_bytes:
+        raise FrameTooLarge(f"a frame of {length} bytes, above the {max_bytes} accepted")
+    payload = _recv_exact(sock, length)
     return attempt, pickle.loads(payload)
 
 
