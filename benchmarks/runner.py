@@ -36,7 +36,7 @@ _MODULES = [
     "benchmarks.nexmark", "benchmarks.metrics_cost", "benchmarks.sinks", "benchmarks.readers", "benchmarks.soak",
     "benchmarks.checkpoint_modes", "benchmarks.elasticity", "benchmarks.migration", "benchmarks.recovery",
     "benchmarks.logs",
-    "benchmarks.postgres",
+    "benchmarks.postgres", "benchmarks.async_io", "benchmarks.state_ttl",
     "benchmarks.joins",
     "benchmarks.wordcount", "benchmarks.exchange",
     "benchmarks.loops", "benchmarks.patch", "benchmarks.vertical",

@@ -1,5 +1,6 @@
 """Start-up and recovery times of the Spark host (issue: run on Spark), on a classic session and
-on a Spark Connect session (`remote("local[*]")`, issue 22):
+on a Spark Connect session (`remote("local[*]")`, issue 22), and where a cold `epochal run`
+spends its time against a warm `epochal serve` (issue 40, `benchmarks.startup_phases`):
 
 - cold start: a new process → every worker of a job running (session start included);
 - warm start: a job on a live session, submit → every worker running;
@@ -24,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from . import startup_phases
 from .runner import ROOT, benchmark, pyplot, save_figure
 
 _COLD_SCRIPT = r"""
@@ -184,6 +186,7 @@ def run(quick: bool) -> dict[str, Any]:
     from epochal.cluster.spark import default_session
 
     reps = 2 if quick else 5
+    load_before = os.getloadavg()[0]  # the 2 cores are shared: how busy the machine was says what figures mean
     tmp = tempfile.mkdtemp(prefix="epochal-bench-")
     cold: dict[str, list[dict[str, float]]] = {"classic": [], "connect": []}
     for _ in range(1 if quick else 3):  # the two kinds in turn, so that drift in load hits both
@@ -192,9 +195,11 @@ def run(quick: bool) -> dict[str, Any]:
                                          connect=kind == "connect")
             cold[kind].append(_last_json(script))
 
+    phases = startup_phases.cold_runs(1 if quick else 3)  # before this process holds a session
     session = default_session(2)
     _ship()
     classic = _measure(session, tmp, reps)
+    service = startup_phases.service_runs(session, reps)
     session.stop()  # one local driver at a time: the Connect server's process starts its own
     connect = _last_json(_CONNECT_SCRIPT.format(root=ROOT, tmp=tempfile.mkdtemp(prefix="epochal-connect-"),
                                                 reps=reps))
@@ -203,6 +208,9 @@ def run(quick: bool) -> dict[str, Any]:
         "host": "spark local[2]",
         **_phases(cold["classic"], classic),  # the classic figures keep their keys
         "connect": {"host": "spark connect, remote(local[*]) on 2 cores", **_phases(cold["connect"], connect)},
+        "cold_run_phases": phases,
+        "service": service,
+        "load_average": [load_before, os.getloadavg()[0]],
     }
     _plot(result)
     lines = [
@@ -216,17 +224,25 @@ def run(quick: bool) -> dict[str, Any]:
             f"| {b['median']:.2f} ({b['min']:.2f}–{b['max']:.2f}) | {a['n']} |"
         )
     result["summary"] = (
+        f"Load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end of the run, on 2 cores "
+        "(other work shares them: the start-up figures grow with it; compare within the run).\n\n"
         "Host: Spark `local[2]` (`local[*]` on 2 cores), 2 workers, `spark.python.task.killTimeout=200ms`; "
         "classic: a SparkSession in the job's process; Spark Connect: `SparkSession.builder.remote(\"local[*]\")`, "
         "a Connect server in the job's process and the job master in its client.\n\n"
         + "\n".join(lines)
         + "\n\n![start-up and recovery](img/startup_recovery.png)\n\n"
         "In-place recovery needs no Spark work: the workers keep their Spark tasks and rebuild "
-        "their operators from the latest checkpoint. A dead worker fails the barrier stage, which "
-        "Spark does not retry, so the job master cancels it and submits a new one; most of that "
-        "time is Spark's task scheduling and the barrier rendezvous (`allGather`, about 1 s). "
+        "their operators from the latest checkpoint. A SIGKILLed worker process is replaced inside "
+        "its Spark task (`cluster/supervisor.py`) and the attempt restarts in place; a lost Spark "
+        "task fails the barrier stage, which Spark does not retry, so the job master submits a new "
+        "one. A stage's workers meet through the job master (their hellos and the peers' addresses "
+        "on their control links), not the barrier context's `allGather`, which took about a second "
+        "(the JVM polls once a second). "
         "Through Connect the stage is a DataFrame's `mapInArrow(barrier=True)`, planned by the "
-        "server, and the session start includes the Connect server and the client's connection.\n"
+        "server, and the session start includes the Connect server and the client's connection.\n\n"
+        "Where a cold `epochal run job.py` spends its time, for a job that takes about a second of its "
+        "own, and the same job file sent to a warm `epochal serve`:\n\n"
+        + startup_phases.markdown(phases, service)
     )
     return result
 

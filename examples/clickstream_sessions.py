@@ -36,7 +36,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+import nats  # the nats extra (pip install 'epochal[nats]'): publishes the clicks
+import nats.js.errors
+import psycopg  # the postgres extra: makes the table and reads it back
 import pyarrow as pa
+from nats.js.api import StreamConfig
 
 from epochal import CheckpointConfig, StreamEnvironment, WatermarkStrategy
 from epochal.connectors import PostgresSink
@@ -74,10 +78,6 @@ def clicks_of_a_day(users: int = 500, seed: int = 7) -> list[tuple[str, bytes]]:
 
 async def publish_clicks(url: str) -> int:
     """Create CLICKSTREAM if missing and publish the clicks into it if empty; the clicks in it."""
-    import nats
-    import nats.js.errors
-    from nats.js.api import StreamConfig
-
     nc = await nats.connect(url)
     js = nc.jetstream()
     try:
@@ -104,16 +104,12 @@ def postgres() -> Iterator[str]:
 
 
 def new_table(dsn: str) -> None:
-    import psycopg
-
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS click_sessions, epochal_sink_epochs")
         conn.execute(TABLE)
 
 
 def sessions_committed(dsn: str) -> int:
-    import psycopg
-
     with psycopg.connect(dsn) as conn:
         return int(conn.execute("SELECT count(*) FROM click_sessions").fetchone()[0])
 

@@ -43,8 +43,8 @@ class PropagateLabels(KeyedProcessFunction):
                 yield ("feedback", ("label", neighbour, other))
 
 
-def components(env, edges, out):
-    """Wire the loop: edges in, label changes out."""
+def components(env, edges, out, mode="error"):
+    """Wire the loop: edges in, label changes out (to a FileSink in `mode`)."""
 
     def body(loop):
         tagged = loop.key_by(lambda m: m[1]).process(PropagateLabels(), name="propagate")
@@ -57,7 +57,7 @@ def components(env, edges, out):
     messages = env.from_source(edges).flat_map(
         lambda e: [("edge", e[0], e[1]), ("edge", e[1], e[0])], name="both-directions"
     )
-    messages.iterate(body, name="loop").sink_to(FileSink(out))
+    messages.iterate(body, name="loop").sink_to(FileSink(out, mode=mode))
 
 
 def random_graph(vertices=300, edges=400, seed=7):
@@ -73,8 +73,10 @@ def final_labels(records):
 
 
 if __name__ == "__main__":
-    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(interval=0.5, directory="ckpt-components"))
-    components(env, ListSource(random_graph(), splits=2), "out-components")
+    # every run starts over: the last run's checkpoints and output are replaced
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(interval=0.5, directory="ckpt-components",
+                                                                       existing="overwrite"))
+    components(env, ListSource(random_graph(), splits=2), "out-components", mode="overwrite")
     env.execute("connected-components")
     labels = final_labels(tuple(r) for r in read_committed("out-components"))
     sizes = {}

@@ -16,7 +16,8 @@ as a run without the failure.
     python examples/custom_source.py                                  # from the repository root
     CRASH_ONCE=1 epochal run --executor inprocess examples/custom_source.py
 
-The output directory accumulates: delete `out-custom-source/` and `ckpt-custom-source/` to start over.
+Every run starts over (`existing="overwrite"`, `mode="overwrite"`): `out-custom-source/` holds one
+run's output.
 """
 
 import os
@@ -90,7 +91,8 @@ class CrashOnce:
 
 if __name__ == "__main__":
     env = StreamEnvironment(parallelism=2,
-                            checkpoint=CheckpointConfig(interval=0.2, directory="ckpt-custom-source"),
+                            checkpoint=CheckpointConfig(interval=0.2, directory="ckpt-custom-source",
+                                                        existing="overwrite"),
                             restart=RestartStrategy(max_restarts=1))
     numbers = env.from_source(RangeSource(1, N + 1, splits=4, pause=0.002))
     if os.environ.get("CRASH_ONCE"):
@@ -102,7 +104,7 @@ if __name__ == "__main__":
         .map(lambda n: n * n % 10)       # the last digit of n²
         .key_by(lambda digit: digit)
         .count()                          # running (digit, count)
-        .sink_to(FileSink("out-custom-source/")))
+        .sink_to(FileSink("out-custom-source/", mode="overwrite")))
     result = env.execute("custom_source")
 
     restored = [c for c in result.restored_from if c is not None]

@@ -14,10 +14,13 @@ The same moves from another shell, against the URL and token the job prints unde
 
     epochal move URL 0-31 1 --batch 8 --token TOKEN
 
-Output goes to `out-live-migration/`, checkpoints to `ckpt-live-migration/` (delete both to start over).
+Output goes to `out-live-migration/`, checkpoints to `ckpt-live-migration/`. Like the word count
+demo, every run starts over (`existing="overwrite"`, `mode="overwrite"`): run it again and it
+replaces the last run's checkpoints and output. To resume a run instead (one cancelled from
+another shell), start it with `epochal run examples/live_migration.py --from-checkpoint latest`:
+a resumed run keeps its checkpoints and output.
 """
 
-import shutil
 import time
 
 from epochal import CheckpointConfig, Source, SplitReader, StreamEnvironment
@@ -55,14 +58,13 @@ class Clicks(Source):
         return Clicks.Reader(position)
 
 if __name__ == "__main__":
-    shutil.rmtree("ckpt-live-migration", ignore_errors=True)
-    env = StreamEnvironment(parallelism=2,
-                            checkpoint=CheckpointConfig(interval=0.2, directory="ckpt-live-migration"))
+    env = StreamEnvironment(parallelism=2, checkpoint=CheckpointConfig(interval=0.2, directory="ckpt-live-migration",
+                                                                       existing="overwrite"))
     (env.from_source(Clicks())
         .map(lambda click: f"user-{click % USERS}")
         .key_by(lambda user: user)
         .count()
-        .sink_to(FileSink("out-live-migration/")))
+        .sink_to(FileSink("out-live-migration/", mode="overwrite")))  # replaces the last run's output
     handle = env.execute_async("live_migration")
 
     quarter = range(0, 32)  # key groups 0-31 of 128: subtask 0 owns 0-63 at parallelism 2

@@ -7,11 +7,12 @@ keyed state and moves the timer forward on every event, so exactly one timer per
 Processing time is the wall clock, so the events must be *spread out in time* for sessions to
 end: `ClickScript` is a small replayable source that releases each event at its offset in a
 script (measured from when its reader opens) and, after the last event, keeps its input open for
-`LINGER` seconds. That last part matters: processing-time timers still pending when the input
-ends do not fire (there is no end-of-input flush of them), so without the linger the last session
-of every user would never be emitted. Sessions on *event time* need none of this: the end of
-input moves the watermark to the end of time and every session fires
-(`examples/sessions_event_time.py`, with `Session(gap)` windows).
+`LINGER` seconds. That last part matters: by default, processing-time timers still pending when
+the input ends do not fire (they are handed to `on_end_of_input`, unfired), so without the linger
+the last session of every user would be emitted only with `process(..., timers_at_end="fire")`,
+which fires them at the end of the input, as if the clock had reached them. Sessions on *event
+time* need none of this: the end of input moves the watermark to the end of time and every
+session fires (`examples/sessions_event_time.py`, with `Session(gap)` windows).
 
 Writes `(user, count)` per session to `out-sessions/`, checkpointing into `ckpt-sessions/`.
 The run takes about 7 seconds (plus Spark start-up).
@@ -120,11 +121,12 @@ class SessionCounter(KeyedProcessFunction):
 
 if __name__ == "__main__":
     env = StreamEnvironment(parallelism=2,
-                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt-sessions"))
+                            checkpoint=CheckpointConfig(interval=1.0, directory="ckpt-sessions",
+                                                        existing="overwrite"))  # every run starts over
     (env.from_source(ClickScript(SCRIPT, LINGER)).set_parallelism(1)  # one split: one reader
         .key_by("user")                        # a dict record: keyed by its "user" item
         .process(SessionCounter(GAP))
-        .sink_to(FileSink("out-sessions/")))
+        .sink_to(FileSink("out-sessions/", mode="overwrite")))
     result = env.execute("sessions")
 
     print(f"sessions: {result.operator('sink').records_in} sessions committed to out-sessions/ "

@@ -19,10 +19,17 @@ from its checkpoint (`from_checkpoint="latest"`) and drop in the next file to se
 import os
 import random
 import shutil
+import sys
 import threading
 import time
 
 import pyarrow as pa
+
+try:
+    from deltalake import DeltaTable
+except ImportError:  # an extra: say which, rather than a bare ModuleNotFoundError
+    sys.exit("watched_sales_to_delta: this example writes a Delta table with the deltalake library: "
+             "pip install 'epochal[delta]' (from a clone of the repository: pip install '.[delta]')")
 
 from epochal import CheckpointConfig, JobCancelledError, StreamEnvironment, WatermarkStrategy
 from epochal.connectors import DeltaSink, TextFileSource
@@ -54,8 +61,6 @@ def parse(line: str) -> dict:
 
 def closed_minutes() -> int:
     """How many minutes the table holds rows of (it exists once the sink's check made it)."""
-    from deltalake import DeltaTable
-
     minutes = DeltaTable(TABLE).to_pyarrow_table(columns=["minute"]).column("minute").to_pylist()
     return len(set(minutes))
 

@@ -61,7 +61,7 @@ def slow_split(line: str) -> list[str]:
 def wordcount_env(
     corpus: str, out: str, ckpt: str, *, parallelism: int = 2, interval: float = 0.3, spark: Any = None,
     executor: str = "spark", slow: bool = True, restarts: int = 3, batch_size: int = 64,
-    emit: str = "per_record", sink_format: str = "jsonl", recovery: Any = None,
+    emit: str = "per_record", sink_format: str = "jsonl", sink: Sink | None = None, recovery: Any = None,
 ) -> StreamEnvironment:
     env = StreamEnvironment(
         parallelism=parallelism, recovery=recovery,
@@ -76,7 +76,34 @@ def wordcount_env(
         .flat_map(slow_split if slow else str.split)
         .key_by(lambda w: w)
         .count(emit=emit)  # type: ignore[arg-type]
-        .sink_to(FileSink(out, format=sink_format))  # type: ignore[arg-type]
+        .sink_to(sink or FileSink(out, format=sink_format))  # type: ignore[arg-type]
+    )
+    return env
+
+
+async def lookup_length(word: str) -> tuple[str, int]:
+    """A lookup against a service, as async I/O: a random round trip of 5 to 25 ms."""
+    import asyncio
+
+    await asyncio.sleep(0.005 + random.random() * 0.02)
+    return word, len(word)
+
+
+def async_lookup_env(corpus: str, out: str, ckpt: str, *, spark: Any = None, ordered: bool = True,
+                     capacity: int = 32) -> StreamEnvironment:
+    """Every word of the corpus through `map_async(lookup_length)` into a FileSink: requests are
+    in flight at every moment, checkpoints and kills included."""
+    env = StreamEnvironment(
+        parallelism=2, spark=spark, batch_size=64,
+        checkpoint=CheckpointConfig(interval=0.3, directory=ckpt, retain=1000),  # the restored one kept to read
+        restart=RestartStrategy(max_restarts=3),
+    )
+    (
+        env.from_source(TextFileSource(corpus))
+        .flat_map(str.split)
+        .rebalance()
+        .map_async(lookup_length, capacity=capacity, ordered=ordered, timeout=10.0).uid("lookup")
+        .sink_to(FileSink(out))
     )
     return env
 

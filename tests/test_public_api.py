@@ -122,7 +122,7 @@ def test_the_runtime_context_is_a_process_context():
     members = _protocol_members(epochal.ProcessContext)
     assert {"key", "subtask", "value_state", "list_state", "map_state", "current_processing_time",
             "register_processing_time_timer", "delete_processing_time_timer", "timers", "time_domain",
-            "current_watermark", "output"} == set(members)
+            "current_watermark", "parallelism", "operator_list_state", "output"} == set(members)
     assert isinstance(ctx.timers, epochal.api.context.Timers)
     for name, member in members.items():
         implemented = inspect.getattr_static(type(ctx), name)

@@ -15,14 +15,18 @@ Spark. Everything a query's operators hold is a module-level function or class: 
 This module builds the rest: `source` (a `NexmarkSource` with one split per subtask),
 `watermarks` (bounded out-of-orderness exactly as large as the source's out-of-order groups
 make it), `run` (1 s checkpoints, execution, timing) and `main` (arguments and the printed
-one-line summary). `load` imports a query module by its path so that its functions pickle by
-value (Spark's workers need not find the module on their path).
+one-line summary: the count of results and the last one committed, e.g. `q5: 100,000 events,
+...; last result: auction=1012, num=9, window_start=..., window_end=...`). `load` imports a
+query module by its path so that its functions pickle by value (Spark's workers need not find
+the module on their path).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -110,13 +114,15 @@ def file_stream(env: StreamEnvironment, directory: str) -> DataStream:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One run of a query: its sink, its wall time (execution only), its JobResult, and how
-    many results it committed (when the sink was the default `CountSink`, else None)."""
+    """One run of a query: its sink, its wall time (execution only), its JobResult, how many
+    results it committed and the last of them (when the sink was the default `CountSink`, else
+    None)."""
 
     sink: Sink
     seconds: float
     result: JobResult
     committed: int | None
+    last: dict[str, Any] | None = None
 
 
 def run(
@@ -149,13 +155,16 @@ def run(
         start = time.perf_counter()
         result = env.execute(f"nexmark-{name}")
         seconds = time.perf_counter() - start
-        return Run(out, seconds, result, out.committed() if isinstance(out, CountSink) else None)
+        if isinstance(out, CountSink):  # read now: the directory goes with the scratch space
+            return Run(out, seconds, result, out.committed(), out.last())
+        return Run(out, seconds, result, None)
 
 
 def main(query: Query, name: str, description: str, argv: Sequence[str] | None = None,
-         sink: Callable[[str], Sink] | None = None) -> Run:
-    """The command line of an example: parse, run, print one summary line. With `sink` (a
-    query that writes files, q10), the results go to `sink(--out)` instead of being counted."""
+         columns: Sequence[str] = (), sink: Callable[[str], Sink] | None = None) -> Run:
+    """The command line of an example: parse, run, print one summary line (with the last result,
+    its tuple's fields named by `columns`). With `sink` (a query that writes files, q10), the
+    results go to `sink(--out)` instead of being counted."""
     parser = argparse.ArgumentParser(prog=f"{name}.py", description=f"Nexmark {name}: {description}")
     if sink is not None:
         parser.add_argument("--out", default=None, help="the output directory (default: a new temporary one)")
@@ -178,9 +187,47 @@ def main(query: Query, name: str, description: str, argv: Sequence[str] | None =
         print(f"{name}: {args.events:,} events, {rows:,} rows committed to {out} in {done.seconds:.2f} s "
               f"({args.events / done.seconds:,.0f} events/s)")
         return done
-    print(f"{name}: {args.events:,} events, {done.committed:,} results committed in {done.seconds:.2f} s "
-          f"({args.events / done.seconds:,.0f} events/s)")
+    last = done.last
+    if last is not None and set(last) == {"value"} and columns and isinstance(last["value"], (list, tuple)):
+        last = dict(zip(columns, last["value"], strict=False))
+    shown = "no result" if last is None else "last result: " + ", ".join(f"{k}={_shown(v)}" for k, v in last.items())
+    results = f"{done.committed:,} result" + ("" if done.committed == 1 else "s")
+    print(f"{name}: {args.events:,} events, {results} committed in {done.seconds:.2f} s "
+          f"({args.events / done.seconds:,.0f} events/s); {shown}")
     return done
+
+
+def _shown(value: Any) -> str:
+    """A result's value as its column has it: a timestamp as a UTC date and time, text as text."""
+    if isinstance(value, datetime.datetime):
+        text = value.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0").rstrip(".")
+        return text
+    return str(value) if isinstance(value, str) else repr(value)
+
+
+def _row(batch: Any, index: int) -> dict[str, Any]:
+    """Row `index` of a batch as `{column: value}` (an Arrow batch) or `{"value": record}`."""
+    if hasattr(batch, "slice") and hasattr(batch, "to_pylist"):
+        return dict(batch.slice(index, 1).to_pylist()[0])
+    record = batch[index]
+    return dict(record) if isinstance(record, dict) else {"value": record}
+
+
+def _json_value(value: Any) -> Any:
+    """A result's value as JSON: a timestamp tagged, a tuple a list, the rest as it is (or its repr)."""
+    if isinstance(value, datetime.datetime):
+        return {"utc": value.astimezone(datetime.UTC).isoformat()}
+    if isinstance(value, (tuple, list)):
+        return [_json_value(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"utc"}:
+        return datetime.datetime.fromisoformat(value["utc"])
+    if isinstance(value, list):
+        return tuple(_from_json(v) for v in value)
+    return value
 
 
 def load(path: str | os.PathLike[str]) -> types.ModuleType:
@@ -227,20 +274,26 @@ class _CountWriter(SinkWriter):
     def __init__(self, subtask: int) -> None:
         self.subtask = subtask
         self.staged = 0
+        self.last: dict[str, Any] | None = None  # the last result staged
 
     def write(self, batch: Any) -> None:
-        self.staged += batch.num_rows if hasattr(batch, "num_rows") else len(batch)
+        rows = batch.num_rows if hasattr(batch, "num_rows") else len(batch)
+        if rows:
+            self.staged += rows
+            self.last = {k: _json_value(v) for k, v in _row(batch, rows - 1).items()}
 
     def prepare_commit(self, checkpoint_id: int) -> Any:
         if not self.staged:
             return None
-        token, self.staged = (f"{self.subtask}-{checkpoint_id}-{uuid.uuid4().hex}", self.staged), 0
+        token = (f"{checkpoint_id:08d}-{self.subtask}-{uuid.uuid4().hex}", self.staged, self.last)
+        self.staged = 0
         return token
 
 
 class CountSink(Sink):
-    """Counts committed results, keeps none: each commit writes one small file `<token>.count`
-    holding its count into `directory` (once per token, so a repeated commit counts once).
+    """Counts committed results and keeps the last of each commit: each commit writes one small
+    file `<token>.count` holding its count and last result into `directory` (once per token, so
+    a repeated commit counts once).
     Commits run in the sink's subtasks, on Spark's workers too, hence files: on local Spark (or
     with a shared directory) `committed()` on the driver sees them all."""
 
@@ -252,23 +305,36 @@ class CountSink(Sink):
         return _CountWriter(subtask)
 
     def commit(self, committables: list[Any]) -> None:
-        for token, count in committables:
+        for token, count, last in committables:
             path = os.path.join(self.directory, f"{token}.count")
             if not os.path.exists(path):
                 with open(path + ".tmp", "w") as f:
-                    f.write(str(count))
+                    json.dump({"count": count, "last": last}, f)
                 os.replace(path + ".tmp", path)
 
     def committed(self) -> int:
         """How many results the job committed."""
         if not os.path.isdir(self.directory):
             return 0
-        total = 0
-        for name in os.listdir(self.directory):
+        return sum(int(entry["count"]) for _, entry in self._commits())
+
+    def last(self) -> dict[str, Any] | None:
+        """The last result of the newest commit (of the highest subtask, when several committed
+        at that checkpoint), `{column: value}`; None if nothing was committed."""
+        commits = self._commits()
+        if not commits:
+            return None
+        return {k: _from_json(v) for k, v in commits[-1][1]["last"].items()}
+
+    def _commits(self) -> list[tuple[str, dict[str, Any]]]:
+        if not os.path.isdir(self.directory):
+            return []
+        found = []
+        for name in sorted(os.listdir(self.directory)):  # by checkpoint id, then subtask
             if name.endswith(".count"):
                 with open(os.path.join(self.directory, name)) as f:
-                    total += int(f.read())
-        return total
+                    found.append((name, json.load(f)))
+        return found
 
 
 pickle_by_value(sys.modules[__name__])  # `CountSink` goes to Spark's workers, which lack this path

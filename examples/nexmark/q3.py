@@ -35,6 +35,7 @@ from epochal.connectors.nexmark import auctions, persons
 
 NAME = "q3"
 DESCRIPTION = "local item suggestion: auctions of category 10 by sellers in OR, ID or CA"
+COLUMNS = ("name", "city", "state", "auction")  # of each result tuple, for the printed summary
 LOCAL_STATES = pa.array(["OR", "ID", "CA"])
 CATEGORY = 10
 AUCTION_WAIT_MS = 10_000  # how long an auction waits for its seller, in event time
@@ -102,4 +103,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import harness
 
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

@@ -35,6 +35,7 @@ q9 = harness.sibling("q9")
 
 NAME = "q4"
 DESCRIPTION = "average closing price per category (auctions joined with their bids)"
+COLUMNS = ("category", "average", "auctions")  # of each result tuple, for the printed summary
 
 
 class CategoryAverage(KeyedProcessFunction):
@@ -71,4 +72,4 @@ def query(events: DataStream) -> DataStream:
 
 
 if __name__ == "__main__":
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

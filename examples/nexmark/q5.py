@@ -38,6 +38,7 @@ from epochal.windows import Sliding
 
 NAME = "q5"
 DESCRIPTION = "hot items: the auctions with the most bids per 10 s window sliding by 2 s"
+COLUMNS = ("auction", "num", "window_start", "window_end")  # of each result tuple, for the printed summary
 WINDOW = Sliding(size=10.0, slide=2.0)
 
 
@@ -97,4 +98,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import harness
 
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

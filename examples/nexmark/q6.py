@@ -38,6 +38,7 @@ q9 = harness.sibling("q9")
 
 NAME = "q6"
 DESCRIPTION = "average selling price by seller (their last 10 closed auctions)"
+COLUMNS = ("seller", "auction", "average")  # of each result tuple, for the printed summary
 LAST = 10
 
 
@@ -85,4 +86,4 @@ def query(events: DataStream) -> DataStream:
 
 
 if __name__ == "__main__":
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

@@ -37,6 +37,7 @@ from epochal.connectors.nexmark import bids
 
 NAME = "q7"
 DESCRIPTION = "highest bid: the bids with the top price of each tumbling 10 s window"
+COLUMNS = ("auction", "bidder", "price", "dateTime", "extra")  # of each result tuple, for the printed summary
 WINDOW_MS = 10_000
 BID_COLUMNS = ["auction", "bidder", "price", "dateTime", "extra"]
 
@@ -94,4 +95,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import harness
 
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

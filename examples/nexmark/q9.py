@@ -40,6 +40,8 @@ from epochal.connectors.nexmark import auctions, bids
 
 NAME = "q9"
 DESCRIPTION = "winning bids: each auction with its highest bid within its lifetime"
+# of each result tuple, for the printed summary
+COLUMNS = ("auction", "seller", "category", "expires_ms", "bidder", "price", "bid_ms")
 
 
 def auction_rows(events: pa.RecordBatch) -> pa.RecordBatch:
@@ -155,4 +157,4 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import harness
 
-    harness.main(query, NAME, DESCRIPTION)
+    harness.main(query, NAME, DESCRIPTION, columns=COLUMNS)

@@ -12,6 +12,7 @@ hosts the runtime; connectors and cli at the edges):
 This module re-exports the public names; everything else is reachable from its subpackage.
 """
 
+from .api.async_io import AsyncFunction as AsyncFunction
 from .api.co_functions import BroadcastProcessFunction as BroadcastProcessFunction
 from .api.co_functions import CoProcessFunction as CoProcessFunction
 from .api.co_functions import KeyedBroadcastProcessFunction as KeyedBroadcastProcessFunction
@@ -24,12 +25,18 @@ from .api.connector import SinkWriter as SinkWriter
 from .api.connector import Source as Source
 from .api.connector import SplitReader as SplitReader
 from .api.context import ProcessContext as ProcessContext
+from .api.context import RuntimeContext as RuntimeContext
 from .api.environment import StreamEnvironment as StreamEnvironment
 from .api.functions import AggregateFunction as AggregateFunction
 from .api.functions import BatchAggregateFunction as BatchAggregateFunction
 from .api.functions import KeyedProcessFunction as KeyedProcessFunction
 from .api.handle import JobHandle as JobHandle
 from .api.keyed import KeyedStream as KeyedStream
+from .api.rich import FilterFunction as FilterFunction
+from .api.rich import FlatMapFunction as FlatMapFunction
+from .api.rich import MapFunction as MapFunction
+from .api.rich import ReduceFunction as ReduceFunction
+from .api.rich import RichFunction as RichFunction
 from .api.sql import register_sql_frontend as _register_sql_frontend
 from .api.stream import DataStream as DataStream
 from .api.tables import register_table_resolver as _register_table_resolver
@@ -51,10 +58,21 @@ from .runtime.result import JobResult as JobResult
 from .state.handles import ListState as ListState
 from .state.handles import MapState as MapState
 from .state.handles import ValueState as ValueState
+from .state.operator_state import OperatorListState as OperatorListState
+from .state.ttl import StateTtlConfig as StateTtlConfig
 
 __all__ = sorted(
     [
         "AggregateFunction",
+        "StateTtlConfig",
+        "AsyncFunction",
+        "OperatorListState",
+        "RichFunction",
+        "ReduceFunction",
+        "MapFunction",
+        "FlatMapFunction",
+        "FilterFunction",
+        "RuntimeContext",
         "BroadcastProcessFunction",
         "CoProcessFunction",
         "BatchAggregateFunction",

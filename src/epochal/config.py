@@ -62,6 +62,12 @@ class CheckpointConfig:
             checkpoint holding every subtask's state as segments, each with its own checksum
             (Flink's file merging): an object store sees one PUT per worker and checkpoint, not
             one per subtask and operator. `False` writes a file per subtask and operator.
+        resume: `"auto"`: a job executed without `from_checkpoint` resumes from the newest
+            complete checkpoint in `directory` if there is one, and starts fresh if there is
+            none, as Spark Structured Streaming resumes from its checkpoint location: the same
+            program is right the first time and after every restart of its driver, with no
+            flag. `None` (the default): a start without `from_checkpoint` is a fresh start, and
+            `existing` says what happens to an earlier run's checkpoints.
     """
 
     interval: float | None = None
@@ -75,6 +81,7 @@ class CheckpointConfig:
     existing: Literal["error", "overwrite"] = "error"
     filesystem: Any = None
     merge_files: bool = True
+    resume: Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         if self.interval is not None:
@@ -89,6 +96,10 @@ class CheckpointConfig:
         check_bool("CheckpointConfig.merge_files", self.merge_files)
         check_choice("CheckpointConfig.mode", self.mode, ("aligned", "unaligned", "at_least_once", "synchronous"))
         check_choice("CheckpointConfig.existing", self.existing, ("error", "overwrite"))
+        if self.resume is not None:
+            check_choice("CheckpointConfig.resume", self.resume, ("auto",))
+            if self.directory is None:
+                raise ValueError('CheckpointConfig.resume="auto" needs a directory to resume from')
         if self.filesystem is not None:
             import pyarrow.fs as pafs
 

@@ -126,7 +126,19 @@ class JobFailedError(EpochalError):
         self.cause = cause
         self.recurring = recurring
         note = "; it failed the same way on consecutive attempts, so it was not restarted again" if recurring else ""
+        if _record_error_in(cause) is not None:
+            note += ('; to drop such records (counted) or send them to the job\'s dead-letter sink instead, build '
+                     'the operator with on_error="skip" or on_error="dead_letter" (docs/bad-records.md)')
         super().__init__(f"job {job!r} failed after {attempts} attempt(s): {cause}{note}")
+
+
+def _record_error_in(cause: BaseException | None) -> RecordError | None:
+    """The user-code failure on a record behind `cause` (it, or what a host wrapped), if any."""
+    for _ in range(8):
+        if cause is None or isinstance(cause, RecordError):
+            return cause
+        cause = cause.__cause__
+    return None
 
 
 class JobCancelledError(EpochalError):

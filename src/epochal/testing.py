@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .api.connector import Sink, SinkWriter, Source, SplitReader
 from .config import check_int
@@ -32,6 +32,8 @@ from .runtime.wire.elements import Batch
 
 __all__ = ["Crash", "ListSource", "CollectSink", "nats_server", "redis_server"]
 
+
+T = TypeVar("T")  # a ListSource's records
 
 class Crash:
     """A sentinel item for `ListSource`: raises `InjectedFailure` the first time it is read.
@@ -80,7 +82,7 @@ class _ListReader(SplitReader):
         return self.index
 
 
-class ListSource(Source):
+class ListSource(Source[T]):
     """A replayable source over a list, cut into `splits` contiguous splits.
 
     Args:
@@ -90,7 +92,7 @@ class ListSource(Source):
             leaves it to the environment.
     """
 
-    def __init__(self, items: Iterable[Any], splits: int = 1, batch_size: int | None = None) -> None:
+    def __init__(self, items: Iterable[T], splits: int = 1, batch_size: int | None = None) -> None:
         if not isinstance(items, Iterable):
             raise TypeError(f"items must be an iterable of records, got {items!r} ({type(items).__name__})")
         records = list(items)

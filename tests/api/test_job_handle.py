@@ -97,3 +97,20 @@ def test_the_endpoint_serves_status_and_cancels_with_the_token(tmp_path: Path) -
         assert response.status == 202
     with pytest.raises(JobCancelledError):
         handle.result(timeout=30)
+
+
+def test_a_command_to_a_job_refused_at_its_start_names_why_it_ended(tmp_path: Path) -> None:
+    """Issue 40: examples/live_migration.py run twice said "job has ended; nothing to move"; the
+    cause (the first run's output, which the sink refused to write over) was hidden."""
+    from epochal.connectors import FileSink
+
+    def job() -> StreamEnvironment:
+        env = StreamEnvironment(parallelism=1, executor="inprocess")
+        env.from_source(ListSource(range(50))).sink_to(FileSink(str(tmp_path / "out")))
+        return env
+
+    job().execute("first")
+    handle = job().execute_async("second")
+    _wait_for(handle.done)
+    with pytest.raises(Exception, match=r"job 'second' failed \(EpochalError: FileSink: .* already holds output"):
+        handle.move_key_groups({0: 0})

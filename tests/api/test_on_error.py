@@ -380,3 +380,29 @@ def test_fail_names_the_source_position_in_the_sources_task() -> None:
     assert isinstance(cause, OperatorError)
     assert cause.position == {"split": "list-0", "from": 2, "to": 4}
     assert "(split 'list-0', in the batch read from position 2 to position 4)" in str(info.value)
+
+
+def test_a_job_that_fails_on_a_record_says_how_to_skip_or_dead_letter_it(tmp_path: Any, capsys: Any) -> None:
+    """Issue 40: the failure names the operator, the record and where it was, and now also the
+    two ways not to fail on it."""
+    from epochal.cli.main import main
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from epochal import StreamEnvironment\n"
+        "from epochal.testing import CollectSink, ListSource\n"
+        "env = StreamEnvironment(parallelism=1)\n"
+        "env.from_source(ListSource([1, 2, 'bad', 4])).map(lambda x: 10 // x, name='divide').sink_to(CollectSink())\n"
+        "env.execute('poison')\n"
+    )
+    assert main(["run", str(job), "--executor", "inprocess"]) == 1
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if x.startswith("epochal: job 'poison' failed")]
+    assert len(line) == 1 and "Traceback" not in err, err
+    assert "operator 'divide' failed on record 'bad'" in line[0]
+    assert 'on_error="skip" or on_error="dead_letter"' in line[0] and "docs/bad-records.md" in line[0]
+
+
+def test_a_job_that_fails_for_another_reason_does_not_suggest_on_error() -> None:
+    error = JobFailedError("j", 1, OperatorError("sink", "<committing checkpoint(s) [3]>", OSError("disk full")))
+    assert "on_error" not in str(error)

@@ -89,6 +89,9 @@ def test_rescale_up_and_down_while_running_commits_every_update_once(tmp_path: P
     assert Counter(sink.committed()) == _expected()  # nothing lost, nothing twice
     assert handle.status().parallelism == 2 and handle.status().state is JobState.FINISHED
     assert result.restarts == 0 and result.restored_from == (first,), "the later rescales restarted the job"
+    # the counts are the whole job's, not those since the rescale's checkpoint (issue 40)
+    assert result.counts_whole and result.since_checkpoint == first
+    assert (result.records_in, result.records_out) == (N, N), result.summary()
 
 
 @pytest.mark.parametrize(

@@ -129,9 +129,13 @@ def test_the_restored_run_produces_only_what_the_checkpoint_did_not_cover(
     env, sink = _build("count", tmp_path, crash_at=CRASH_AT)
     result = run_virtual(env, seed=2)
     assert result.restarts == 1 and result.restored_from[1] is not None
-    # record counts are those of the last attempt: it re-read only what followed its checkpoint
-    read_after_restore = result.operator("source").records_out
-    assert 0 < read_after_restore < N_RECORDS
+    # the last attempt re-read only what followed its checkpoint ...
+    since = {m.name: m for m in result.operators_since}
+    assert result.since_checkpoint == result.restored_from[1]
+    assert 0 < since["source"].records_out < N_RECORDS
+    # ... and the counts of the whole job, carried in the checkpoint, count every record once
+    assert result.counts_whole and result.operator("source").records_out == N_RECORDS == result.records_in
+    assert result.operator("sink").records_in == N_RECORDS == result.records_out
     assert len(sink.committed()) == N_RECORDS
 
 

@@ -25,12 +25,13 @@ EXPECTED = collections.Counter((f"k{k}", n) for k in range(5) for n in range(1, 
 CRASH_FLAG = "EPOCHAL_TEST_CRASH_AFTER"
 
 
-def _job_file(tmp_path: Path, checkpoint: bool = True) -> str:
+def _job_file(tmp_path: Path, checkpoint: bool = True, resume: str | None = None) -> str:
     """A count over 200 records; with `EPOCHAL_TEST_CRASH_AFTER=N` set, the run fails for good
     on its N-th record (no restarts), as a driver that died mid-run leaves things."""
     path = tmp_path / "job.py"
     ckpt = str(tmp_path / "ckpt")
-    checkpoint_config = f"CheckpointConfig(interval=0.01, directory={ckpt!r})" if checkpoint else "None"
+    checkpoint_config = (f"CheckpointConfig(interval=0.01, directory={ckpt!r}, resume={resume!r})" if checkpoint
+                         else "None")
     path.write_text(textwrap.dedent(f"""
         import os, time
         from epochal import StreamEnvironment, CheckpointConfig, RestartStrategy
@@ -123,7 +124,7 @@ def test_a_fresh_start_decided_by_auto_keeps_every_fresh_start_check(
     deleted): a fresh start would write it all again, so it is refused, as without `auto`."""
     job = _job_file(tmp_path)
     assert _auto(job) == 0
-    for name in os.listdir(tmp_path / "ckpt"):
+    for name in [n for n in os.listdir(tmp_path / "ckpt") if n.startswith("chk-")]:
         os.remove(tmp_path / "ckpt" / name / MANIFEST_NAME)  # incomplete leftovers only
     capsys.readouterr()
     assert _auto(job) == 1
@@ -207,3 +208,68 @@ def test_the_cli_takes_and_documents_auto(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "--from-checkpoint auto|latest|ID|PATH" in capsys.readouterr().out
+
+
+def test_a_job_that_declares_resume_auto_needs_no_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CheckpointConfig(resume="auto")`: the plain command (`python job.py`, `epochal run job.py`)
+    starts fresh, resumes after its driver died, and reruns a finished job, as Spark Structured
+    Streaming resumes from its checkpoint location."""
+    job = _job_file(tmp_path, resume="auto")
+    plain = ["run", job, "--executor", "inprocess"]
+    monkeypatch.setenv(CRASH_FLAG, "150")
+    assert main(plain) == 1
+    assert "starting fresh" in _decision(capsys.readouterr().err)
+    assert 0 < sum(_committed(tmp_path / "out").values()) < 200
+    monkeypatch.delenv(CRASH_FLAG)
+    assert main(plain) == 0
+    assert "resuming from checkpoint" in _decision(capsys.readouterr().err)
+    assert _committed(tmp_path / "out") == EXPECTED
+    assert main(plain) == 0
+    assert "the final one of a run that finished" in _decision(capsys.readouterr().err)
+    assert _committed(tmp_path / "out") == EXPECTED
+
+
+def test_the_refusal_of_a_second_fresh_start_names_resume_auto(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _job_file(tmp_path)
+    assert main(["run", job, "--executor", "inprocess"]) == 0
+    capsys.readouterr()
+    assert main(["run", job, "--executor", "inprocess"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert "already holds complete checkpoints" in line and 'CheckpointConfig(resume="auto")' in line
+    assert "--from-checkpoint auto" in line and len(line.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"resume": "auto"}, 'resume="auto" needs a directory'),
+    ({"resume": "always", "directory": "ckpt"}, "CheckpointConfig.resume must be 'auto'"),
+])
+def test_resume_is_checked_where_it_is_given(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CheckpointConfig(**options)
+
+
+def test_auto_passes_over_a_corrupt_newest_checkpoint_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = _job_file(tmp_path)
+    assert _auto(job) == 0
+    storage = CheckpointStorage(str(tmp_path / "ckpt"), create=False)
+    newest = storage.complete_checkpoints()[-1]
+    handle = next(h for h in storage.load_manifest(newest).files() if h.path.startswith(f"chk-{newest:08d}/"))
+    path = tmp_path / "ckpt" / handle.path
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x40
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert _auto(job) == 3  # finished, from an older checkpoint than the newest
+    err = capsys.readouterr().err
+    assert f"resuming from checkpoint {newest}" in _decision(err)
+    assert f"checkpoint(s) {newest} refused as corrupt" in err.strip().splitlines()[-1]
+    # nothing lost; the refused checkpoint's epoch had been committed (the run finished) and was
+    # replayed: sinks that skip an epoch they committed are issue 38's (the exact case, output
+    # not yet committed, is tests/fault/test_corrupt_resume.py)
+    assert set(_committed(tmp_path / "out")) == set(EXPECTED)

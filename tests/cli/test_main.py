@@ -128,3 +128,12 @@ def test_from_checkpoint_outside_the_checkpoint_directory_is_refused(tmp_path, c
                  "--from-checkpoint", os.path.join(ckpt, "chk-00000001")])
     assert code == 1
     assert "not in the job's checkpoint directory" in capsys.readouterr().err
+
+
+def test_version_is_the_installed_distribution_s(capsys) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"epochal {importlib.metadata.version('epochal')}\n"

@@ -13,7 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from epochal.cli.progress import ProgressDisplay, format_watermark, plain_line
+from epochal.cli.progress import ProgressDisplay, format_duration, format_watermark, plain_line
 from epochal.runtime.result import JobProgress
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -34,7 +34,7 @@ def test_a_plain_line_per_report_off_a_terminal() -> None:
     display(_progress(watermark=None, watermark_lag_s=None, last_checkpoint_ms=None))
     display.close()
     assert out.getvalue().splitlines() == [
-        "records in 161,440 (52,310/s)  out 154,067  watermark 16:00:03 UTC (lag 2.1 s)  "
+        "records in 161,440 (52,310/s)  out 154,067  watermark 2025-11-24 16:00:03 UTC (lag 2.1 s)  "
         "checkpoints 4 (last 70 ms)  restarts 1",
         "records in 161,440 (52,310/s)  out 154,067  checkpoints 4 (last -)  restarts 1",
     ]
@@ -44,6 +44,21 @@ def test_a_plain_line_per_report_off_a_terminal() -> None:
 def test_watermarks_on_a_job_s_own_clock_are_numbers() -> None:
     assert format_watermark(_progress(watermark=1234.5, watermark_lag_s=None)) == "1,234.500"
     assert plain_line(_progress(watermark=None)).count("watermark") == 0
+
+
+def test_a_watermark_years_behind_the_clock_shows_its_date_and_a_lag_in_years() -> None:
+    """Nexmark's generator starts in July 2015: a time of day alone, and a lag of 346,000,000 s,
+    read as nonsense."""
+    nexmark = _progress(watermark=1_436_918_430.0, watermark_lag_s=11.4 * 365.25 * 86_400)
+    assert format_watermark(nexmark) == "2015-07-15 00:00:30 UTC (lag 11.4 years)"
+    assert [format_duration(s) for s in (0.25, 2.1, 210, 15_000, 400_000)] == [
+        "0.2 s", "2.1 s", "3.5 min", "4.2 h", "4.6 days"]
+
+
+def test_the_last_line_of_a_job_that_ended_says_how_it_ended() -> None:
+    assert plain_line(_progress()).endswith("restarts 1")  # running: as before
+    assert plain_line(_progress(state="finished")).endswith("restarts 1  (finished)")
+    assert plain_line(_progress(state="failed")).endswith("restarts 1  (failed)")
 
 
 def test_the_terminal_panel_is_redrawn_in_place_and_its_last_frame_stays() -> None:
@@ -57,7 +72,7 @@ def test_the_terminal_panel_is_redrawn_in_place_and_its_last_frame_stays() -> No
     text = _ANSI.sub("", raw)
     last = text[text.rindex("job 'clicks'"):]
     for shown in ("restarting", "http://127.0.0.1:41234", "records in", "2,000", "52,310/s", "records out",
-                  "154,067", "watermark", "16:00:03 UTC (lag 2.1 s)", "checkpoints", "last #12 70 ms",
+                  "154,067", "watermark", "2025-11-24 16:00:03 UTC (lag 2.1 s)", "checkpoints", "last #12 70 ms",
                   "restarts"):
         assert shown in last, shown
 

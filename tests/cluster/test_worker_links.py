@@ -38,8 +38,9 @@ def _worker(index: int, incarnation: int) -> Worker:
     env = StreamEnvironment(parallelism=2, executor="inprocess")
     env.from_source(ListSource(list(range(10)), splits=2)).key_by(lambda x: x % 3).count().sink_to(CollectSink())
     listener = socket.create_server(("127.0.0.1", 0))
-    w = Worker(env.job_graph("links"), index, 2, LAUNCH, ("127.0.0.1", 0), listener, [listener.getsockname()] * 2,
+    w = Worker(env.job_graph("links"), index, 2, LAUNCH, ("127.0.0.1", 0), listener, listener.getsockname(),
                incarnation)
+    w.peers.addresses = [listener.getsockname()] * 2  # what the job master's `Peers` says
     w.peers.listen()
     return w
 

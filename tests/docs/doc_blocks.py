@@ -6,6 +6,8 @@ Markdown is rendered):
 - `<!-- docs-test: skip (reason) -->`: never run; the test reports it as skipped with `reason`.
 - `<!-- docs-test: spark -->`: needs a SparkSession called `spark`; runs only under the `spark`
   marker.
+- `<!-- docs-test: commands -->` before a ```bash block (the README's command-line tour): its
+  commands run, in order, in a shell (`command_blocks`); each must succeed.
 
 The output a page *shows* for a block is what the block must print. A line that calls `print(`
 shows its output in its trailing comment (`print(x)   # [1, 2]`) and in the comment lines that
@@ -27,6 +29,7 @@ DOCS = os.path.join(REPO, "docs")
 
 _FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 _MARK = re.compile(r"^\s*<!--\s*docs-test:\s*(spark|skip)\s*(?:\((.*)\))?\s*-->\s*$")
+_COMMANDS = re.compile(r"^\s*<!--\s*docs-test:\s*commands\s*-->\s*$")
 _TRAILING_COMMENT = re.compile(r"#\s?(.*)$")
 
 
@@ -138,4 +141,32 @@ def blocks(page: str) -> list[Block]:
             if next_language == "text" and not any(s.strip() for s in between):
                 text_after = next_body
         found.append(Block(page, start + 1, "\n".join(body) + "\n", mark, reason, _shown_output(body, text_after)))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """A ```bash block marked `commands`: shell lines a reader types, run in order."""
+
+    page: str
+    line: int
+    lines: tuple[str, ...]  # without their trailing comments
+
+    @property
+    def name(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def command_blocks(page: str) -> list[Commands]:
+    """The ```bash blocks of `page` marked `<!-- docs-test: commands -->`."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    found = []
+    for start, _end, language, body in _fenced(lines):
+        before = start - 1
+        while before >= 0 and not lines[before].strip():
+            before -= 1
+        if language == "bash" and before >= 0 and _COMMANDS.match(lines[before]):
+            commands = tuple(line.split("  #", 1)[0].rstrip() for line in body if line.strip())
+            found.append(Commands(page, start + 1, commands))
     return found

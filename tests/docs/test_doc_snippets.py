@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
 import sys
 import types
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from doc_blocks import REPO, Block, Mark, blocks, pages
+from doc_blocks import REPO, Block, Commands, Mark, blocks, command_blocks, pages
 
 from epochal.api.environment import RunOverrides, run_overrides
 
@@ -93,3 +94,25 @@ def test_the_pages_have_blocks_and_few_are_skipped() -> None:
     assert len(ALL) >= 20, "the docs lost their examples, or the parser lost the blocks"
     skipped = [b.name for b in ALL if b.mark is Mark.SKIP]  # Spark's blocks run in the Spark lane
     assert len(skipped) <= 5, f"too many blocks are not run by any test: {skipped}"
+
+
+COMMANDS = [c for page in pages() for c in command_blocks(page)]
+
+
+def test_the_readme_has_its_command_line_tour() -> None:
+    assert [c.page for c in COMMANDS] == ["README.md"] and len(COMMANDS[0].lines) >= 5
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("block", COMMANDS, ids=lambda c: c.name)
+def test_command_block_runs(block: Commands, tmp_path: Any) -> None:
+    """Each line of the tour, in order, in a shell in a fresh directory holding the repository's
+    `examples/` (the commands are typed from the repository root), with this environment's
+    `epochal` and `python` first on the PATH: each succeeds."""
+    os.symlink(os.path.join(REPO, "examples"), tmp_path / "examples")
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    for line in block.lines:
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, f"{block.name}: `{line}` exited with {done.returncode}:\n{done.stderr[-3000:]}"

@@ -77,6 +77,8 @@ def test_only_the_lost_worker_restores_and_every_update_commits_once(spark: Any,
         assert [lost for lost, _ in executor.survivor_recoveries] == [[victim]], f"trial {trial}: the others ran on"
         assert launches(executor) == 1
         assert sorted(tuple(r) for r in read_committed(out)) == expected_updates(corpus), f"trial {trial}"
+        # the whole job's counts: the survivors' and the restored tasks' records once each (issue 40)
+        assert result.counts_whole and result.records_out == len(expected_updates(corpus)), result.summary()
 
 
 def test_a_kill_during_recovery_with_survivors_running(spark: Any, tmp_path: Path) -> None:
@@ -99,6 +101,8 @@ def test_a_kill_during_recovery_with_survivors_running(spark: Any, tmp_path: Pat
         assert result.restarts == 2, f"trial {trial}"
         assert [lost for lost, _ in executor.survivor_recoveries] == [[victim], [victim]], f"trial {trial}"
         assert sorted(tuple(r) for r in read_committed(out)) == expected_updates(corpus), f"trial {trial}"
+        # the whole job's counts: the survivors' and the restored tasks' records once each (issue 40)
+        assert result.counts_whole and result.records_out == len(expected_updates(corpus)), result.summary()
 
 
 def test_a_job_whose_sources_read_several_splits_rolls_back_whole(spark: Any, tmp_path: Path) -> None:

@@ -184,3 +184,45 @@ def test_the_page_and_its_files_are_served_and_nothing_else(tmp_path: Path) -> N
             assert refused.value.code == 404, path
     finally:
         endpoint.close()
+
+
+def test_the_dashboard_opened_on_a_finished_job_s_directory_shows_its_history(browser: Any, tmp_path: Path) -> None:
+    """Issue 40: after the job, `epochal history DIR --web-port N` serves what its dashboard
+    showed (recorded in the checkpoint directory), read-only."""
+    import urllib.error
+    import urllib.request
+
+    from epochal.cluster.history_endpoint import HistoryEndpoint
+    from epochal.runtime.master.history import read_history
+
+    handle = _start(tmp_path)  # fails once (a restart to show), then runs until cancelled
+    wait_for(lambda: handle.status().attempt == 2 and (handle.status().last_checkpoint or 0) >= 3, timeout=60,
+             what="a restart and checkpoints")
+    handle.cancel()
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=60)
+
+    (run,) = read_history(str(tmp_path / "chk"))
+    endpoint = HistoryEndpoint(run)
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(endpoint.url)
+        page.wait_for_selector("#state[data-state='cancelled']", timeout=30_000)
+        assert page.text_content("#job") == "clickstream"
+        note = page.text_content("#history") or ""
+        assert page.is_visible("#history") and f"The history of run {run.run}" in note and "was cancelled" in note
+        assert {"clicks", "parse", "enrich", "clicks_per_second", "dashboard_feed"} <= set(
+            _rows(page, "#graph .node", "data-operator"))
+        page.wait_for_selector("#checkpoints tbody tr[data-checkpoint]", timeout=10_000)
+        restart = page.locator("#restart-table tbody tr").first.locator("td").all_text_contents()
+        assert "ValueError" in restart[2] and restart[3] == "parse"
+        assert page.is_disabled("#cancel") and page.is_disabled("#rescale") and page.is_disabled("#savepoint")
+        assert not errors, errors
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(endpoint.url + "/cancel", method="POST", data=b""),
+                                   timeout=5)
+        assert refused.value.code == 409
+    finally:
+        endpoint.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -18,6 +18,7 @@ from epochal import (
     CheckpointConfig,
     EpochalError,
     KeyedProcessFunction,
+    MapFunction,
     RestartStrategy,
     Sink,
     SinkWriter,
@@ -284,3 +285,44 @@ def test_the_checkpoint_that_switches_carries_the_patch_and_its_abort_fails_the_
     assert patches.under_way is None
     with pytest.raises(CheckpointError, match="restores the checkpoint before it, with the old function"):
         ticket.wait(0)
+
+
+class _Tagging(MapFunction[int, tuple[int, str]]):
+    """A rich map: what its lifecycle did goes to `EVENTS`."""
+
+    tag = ""
+    EVENTS: ClassVar[list[tuple[str, str, int]]] = []
+
+    def open(self, ctx: Any) -> None:
+        self.subtask = ctx.subtask
+        self.mapped = ctx.operator_list_state("mapped")
+        _Tagging.EVENTS.append((self.tag, "open", ctx.subtask))
+
+    def map(self, value: int) -> tuple[int, str]:
+        return (value, self.tag)
+
+    def close(self) -> None:
+        _Tagging.EVENTS.append((self.tag, "close", self.subtask))
+
+
+class OldTag(_Tagging):
+    tag = "old"
+
+
+class NewTag(_Tagging):
+    tag = "new"
+
+
+def test_a_patched_rich_map_opens_the_new_function_and_closes_the_old(tmp_path: Path) -> None:
+    _Tagging.EVENTS.clear()
+    sink = EpochSink()
+    env = StreamEnvironment(parallelism=2, executor="inprocess", restart=RestartStrategy(max_restarts=0),
+                            checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "ckpt")))
+    env.from_source(EndlessSource(stop_at=RECORDS)).rebalance().map(OldTag(), name="tag").sink_to(sink)
+    handle, at = _run_until(env, lambda h: h.patch("tag", NewTag(), timeout=60))
+    _finish(handle, sink)
+    _check_cut(sink.committed, at)
+    events = _Tagging.EVENTS
+    for subtask in (0, 1):
+        mine = [(tag, what) for tag, what, s in events if s == subtask]
+        assert mine == [("old", "open"), ("old", "close"), ("new", "open"), ("new", "close")], mine

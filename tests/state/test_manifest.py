@@ -140,11 +140,12 @@ def test_a_version_2_manifest_loads_and_is_written_byte_for_byte_the_same() -> N
     assert [h.size for h in chain] == [300, 40, 120]
     assert manifest.tasks == (TaskCheckpointStats("v1[0]", 0.25, 1.5, 3.0, 467),)
     assert manifest.split_logs == ()
-    # written again, it is version 5: the same fields, no split logs, no routing table, no key
-    # group sets (contiguous ranges), no merged files or patches (left out) and no costs it did not record
+    # written again, it is version 6: the same fields, no split logs, no routing table, no key
+    # group sets (contiguous ranges), no merged files or patches (left out), no record counts (not
+    # known) and no costs it did not record
     old, new = json.loads(data)["manifest"], json.loads(manifest.to_json())["manifest"]
-    assert (old.pop("format_version"), new.pop("format_version")) == (2, 5)
-    assert new.pop("split_logs") == [] and new.pop("routing") is None
+    assert (old.pop("format_version"), new.pop("format_version")) == (2, 6)
+    assert new.pop("split_logs") == [] and new.pop("routing") is None and new.pop("counts") is None
     assert new.pop("coordinator_ms") == 0.0 and "merged" not in new and "patches" not in new
     for task in new["tasks"]:
         assert task.pop("barrier_ms") == 0.0

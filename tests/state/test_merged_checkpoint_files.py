@@ -17,7 +17,7 @@ from epochal.errors import CorruptCheckpointError
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink, ListSource
 
-N, KEYS, PARALLELISM = 4_000, 300, 8
+N, KEYS, PARALLELISM = 40_000, 300, 8  # long enough for several checkpoints on an idle machine
 
 
 def _run(directory: Path, merge_files: bool, records: list[int]) -> CollectSink:

@@ -68,9 +68,11 @@ class Subtasks:
             op.open(OperatorContext(i, parallelism, MAX_PARALLELISM, groups, VirtualClock(), state, f"t{i}"))
             if restored is None:
                 op.restore(None, [])
+                op.start([])
             else:
                 keyed, states = restored
                 op.restore({g: v for g, v in keyed.items() if g in groups}, states)
+                op.start(states)  # the user's function opens after its state is back (as the chain does)
             self.ops.append(op)
 
     def feed(self, side: int, records: list[Any]) -> None:

@@ -10,19 +10,21 @@ restored at any parallelism (`runtime.operators.broadcast`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..errors import GraphError
 from ..plan.specs import BROADCAST
 from .co_functions import MapStateDescriptor
 from .stream import DataStream
 
+T = TypeVar("T")
 
-class BroadcastStream:
+
+class BroadcastStream(Generic[T]):
     """A stream whose records go to every subtask of the operator it is connected to, with the
     broadcast states that operator keeps."""
 
-    def __init__(self, stream: DataStream, states: Sequence[Any]) -> None:
+    def __init__(self, stream: DataStream[T], states: Sequence[Any]) -> None:
         stream._operator_only("broadcast")
         names: list[str] = []
         for state in states:
@@ -35,7 +37,7 @@ class BroadcastStream:
         self.names = tuple(names)
 
     @property
-    def partitioned(self) -> DataStream:
+    def partitioned(self) -> DataStream[T]:
         """The stream, broadcast to every subtask of the next operator."""
         return self.stream._partitioned(BROADCAST)
 

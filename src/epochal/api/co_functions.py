@@ -14,10 +14,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..config import check_name
 from .context import BroadcastSideContext, CoProcessContext, JoinContext, ProcessContext
+
+K = TypeVar("K")  # the key
+IN1 = TypeVar("IN1")  # the first (left, data) input's records
+IN2 = TypeVar("IN2")  # the second (right, broadcast) input's records
+OUT = TypeVar("OUT")  # what the function emits
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +60,7 @@ class MapStateDescriptor:
         check_name("name", self.name)
 
 
-class CoProcessFunction(ABC):
+class CoProcessFunction(ABC, Generic[IN1, IN2, OUT]):
     """Logic over two streams that are not keyed: a hook per input, no keyed state, no timers.
 
     `process_element1(value, ctx)` runs per record of the first stream, `process_element2` per
@@ -68,15 +73,15 @@ class CoProcessFunction(ABC):
         """Called once per subtask before any record."""
 
     @abstractmethod
-    def process_element1(self, value: Any, ctx: CoProcessContext) -> Iterable[Any] | None:
+    def process_element1(self, value: IN1, ctx: CoProcessContext) -> Iterable[OUT] | None:
         """Handle a record of the first input."""
 
     @abstractmethod
-    def process_element2(self, value: Any, ctx: CoProcessContext) -> Iterable[Any] | None:
+    def process_element2(self, value: IN2, ctx: CoProcessContext) -> Iterable[OUT] | None:
         """Handle a record of the second input."""
 
 
-class KeyedCoProcessFunction(ABC):
+class KeyedCoProcessFunction(ABC, Generic[K, IN1, IN2, OUT]):
     """Logic over two keyed streams, sharing keyed state and timers per key.
 
     Both inputs are keyed (`a.key_by(f).connect(b.key_by(g))`, or `connect(...).key_by(f, g)`),
@@ -102,19 +107,19 @@ class KeyedCoProcessFunction(ABC):
         """Register state; called before the first record of each subtask."""
 
     @abstractmethod
-    def process_element1(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+    def process_element1(self, value: IN1, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle a record of the first input, of key `ctx.key`."""
 
     @abstractmethod
-    def process_element2(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+    def process_element2(self, value: IN2, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle a record of the second input, of key `ctx.key`."""
 
-    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
+    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle a due timer of `ctx.key`."""
         return None
 
 
-class BroadcastProcessFunction(ABC):
+class BroadcastProcessFunction(ABC, Generic[IN1, IN2, OUT]):
     """A stream that is not keyed, with a broadcast stream of rules or configuration.
 
     `process_broadcast_element(value, ctx)` runs in every subtask for every broadcast record and
@@ -128,15 +133,15 @@ class BroadcastProcessFunction(ABC):
         """Called once per subtask before any record."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+    def process_element(self, value: IN1, ctx: Any) -> Iterable[OUT] | None:
         """Handle a record of the stream; `ctx.broadcast_state(d)` is read only."""
 
     @abstractmethod
-    def process_broadcast_element(self, value: Any, ctx: BroadcastSideContext) -> Iterable[Any] | None:
+    def process_broadcast_element(self, value: IN2, ctx: BroadcastSideContext) -> Iterable[OUT] | None:
         """Handle a broadcast record; `ctx.broadcast_state(d)` is read and write."""
 
 
-class KeyedBroadcastProcessFunction(ABC):
+class KeyedBroadcastProcessFunction(ABC, Generic[K, IN1, IN2, OUT]):
     """A keyed stream, with keyed state and timers, and a broadcast stream.
 
     As `BroadcastProcessFunction`, with `process_element` and `on_timer` running as in a
@@ -159,19 +164,19 @@ class KeyedBroadcastProcessFunction(ABC):
         """Register keyed state; called before the first record of each subtask."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: Any) -> Iterable[Any] | None:
+    def process_element(self, value: IN1, ctx: Any) -> Iterable[OUT] | None:
         """Handle a record of the keyed stream, of key `ctx.key`."""
 
     @abstractmethod
-    def process_broadcast_element(self, value: Any, ctx: BroadcastSideContext) -> Iterable[Any] | None:
+    def process_broadcast_element(self, value: IN2, ctx: BroadcastSideContext) -> Iterable[OUT] | None:
         """Handle a broadcast record (no current key)."""
 
-    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[Any] | None:
+    def on_timer(self, timestamp: float, ctx: Any) -> Iterable[OUT] | None:
         """Handle a due timer of `ctx.key`."""
         return None
 
 
-class ProcessJoinFunction(ABC):
+class ProcessJoinFunction(ABC, Generic[IN1, IN2, OUT]):
     """What a join emits for one pair of records: `process_element(left, right, ctx)` returns
     (or yields) records; `ctx` (`JoinContext`) gives the key, both timestamps, the window of a
     window join, and side outputs. In a left outer join, `right` is None for a left record that
@@ -187,7 +192,7 @@ class ProcessJoinFunction(ABC):
         """Called once per subtask before any record."""
 
     @abstractmethod
-    def process_element(self, left: Any, right: Any, ctx: JoinContext) -> Iterable[Any] | None:
+    def process_element(self, left: IN1, right: IN2, ctx: JoinContext) -> Iterable[OUT] | None:
         """Emit what one pair produces."""
 
 

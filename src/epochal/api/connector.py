@@ -18,7 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..runtime.wire.elements import Batch
 
@@ -84,8 +84,12 @@ class SplitReader(ABC):
         return []
 
 
-class Source(ABC):
-    """A replayable, bounded or unbounded input."""
+T = TypeVar("T")  # a source's records
+
+
+class Source(ABC, Generic[T]):
+    """A replayable, bounded or unbounded input of records of type `T` (`Source[str]`; a source
+    that does not say is `Source[Any]`): `env.from_source(source)` is a `DataStream[T]`."""
 
     @abstractmethod
     def splits(self) -> Sequence[SourceSplit]:

@@ -1,4 +1,4 @@
-"""ProcessContext: what a keyed process function sees of the runtime.
+"""ProcessContext and RuntimeContext: what user functions see of the runtime.
 
 A protocol, not a class the runtime inherits: the runtime must not import the API layer
 (imports point one way), so its context object conforms structurally and mypy checks user code
@@ -10,9 +10,60 @@ processing time (when the task's clock does); `time_domain` says which one fired
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from ..state.handles import ListState, MapState, ValueState
+from ..state.operator_state import OperatorListState
+from ..state.ttl import StateTtlConfig
+
+V = TypeVar("V")  # a value state's values
+
+Redistribution = Literal["split", "broadcast"]
+
+
+@runtime_checkable
+class RuntimeContext(Protocol):
+    """What a rich function's `open(ctx)` sees: where it runs, and its operator state.
+
+    Operator state is a list per name that belongs to the subtask, not to a key; it is
+    checkpointed with the operator and, on a restore at another parallelism, `split` (the old
+    lists concatenated and cut into one contiguous part per new subtask; at the same parallelism
+    each subtask gets its own back) or `broadcast` (every subtask gets every item), as Flink's
+    `CheckpointedFunction` list and union list state.
+    """
+
+    @property
+    def operator_name(self) -> str:
+        """The operator's name, unique in the job."""
+        ...
+
+    @property
+    def subtask(self) -> int:
+        """The index of this subtask, in `[0, parallelism)`."""
+        ...
+
+    @property
+    def parallelism(self) -> int:
+        """How many subtasks the operator runs."""
+        ...
+
+    @property
+    def max_parallelism(self) -> int:
+        """The job's key groups: the most subtasks a keyed operator can run."""
+        ...
+
+    def current_processing_time(self) -> float:
+        """Seconds since the epoch by the task's clock."""
+        ...
+
+    def operator_list_state(self, name: str, mode: Redistribution = "split") -> OperatorListState[Any]:
+        """Register (or fetch) the operator list `name`; restored items are in it already.
+
+        Raises:
+            ValueError: `name` starts with `__` (reserved), `mode` is not "split" or
+                "broadcast", or `name` is registered with another mode.
+        """
+        ...
 
 
 @runtime_checkable
@@ -56,24 +107,44 @@ class ProcessContext(Protocol):
         """The index of this subtask, in `[0, parallelism)`."""
         ...
 
-    def value_state(self, name: str, default: Any = None) -> ValueState[Any]:
-        """Register (or fetch) the keyed value state `name`; `value()` gives `default` for a new key.
+    @property
+    def parallelism(self) -> int:
+        """How many subtasks the operator runs."""
+        ...
+
+    def operator_list_state(self, name: str, mode: Redistribution = "split") -> OperatorListState[Any]:
+        """Register (or fetch) the operator list `name`: the subtask's, not a key's; `split` or
+        `broadcast` on a restore at another parallelism (see `RuntimeContext`)."""
+        ...
+
+    @overload
+    def value_state(self, name: str, default: None = None, *, ttl: StateTtlConfig | None = None
+                    ) -> ValueState[Any]: ...
+    @overload
+    def value_state(self, name: str, default: V, *, ttl: StateTtlConfig | None = None) -> ValueState[V]: ...
+
+    def value_state(self, name: str, default: Any = None, *, ttl: StateTtlConfig | None = None) -> ValueState[Any]:
+        """Register (or fetch) the keyed value state `name`; `value()` gives `default` for a new key
+        (typed: `value_state("n", default=0)` is a `ValueState[int]`).
+
+        With `ttl` (a `StateTtlConfig`) the value expires that long after it was written (or
+        read), and expired values leave the state by themselves (`epochal.StateTtlConfig`).
 
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered as another kind.
         """
         ...
 
-    def list_state(self, name: str) -> ListState[Any]:
-        """Register (or fetch) the keyed list state `name`.
+    def list_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> ListState[Any]:
+        """Register (or fetch) the keyed list state `name`; with `ttl` each element expires.
 
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered as another kind.
         """
         ...
 
-    def map_state(self, name: str) -> MapState[Any, Any]:
-        """Register (or fetch) the keyed map state `name`.
+    def map_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> MapState[Any, Any]:
+        """Register (or fetch) the keyed map state `name`; with `ttl` each entry expires.
 
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered as another kind.

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..config import (
     DEFAULT_GC_THRESHOLD,
@@ -38,10 +38,11 @@ from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
 from ..runtime.result import JobProgress, JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM, MAX_KEY_GROUPS
 from .builder import GraphBuilder
+from .checks import OnErrorChoice, on_error_policy
 from .connector import Sink, Source
 from .handle import JobHandle
 from .sql import SqlMethods
-from .stream import DataStream, OnErrorChoice, on_error_policy
+from .stream import DataStream
 from .tables import resolve_table
 from .time import WatermarkStrategy
 
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 
 Executor = Literal["inprocess", "spark"]
 EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
+
+
+T = TypeVar("T")  # a source's records
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,8 @@ class RunOverrides:
     executor: Executor | None = None
     allow_non_restored_state: bool = False
     web_port: int | None = None
+    on_result: Callable[[JobResult], None] | None = None  # told of every job that finished
+    spark: Any = None  # the SparkSession of environments that name none (`epochal serve`'s)
 
     def __post_init__(self) -> None:
         if self.parallelism is not None:
@@ -79,6 +85,8 @@ class RunOverrides:
         check_bool("allow_non_restored_state", self.allow_non_restored_state)
         if self.web_port is not None:
             check_int("web_port", self.web_port, minimum=0)
+        if self.on_result is not None:
+            check_callable("on_result", self.on_result)
 
 
 _overrides: RunOverrides | None = None
@@ -213,15 +221,17 @@ class StreamEnvironment(SqlMethods):
                 self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
             if _overrides.web_port is not None:
                 self.web_port = _overrides.web_port
+            if _overrides.spark is not None and self.spark is None:
+                self.spark = _overrides.spark
 
     def from_source(
         self,
-        source: Source,
+        source: Source[T],
         *,
         name: str | None = None,
         watermarks: WatermarkStrategy | None = None,
         on_error: OnErrorChoice = "fail",
-    ) -> DataStream:
+    ) -> DataStream[T]:
         """A stream of the records of a replayable source.
 
         Args:
@@ -239,7 +249,8 @@ class StreamEnvironment(SqlMethods):
             raise TypeError(f"watermarks must be a WatermarkStrategy, got {watermarks!r}")
         policy = on_error_policy(self, on_error, "from_source")
         strategy = watermarks.spec if watermarks is not None else None
-        return DataStream(self, self._builder.add(lambda n: SourceSpec(n, n, source, strategy, policy), "source", name))
+        node = self._builder.add(lambda n: SourceSpec(n, n, source, strategy, policy), "source", name)
+        return DataStream[T](self, node)
 
     def from_table(
         self,
@@ -249,7 +260,7 @@ class StreamEnvironment(SqlMethods):
         columns: Sequence[str] | None = None,
         name: str | None = None,
         watermarks: WatermarkStrategy | None = None,
-    ) -> DataStream:
+    ) -> DataStream[Any]:
         """A stream of the rows of a Spark catalog table (Parquet or Delta), read through its
         files as a replayable source: Arrow batches, a row group per split, partition columns
         included. A Delta table is read at the version it has now, pinned for every restore.
@@ -353,12 +364,14 @@ class StreamEnvironment(SqlMethods):
             _check_which_checkpoint(from_checkpoint)
         check_bool("allow_non_restored_state", allow_non_restored_state)
         job = self.job_graph(name)
-        progress = None
+        progress = on_result = None
         if _overrides is not None:
-            progress = _overrides.progress
+            progress, on_result = _overrides.progress, _overrides.on_result
             if _overrides.from_checkpoint is not None:
                 from_checkpoint = _overrides.from_checkpoint
             allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
+        if from_checkpoint is None and job.config.checkpoint.resume == AUTO:
+            from_checkpoint = AUTO  # CheckpointConfig(resume="auto"): no flag needed
         if from_checkpoint == AUTO:
             from_checkpoint = _decide_auto_start(job)
         if from_checkpoint is not None:
@@ -369,7 +382,10 @@ class StreamEnvironment(SqlMethods):
         def run() -> JobResult:
             from ..cluster.launcher import run_job
 
-            return run_job(lambda: self._host(progress), blueprint, job, start, control)
+            result = run_job(lambda: self._host(progress), blueprint, job, start, control)
+            if on_result is not None:
+                on_result(result)
+            return result
 
         return run, control
 
@@ -435,14 +451,16 @@ def _check_which_checkpoint(which: object) -> None:
         )
 
 
-def _decide_auto_start(job: JobGraph) -> int | None:
-    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: the latest
-    complete checkpoint's id, or None (a fresh start, with every fresh-start check). The line
-    saying which is printed whatever the logging setup: after a supervisor restarted the
-    driver, it is how the driver's log tells a resume from a first start."""
+def _decide_auto_start(job: JobGraph) -> str | None:
+    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: `"latest"`
+    when there is a complete checkpoint (the job master restores the newest that verifies, and
+    says so if it had to pass over a corrupt one), or None (a fresh start, with every
+    fresh-start check). The line saying which is printed whatever the logging setup: after a
+    supervisor restarted the driver, it is how the driver's log tells a resume from a first
+    start."""
     start = auto_start(job)
     print(f"epochal: {describe_auto_start(job, start)}", file=sys.stderr, flush=True)
-    return None if start is None else start.checkpoint_id
+    return None if start is None else "latest"
 
 
 def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from .context import ProcessContext
+from .rich import RichFunction
+
+if TYPE_CHECKING:
+    from ..runtime.operators.timers import PendingTimer
 
 IN = TypeVar("IN")
+K = TypeVar("K")
 ACC = TypeVar("ACC")
 OUT = TypeVar("OUT")
 
 
-class KeyedProcessFunction(ABC):
+class KeyedProcessFunction(ABC, Generic[K, IN, OUT]):
     """Per-key logic with keyed state and processing-time timers.
 
     Every hook gets the same `ProcessContext` (`epochal.ProcessContext`). `open(ctx)` runs once
@@ -28,7 +33,12 @@ class KeyedProcessFunction(ABC):
     (`ctx.timers.register_processing_time(ts)`) once the clock does.
 
     Each subtask gets its own copy of the function object, so instance attributes are per
-    subtask; only state registered through `ctx` is checkpointed.
+    subtask; only state registered through `ctx` is checkpointed: keyed state, and operator
+    state (`ctx.operator_list_state(name)`: the subtask's, split or broadcast on rescale).
+    `snapshot_state(checkpoint_id)` runs at each checkpoint (copy fields into operator state
+    there); `close()` when the subtask ends or fails. When the input ends, event-time timers fire
+    with the last watermark, and `on_end_of_input(pending, ctx)` runs once per subtask with the
+    processing-time timers still pending (`process(..., timers_at_end="fire")` fires them first).
 
     Example:
         >>> class Dedup(KeyedProcessFunction):
@@ -44,12 +54,24 @@ class KeyedProcessFunction(ABC):
         """Register state; called before the first record of each subtask."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: ProcessContext) -> Iterable[Any] | None:
+    def process_element(self, value: IN, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle one record of the current key; return or yield the records to emit."""
 
-    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[Any] | None:
+    def on_timer(self, timestamp: float, ctx: ProcessContext) -> Iterable[OUT] | None:
         """Handle a due timer of `ctx.key` (`ctx.time_domain` says which clock); return or yield records."""
         return None
+
+    def on_end_of_input(self, pending: Sequence[PendingTimer], ctx: ProcessContext) -> Iterable[OUT] | None:
+        """The subtask's input ended: `pending` lists the processing-time timers that did not
+        fire (`key`, `timestamp`, `domain`), in time order; return or yield records to emit.
+        `ctx.key` is None here. Event-time timers registered here fire at once."""
+        return None
+
+    def snapshot_state(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
+        """A checkpoint is being taken: copy fields into operator state (`ctx.operator_list_state`)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what `open` set up; called once per subtask, also after a failure."""
 
 
 class AggregateFunction(ABC, Generic[IN, ACC, OUT]):
@@ -118,7 +140,7 @@ class BatchAggregateFunction(ABC):
         """The results of accumulators (one element per key): a numpy array or an Arrow array."""
 
 
-class _AggregateProcess(KeyedProcessFunction):
+class _AggregateProcess(KeyedProcessFunction[Any, Any, Any]):
     """`KeyedStream.aggregate` as a keyed process function: emits `(key, result)` per record."""
 
     def __init__(self, aggregate: AggregateFunction[Any, Any, Any]) -> None:
@@ -141,8 +163,10 @@ __test__ = {"KeyedProcessFunction": KeyedProcessFunction, "AggregateFunction": A
             "BatchAggregateFunction": BatchAggregateFunction}
 
 
-class ProcessWindowFunction(ABC):
+class ProcessWindowFunction(RichFunction, ABC, Generic[K, IN, OUT]):
     """Per-window logic over all of a window's records (they are kept, not pre-aggregated).
+
+    A rich function: `open(ctx)` once per subtask, `close()` at the end (`epochal.RichFunction`).
 
     `process(key, window, records)` runs once per window result: `window` has `query`, `start`
     and `end`; `records` are the window's records in event-time order. It returns (or yields) the
@@ -158,5 +182,5 @@ class ProcessWindowFunction(ABC):
     """
 
     @abstractmethod
-    def process(self, key: Any, window: Any, records: list[Any]) -> Iterable[Any] | None:
+    def process(self, key: K, window: Any, records: list[IN]) -> Iterable[OUT] | None:
         """Emit what one window of `key` produces."""

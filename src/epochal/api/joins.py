@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from ..config import check_callable, check_choice, check_has_methods
 from ..errors import GraphError
@@ -39,21 +39,27 @@ from ..plan.two_inputs import (
     join_schema,
 )
 from ..plan.windows import Sliding, Tumbling
+from .checks import OnErrorChoice, on_error_policy
 from .connected import add_two_input, side_output
-from .stream import DataStream, OnErrorChoice, on_error_policy
+from .stream import DataStream
 
 if TYPE_CHECKING:
+    from .co_functions import ProcessJoinFunction
     from .keyed import KeyedStream
 
 How = Literal["inner", "left", "semi"]
 HOWS: tuple[How, ...] = ("inner", "left", "semi")
 SIDES = ("left", "right")
+K = TypeVar("K")  # the key both sides share
+L = TypeVar("L")  # the left side's records
+R = TypeVar("R")  # the right side's records
+OUT = TypeVar("OUT")  # what the join emits
 
 
-class JoinResults(DataStream):
+class JoinResults(DataStream[OUT]):
     """The results of a join; `late_records(side)` are the records of one side that came too late."""
 
-    def late_records(self, side: Literal["left", "right"] = "left", *, name: str | None = None) -> DataStream:
+    def late_records(self, side: Literal["left", "right"] = "left", *, name: str | None = None) -> DataStream[Any]:
         """The records of input `side` ("left" or "right") that arrived behind the watermark,
         too late to be joined exactly, as they were; without this call they are only counted
         (`OperatorMetrics.late_records`)."""
@@ -61,7 +67,7 @@ class JoinResults(DataStream):
         return side_output(self, self._node_id, LATE_TAGS[SIDES.index(side)], name, reserved=True)
 
 
-def _event_time(stream: DataStream, what: str, required: bool = True) -> EventTime | None:
+def _event_time(stream: DataStream[Any], what: str, required: bool = True) -> EventTime | None:
     found = event_time_of(stream._env._graph, stream._node_id)
     if found is None and required:
         raise GraphError(
@@ -101,15 +107,35 @@ def _output(function: Any, process: bool, how: str, schemas: Any = None) -> Join
     return JoinOutput(JoinType(how), None, False, schema, width)
 
 
-class _Terminal:
-    """`.apply(fn)` and `.process(function)`: what ends every join's builder."""
+class _Terminal(Generic[L, R]):
+    """`.apply(fn)` and `.process(function)`: what ends every join's builder. Typed: the pair
+    `(left, right)` (right `None` in a left outer join), `fn`'s result, or the left record."""
 
-    _left: DataStream
-    _right: DataStream
+    _left: DataStream[L]
+    _right: DataStream[R]
     _kind = "join"
 
+    @overload
+    def apply(self, fn: None = None, *, how: Literal["inner"] = "inner", name: str | None = None,
+              on_error: OnErrorChoice = "fail", schemas: None = None) -> JoinResults[tuple[L, R]]: ...
+    @overload
+    def apply(self, fn: None = None, *, how: Literal["left"], name: str | None = None,
+              on_error: OnErrorChoice = "fail", schemas: None = None) -> JoinResults[tuple[L, R | None]]: ...
+    @overload
+    def apply(self, fn: None = None, *, how: Literal["semi"], name: str | None = None,
+              on_error: OnErrorChoice = "fail", schemas: None = None) -> JoinResults[L]: ...
+    @overload
+    def apply(self, fn: Callable[[L, R], OUT], *, how: Literal["inner"] = "inner", name: str | None = None,
+              on_error: OnErrorChoice = "fail", schemas: None = None) -> JoinResults[OUT]: ...
+    @overload
+    def apply(self, fn: Callable[[L, R | None], OUT], *, how: Literal["left", "semi"], name: str | None = None,
+              on_error: OnErrorChoice = "fail", schemas: None = None) -> JoinResults[OUT]: ...
+    @overload
+    def apply(self, fn: None = None, *, how: How = "inner", name: str | None = None,
+              on_error: OnErrorChoice = "fail", schemas: Any) -> JoinResults[Any]: ...
+
     def apply(self, fn: Callable[[Any, Any], Any] | None = None, *, how: How = "inner", name: str | None = None,
-              on_error: OnErrorChoice = "fail", schemas: Any = None) -> JoinResults:
+              on_error: OnErrorChoice = "fail", schemas: Any = None) -> JoinResults[Any]:
         """Emit `fn(left, right)` per pair (without `fn`: the pair `(left, right)`); `how="left"`:
         also `fn(left, None)` for each left record no right record met; `how="semi"`: each left
         record that met a right record, once (per window in a window join), as it is (with `fn`:
@@ -124,17 +150,17 @@ class _Terminal:
         `fn` fails on (see `DataStream.map`)."""
         return self._build(_output(fn, False, how, schemas), name, on_error)
 
-    def process(self, function: Any, *, how: How = "inner", name: str | None = None,
-                on_error: OnErrorChoice = "fail") -> JoinResults:
+    def process(self, function: ProcessJoinFunction[L, R, OUT], *, how: How = "inner", name: str | None = None,
+                on_error: OnErrorChoice = "fail") -> JoinResults[OUT]:
         """Call `function.process_element(left, right, ctx)` (a `ProcessJoinFunction`) per pair."""
         return self._build(_output(function, True, how), name, on_error)
 
-    def _build(self, output: JoinOutput, name: str | None, on_error: OnErrorChoice) -> JoinResults:
+    def _build(self, output: JoinOutput, name: str | None, on_error: OnErrorChoice) -> JoinResults[Any]:
         env = self._left._env
         policy = on_error_policy(env, on_error, self._kind)
         op_name = env._builder.name(name, self._kind)
         spec = self._spec(op_name, output, policy)
-        return JoinResults(env, add_two_input(self._left, self._right, spec))
+        return JoinResults[Any](env, add_two_input(self._left, self._right, spec))
 
     def _spec(self, name: str, output: JoinOutput, policy: Any) -> Any:
         raise NotImplementedError
@@ -148,17 +174,17 @@ def _keyed(stream: Any, what: str) -> Any:
     return stream
 
 
-class IntervalJoin:
+class IntervalJoin(Generic[K, L, R]):
     """`left.interval_join(right)`: set the bounds with `between`."""
 
-    def __init__(self, left: KeyedStream, right: KeyedStream) -> None:
+    def __init__(self, left: KeyedStream[K, L], right: KeyedStream[K, R]) -> None:
         self.left = _keyed(left, "interval_join")
         self.right = _keyed(right, "interval_join")
         if left._env is not right._env:
             raise ValueError("both streams must belong to the same environment")
 
     def between(self, lower: Duration | float, upper: Duration | float, *, lower_inclusive: bool = True,
-                upper_inclusive: bool = True) -> IntervalJoined:
+                upper_inclusive: bool = True) -> IntervalJoined[L, R]:
         """Join a left record at `t` with the right records in `[t + lower, t + upper]` (seconds
         or `timedelta`; `lower` may be negative; an end is open when not inclusive)."""
         low, high = _signed_seconds(lower, "lower"), _signed_seconds(upper, "upper")
@@ -167,12 +193,12 @@ class IntervalJoin:
         return IntervalJoined(self.left, self.right, low, high, bool(lower_inclusive), bool(upper_inclusive))
 
 
-class IntervalJoined(_Terminal):
+class IntervalJoined(_Terminal[L, R]):
     """An interval join with its bounds: end it with `apply` or `process`."""
 
     _kind = "interval_join"
 
-    def __init__(self, left: KeyedStream, right: KeyedStream, lower: float, upper: float,
+    def __init__(self, left: KeyedStream[Any, L], right: KeyedStream[Any, R], lower: float, upper: float,
                  lower_inclusive: bool, upper_inclusive: bool) -> None:
         self._left, self._right = left, right
         self._bounds = (lower, upper, lower_inclusive, upper_inclusive)
@@ -186,10 +212,10 @@ class IntervalJoined(_Terminal):
                                 on_error=policy)
 
 
-class JoinedStreams:
+class JoinedStreams(Generic[L, R]):
     """`left.join(right)`: name the keys with `where` and `equal_to`, then the `window`."""
 
-    def __init__(self, left: DataStream, right: DataStream) -> None:
+    def __init__(self, left: DataStream[L], right: DataStream[R]) -> None:
         if not isinstance(right, DataStream):
             raise TypeError(f"join takes a DataStream, got {right!r} ({type(right).__name__})")
         if left._env is not right._env:
@@ -197,19 +223,19 @@ class JoinedStreams:
         self._left, self._right = left, right
         self._keys: list[Any] = []
 
-    def where(self, key: Any) -> JoinedStreams:
+    def where(self, key: Callable[[L], Any] | str) -> JoinedStreams[L, R]:
         """The left stream's key: a function or a field name."""
         self._keys = [key]
         return self
 
-    def equal_to(self, key: Any) -> JoinedStreams:
+    def equal_to(self, key: Callable[[R], Any] | str) -> JoinedStreams[L, R]:
         """The right stream's key: a function or a field name."""
         if len(self._keys) != 1:
             raise GraphError("call where(left_key) before equal_to(right_key)")
         self._keys.append(key)
         return self
 
-    def window(self, window: Tumbling | Sliding) -> WindowJoined:
+    def window(self, window: Tumbling | Sliding) -> WindowJoined[L, R]:
         """Join within each window of `window` (`Tumbling` or `Sliding`)."""
         if len(self._keys) != 2:
             raise GraphError("a window join needs where(left_key).equal_to(right_key) before window(...)")
@@ -218,17 +244,17 @@ class JoinedStreams:
         return WindowJoined(self._left.key_by(self._keys[0]), self._right.key_by(self._keys[1]), window)
 
 
-class WindowJoined(_Terminal):
+class WindowJoined(_Terminal[L, R]):
     """A window join: set `allowed_lateness` if wanted, end it with `apply` or `process`."""
 
     _kind = "window_join"
 
-    def __init__(self, left: KeyedStream, right: KeyedStream, window: Tumbling | Sliding) -> None:
+    def __init__(self, left: KeyedStream[Any, L], right: KeyedStream[Any, R], window: Tumbling | Sliding) -> None:
         self._left, self._right = left, right
         self._window = window
         self._lateness = 0.0
 
-    def allowed_lateness(self, lateness: Duration) -> WindowJoined:
+    def allowed_lateness(self, lateness: Duration) -> WindowJoined[L, R]:
         """Keep windows open this long after their end (inner joins): a late record joins the
         records already there, and only its new pairs are emitted."""
         self._lateness = seconds(lateness, "lateness")
@@ -244,12 +270,12 @@ class WindowJoined(_Terminal):
         return WindowJoinSpec(name, name, *sides, self._window, self._lateness, output=output, on_error=policy)
 
 
-class TemporalJoin(_Terminal):
+class TemporalJoin(_Terminal[L, R], Generic[K, L, R]):
     """`stream.temporal_join(table)`: end it with `apply` or `process`."""
 
     _kind = "temporal_join"
 
-    def __init__(self, left: KeyedStream, right: KeyedStream, as_of: str) -> None:
+    def __init__(self, left: KeyedStream[K, L], right: KeyedStream[K, R], as_of: str) -> None:
         self._left = _keyed(left, "temporal_join")
         self._right = _keyed(right, "temporal_join")
         if left._env is not right._env:

@@ -16,7 +16,7 @@ and emit a batch with the key column and one result column (`count`, `sum`, `min
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from ..config import check_bool, check_callable, check_choice, check_has_methods
 from ..errors import GraphError
@@ -24,8 +24,13 @@ from ..plan.aggregates import AggregateCall, AggregateKind, KeyedAggregateSpec, 
 from ..plan.specs import EMITS, Emit, KeyedReduceSpec, KeySelector
 
 if TYPE_CHECKING:
+    from .checks import OnErrorChoice
     from .functions import AggregateFunction, BatchAggregateFunction
-    from .stream import DataStream, OnErrorChoice
+    from .stream import DataStream
+
+K = TypeVar("K")
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _combine(combine: object, emit: Emit) -> bool:
@@ -39,18 +44,20 @@ def _value(value: object) -> ValueSelector:
     raise TypeError(f"value must be a field name, a tuple index or a function of the record, got {value!r}")
 
 
-class KeyedAggregates:
-    """The aggregate methods of `KeyedStream` (a mixin: `KeyedStream` provides `_add`, `_key`, `_env`)."""
+class KeyedAggregates(Generic[K, T]):
+    """The aggregate methods of `KeyedStream` (a mixin: `KeyedStream` provides `_add`, `_key`, `_env`).
+    Results are typed `(key, result)`: `count` an int, `reduce` the records' type, an aggregate
+    function its result; a value read by field name is `Any`."""
 
     _key: KeySelector
     _env: Any
 
     if TYPE_CHECKING:
-        def _add(self, spec_factory: Callable[[str], Any], base: str, name: str | None) -> DataStream: ...
+        def _add(self, spec_factory: Callable[[str], Any], base: str, name: str | None) -> DataStream[Any]: ...
 
     def _aggregate(self, call: AggregateCall, base: str, name: str | None, emit: Emit, combine: bool | None,
-                   on_error: OnErrorChoice) -> DataStream:
-        from .stream import on_error_policy
+                   on_error: OnErrorChoice) -> DataStream[Any]:
+        from .checks import on_error_policy
 
         emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
         policy = on_error_policy(self._env, on_error, base)
@@ -61,7 +68,8 @@ class KeyedAggregates:
         key = self._key
         return self._add(lambda n: KeyedAggregateSpec(n, n, key, (call,), emit, policy, wants), base, name)
 
-    def count(self, *, name: str | None = None, emit: Emit = "per_record", combine: bool | None = None) -> DataStream:
+    def count(self, *, name: str | None = None, emit: Emit = "per_record", combine: bool | None = None
+              ) -> DataStream[tuple[K, int]]:
         """Running count per key: `(key, count)`.
 
         On Arrow batches keyed by a column the update is vectorized and emits a batch with columns
@@ -70,31 +78,31 @@ class KeyedAggregates:
         return self._aggregate(AggregateCall(AggregateKind.COUNT), "count", name, emit, combine, "fail")
 
     def sum(self, value: ValueSelector = None, *, name: str | None = None, emit: Emit = "per_record",
-            combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream:
+            combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream[tuple[K, Any]]:
         """Running sum per key of `value` (a field name, a tuple index, or a function; None: the
         record): `(key, sum)`."""
         return self._aggregate(AggregateCall(AggregateKind.SUM, _value(value)), "sum", name, emit, combine, on_error)
 
     def min(self, value: ValueSelector = None, *, name: str | None = None, emit: Emit = "per_record",
-            combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream:
+            combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream[tuple[K, Any]]:
         """Running minimum per key of `value`: `(key, min)`."""
         return self._aggregate(AggregateCall(AggregateKind.MIN, _value(value)), "min", name, emit, combine, on_error)
 
     def max(self, value: ValueSelector = None, *, name: str | None = None, emit: Emit = "per_record",
-            combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream:
+            combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream[tuple[K, Any]]:
         """Running maximum per key of `value`: `(key, max)`."""
         return self._aggregate(AggregateCall(AggregateKind.MAX, _value(value)), "max", name, emit, combine, on_error)
 
     def mean(self, value: ValueSelector = None, *, name: str | None = None, emit: Emit = "per_record",
-             combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream:
+             combine: bool | None = None, on_error: OnErrorChoice = "fail") -> DataStream[tuple[K, float]]:
         """Running arithmetic mean per key of `value`: `(key, mean)` (kept as sum and count)."""
         return self._aggregate(AggregateCall(AggregateKind.MEAN, _value(value)), "mean", name, emit, combine,
                                on_error)
 
     def reduce(
-        self, fn: Callable[[Any, Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        self, fn: Callable[[T, T], T], *, name: str | None = None, on_error: OnErrorChoice = "fail",
         emit: Emit = "per_record", combine: bool = False,
-    ) -> DataStream:
+    ) -> DataStream[T]:
         """Rolling reduce per key: emits `fn(previous, record)` (the first record as is).
 
         `fn` should return a new value, not change `previous` in place: the emitted record and
@@ -106,19 +114,31 @@ class KeyedAggregates:
         `fn` (`fn(a, fn(b, c)) == fn(fn(a, b), c)`), which Epochal cannot check, so it is off
         by default.
         """
-        from .stream import on_error_policy
+        from .checks import on_error_policy
 
         check_callable("fn", fn)
         key = self._key
         policy = on_error_policy(self._env, on_error, "reduce")
         emit = check_choice("emit", emit, EMITS)  # type: ignore[assignment]
         wants = check_bool("combine", combine)
+        if wants and callable(getattr(fn, "open", None)):
+            raise GraphError("reduce(combine=True) takes a plain function: a ReduceFunction's open() and operator "
+                             "state belong to one operator, and a local phase would run it in another")
         return self._add(lambda n: KeyedReduceSpec(n, n, key, fn, policy, emit, wants), "reduce", name)
+
+    @overload
+    def aggregate(self, aggregate: AggregateFunction[T, Any, R], *, name: str | None = None,
+                  on_error: OnErrorChoice = "fail", emit: Emit = "per_record", combine: bool | None = None,
+                  ) -> DataStream[tuple[K, R]]: ...
+    @overload
+    def aggregate(self, aggregate: BatchAggregateFunction, *, name: str | None = None,
+                  on_error: OnErrorChoice = "fail", emit: Emit = "per_record", combine: bool | None = None,
+                  ) -> DataStream[tuple[K, Any]]: ...
 
     def aggregate(
         self, aggregate: AggregateFunction[Any, Any, Any] | BatchAggregateFunction, *, name: str | None = None,
         on_error: OnErrorChoice = "fail", emit: Emit = "per_record", combine: bool | None = None,
-    ) -> DataStream:
+    ) -> DataStream[Any]:
         """Aggregation per key with an `AggregateFunction` (per record) or a
         `BatchAggregateFunction` (vectorized on Arrow batches): `(key, result)` per record, or per
         changed key and epoch with `emit="on_checkpoint"`.
@@ -127,8 +147,8 @@ class KeyedAggregates:
         local phase: `combine` must stay off); with `merge`, or a `BatchAggregateFunction`, it
         aggregates locally before the key exchange by default with `emit="on_checkpoint"`.
         """
+        from .checks import on_error_policy
         from .functions import _AggregateProcess
-        from .stream import on_error_policy
 
         if is_batch_function(aggregate) or callable(getattr(aggregate, "merge", None)):
             call = AggregateCall(AggregateKind.AGGREGATE, None, aggregate, "result")

@@ -19,10 +19,10 @@ __all__ = ["SqlFrontend", "register_sql_frontend", "sql_frontend"]
 class SqlFrontend(Protocol):
     """What the SQL layer (`epochal.sql`) gives the environment."""
 
-    def create_view(self, env: Any, name: str, stream: DataStream, schema: Any, event_time: str | None,
+    def create_view(self, env: Any, name: str, stream: DataStream[Any], schema: Any, event_time: str | None,
                     watermark_delay: float) -> None: ...
 
-    def sql(self, env: Any, query: str, emit: str | None) -> DataStream: ...
+    def sql(self, env: Any, query: str, emit: str | None) -> DataStream[Any]: ...
 
     def explain(self, env: Any, query: str) -> str: ...
 
@@ -46,7 +46,7 @@ class SqlMethods:
 
     _sql_catalog: Any = None  # the SQL layer's views of this environment
 
-    def create_view(self, name: str, stream: DataStream, *, schema: Any, event_time: str | None = None,
+    def create_view(self, name: str, stream: DataStream[Any], *, schema: Any, event_time: str | None = None,
                     watermark_delay: float = 0.0) -> None:
         """Register `stream` as view `name` for `sql`: its records are Arrow batches (or dicts)
         with the columns of `schema` (a `pyarrow.Schema`, a mapping of column -> type, or Spark
@@ -55,7 +55,7 @@ class SqlMethods:
         `withWatermark(event_time, delay)`)."""
         sql_frontend().create_view(self, name, stream, schema, event_time, watermark_delay)
 
-    def sql(self, query: str, *, emit: str | None = None) -> DataStream:
+    def sql(self, query: str, *, emit: str | None = None) -> DataStream[Any]:
         """The stream of Arrow batches a Spark SQL query over the views computes (`docs/sql.md`).
 
         `emit`: when a GROUP BY without a window emits its running results: `"per_record"` (a row

@@ -1,4 +1,4 @@
-"""DataStream and KeyedStream: the fluent API that records a stream program.
+"""DataStream: the fluent API that records a stream program (keyed streams: `api.keyed`).
 
 Each method adds one node to the environment's logical graph and returns the stream it
 produces; nothing runs until `StreamEnvironment.execute`. Every operator gets a unique `name`
@@ -6,14 +6,19 @@ produces; nothing runs until `StreamEnvironment.execute`. Every operator gets a 
 stable `uid` with `.uid(...)` to keep state across program changes. Every operator that runs
 user code takes `on_error="fail" | "skip" | "dead_letter"`: what happens to a record the code
 fails on (docs/bad-records.md).
+
+Streams are typed: `DataStream[T]` carries records of type `T`, each method says what its result
+carries (`map(fn: Callable[[T], R]) -> DataStream[R]`), so mypy infers record types through a
+program (tests/api/test_typing.py). A stream is invariant in `T`, as Flink's `DataStream<T>`;
+what the types cannot know (a field-name key, Arrow batches from `map_batches`) is `Any`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
-from ..config import check_callable, check_choice, check_has_methods, check_int, check_name
+from ..config import check_callable, check_has_methods, check_int, check_name
 from ..errors import GraphError
 from ..plan.logical import LogicalEdge
 from ..plan.specs import (
@@ -33,36 +38,27 @@ from ..plan.specs import (
     SinkSpec,
     UnionSpec,
 )
+from .checks import OnErrorChoice, WindowTimeChoice, _processes, on_error_policy
 from .connector import Sink
 
 if TYPE_CHECKING:
+    from ..plan.triggers import Trigger
+    from .async_io import AsyncFunction
     from .broadcast import BroadcastStream
+    from .co_functions import MapStateDescriptor, OutputTag
     from .connected import BroadcastConnectedStreams, ConnectedStreams
     from .environment import StreamEnvironment
     from .joins import JoinedStreams
     from .keyed import KeyedStream
     from .time import WatermarkStrategy
+    from .window_views import AllWindowedStream
 
-OnErrorChoice = Literal["fail", "skip", "dead_letter"]
-ON_ERROR_CHOICES: tuple[OnErrorChoice, ...] = ("fail", "skip", "dead_letter")
+T = TypeVar("T")  # a stream's records
+R = TypeVar("R")  # what an operator makes of them
+K = TypeVar("K")  # a key
+T2 = TypeVar("T2")  # another stream's records
 
-
-def on_error_policy(env: StreamEnvironment, on_error: object, operator: str) -> OnError:
-    """The `OnError` an `on_error` argument names; `dead_letter` needs the environment's sink.
-
-    Raises:
-        GraphError: `on_error="dead_letter"` in an environment without a dead-letter sink.
-    """
-    policy = OnError(check_choice("on_error", on_error, ON_ERROR_CHOICES))
-    if policy is OnError.DEAD_LETTER and env.dead_letter is None:
-        raise GraphError(
-            f"{operator}(on_error='dead_letter') needs the job's dead-letter sink: "
-            "StreamEnvironment(dead_letter=<any Sink>), e.g. dead_letter=FileSink('dlq/')"
-        )
-    return policy
-
-
-class DataStream:
+class DataStream(Generic[T]):
     """A stream of records produced by one operator.
 
     Example:
@@ -94,38 +90,38 @@ class DataStream:
                 f"broadcast, forward); call it on the operator before or after"
             )
 
-    def set_parallelism(self, parallelism: int) -> DataStream:
+    def set_parallelism(self, parallelism: int) -> Self:
         """Run this operator with `parallelism` subtasks (at most the environment's `max_parallelism`)."""
         self._operator_only("set_parallelism")
         check_int("parallelism", parallelism, maximum=self._env.max_parallelism)
         self._env._builder.set_parallelism(self._node_id, parallelism)
         return self
 
-    def uid(self, uid: str) -> DataStream:
+    def uid(self, uid: str) -> Self:
         """Give the operator a stable id: it names the operator's state in checkpoints."""
         self._operator_only("uid")
         self._env._builder.rename(self._node_id, uid=check_name("uid", uid))
         return self
 
-    def named(self, name: str) -> DataStream:
+    def named(self, name: str) -> Self:
         """Rename the operator (the uid follows unless set with `uid`)."""
         self._operator_only("named")
         self._env._builder.rename(self._node_id, name=check_name("name", name))
         return self
 
     # -- building blocks -------------------------------------------------------------------------
-    def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> DataStream:
+    def _add(self, spec_factory: Callable[[str], OperatorSpec], base: str, name: str | None) -> DataStream[Any]:
         node = self._env._builder.add(spec_factory, base, name, LogicalEdge(self._node_id, self._partitioning))
         return DataStream(self._env, node)
 
-    def _partitioned(self, partitioning: Partitioning) -> DataStream:
+    def _partitioned(self, partitioning: Partitioning) -> DataStream[T]:
         return DataStream(self._env, self._node_id, partitioning)
 
     # -- stateless operators ---------------------------------------------------------------------
     def map(
-        self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        self, fn: Callable[[T], R], *, name: str | None = None, on_error: OnErrorChoice = "fail",
         processes: int | None = None,
-    ) -> DataStream:
+    ) -> DataStream[R]:
         """Emit `fn(record)` for every record.
 
         `on_error`: what happens to a record `fn` raises on: `"fail"` fails the job (after
@@ -139,32 +135,49 @@ class DataStream:
         """
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "map")
-        pool = _processes(processes)
+        pool = _processes(processes, fn)
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.MAP, fn, policy, pool), "map", name)
 
     def filter(
-        self, predicate: Callable[[Any], bool], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        self, predicate: Callable[[T], object], *, name: str | None = None, on_error: OnErrorChoice = "fail",
         processes: int | None = None,
-    ) -> DataStream:
+    ) -> DataStream[T]:
         """Keep the records for which `predicate(record)` is true."""
         check_callable("predicate", predicate)
         policy = on_error_policy(self._env, on_error, "filter")
-        pool = _processes(processes)
+        pool = _processes(processes, predicate)
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FILTER, predicate, policy, pool), "filter", name)
 
     def flat_map(
-        self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None, on_error: OnErrorChoice = "fail",
+        self, fn: Callable[[T], Iterable[R]], *, name: str | None = None, on_error: OnErrorChoice = "fail",
         processes: int | None = None,
-    ) -> DataStream:
+    ) -> DataStream[R]:
         """Emit every record of the iterable `fn(record)` returns."""
         check_callable("fn", fn)
         policy = on_error_policy(self._env, on_error, "flat_map")
-        pool = _processes(processes)
+        pool = _processes(processes, fn)
         return self._add(lambda n: RecordFnSpec(n, n, RecordFnKind.FLAT_MAP, fn, policy, pool), "flat_map", name)
+
+    def map_async(
+        self, fn: Callable[[T], Awaitable[R]] | AsyncFunction[T, R], *, capacity: int = 100,
+        timeout: float | None = 5.0, ordered: bool = True, name: str | None = None, on_error: OnErrorChoice = "fail",
+    ) -> DataStream[R]:
+        """Emit `await fn(record)` for every record, up to `capacity` requests in flight per
+        subtask, on the worker's asyncio event loop (`aiohttp` and other asyncio clients work).
+
+        `fn` is an `async def` or an `epochal.AsyncFunction` (`open`/`close` for a client).
+        `ordered`: results in input order, else as they complete (never across a watermark).
+        `timeout`: seconds a request may take (None: no limit); a request that times out or
+        raises follows `on_error`. Requests in flight at a checkpoint are made again after a
+        restore: each result is committed once, each request made at least once.
+        """
+        from .async_io import async_spec
+
+        return self._add(async_spec(self, fn, capacity, timeout, ordered, on_error), "map_async", name)
 
     def map_batches(
         self, fn: Callable[[Any], Any], *, name: str | None = None, on_error: OnErrorChoice = "fail"
-    ) -> DataStream:
+    ) -> DataStream[Any]:
         """Apply `fn` to whole batches as `pyarrow.RecordBatch`: the vectorized path.
 
         `fn` returns a `RecordBatch` (or a `pyarrow.Table`). Records that arrive as Python
@@ -177,7 +190,7 @@ class DataStream:
         policy = on_error_policy(self._env, on_error, "map_batches")
         return self._add(lambda n: MapBatchesSpec(n, n, fn, policy), "map_batches", name)
 
-    def union(self, *others: DataStream, name: str | None = None) -> DataStream:
+    def union(self, *others: DataStream[T], name: str | None = None) -> DataStream[T]:
         """Merge this stream with others; records keep their per-input order."""
         for other in others:
             if not isinstance(other, DataStream):
@@ -191,12 +204,12 @@ class DataStream:
 
     def iterate(
         self,
-        body: Callable[[DataStream], tuple[DataStream, DataStream]],
+        body: Callable[[DataStream[T]], tuple[DataStream[T], DataStream[R]]],
         *,
         name: str | None = None,
         feedback_threshold: int = 8,
         timestamp: str | int | Callable[[Any], Any] | None = None,
-    ) -> DataStream:
+    ) -> DataStream[R]:
         """A loop: `body` maps the loop's stream to `(feedback, output)`; feedback flows back in.
 
         The loop's stream carries this stream's records and every feedback record. Checkpoints
@@ -241,7 +254,7 @@ class DataStream:
             LogicalEdge(self._node_id, self._partitioning),
         )
         op_name = builder.spec(head).name
-        result = body(DataStream(self._env, head))
+        result = body(DataStream[T](self._env, head))
         if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(s, DataStream) for s in result)):
             raise GraphError(f"iterate {op_name!r}: the body must return (feedback, output) streams")
         feedback, output = result
@@ -250,10 +263,34 @@ class DataStream:
         builder.close_loop(head, LogicalEdge(feedback._node_id, feedback._partitioning, feedback=True))
         return output
 
+    # -- windows over the whole stream -----------------------------------------------------------
+    def window_all(self, window: Any, *, time: WindowTimeChoice = "event", trigger: Trigger | None = None
+                   ) -> AllWindowedStream[T]:
+        """Windows over every record of the stream, not keyed: one window operator with
+        parallelism 1 holds them all (Flink's `windowAll`); results leave the key out:
+        `(window_start, window_end, result)`. Takes what `KeyedStream.window` takes."""
+        from ..plan.triggers import one_key
+        from .keyed import KeyedStream
+        from .window_views import AllWindowedStream
+        from .windows import windowed
+
+        keyed: KeyedStream[Any, T] = KeyedStream(self._env, self._node_id, one_key)
+        return AllWindowedStream(windowed(keyed, window, time, trigger, keyless=True))
+
+    def count_window_all(self, size: int, slide: int | None = None) -> AllWindowedStream[T]:
+        """Count windows over every record of the stream (parallelism 1; see `count_window`)."""
+        from ..plan.triggers import one_key
+        from .keyed import KeyedStream
+        from .window_views import AllWindowedStream
+        from .windows import count_windowed
+
+        keyed: KeyedStream[Any, T] = KeyedStream(self._env, self._node_id, one_key)
+        return AllWindowedStream(count_windowed(keyed, size, slide, keyless=True))
+
     # -- partitioning ----------------------------------------------------------------------------
     def assign_timestamps(
         self, watermarks: WatermarkStrategy, *, name: str | None = None, on_error: OnErrorChoice = "fail"
-    ) -> DataStream:
+    ) -> DataStream[T]:
         """Read event time from this stream's records and generate watermarks from them here.
 
         Watermarks from upstream end at this operator; its own follow the largest timestamp it
@@ -268,7 +305,12 @@ class DataStream:
         policy = on_error_policy(self._env, on_error, "assign_timestamps")
         return self._add(lambda n: AssignTimestampsSpec(n, n, spec, policy), "assign_timestamps", name)
 
-    def key_by(self, key: KeySelector, *, on_error: OnErrorChoice = "fail") -> KeyedStream:
+    @overload
+    def key_by(self, key: Callable[[T], K], *, on_error: OnErrorChoice = "fail") -> KeyedStream[K, T]: ...
+    @overload
+    def key_by(self, key: str, *, on_error: OnErrorChoice = "fail") -> KeyedStream[Any, T]: ...
+
+    def key_by(self, key: KeySelector, *, on_error: OnErrorChoice = "fail") -> KeyedStream[Any, T]:
         """Partition by key: a function of the record, or a field name (Arrow column or dict key).
 
         `on_error`: what happens to a record the key selector fails on, or whose key has no
@@ -291,11 +333,16 @@ class DataStream:
         builder.set_parallelism(checked._node_id, builder.parallelism(self._node_id))  # chains
         return KeyedStream(self._env, checked._node_id, key)
 
-    def rebalance(self) -> DataStream:
+    def rebalance(self) -> DataStream[T]:
         """Spread batches round robin over the next operator's subtasks."""
         return self._partitioned(REBALANCE)
 
-    def broadcast(self, *states: Any) -> Any:
+    @overload
+    def broadcast(self) -> DataStream[T]: ...
+    @overload
+    def broadcast(self, state: MapStateDescriptor, /, *states: MapStateDescriptor) -> BroadcastStream[T]: ...
+
+    def broadcast(self, *states: Any) -> DataStream[T] | BroadcastStream[T]:
         """Send every record to every subtask of the next operator.
 
         With `MapStateDescriptor`s, the result is a `BroadcastStream` to `connect` another stream
@@ -306,12 +353,18 @@ class DataStream:
             return BroadcastStream(self, states)
         return self._partitioned(BROADCAST)
 
-    def forward(self) -> DataStream:
+    def forward(self) -> DataStream[T]:
         """Keep records on the same subtask index (needs equal parallelism)."""
         return self._partitioned(FORWARD)
 
     # -- two inputs and side outputs --------------------------------------------------------------
-    def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStreams:
+    @overload
+    def connect(self, other: BroadcastStream[T2]) -> BroadcastConnectedStreams[T, T2]: ...
+    @overload
+    def connect(self, other: DataStream[T2]) -> ConnectedStreams[T, T2]: ...
+
+    def connect(self, other: DataStream[T2] | BroadcastStream[T2]
+                ) -> ConnectedStreams[T, T2] | BroadcastConnectedStreams[T, T2]:
         """Connect with another stream into one operator with two inputs (`api.connected`):
         `map`/`flat_map`/`process` with a `CoProcessFunction`, or with a keyed function when both
         are keyed; with a `BroadcastStream`, `process` with a broadcast function."""
@@ -319,14 +372,14 @@ class DataStream:
 
         return connect(self, other)
 
-    def join(self, other: DataStream) -> JoinedStreams:
+    def join(self, other: DataStream[T2]) -> JoinedStreams[T, T2]:
         """A window join with `other`: `.where(key).equal_to(other_key).window(Tumbling(10))`,
         then `.apply(fn)` (`api.joins`: on the windows' shared slices)."""
         from .joins import JoinedStreams
 
         return JoinedStreams(self, other)
 
-    def side_output(self, tag: Any, *, name: str | None = None) -> DataStream:
+    def side_output(self, tag: OutputTag | str, *, name: str | None = None) -> DataStream[Any]:
         """The records this operator's functions sent to `tag` (`ctx.output(tag, record)`), as a
         stream of their own; exactly once, as any stream (`plan.side_outputs`)."""
         from .connected import side_output
@@ -335,7 +388,7 @@ class DataStream:
         return side_output(self, self._node_id, tag, name)
 
     # -- sinks -----------------------------------------------------------------------------------
-    def sink_to(self, sink: Sink, *, name: str | None = None) -> DataStream:
+    def sink_to(self, sink: Sink, *, name: str | None = None) -> DataStream[Any]:
         """Write the stream to `sink`; exactly once if the sink commits per checkpoint."""
         check_has_methods("sink", sink, "Sink", ("create_writer",))
         return self._add(lambda n: SinkSpec(n, n, sink), "sink", name)
@@ -345,9 +398,3 @@ class DataStream:
 __test__ = {"DataStream": DataStream}
 
 
-def _processes(processes: int | None) -> int:
-    """A function pool's size: None runs the function in line (0)."""
-    if processes is None:
-        return 0
-    check_int("processes", processes, minimum=1)
-    return processes

@@ -15,7 +15,7 @@ from .connector import Source
 
 __all__ = ["TableResolver", "register_table_resolver", "resolve_table"]
 
-TableResolver = Callable[[Any, str, "Sequence[str] | None"], Source]
+TableResolver = Callable[[Any, str, "Sequence[str] | None"], Source[Any]]
 _resolver: TableResolver | None = None
 
 
@@ -25,7 +25,7 @@ def register_table_resolver(resolver: TableResolver) -> None:
     _resolver = resolver
 
 
-def resolve_table(spark: Any, table: str, columns: Sequence[str] | None) -> Source:
+def resolve_table(spark: Any, table: str, columns: Sequence[str] | None) -> Source[Any]:
     if _resolver is None:
         raise EpochalError("from_table: no table resolver is registered (import epochal registers it)")
     return _resolver(spark, table, columns)

@@ -1,9 +1,10 @@
-"""`epochal`: run job files and inspect checkpoints.
+"""`epochal`: run job files, inspect checkpoints and history, keep a SparkSession warm.
 
     epochal run JOB.py [--master URL] [--parallelism N] [--checkpoint-dir D]
                        [--from-checkpoint auto|latest|ID|PATH] [--allow-non-restored-state]
-                       [--executor spark|inprocess] [--verbose] [-- ARGS]
-                       [--web-port N]
+                       [--executor spark|inprocess] [--verbose] [--web-port N]
+                       [--service URL [--service-token TOKEN]] [-- ARGS]
+    epochal serve [--master URL] [--host H] [--port N] [--token TOKEN] [--verbose]
     epochal status URL
     epochal cancel URL [--token TOKEN]
     epochal rescale URL N [--token TOKEN]
@@ -11,35 +12,37 @@
     epochal patch URL UID FILE.py:NAME|MODULE:NAME [--token TOKEN]
     epochal query URL UID KEY [--live]
     epochal checkpoints list D
+    epochal history D [--run RUN] [--json] [--web-port N]
     epochal savepoint D|URL TARGET [--checkpoint latest|ID] [--token TOKEN]
     epochal savepoint rescale-groups SRC DST --max-parallelism N [--checkpoint latest|ID]
+    epochal --version
 
 Mistakes a user makes (a missing job file or checkpoint directory, a URI no filesystem
-serves, a Spark master that cannot be reached, a job that must not start over earlier output)
-end with one line, `epochal: <message>`, and status 1, not a traceback. Spark starts only when
-the job executes, after its start checks; its start-up logging stays quiet unless `--verbose`.
-docs/operations.md documents every flag (tests/docs checks it against `build_parser`).
+serves, a Spark master that cannot be reached or is no URL, a job that must not start over
+earlier output, an argument Epochal's checks refuse) end with one line, `epochal: <message>`,
+and status 1, not a traceback; a job that finished from an older checkpoint than the newest
+(found corrupt) ends with status 3 (`cli.run`). Spark starts only when the job executes, after
+its start checks; its start-up logging stays quiet unless `--verbose`. docs/operations.md
+documents every flag (tests/docs checks it against `build_parser`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import logging
+import importlib.metadata
 import os
-import runpy
 import sys
 import urllib.parse
 from collections.abc import Sequence
 
-from ..api.environment import RunOverrides, run_overrides
 from ..cluster.endpoint import call
-from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
+from ..cluster.session import SPARK_LOG_ENV
 from ..errors import EpochalError, NoCheckpointError
 from ..state.savepoints import create_savepoint
 from ..state.storage import CheckpointStorage
-from .progress import ProgressDisplay
+from .history import history as _history
+from .run import run as _run
 
 TOKEN_ENV = "EPOCHAL_TOKEN"
 
@@ -65,40 +68,6 @@ def _open_storage(directory: str) -> CheckpointStorage:
         raise NoCheckpointError(missing) from exc
     except (OSError, ValueError) as exc:  # pyarrow: a scheme it does not know, a host it cannot reach
         raise NoCheckpointError(f"{missing} ({exc})") from exc
-
-
-def _run(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.job):
-        raise EpochalError(f"no such job file: {args.job!r}")
-    if args.verbose:
-        os.environ.setdefault(SPARK_LOG_ENV, "WARN")
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("epochal").setLevel(logging.INFO)
-    master: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if args.master:
-        probe_master(args.master)  # seconds, not a minute of Spark's retries
-        master = use_master(args.master)  # the session is created when the job executes
-    # a log on stderr would tear through the panel: with --verbose, plain lines between log lines
-    display = ProgressDisplay(terminal=False if args.verbose else None)
-    overrides = RunOverrides(
-        parallelism=args.parallelism,
-        checkpoint_directory=args.checkpoint_dir,
-        from_checkpoint=args.from_checkpoint,
-        progress=display,
-        executor=args.executor,
-        allow_non_restored_state=args.allow_non_restored_state,
-        web_port=args.web_port,
-    )
-    argv, sys.argv = sys.argv, [args.job, *args.job_args]
-    try:
-        with run_overrides(overrides), master:
-            runpy.run_path(args.job, run_name="__main__")
-    finally:
-        sys.argv = argv
-        display.close()
-        if args.master:
-            stop_session()
-    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -245,9 +214,10 @@ RESCALE_GROUPS = "savepoint rescale-groups"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: `run`, `status`, `cancel`, `rescale`, `move`, `patch`, `query`,
-    `checkpoints list`, `savepoint` and `savepoint rescale-groups`."""
+    """The whole command line: `run`, `serve`, `status`, `cancel`, `rescale`, `move`, `patch`,
+    `query`, `checkpoints list`, `history`, `savepoint` and `savepoint rescale-groups`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
+    parser.add_argument("--version", action="version", version=f"epochal {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a job file")
@@ -280,7 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--web-port", type=int, default=0, metavar="N",
         help="port of the job's control endpoint on 127.0.0.1 (default 0: a free one; the URL and token are printed)",
     )
+    run.add_argument("--service", metavar="URL",
+                     help="run the job on a running `epochal serve` (its warm SparkSession) instead of here")
+    run.add_argument("--service-token", metavar="TOKEN",
+                     help="the token `epochal serve` printed (or set EPOCHAL_SERVICE_TOKEN)")
     run.set_defaults(func=_run)
+
+    serve = sub.add_parser("serve", help="keep a SparkSession warm and run the job files sent to it")
+    serve.add_argument("--master", metavar="URL", help="Spark master URL (default: the embedded local[*])")
+    serve.add_argument("--host", default="127.0.0.1", help="the interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8787, metavar="N", help="the port (default 8787; 0: a free one)")
+    serve.add_argument("--token", help="the token clients send (default: a fresh one, printed)")
+    serve.add_argument("--verbose", action="store_true", help="Spark's WARN log and Epochal's INFO log")
+    serve.set_defaults(func=_serve)
 
     status = sub.add_parser("status", help="show a running job's state (its URL was printed at start)")
     status.add_argument("url", help="the job's control endpoint, e.g. http://127.0.0.1:41234")
@@ -332,6 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     move.set_defaults(func=_move)
 
+    hist = sub.add_parser("history", help="what a job's runs recorded in its checkpoint directory (after they ended)")
+    hist.add_argument("directory", help="the job's checkpoint directory (a path or a pyarrow filesystem URI)")
+    hist.add_argument("--run", metavar="RUN", help="the run to show (an id or its prefix; default: the newest)")
+    hist.add_argument("--json", action="store_true", help="print the run's record as stored (JSON)")
+    hist.add_argument("--web-port", type=int, metavar="N",
+                      help="serve the run's dashboard on 127.0.0.1:N (0: a free port) until interrupted")
+    hist.set_defaults(func=_history)
+
     patch = sub.add_parser("patch", help="run a new function in a running job's operator, from one checkpoint on")
     patch.add_argument("url", help="the job's control endpoint")
     patch.add_argument("uid", help="the operator's uid (its name unless `.uid(...)` set one)")
@@ -348,6 +338,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the value now, from the subtask that owns the key (default: as of the last checkpoint)")
     query.set_defaults(func=_query)
     return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .service import serve
+
+    return serve(args)
+
+
+def version() -> str:
+    """The installed distribution's version (the package's own when it is not installed)."""
+    try:
+        return importlib.metadata.version("epochal")
+    except importlib.metadata.PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,30 +18,42 @@ from rich.text import Text
 
 from ..runtime.result import JobProgress
 
-# an event time this large is seconds since the epoch (shown as a UTC time); smaller ones are
-# the job's own clock (a generator's, a test's) and are shown as numbers
+# an event time this large is seconds since the epoch (a timestamp column, or one in seconds):
+# shown as a UTC date and time, as the dashboard does; smaller ones are the job's own clock (a
+# generator's, a test's), shown as numbers
 _EPOCH_SECONDS = 1e9
+_UNITS = ((120.0, 1.0, "s"), (7_200.0, 60.0, "min"), (172_800.0, 3_600.0, "h"), (63_072_000.0, 86_400.0, "days"))
+
+
+def format_duration(seconds: float) -> str:
+    """`2.1 s`, `3.5 min`, `4.2 h`, `3.1 days`, `11.4 years`: a lag read at a glance."""
+    for below, unit, name in _UNITS:
+        if abs(seconds) < below:
+            return f"{seconds / unit:,.1f} {name}"
+    return f"{seconds / 31_557_600:,.1f} years"
 
 
 def format_watermark(p: JobProgress) -> str | None:
-    """`12:00:03 UTC (lag 2.1 s)`, or None for a job without event time."""
+    """`2026-11-29 12:00:03 UTC (lag 2.1 s)`, or None for a job without event time."""
     if p.watermark is None:
         return None
     if p.watermark >= _EPOCH_SECONDS:
-        mark = datetime.datetime.fromtimestamp(p.watermark, datetime.UTC).strftime("%H:%M:%S UTC")
+        mark = datetime.datetime.fromtimestamp(p.watermark, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     else:
         mark = f"{p.watermark:,.3f}"
-    return mark if p.watermark_lag_s is None else f"{mark} (lag {p.watermark_lag_s:.1f} s)"
+    return mark if p.watermark_lag_s is None else f"{mark} (lag {format_duration(p.watermark_lag_s)})"
 
 
 def plain_line(p: JobProgress) -> str:
-    """One report as one line: `records in 161,440 (52,310/s)  out 154,067  checkpoints 4 ...`."""
+    """One report as one line: `records in 161,440 (52,310/s)  out 154,067  checkpoints 4 ...`,
+    and the state at the end when it is not `running` (the last line of a job that ended says so)."""
     last = f"{p.last_checkpoint_ms:.0f} ms" if p.last_checkpoint_ms is not None else "-"
     watermark = format_watermark(p)
     mark = f"  watermark {watermark}" if watermark is not None else ""
+    state = "" if p.state == "running" else f"  ({p.state})"
     return (
         f"records in {p.records_in:,} ({p.records_per_s:,.0f}/s)  out {p.records_out:,}{mark}  "
-        f"checkpoints {p.checkpoints_completed} (last {last})  restarts {p.restarts}"
+        f"checkpoints {p.checkpoints_completed} (last {last})  restarts {p.restarts}{state}"
     )
 
 
@@ -66,7 +78,8 @@ def panel(p: JobProgress) -> Group:
     return Group(title, rows)
 
 
-_STATE_STYLE = {"running": "green", "restarting": "yellow", "failed": "red", "cancelled": "red"}
+_STATE_STYLE = {"running": "green", "finished": "bold green", "restarting": "yellow", "failed": "red",
+                "cancelled": "red"}
 
 
 class ProgressDisplay:

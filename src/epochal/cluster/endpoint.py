@@ -74,7 +74,9 @@ class ControlEndpoint:
         self.registry.register(JobCollector(control))
         self._server = ThreadingHTTPServer((host, port), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="epochal-endpoint", daemon=True)
+        # a short poll: `close` waits for the serving loop's next look (the default 0.5 s ended every job late)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="epochal-endpoint",
+                                        daemon=True)
         self._thread.start()
         control.web_url = self.url
         log.info("job %r: control endpoint at %s", control.status().job, self.url)

@@ -16,6 +16,7 @@ master decides whether and from which checkpoint the next one starts.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 
 from ..errors import EpochalError, JobCancelledError
 from ..plan.job_graph import JobGraph, TaskId
+from ..runtime import aio
 from ..runtime.clock import Clock, VirtualClock, WallClock
 from ..runtime.gc_tuning import tuned_gc
 from ..runtime.master.attempt import Attempt
@@ -153,6 +155,8 @@ class InProcessExecutor:
         while not attempt.is_finished:
             if attempt.failure is not None:
                 raise attempt.failure
+            if (driver := aio.active_driver()) is not None:  # async I/O's results (`runtime.aio`)
+                driver.pump()
             master.report_progress(metrics)
             master.poll_control()
             coordinator.tick()
@@ -191,6 +195,14 @@ class InProcessExecutor:
         deadlines = [t for task in tasks if (t := task.next_timer()) is not None]
         if (d := attempt.coordinator.next_deadline()) is not None:
             deadlines.append(d)
+        driver = aio.active_driver()
+        if driver is not None:  # async requests in flight: wait for their sockets and timers
+            if virtual is None:
+                driver.wait(min(max(min(deadlines, default=math.inf) - clock.now(), 0.0), 0.05))
+            else:  # real time must pass for the requests; virtual time goes on a step
+                driver.wait(0.001)
+                virtual.advance(self.step_time)
+            return
         if not deadlines:
             stuck = [t.name for t in tasks if t.id not in attempt.finished]
             raise EpochalError(f"job is stuck: no task can run and nothing is scheduled ({stuck})")

@@ -47,9 +47,9 @@ def run_job(host: Callable[[], Host], blueprint: JobBlueprint, job: JobGraph, fr
                 current = blueprint.compile(rescale.parallelism, workers)
                 restore = rescale.checkpoint_id
                 rescale.done(control, current.parallelism)
-    except BaseException:
-        if not control.status().state.is_final:  # refused at start, or an error of ours
-            control.publish(state=JobState.FAILED)
+    except BaseException as exc:
+        if not control.status().state.is_final:  # refused at start, or an error of ours: say which
+            control.publish(state=JobState.FAILED, failures=(f"{type(exc).__name__}: {exc}",))
         raise
 
 

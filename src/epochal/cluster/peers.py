@@ -2,7 +2,7 @@
 
 Each Spark task supervises its worker process (`cluster.supervisor`): a worker that dies is
 replaced by a new process, its *incarnation* one higher, holding the same listening socket, so
-the address its peers learnt through the barrier context stays right. A link is made between
+the address its peers learnt from the job master (`Peers`) stays right. A link is made between
 two incarnations, and is good for an attempt only while both are the ones the job master's
 `Start` names; the others are remade before the worker builds that attempt's channels:
 

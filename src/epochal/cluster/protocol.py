@@ -31,6 +31,19 @@ class Hello:
     pid: int
     incarnation: int = 0
     supervisor: int = 0  # the Spark task's process, which outlives the worker's
+    address: tuple[str, int] | None = None  # where its task listens for its peers
+    # wall-clock times its Spark task began (the job graph loaded) and said hello, for the
+    # start-up's breakdown (`SparkExecutor.timeline`)
+    task_started: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Peers:
+    """The answer to every `Hello`, once every worker of the launch said it: where each worker's
+    task listens, by index. The rendezvous goes through the job master's own link (about a
+    millisecond) instead of the barrier context's `allGather` (about a second: the JVM polls)."""
+
+    addresses: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)

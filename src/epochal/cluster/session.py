@@ -17,6 +17,8 @@
   machine its workers can connect back to.
 - Start-up is quiet: the driver's JVM logs only errors (a log4j2 configuration of our own, so
   neither Spark's "default profile" banner nor its WARN lines such as NativeCodeLoader's), and
+  not a task's failure (each task of each launch printed its Python traceback in a Java one:
+  the job master reports the failure, in one line), and
   its one start-up line outside log4j ("Using incubator modules") is dropped from its stderr.
   `EPOCHAL_SPARK_LOG=WARN` (or INFO, DEBUG...) keeps Spark's own logging at that level instead.
 """
@@ -61,6 +63,8 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
 """
 
 _default_master: str | None = None
@@ -75,9 +79,23 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
+_LOCAL = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]")
+_FORMS = ("local, local[N], local[*], local-cluster[W,C,MB], spark://HOST:PORT, k8s://https://HOST[:PORT], "
+          "yarn or sc://HOST[:PORT]")
+
+
 def master_addresses(master: str) -> list[tuple[str, int]]:
     """The (host, port) pairs a master URL names; none for masters not reached by address
-    (`local…`, `yarn`: YARN is found through the Hadoop configuration)."""
+    (`local…`, `yarn`: YARN is found through the Hadoop configuration).
+
+    Raises:
+        EpochalError: `master` is no master URL Spark takes (`spark//host:7077`): one line,
+            instead of the JVM's page of stack trace once Spark has started.
+    """
+    if _LOCAL.fullmatch(master) or master == "yarn":
+        return []
+    if not master.startswith(("sc://", "spark://", "k8s://")):
+        raise EpochalError(f"bad Spark master URL {master!r}: expected {_FORMS}")
     if master.startswith("sc://"):
         parts = urlsplit(master.split("/;", 1)[0])  # sc://HOST[:PORT][/;param=value;...]
         try:
@@ -101,7 +119,7 @@ def master_addresses(master: str) -> list[tuple[str, int]]:
         if parts.hostname is None:
             raise EpochalError(f"bad Spark master URL {master!r}: expected k8s://https://HOST[:PORT]")
         return [(parts.hostname, parts.port or (80 if parts.scheme == "http" else 443))]
-    return []
+    raise AssertionError(master)  # unreachable: every scheme above returned
 
 
 def probe_master(master: str, timeout: float = PROBE_TIMEOUT) -> None:

@@ -62,6 +62,7 @@ from .protocol import (
     Hello,
     JobMasterUnreachable,
     PeerLost,
+    Peers,
     Progress,
     Rejoin,
     Running,
@@ -72,7 +73,7 @@ from .protocol import (
 )
 from .session import BIND_HOST_ENV, bind_host, default_session, is_connect, master_of, wait_for_slots
 from .session import create_session as create_session  # re-exported: tests and benchmarks import it here
-from .stage_task import describe_failure, unreachable_in, worker_function
+from .stage_task import describe_failure, raised_in_task, unreachable_in, worker_function
 from .worker import worker_of
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,27 @@ class _Launch:
         return not self.thread.is_alive()
 
 
+def _spark_pickle(obj: Any) -> bytes:
+    """`obj` pickled as the stage ships it to its workers (pyspark imported only when a check asks)."""
+    from pyspark import cloudpickle
+
+    data: bytes = cloudpickle.dumps(obj)
+    return data
+
+
 class WorkerLost(EpochalError):
     """A worker process died or its Spark stage failed; the job is relaunched."""
+
+
+class LaunchFailed(WorkerLost):
+    """A stage ended before every worker connected: its tasks could not start. The same failure
+    twice in a row (`fingerprint`, read by the job master) will recur: the job is not relaunched
+    again (a job graph the workers cannot unpickle, a module they cannot import)."""
+
+    def __init__(self, why: str, raised: bool) -> None:
+        super().__init__(f"the Spark stage ended before every worker connected: {why}")
+        if raised:  # a Python error the task raised (not a process killed, an executor lost): it recurs
+            self.fingerprint = ("<launch>", why, "")
 
 
 class SparkExecutor:
@@ -125,6 +145,7 @@ class SparkExecutor:
         self.local_restore_bytes: list[int] = []  # per attempt: restored from backups' copies
         self.recovery_tables: list[RoutingTable] = []  # parallel recoveries' restore tables
         self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
+        self.task_started: dict[int, float] = {}  # worker → when its Spark task began (wall clock)
         self.survivor_recoveries: list[tuple[list[int], int]] = []  # (lost workers, restored checkpoint)
 
     def execute(
@@ -138,9 +159,13 @@ class SparkExecutor:
         the rescale's checkpoint. Without it, or beyond them, the host leaves by `RescaleByRestore`.
         """
         workers = max(max(v.parallelism for v in job.vertices), job.config.max_workers or 0)
-        # first the job master's start checks (sources, sinks, checkpoints): before Spark starts
-        master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control)
+        # first the job master's start checks (sources, every operator pickles, sinks, checkpoints):
+        # before Spark starts
+        self.timeline.append(("execute", time.monotonic()))
+        master = JobMaster(job, WallClock(), from_checkpoint, self.progress, control, ships=_spark_pickle)
+        self.timeline.append(("checked", time.monotonic()))
         spark = self.spark or default_session(workers)
+        self.timeline.append(("session", time.monotonic()))
         slots = wait_for_slots(spark, workers)
         if slots is None:
             log.warning("cannot tell the task slots of %s; Spark checks them when the stage starts", master_of(spark))
@@ -171,6 +196,7 @@ class _StageHost:
         self.address = (host, self.server.getsockname()[1])
         self.selector = selectors.DefaultSelector()
         self.links: dict[int, Link] = {}
+        self.addresses: dict[int, tuple[str, int]] = {}  # where each worker's task listens (`Peers`)
         self.incarnations = [0] * workers  # of each worker's process in this launch
         self.launches = 0
         self.running: set[int] = set()
@@ -230,9 +256,10 @@ class _StageHost:
         """Wait for every worker of `launch` to say hello on the control port."""
         for link in self.links.values():
             self._drop(link)
-        self.links = {}
+        self.links, self.addresses = {}, {}
+        self.executor.task_started.clear()
         self.incarnations = [0] * self.workers
-        self.server.settimeout(0.2)
+        self.server.settimeout(0.05)
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links) < self.workers:
             if launch.is_done:
@@ -243,14 +270,16 @@ class _StageHost:
                         f"reach it, or set {BIND_HOST_ENV} to an address of this machine they can reach "
                         "(docs/operations.md, Running on Spark Connect)"
                     )
-                why = describe_failure(launch.error)
-                raise WorkerLost(f"the Spark stage ended before every worker connected: {why}")
+                raise LaunchFailed(describe_failure(launch.error), raised_in_task(launch.error))
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
             hello = self._next_hello(launch)
             if hello is not None:
                 self._add_worker(*hello)
         self._event("connected")
+        if self.executor.task_started:  # when the first Spark task began, on this clock
+            first = min(self.executor.task_started.values())
+            self.executor.timeline.append(("task started", time.monotonic() - (time.time() - first)))
 
     def _next_hello(self, launch: _Launch) -> tuple[Hello, socket.socket] | None:
         """A worker process's `Hello` of `launch` on the control port, if one comes soon."""
@@ -278,6 +307,21 @@ class _StageHost:
         self.executor.worker_pids[hello.worker] = hello.pid
         self.executor.supervisor_pids[hello.worker] = hello.supervisor
         self.selector.register(link, selectors.EVENT_READ, hello.worker)
+        if hello.task_started:
+            self.executor.task_started[hello.worker] = hello.task_started
+        if hello.address is not None:
+            known = len(self.addresses) == self.workers  # all were: a replaced process
+            self.addresses[hello.worker] = hello.address
+            if len(self.addresses) == self.workers:  # the rendezvous: everyone learns everyone
+                peers = Peers(tuple(self.addresses[w] for w in range(self.workers)))
+                for worker in [hello.worker] if known else list(self.links):
+                    try:
+                        self.links[worker].send_object(peers)
+                        self.links[worker].flush_blocking(5.0)
+                    except LinkClosed:  # died since its hello: its replacement says hello again
+                        pass
+                if not known:
+                    self._event("rendezvous")
 
     def _replace_workers(self, launch: _Launch, lost: set[int], cause: BaseException) -> None:
         """Worker processes died while their Spark tasks live on: wait for the processes their

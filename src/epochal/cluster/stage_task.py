@@ -1,8 +1,10 @@
 """What each task of a job's barrier stage runs, and what the driver reads back from its failure.
 
-A task (`worker_function`) listens on a port of its own, learns every peer's address through the
-barrier context (`allGather`, once), and supervises its Epochal worker's processes
-(`cluster.supervisor`) until the job ends. When a task fails, Spark hands the driver its error
+A task (`worker_function`) listens on a port of its own and supervises its Epochal worker's
+processes (`cluster.supervisor`) until the job ends; the worker learns every peer's address
+from the job master, which collects them from the workers' `Hello`s (`cluster.protocol.Peers`):
+the barrier context's `allGather` did the same in about a second, as the JVM polls once a
+second; barrier mode still gang-schedules the tasks. When a task fails, Spark hands the driver its error
 wrapped in Py4J's or Connect's text: `describe_failure` and `unreachable_in` read the Python
 error back out of it. Apart from the stage host (`cluster.spark`), which submits and supervises
 stages and holds the launch's shared state.
@@ -11,6 +13,7 @@ stages and holds the launch's shared state.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,13 +25,14 @@ from .worker import UNREACHABLE, Worker
 
 
 def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str, int]) -> Any:
-    """The function every task of launch `launch` runs: listen, learn the peers' addresses through
-    the barrier context, and supervise the worker's processes until the job ends."""
+    """The function every task of launch `launch` runs: listen, and supervise the worker's
+    processes until the job ends (the worker learns its peers' addresses from the job master)."""
 
     def run(rows: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import BarrierTaskContext
 
+        started = time.time()
         for _ in rows:  # the stage's input: one row per worker, nothing to read
             pass
         ctx = BarrierTaskContext.get()
@@ -41,13 +45,11 @@ def worker_function(job: JobGraph, workers: int, launch: int, driver: tuple[str,
         except OSError:
             listener.bind(("0.0.0.0", 0))
         listener.listen(workers)
-        port = listener.getsockname()[1]
-        addresses = ctx.allGather(f"{host}:{port}")
-        peers = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in addresses]
+        address = (host, listener.getsockname()[1])
 
         def incarnation(number: int) -> None:
             with tuned_gc(job.config.gc_threshold, freeze=True), snapshot_friendly_gil():
-                worker = Worker(job, index, workers, launch, driver, listener, peers, number)
+                worker = Worker(job, index, workers, launch, driver, listener, address, number, started)
                 worker.connect()
                 worker.run()
 
@@ -69,13 +71,20 @@ def unreachable_in(errors: list[BaseException]) -> str | None:
     return None
 
 
+def raised_in_task(errors: list[BaseException]) -> bool:
+    """Whether a (Py4J-wrapped) Spark failure carries a Python error a task raised (its traceback),
+    rather than a process that died or an executor that was lost."""
+    return bool(errors) and "Traceback (most recent call last):" in str(errors[0])
+
+
 def describe_failure(errors: list[BaseException]) -> str:
     """What went wrong in a (Py4J-wrapped) Spark failure: the Python error when there is one."""
     if not errors:
         return "no error"
     lines = str(errors[0]).splitlines()
-    if "Traceback (most recent call last):" in lines:
-        start = lines.index("Traceback (most recent call last):")
+    # the traceback begins a line of its own, or ends Spark's "... from the Python worker: " line
+    start = next((i for i, line in enumerate(lines) if line.endswith("Traceback (most recent call last):")), None)
+    if start is not None:
         for line in lines[start + 1 :]:
             if line and not line[0].isspace():
                 return line.strip()[:500]

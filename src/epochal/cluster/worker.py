@@ -5,7 +5,9 @@ Subtask `i` of each vertex runs on worker `i`; a worker beyond the parallelism (
 `Start` with a new job graph). Tasks on the same worker talk through local
 queues; tasks on different workers through `runtime.wire.network` links with credit-based flow
 control. The loop alternates between socket I/O (a selector), stepping runnable tasks, and
-flushing output batches whose timeout expired. Snapshot uploads run on a background thread
+flushing output batches whose timeout expired. Async I/O (`map_async`) runs on an asyncio loop
+that this loop pumps (`runtime.aio`): its descriptor sits in the selector beside the sockets,
+and its next timer bounds the wait, so awaiting never blocks a task. Snapshot uploads run on a background thread
 (the asynchronous part of ABS, dissertation §4.5); their acknowledgements are handed back
 to the loop through a queue.
 
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
+from ..runtime import aio
 from ..runtime.clock import WallClock
 from ..runtime.task.file_merging import SnapshotMerger
 from ..runtime.task.setup import TaskState
@@ -54,12 +57,24 @@ from ..runtime.wire.network import (
     RemoteInputChannel,
     RemoteOutputChannel,
     parse_credit,
+    read_object_blocking,
     write_object_blocking,
 )
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
 from .peers import LISTENER, PeerLinks
-from .protocol import FromTask, Hello, JobMasterUnreachable, Progress, Running, Start, Stop, ToTask, WorkerFailed
+from .protocol import (
+    FromTask,
+    Hello,
+    JobMasterUnreachable,
+    Peers,
+    Progress,
+    Running,
+    Start,
+    Stop,
+    ToTask,
+    WorkerFailed,
+)
 from .snapshot_thread import SnapshotThread
 from .survivors import SurvivorChannels
 
@@ -67,8 +82,10 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.005
 WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
+ASYNC_LOOP = "async"  # the selector key's data for the asyncio loop's descriptor (`runtime.aio`)
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 CONNECT_TIMEOUT = 10.0  # seconds for a worker's connection to the job master (lost SYNs are resent)
+RENDEZVOUS_TIMEOUT = 300.0  # seconds a worker waits for the others' addresses (the job master's wait)
 UNREACHABLE = "the Spark workers cannot reach the job master"
 
 
@@ -99,8 +116,9 @@ class Worker:
         launch: int,
         driver: tuple[str, int],
         listener: socket.socket,
-        peers: list[tuple[str, int]],
+        address: tuple[str, int],
         incarnation: int = 0,
+        task_started: float = 0.0,
     ) -> None:
         self.job = job
         self.index = index
@@ -123,7 +141,9 @@ class Worker:
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.background.wakeup, selectors.EVENT_READ, WAKEUP)
-        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, peers, self.selector)
+        self.address = address  # where this worker's task listens for its peers
+        self.task_started = task_started
+        self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, (), self.selector)
         self.links = self.peers.links  # peer worker → link
         self.driver: Link | None = None
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
@@ -138,6 +158,7 @@ class Worker:
         self.stopped = False
         self.keys = channel_keys(job)
         self._last_progress = 0.0
+        self._async_fd: int | None = None  # the asyncio loop's descriptor, once in the selector
         # channels to other workers that log and count, when survivors do not roll back
         self.survivors = SurvivorChannels(index, job.config.recovery.survivors, self._to_driver)
 
@@ -146,9 +167,15 @@ class Worker:
         """Connect to the driver and, at launch, to every peer (lower index accepts, higher
         connects); a later incarnation makes its peer links when its first `Start` names them."""
         sock = connect_to_job_master(self.driver_address, self.index)
-        sock.settimeout(60)
-        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid())
+        sock.settimeout(RENDEZVOUS_TIMEOUT)
+        hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid(), self.address,
+                      self.task_started)
         write_object_blocking(sock, hello, kind=HELLO)
+        _, peers = read_object_blocking(sock, timeout=RENDEZVOUS_TIMEOUT)  # once every worker said hello
+        if not isinstance(peers, Peers):
+            raise ConnectionError(f"the job master answered {type(peers).__name__}, not the peers' addresses")
+        self.peers.addresses = list(peers.addresses)
+        sock.settimeout(60)
         self.driver = Link(sock, "driver")
         self.selector.register(self.driver, selectors.EVENT_READ, "driver")
         if self.incarnation == 0:
@@ -264,6 +291,7 @@ class Worker:
     def run(self) -> None:
         try:
             while not self.stopped:
+                self._pump_async()
                 busy = self._step_tasks()
                 self._drain_outbox()
                 now = time.monotonic()
@@ -279,14 +307,38 @@ class Worker:
             self._close_tasks()
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(self.background.wakeup)
+            driver = aio.existing_driver()
+            if driver is not None:
+                if self._async_fd is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        self.selector.unregister(self._async_fd)
+                driver.close()
             self.background.shutdown()
             self.peers.close()
             if self.driver is not None:
                 self.driver.flush_blocking(2.0)
                 self.driver.close()
 
+    def _pump_async(self) -> None:
+        """Run the asyncio loop's ready work (async I/O results), and watch its descriptor."""
+        driver = aio.existing_driver()
+        if driver is None:
+            return
+        fd = driver.fileno()
+        if fd is not None and fd != self._async_fd:
+            self.selector.register(fd, selectors.EVENT_READ, ASYNC_LOOP)
+            self._async_fd = fd
+        if driver.is_active:
+            try:
+                driver.pump()
+            except Exception as exc:  # a callback of user code raised on the loop
+                self._fail(exc)
+
     def _idle_timeout(self) -> float:
         timeout = 0.02
+        driver = aio.active_driver()
+        if driver is not None and (deadline := driver.next_deadline()) is not None:
+            timeout = min(timeout, deadline)
         if any(out._buffer for out in self.outputs.values()):
             timeout = FLUSH_INTERVAL
         now = self.clock.now()
@@ -354,6 +406,8 @@ class Worker:
                 continue
             if key.data == WAKEUP:  # a snapshot written or a read-ahead done: the next step hands it on
                 self.background.clear_wakeups()
+                continue
+            if key.data == ASYNC_LOOP:  # the asyncio loop has I/O ready: the next round pumps it
                 continue
             link: Link = key.fileobj  # type: ignore[assignment]
             if mask & selectors.EVENT_WRITE:

@@ -31,6 +31,7 @@ from typing import Any
 
 from .specs import Emit, KeyedWindowSpec, KeySelector, OnError, OperatorSpec, WindowFunctionKind
 from .time import EventTime
+from .triggers import WindowTime
 from .windows import DeterministicWindow, Session
 
 # What an aggregate reads of a record: None (the record itself), a field name (an Arrow column or
@@ -187,7 +188,10 @@ def window_combinable(spec: KeyedWindowSpec) -> bool:
     queries only (`Tumbling`, `Sliding`: slices are fixed by the queries, so a record's slice is
     known before the exchange), a count, sum, min or max of a column (the columnar slice table
     merges partials), keyed by a column with event time in a field, and no late records asked
-    for (they would come out as partials)."""
+    for (they would come out as partials); event time with the default trigger, keyed (not
+    `window_all`): the trigger runtime takes records one at a time (`plan.triggers`)."""
+    if spec.event_time is None or spec.time is not WindowTime.EVENT or spec.trigger is not None or spec.keyless:
+        return False
     return (spec.kind in _COMBINED_WINDOW_KINDS and isinstance(spec.key, str) and spec.event_time.fn is None
             and isinstance(spec.event_time.field, str)
             and (isinstance(spec.value, str) or (spec.value is None and spec.kind is WindowFunctionKind.COUNT))

@@ -48,6 +48,7 @@ def _wants_local(node: LogicalNode) -> bool:
 def _local_spec(spec: Combinable, name: str, uid: str) -> OperatorSpec:
     if isinstance(spec, KeyedWindowSpec):
         assert isinstance(spec.key, str) and (spec.value is None or isinstance(spec.value, str))
+        assert spec.event_time is not None  # `window_combinable`: event time only
         return LocalWindowSpec(name, uid, spec.key, spec.queries, spec.kind, spec.event_time, spec.value)
     if isinstance(spec, KeyedReduceSpec):
         call = AggregateCall(AggregateKind.REDUCE, None, spec.fn)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from ..state.keygroups import stable_hash
 from .time import EventTime, WatermarkSpec
+from .triggers import Trigger, WindowTime
 
 KeySelector = Callable[[Any], Any] | str
 # When a keyed aggregation emits: one update per record, or the newest value of each key that
@@ -81,6 +82,19 @@ class RecordFnSpec(OperatorSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class AsyncMapSpec(OperatorSpec):
+    """An async function per record on the worker's event loop, at most `capacity` in flight
+    per subtask, each given `timeout` seconds (None: no limit); results in input order
+    (`ordered`) or as they complete (Flink's AsyncWaitOperator)."""
+
+    function: Any  # a `plan.functions.AsyncFunction`, or a coroutine function
+    capacity: int = 100
+    timeout: float | None = 5.0
+    ordered: bool = True
+    on_error: OnError = OnError.FAIL
+
+
+@dataclass(frozen=True, slots=True)
 class MapBatchesSpec(OperatorSpec):
     """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path)."""
 
@@ -102,6 +116,12 @@ class KeyedReduceSpec(OperatorSpec):
     combine: bool = False
 
 
+# What a keyed process function's processing-time timers still pending at the end of its input
+# do: fire (as if the clock reached the last of them), or go to `on_end_of_input` unfired
+TimersAtEnd = Literal["fire", "report"]
+TIMERS_AT_END = ("fire", "report")
+
+
 @dataclass(frozen=True, slots=True)
 class KeyedProcessSpec(OperatorSpec):
     """A keyed process function with keyed state and processing-time timers."""
@@ -109,6 +129,7 @@ class KeyedProcessSpec(OperatorSpec):
     key: KeySelector
     function: Any
     on_error: OnError = OnError.FAIL
+    timers_at_end: TimersAtEnd = "report"
     side_outputs: tuple[str, ...] = ()  # the tags read with `side_output` (`plan.side_outputs`)
 
 
@@ -146,6 +167,9 @@ class KeyedWindowSpec(OperatorSpec):
     record), a field name, or a function. `function` is the user's reduce function, aggregate
     function or process window function. Late records go to the operator's output wrapped in
     `LateRecord` when `emit_late` is set (`late_records()` asked for them), else they are counted.
+    Outside event time (`time`) and with a `trigger` other than the default, the operator runs its
+    records one at a time (`runtime/operators/window_triggers.py`).
+
     `combine`: pre-aggregate per key and slice before the key exchange (`plan.local_global`,
     `plan.aggregates.LocalWindowSpec`); `combined`: the input is those partials.
     """
@@ -153,13 +177,16 @@ class KeyedWindowSpec(OperatorSpec):
     key: KeySelector
     queries: tuple[tuple[str, Any], ...]
     kind: WindowFunctionKind
-    event_time: EventTime
+    event_time: EventTime | None  # None outside event time
     value: Any = None
     function: Any = None
     allowed_lateness: float = 0.0
     named: bool = False
     emit_late: bool = False
     on_error: OnError = OnError.FAIL
+    time: WindowTime = WindowTime.EVENT  # event, processing or count (`plan.triggers`)
+    trigger: Trigger | None = None  # None: fire when the watermark (or clock) passes the end
+    keyless: bool = False  # `window_all`: one key for every record, left out of the results
     side_outputs: tuple[str, ...] = ()  # tags a process window function's records go to
     combine: bool = False  # a local phase (partials per key and slice) before the key exchange
     combined: bool = False  # what arrives are such partials (`plan.local_global`)

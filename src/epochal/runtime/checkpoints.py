@@ -7,10 +7,12 @@ frozen and carry no mutable field, and the causes of an abort are one enum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
+from ..plan.job_graph import TaskId
 from ..state.manifest import Manifest
+from .wire.messages import OperatorMetrics
 
 
 class AbortReason(Enum):
@@ -29,6 +31,9 @@ class CompletedCheckpoint:
 
     checkpoint_id: int
     manifest: Manifest
+    # each task's record counts when it fixed its state (since its attempt began; not stored):
+    # what survivors had counted at a checkpoint only the lost tasks restore (`master.job_counts`)
+    task_counts: dict[TaskId, tuple[OperatorMetrics, ...]] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

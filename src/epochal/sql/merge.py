@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..api.context import ProcessContext
-from ..api.functions import KeyedProcessFunction
+from ..api.functions import AggregateFunction, KeyedProcessFunction
 
 __all__ = ["WindowParts", "Tag", "CountDistinct", "encode_keys", "decode_keys", "SEPARATOR", "NULL_KEY"]
 
@@ -90,7 +90,7 @@ class WindowParts(KeyedProcessFunction):
         return out
 
 
-class CountDistinct:
+class CountDistinct(AggregateFunction[Any, frozenset[Any], int]):
     """count(DISTINCT x) of a window: the set of values (of rows `(key, time, value)`), merged
     across slices; NULL values were filtered out before."""
 

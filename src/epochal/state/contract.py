@@ -131,6 +131,11 @@ class KeyedStateBackend(Protocol):
         (reads one key group; leaves the current key alone)."""
         ...
 
+    def group_keys(self, name: str, key_group: int) -> list[Any]:
+        """The keys holding a value of state `name` in one owned key group, as a list (a copy:
+        the caller may change the state while it walks it; the TTL cleanup does)."""
+        ...
+
     # -- batch loops: one call per batch instead of several per record ------------------------
     def count_into(self, out: list[Any], name: str, keys: list[Any], key_groups: list[int]) -> None:
         """Add one to each key's count; append `(key, new count)` per key.

@@ -281,6 +281,18 @@ class DiskKeyedStateBackend:
         del it
         return iter(out)
 
+    def group_keys(self, name: str, key_group: int) -> list[Any]:
+        self._write_back()
+        prefix = _KG.pack(key_group) + _name_prefix(name)
+        out = []
+        it = self.db.iter()
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            out.append(pickle.loads(it.value())[0])
+            it.next()
+        del it
+        return out
+
     def entries(self, key: Any) -> dict[str, Any]:
         """Scans the key's key group: its states' names are not kept apart from their entries."""
         self._write_back()

@@ -29,9 +29,10 @@ class ValueState(Generic[T]):
     def __init__(self, backend: KeyedStateBackend, name: str, default: T | None = None) -> None:
         self._backend, self._name, self._default = backend, name, default
 
-    def value(self) -> T | None:
-        """The current key's value, or the default when it has none."""
-        value: T | None = self._backend.get_for_read(self._name, self._default)
+    def value(self) -> T:
+        """The current key's value, or the default when it has none (a state without a default
+        is a `ValueState[Any]`, or annotate it `ValueState[X | None]`)."""
+        value: T = self._backend.get_for_read(self._name, self._default)
         return value
 
     def update(self, value: T) -> None:

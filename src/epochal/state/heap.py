@@ -217,6 +217,11 @@ class HeapKeyedStateBackend:
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
         return self.maps.keys(name)
 
+    def group_keys(self, name: str, key_group: int) -> list[Any]:
+        maps = self.maps.states.get(name)
+        m = maps[key_group] if maps is not None else None
+        return list(m.data) if m is not None else []
+
     def entries(self, key: Any) -> dict[str, Any]:
         group = owned_key_group(key, None, self.key_groups, self.max_parallelism)
         found = {name: m.data.get(key, _ABSENT) for name, maps in self.maps.states.items()

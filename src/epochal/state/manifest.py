@@ -44,6 +44,7 @@ __all__ = [
     "OperatorState",
     "TaskCheckpointStats",
     "SplitLogState",
+    "OperatorCounts",
     "PatchState",
     "Manifest",
     "checkpoint_dir_name",
@@ -52,10 +53,10 @@ __all__ = [
     "from_plain",
 ]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 # 1: one keyed file per subtask, no chains; 2: no split logs; 3: no routing tables (contiguous
-# ranges); 4: no merged files (no segments)
-READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5})
+# ranges); 4: no merged files (no segments); 5: no record counts
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 CHECKPOINT_PREFIX = "chk-"
 _STORED = "stored"  # field metadata key: False keeps a field out of the JSON
 _SPARSE = "sparse"  # field metadata key: True leaves the field out of the JSON when it has its default
@@ -155,6 +156,18 @@ class SplitLogState:
 
 
 @dataclass(frozen=True, slots=True)
+class OperatorCounts:
+    """What one operator (by uid) had processed in the whole job when the checkpoint was taken:
+    a job restored from it counts on from these (`runtime.master.job_counts`)."""
+
+    uid: str
+    records_in: int
+    records_out: int
+    late_records: int = 0
+    skipped_records: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PatchState:
     """A live logic patch in effect at this checkpoint: operator `uid` runs the function pickled
     in `file` from checkpoint `since` on (`runtime.patches`)."""
@@ -185,6 +198,9 @@ class Manifest:
     # the job master's CPU time for the checkpoint (trigger, acknowledgements, this manifest)
     coordinator_ms: float = 0.0
     patches: tuple[PatchState, ...] = field(default=(), metadata={_SPARSE: True})  # live logic patches in effect
+    # per operator, the records of the whole job up to this checkpoint; None: not known (a
+    # checkpoint of an older version, or restored from one)
+    counts: tuple[OperatorCounts, ...] | None = None
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
     location: str = field(default="", compare=False, metadata={_STORED: False})
 

@@ -9,10 +9,10 @@ whole; the manifest's rename is the commit point of the epoch (dissertation §4.
 Bytes are verified where they are read (`checked_files.CheckedFiles`, which this class extends
 with the layout of checkpoints, their manifests and their chained backups). Resolving a
 checkpoint (`latest`, `resolve`) checks only the manifest's own checksum and that every listed
-file exists with its recorded size (metadata calls), so a restore reads each file once; a
-corrupt data file then surfaces at restore as a CorruptCheckpointError naming the checkpoint and
-the file, and the job master falls back with `latest(before=...)`. `verify` reads every byte,
-for tools and tests.
+file exists with its recorded size (metadata calls). `verify` (`state.verify`) reads every
+byte: the job master verifies the checkpoint it restores that way, before any task starts
+(`runtime.master.restore_point`), so a corrupt file is refused before a sink commits anything
+the checkpoint holds; the tasks check again as they read.
 
 Retention (`retention.py`) and savepoints (`savepoints.py`) build on this module.
 """
@@ -197,13 +197,11 @@ class CheckpointStorage(CheckedFiles):
                 )
 
     def verify(self, manifest: Manifest) -> None:
-        """Read every byte of every file of a checkpoint, each segment of a merged file against
-        its own checksum and each merged file whole against its; raises CorruptCheckpointError
-        on the first bad one. For tools and tests: a restore verifies the bytes it reads anyway."""
-        for handle in manifest.files():
-            self.read_file(handle)
-        for whole in manifest.merged:
-            CheckedFiles.read_file(self, whole)
+        """Read every byte of every file of a checkpoint; raises CorruptCheckpointError on the
+        first bad one (`state.verify`: the job master's check before a restore)."""
+        from .verify import verify_checkpoint  # it builds on this module
+
+        verify_checkpoint(self, manifest)
 
     def latest(self, before: int | None = None) -> Manifest | None:
         """The newest complete checkpoint (older than `before`, if given) whose manifest is

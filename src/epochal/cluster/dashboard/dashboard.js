@@ -29,13 +29,16 @@ function seconds(s) {
   if (s < 1) return (s * 1000).toFixed(s < 0.01 ? 2 : 0) + " ms";
   if (s < 120) return s.toFixed(1) + " s";
   if (s < 7200) return (s / 60).toFixed(1) + " min";
-  return (s / 3600).toFixed(1) + " h";
+  if (s < 172800) return (s / 3600).toFixed(1) + " h";
+  if (s < 63072000) return (s / 86400).toFixed(1) + " days";
+  return (s / 31557600).toFixed(1) + " years";
 }
 function percent(r) { return (r * 100).toFixed(0) + " %"; }
 function clock(t) { return t ? new Date(t * 1000).toLocaleTimeString() : "–"; }
 function watermark(w) {
   if (w === null || w === undefined) return "–";
   if (w === "end") return "end";
+  if (w < 1e9) return w.toLocaleString(undefined, { maximumFractionDigits: 3 }); // the job's own clock
   return new Date(w * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, "");
 }
 // green (never held back) to red (always held back by a full output)
@@ -227,8 +230,14 @@ function drawStatus(s) {
   $("restarts").textContent = s.restarts;
   $("parallelism").textContent = s.parallelism;
   $("last-checkpoint").textContent = s.last_checkpoint === null ? "none yet" : s.last_checkpoint;
-  const ended = ["finished", "failed", "cancelled"].includes(s.state);
+  const ended = s.archived || ["finished", "failed", "cancelled"].includes(s.state);
   for (const id of ["cancel", "savepoint", "rescale"]) $(id).disabled = ended;
+  if (s.archived) {  // served by `epochal history DIR`: what the job recorded last
+    const note = $("history");
+    note.hidden = false;
+    note.textContent = `The history of run ${s.run}, kept in the job's checkpoint directory` +
+      (s.summary ? `: ${s.summary}` : " (recorded while it ran: its driver may have died)");
+  }
 }
 
 function drawMetrics(m) {

@@ -361,9 +361,11 @@ def delta_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-def _deltalake() -> Any:
+def _deltalake(user: str = "DeltaSink") -> Any:
+    """The deltalake module; an `EpochalError` naming the extra that installs it if it is missing."""
     try:
         import deltalake
     except ImportError as exc:
-        raise EpochalError("DeltaSink needs the deltalake library: pip install 'epochal[delta]'") from exc
+        raise EpochalError(f"{user} needs the deltalake library: pip install 'epochal[delta]' "
+                           "(from a clone of the repository: pip install '.[delta]')") from exc
     return deltalake

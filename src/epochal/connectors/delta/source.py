@@ -42,6 +42,7 @@ from ...state.checked_files import resolve_uri
 from ..datasets import DatasetSource
 from ..parquet_source import RowGroupReader, RowGroupSplit, one_batch
 from .log import AddedFile, Version, gone, read_version, unreadable
+from .sink import _deltalake
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -121,7 +122,7 @@ class DeltaSource(DatasetSource):
         skip_change_commits: bool = False,
     ) -> None:
         super().__init__(columns)
-        from deltalake import DeltaTable
+        DeltaTable = _deltalake("DeltaSource").DeltaTable  # noqa: N806 - the library's class, named as it is
 
         if not follow and (starting_version is not None or starting_timestamp is not None):
             raise ValueError("starting_version and starting_timestamp are for follow=True")
@@ -147,10 +148,9 @@ class DeltaSource(DatasetSource):
         return {**super().__getstate__(), "_found": [], "_next": self.first_change, "_stopped": False}
 
     def build(self) -> ds.Dataset:
-        from deltalake import DeltaTable
-
+        delta_table = _deltalake("DeltaSource").DeltaTable  # one line naming the extra, if missing
         try:
-            table = DeltaTable(self.path, version=self.version, storage_options=self.storage_options)
+            table = delta_table(self.path, version=self.version, storage_options=self.storage_options)
         except Exception as exc:  # deltalake's own words ("No files in log segment") say little
             fs, root = resolve_uri(self.path)
             if (why := unreadable(fs, root, self.version)) is not None:

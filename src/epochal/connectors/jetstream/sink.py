@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import EpochalError
+from ..extras import require
 from ..log.client import LogUnavailable
 from ..log.formats import RecordFormat
 from ..log.sink import EpochOutput, LogSink, Target
@@ -64,6 +65,7 @@ class JetStreamSink(LogSink):
         name: str = "epochal",
         unavailable_timeout: float = 60.0,
     ) -> None:
+        require("nats", "JetStreamSink")  # one line, before Spark starts, if the extra is missing
         super().__init__(format, subject, name=name, unavailable_timeout=unavailable_timeout)
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self._conn: Connection | None = None

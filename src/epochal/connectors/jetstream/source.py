@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ...config import check_choice
 from ...errors import EpochalError
+from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.source import LogSource
 from .client import JetStreamClient
@@ -63,6 +64,7 @@ class JetStreamSource(LogSource):
         poll_interval: float = 0.02,
         unavailable_timeout: float = 60.0,
     ) -> None:
+        require("nats", "JetStreamSource")  # one line, before Spark starts, if the extra is missing
         super().__init__(format, start=start, bounded=bounded, discover=discover, group=group,
                          acknowledge=acknowledge, metadata=metadata, poll_interval=poll_interval,
                          unavailable_timeout=unavailable_timeout)

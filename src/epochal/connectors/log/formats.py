@@ -30,6 +30,7 @@ import pyarrow.json as pjson
 from ...config import check_instance
 from ...runtime.wire.batches import binary_buffers, to_records
 from ...runtime.wire.elements import Batch
+from ..extras import require
 from ..json_lines import encode_record, json_objects
 
 __all__ = ["AvroFormat", "Decoded", "JsonFormat", "RawFormat", "RecordFormat"]
@@ -179,10 +180,8 @@ class AvroFormat(RecordFormat):
     """
 
     def __init__(self, schema: dict[str, Any] | str) -> None:
-        try:
-            import fastavro
-        except ImportError as exc:  # pragma: no cover - the avro extra is missing
-            raise ImportError("AvroFormat needs fastavro: pip install 'epochal[avro]'") from exc
+        require("fastavro", "AvroFormat")  # one line naming the extra, if it is missing
+        import fastavro
         raw = json.loads(schema) if isinstance(schema, str) else schema
         if not isinstance(raw, dict) or raw.get("type") != "record":
             raise ValueError(f"AvroFormat: the schema must be an Avro record, got {raw!r:.200}")

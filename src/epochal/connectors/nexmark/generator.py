@@ -66,9 +66,16 @@ _US_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "B
               "Kent", "Cheyenne")
 _FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter")
 _LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris")
-_FULL_NAMES = pa.array([f"{first} {last}" for first in _FIRST_NAMES for last in _LAST_NAMES], pa.string())
-_CITIES = pa.array(_US_CITIES, pa.string())
-_STATES = pa.array(_US_STATES, pa.string())
+
+
+@functools.cache
+def _pools() -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Full names, cities and states as Arrow arrays: built on first use, not at import (the
+    first `pa.array` of Python objects imports pandas, half a second, where it is installed)."""
+    names = pa.array([f"{first} {last}" for first in _FIRST_NAMES for last in _LAST_NAMES], pa.string())
+    return names, pa.array(_US_CITIES, pa.string()), pa.array(_US_STATES, pa.string())
+
+
 
 # Independent uses of the seed.
 _EVENTS, _LETTERS, _WORDS, _URLS = range(4)
@@ -213,7 +220,7 @@ class NexmarkGenerator:
         """The persons created by events `ids` (all of kind person), with `PERSON_SCHEMA`."""
         draws = EventDraws(self._key, ids)
         u = draws.draw(_P_NAME)
-        names = _FULL_NAMES.take(pa.array(below(high(u), len(_FIRST_NAMES)) * len(_LAST_NAMES)
+        names = _pools()[0].take(pa.array(below(high(u), len(_FIRST_NAMES)) * len(_LAST_NAMES)
                                           + below(low(u), len(_LAST_NAMES))))
         u = draws.draw(_P_LOCAL)
         local_lengths = _word_lengths(high(u), 7)
@@ -225,8 +232,8 @@ class NexmarkGenerator:
         a, b = draws.draw(_P_CARD_A), draws.draw(_P_CARD_B)
         cards = digit_groups([below(v, 10_000) for v in (high(a), low(a), high(b), low(b))], 4)
         u = draws.draw(_P_PLACE)
-        cities = _CITIES.take(pa.array(below(high(u), len(_US_CITIES))))
-        states = _STATES.take(pa.array(below(low(u), len(_US_STATES))))
+        cities = _pools()[1].take(pa.array(below(high(u), len(_US_CITIES))))
+        states = _pools()[2].take(pa.array(below(low(u), len(_US_STATES))))
         current = (8 + pc.binary_length(names).to_numpy() + local_lengths + domain_lengths + 5 + 19
                    + pc.binary_length(cities).to_numpy() + 2)
         u = draws.draw(_P_EXTRA)

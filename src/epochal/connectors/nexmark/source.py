@@ -17,6 +17,7 @@ so small batches do not pay the generator's per-call overhead.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -157,7 +158,7 @@ class NexmarkReader(SplitReader):
         if self.rate is not None:
             n = min(n, self._due())
             if n == 0:
-                return _EMPTY
+                return _empty()
         batch = self._take(n)
         self.next += n * step
         return batch
@@ -192,4 +193,7 @@ class NexmarkReader(SplitReader):
         return self._chunk.slice(row, n)
 
 
-_EMPTY = pa.RecordBatch.from_arrays([pa.array([], field.type) for field in EVENT_SCHEMA], schema=EVENT_SCHEMA)
+@functools.cache
+def _empty() -> pa.RecordBatch:
+    """An empty batch of events (built on first use: `pa.array` at import would import pandas)."""
+    return pa.RecordBatch.from_arrays([pa.array([], field.type) for field in EVENT_SCHEMA], schema=EVENT_SCHEMA)

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from ...api.connector import RejectedInput, Source, SplitReader
 from ...errors import EpochalError
+from ..extras import require
 from .changelog import BadValue, Rows, to_batch, values_of
 from .connection import connect, first_line, is_disconnect, quote_name, server_name, split_name
 from .pgoutput import Begin, Change, Commit, Relation, Truncate, format_lsn, parse, parse_lsn, tuple_at, unpack_int
@@ -322,6 +323,7 @@ class PostgresCdcSource(Source):
         poll_interval: float = 0.1,
         fetch_changes: int = 20_000,
     ) -> None:
+        require("psycopg", "PostgresCdcSource")  # one line, before Spark starts, if the extra is missing
         self.dsn = str(dsn)
         items = [tables] if isinstance(tables, str) else list(tables)
         if not items:

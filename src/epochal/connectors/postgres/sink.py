@@ -40,6 +40,7 @@ from ...api.connector import Sink, SinkWriter
 from ...config import check_choice
 from ...errors import CheckpointError, EpochalError
 from ...runtime.fault_points import fault_point
+from ..extras import require
 from .connection import connect, first_line, is_disconnect, quote_name, server_name, split_name
 from .writer import PREFIX, SEQ, TXN, PostgresWriter, PreparedEpoch, parse_transaction_id, staging_subtask
 
@@ -92,6 +93,7 @@ class PostgresSink(Sink):
         on_error: SinkOnError = "fail",
         connect_timeout: float = 60.0,
     ) -> None:
+        require("psycopg", "PostgresSink")  # one line, before Spark starts, if the extra is missing
         self.dsn = str(dsn)
         quote_name(table)
         self.table = table

@@ -19,6 +19,7 @@ from typing import Any
 
 from ...config import check_int, check_name
 from ...errors import EpochalError
+from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.sink import EpochOutput, LogSink, Target
 from .client import connect, transient_errors
@@ -54,6 +55,7 @@ class RedisStreamSink(LogSink):
         prefix: str = "epochal:commits",
         unavailable_timeout: float = 60.0,
     ) -> None:
+        require("redis", "RedisStreamSink")  # one line, before Spark starts, if the extra is missing
         super().__init__(format, stream, name=name, unavailable_timeout=unavailable_timeout)
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url: a redis:// URL, got {url!r}")

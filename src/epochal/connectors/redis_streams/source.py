@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from ...config import check_name
+from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.source import LogSource
 from .client import RedisStreamClient, transient_errors
@@ -56,6 +57,7 @@ class RedisStreamSource(LogSource):
         poll_interval: float = 0.02,
         unavailable_timeout: float = 60.0,
     ) -> None:
+        require("redis", "RedisStreamSource")  # one line, before Spark starts, if the extra is missing
         super().__init__(format, start=start, bounded=bounded, discover=discover, group=group,
                          acknowledge=acknowledge, metadata=metadata, poll_interval=poll_interval,
                          unavailable_timeout=unavailable_timeout)

@@ -176,7 +176,10 @@ class JobControl:
         return ticket
 
     def _ended(self, kind: str) -> EpochalError:
-        return EpochalError(f"job {self._status.job!r} has ended; nothing to {kind}")
+        status = self._status
+        if status.state is JobState.FAILED and status.failures:  # the cause, not only the consequence
+            return EpochalError(f"job {status.job!r} failed ({status.failures[-1]}); nothing to {kind}")
+        return EpochalError(f"job {status.job!r} has ended ({status.state.value}); nothing to {kind}")
 
     # -- metrics (runtime.metrics) ----------------------------------------------------------------
     def publish_metrics(self, metrics: JobMetrics) -> None:

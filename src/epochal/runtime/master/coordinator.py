@@ -44,6 +44,7 @@ from ..wire.messages import (
     TriggerCheckpoint,
 )
 from .enumerator import SplitEnumerators
+from .job_counts import Base, checkpoint_counts
 from .patches import PatchLog
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,9 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.awaiting
 
-    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (),
+    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (), base: Base = None,
                  patches: tuple[PatchState, ...] = ()) -> Manifest:
+        """The manifest of this checkpoint; `base`: the counts the attempt restored (`job_counts`)."""
         started = time.thread_time()
         by_uid: dict[str, list[SubtaskState]] = {}
         merged: dict[str, FileHandle] = {}
@@ -131,12 +133,13 @@ class PendingCheckpoint:
             routing=self.routing,
             merged=tuple(merged[path] for path in sorted(merged)),
             coordinator_ms=(self.cpu_s + time.thread_time() - started) * 1000,
+            counts=checkpoint_counts(job, base, (a.counts for a in self.acks.values())),
             patches=patches,
         )
 
     def complete(self, manifest: Manifest) -> CompletedCheckpoint:
         assert self.is_fully_acknowledged, "a checkpoint completes only when every task acknowledged"
-        return CompletedCheckpoint(self.checkpoint_id, manifest)
+        return CompletedCheckpoint(self.checkpoint_id, manifest, {t: a.counts for t, a in self.acks.items()})
 
     def abort(self, reason: AbortReason, detail: str = "") -> AbortedCheckpoint:
         return AbortedCheckpoint(self.checkpoint_id, reason, detail)
@@ -198,6 +201,7 @@ class CheckpointCoordinator:
         self.tasks = job.task_ids()
         self.sources = {t for t in self.tasks if job.vertex(t.vertex).is_source}
         self.ended: set[TaskId] = set()
+        self.in_flight: set[TaskId] = set()  # ended tasks whose async requests have not all left
         self.pending: dict[int, PendingCheckpoint] = {}
         self.completed: list[CompletedCheckpoint] = []
         self.aborted: list[AbortedCheckpoint] = []
@@ -214,6 +218,7 @@ class CheckpointCoordinator:
         # and all of them by path (what every pending checkpoint looks segments up in)
         self._merged_of: dict[int, dict[str, FileHandle]] = {}
         self._merged_known: dict[str, FileHandle] = {}
+        self.counts_base: Base = {}  # the whole job's counts at the restored checkpoint (`job_counts`)
         self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     def remember_merged(self, manifest: Manifest | None) -> None:
@@ -309,6 +314,7 @@ class CheckpointCoordinator:
 
     # -- messages from tasks ---------------------------------------------------------------------
     def on_inputs_ended(self, message: InputsEnded) -> None:
+        (self.in_flight.add if message.in_flight else self.in_flight.discard)(message.task)
         self.ended.add(message.task)
         if self.is_stopped:
             return
@@ -356,8 +362,8 @@ class CheckpointCoordinator:
     def _trigger_final(self) -> None:
         """Every task ended: the last checkpoint, once no key groups are on their way (a new owner
         must hold them when it snapshots)."""
-        if (len(self.ended) == len(self.tasks) and self.final_checkpoint is None and self.migrating is None
-                and not self.paused):
+        if (len(self.ended) == len(self.tasks) and not self.in_flight and self.final_checkpoint is None
+                and self.migrating is None and not self.paused):
             self.trigger(is_final=True)
 
     def on_acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
@@ -383,7 +389,7 @@ class CheckpointCoordinator:
             if self.enumerators is not None:
                 split_logs = self.enumerators.persist(self.storage, pending.checkpoint_id, pending.split_marks)
             patches = self.patches.persist(self.storage, pending.checkpoint_id, pending.patch) if self.patches else ()
-            manifest = pending.manifest(self.job, split_logs, patches)
+            manifest = pending.manifest(self.job, split_logs, self.counts_base, patches)
             if self.storage is not None:
                 self.storage.write_manifest(manifest)
         except CheckpointError as exc:

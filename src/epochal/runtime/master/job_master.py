@@ -8,6 +8,10 @@ numbers the attempts and the checkpoint ids they continue from; and keeps the ch
 history, live progress and metrics (`metrics_collector`, published into the `JobControl` for the
 endpoint) and the `JobResult`. Its parts: the `FailureManager` decides what a failed attempt
 restarts from, the `CommandDesk` sees commands through, `Migrations` moves key groups live.
+Every checkpoint an attempt restores is verified, every byte, before the attempt's tasks start
+(`restore_point`), so a corrupt one is refused before a sink commits anything it holds. The
+`JobResult` and the progress count the whole job (`job_counts`: counts ride in checkpoints);
+the run's history stays in the checkpoint directory (`history`).
 
 A host keeps only what differs: how tasks are launched and how their messages travel.
 """
@@ -20,34 +24,50 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-from ...errors import JobCancelledError, JobFailedError, NoCheckpointError
+from ...errors import JobCancelledError, JobFailedError
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
 from ...state.manifest import Manifest
-from ...state.savepoints import adopt, resolve
 from ...state.storage import CheckpointStorage
-from ..channel_state import check_in_flight
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
 from ..clock import Clock
 from ..commands import Move, Ticket
-from ..metrics import METRICS_SHARE, TaskMetrics
+from ..metrics import METRICS_SHARE, JobMetrics, TaskMetrics
 from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
 from ..routing import routing_for
-from ..wire.messages import AcknowledgeCheckpoint, KeyGroupsAdopted, KeyGroupsPrepared, PatchStaged, StateAnswer
+from ..wire.messages import (
+    AcknowledgeCheckpoint,
+    KeyGroupsAdopted,
+    KeyGroupsPrepared,
+    OperatorMetrics,
+    PatchStaged,
+    StateAnswer,
+)
 from .attempt import Attempt
+from .attempt_counts import AttemptCounts
 from .command_desk import CommandDesk, RescaleByRestore
 from .control import JobControl, JobState
 from .enumerator import SplitEnumerators
 from .failure_manager import FailureManager
+from .history import JobHistory
+from .job_counts import endpoints
 from .metrics_collector import MetricsCollector
 from .migrations import Migrations
 from .patches import PatchLog
+from .progress_view import progress_view
 from .recovery import recovery_plan
-from .start_checks import check_sinks, check_sources, checkpoints_to_clear, clear_checkpoints
+from .restore_point import start_point
+from .start_checks import (
+    check_checkpoint_directory,
+    check_picklable,
+    check_sinks,
+    check_sources,
+    checkpoints_to_clear,
+    clear_checkpoints,
+)
 from .survivors import SurvivorPlan, survivor_plan
 
 log = logging.getLogger(__name__)
-
 
 
 class JobMaster:
@@ -66,6 +86,8 @@ class JobMaster:
             control endpoint's); a private one when None.
         attempts_before: attempts the run had before this job master took over (a rescale in
             place); its attempts are numbered after them.
+        ships: how the host ships the job to other processes (Spark's cloudpickle): every
+            operator is pickled with it first, so one that does not pickle fails here, named.
 
     Raises:
         NoCheckpointError: `from_checkpoint` names nothing restorable, or the job has no
@@ -82,6 +104,7 @@ class JobMaster:
         progress: Callable[[JobProgress], None] | None = None,
         control: JobControl | None = None,
         attempts_before: int = 0,
+        ships: Callable[[object], bytes] | None = None,
     ) -> None:
         self.job = job
         self.clock = clock
@@ -93,20 +116,30 @@ class JobMaster:
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
+        if ships is not None:  # a host that ships operators to other processes: each must pickle
+            check_picklable(job, ships)
         filesystem = job.config.checkpoint.filesystem
         self.storage = CheckpointStorage(directory, filesystem=filesystem) if directory else None
+        if self.storage is not None:
+            check_checkpoint_directory(self.storage)
         self.control.checkpoint_directory = directory
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
         self.commands = CommandDesk(job, self.control, self.storage, self.migrations)
-        self.restore_from: Manifest | None = self._resolve(from_checkpoint)
+        start = None
+        if from_checkpoint is not None:  # every byte verified (`restore_point`)
+            start = start_point(self.storage, job, from_checkpoint, self.migrations.standby)
+            if start.adopted:  # a savepoint copied in: no older checkpoint of the directory is its ancestor
+                self._oldest_ancestor = start.manifest.checkpoint_id
+        self.restore_from: Manifest | None = start.manifest if start is not None else None
         self.patches = self.commands.patches = PatchLog(job, self.restore_from)  # live logic patches
         check_sinks(job, resuming)  # last check: a sink told to overwrite clears its output here
         if self.storage is not None:
             clear_checkpoints(self.storage, stale, job.name)
         started_from = self.restore_from.checkpoint_id if self.restore_from is not None else None
-        self.failure_manager = FailureManager(job, self.storage, started_from, self._oldest_ancestor)
+        self.failure_manager = FailureManager(job, self.storage, started_from, self._oldest_ancestor,
+                                              start.refused if start is not None else ())
         self.enumerators = SplitEnumerators(job, self.restore_from, self.storage)  # found splits, across attempts
         self.attempt: Attempt | None = None
         self.restored_from: list[int | None] = []
@@ -119,26 +152,9 @@ class JobMaster:
         self._progress_interval = math.inf if every is None else every / 2  # progress and metrics snapshots
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
+        self.history = JobHistory.of(self.control, self.storage)  # kept in the checkpoint directory
         self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
-
-    def _resolve(self, from_checkpoint: str | int | None) -> Manifest | None:
-        if from_checkpoint is None:
-            return None
-        if self.storage is None:
-            raise NoCheckpointError("from_checkpoint needs CheckpointConfig(directory=...)")
-        manifest = resolve(self.storage, from_checkpoint)
-        check_in_flight(manifest, self.job)
-        table = manifest.routing
-        if table is not None and self.migrations.standby and table.active != self.job.parallelism:
-            # the job was rescaled live since; it starts at the parallelism it is given now
-            log.info("job %r: checkpoint %d ran at parallelism %d; starting at %d", self.job.name,
-                     manifest.checkpoint_id, table.active, self.job.parallelism)
-            manifest = dataclasses.replace(manifest, routing=None)
-        if manifest.is_savepoint:  # tasks restore by id from the job's own storage
-            manifest = adopt(self.storage, manifest)
-            self._oldest_ancestor = manifest.checkpoint_id
-        log.info("job %r restores checkpoint %d", self.job.name, manifest.checkpoint_id)
-        return manifest
+        self.counts = AttemptCounts(job)  # what the attempt's counts go on from: the whole job's
 
     # -- attempts --------------------------------------------------------------------------------
     def start_attempt(self, send: Callable[[TaskId, object], None]) -> Attempt:
@@ -161,6 +177,7 @@ class JobMaster:
         )
         routing = self.attempt.coordinator.routing = routing_for(self.job, self.restore_from)
         self.attempt.coordinator.remember_merged(self.restore_from)
+        self.attempt.coordinator.counts_base = self.counts.attempt_started(self.restore_from)
         self.migrations.send = self.attempt.send
         self.commands.attempt_started(self.attempt)
         self.metrics.attempt_started()
@@ -196,10 +213,15 @@ class JobMaster:
         self.metrics.attempt_failed(attempt, cause)
         try:
             self.failure_manager.failed(cause, attempt, self.restore_from)
-        except JobFailedError:
+        except JobFailedError as error:
+            self.control.publish_metrics(self.metrics.snapshot((), attempt))  # with this failure
+            self._final_report(JobState.FAILED)
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
+            self._archive(str(error))
             raise
+        self.control.publish_metrics(self.metrics.snapshot((), attempt))
         self.control.publish(state=JobState.RESTARTING, restarts=self.restarts, failures=tuple(self.failures))
+        self._archive()
         self.clock.sleep(self.job.config.restart.delay)
         self.restore_from = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.checkpoints})
 
@@ -245,6 +267,7 @@ class JobMaster:
         except JobFailedError:
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
             raise
+        attempt.coordinator.counts_base = self.counts.survivors_restored(restore, lost)
         self.restore_from = restore
         self.commands.stop("a worker was lost")
         self.worker_lost(lost)
@@ -289,7 +312,9 @@ class JobMaster:
             if self.attempt is not None:
                 self.attempt.stop()
             log.warning("job %r: cancelled", self.job.name)
+            self._final_report(JobState.CANCELLED)
             self.control.publish(state=JobState.CANCELLED)
+            self._archive(f"job {self.job.name!r} was cancelled")
             raise JobCancelledError(self.job.name)
         try:
             self.commands.poll()
@@ -314,9 +339,11 @@ class JobMaster:
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self.counts.checkpoint_completed(checkpoint)
         self.patches.completed(checkpoint.manifest)
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
+        self._archive(often=True)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         if self.attempt is not None:
             self.migrations.completed(checkpoint, self.attempt.send, self.attempt.coordinator)
@@ -348,17 +375,25 @@ class JobMaster:
         metrics = self.metrics.snapshot(tasks(), attempt)
         self._progress_cost = time.monotonic() - at
         self.control.publish_metrics(metrics)
+        self._report(metrics)
+
+    def _report(self, metrics: JobMetrics, state: JobState | None = None) -> None:
+        """Tell the progress display (the whole job's counts, `progress_view`); `state` for the
+        last report, as the job ends: a display's last frame is the end, not a second before it."""
         if self.progress is not None:
-            newest = self.checkpoints[-1] if self.checkpoints else None
-            lags = [op.watermark_lag_s for op in metrics.operators if op.watermark_lag_s is not None]
-            marks = [op.watermark for op in metrics.operators if math.isfinite(op.watermark)]
-            status = self.control.status()
-            self.progress(JobProgress(
-                metrics.records_in, metrics.records_out, len(self.checkpoints),
-                newest.duration_ms if newest else None, self.restarts, metrics.in_rate,
-                max(lags) if lags else None, min(marks) if marks else None,
-                newest.checkpoint_id if newest else None, self.job.name, status.state.value, self.control.web_url,
-            ))
+            self.progress(progress_view(self.job, metrics, self.counts.base, self.checkpoints, self.restarts,
+                                        (state or self.control.status().state).value, self.control.web_url))
+
+    def _final_report(self, state: JobState) -> None:
+        metrics = self.control.metrics()
+        if metrics is not None:
+            self._report(metrics, state)
+
+    def _archive(self, summary: str | None = None, often: bool = False,
+                 operators: tuple[OperatorMetrics, ...] = ()) -> None:
+        """Keep the job's status and metrics in its history (`history`), if it has a directory."""
+        if self.history is not None:
+            self.history.record(self.control, summary, often=often, operators=operators)
 
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
@@ -366,12 +401,24 @@ class JobMaster:
         self.commands.stop("the job finished")  # a move waiting for tasks that finished, say
         final = {task: m.metrics for task, m in self.attempt.finished.items()}
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
+        self._final_report(JobState.FINISHED)
         self.control.publish(state=JobState.FINISHED)
-        return JobResult(
+        whole, since = self.counts.result(merge_metrics([m.metrics for m in self.attempt.finished.values()]),
+                                          self.restore_from)
+        sources, sinks = endpoints(self.job)
+        result = JobResult(
             self.job.name,
             self.restarts,
             tuple(self.checkpoints),
-            merge_metrics([m.metrics for m in self.attempt.finished.values()]),
+            whole,
             tuple(self.failures),
             tuple(self.restored_from),
+            operators_since=since,
+            since_checkpoint=self.restore_from.checkpoint_id if self.restore_from is not None else None,
+            counts_whole=self.counts.base is not None,
+            refused=tuple(self.failure_manager.refused_reasons),
+            sources=sources,
+            sinks=sinks,
         )
+        self._archive(result.summary(), operators=result.operators)
+        return result

@@ -16,13 +16,18 @@ too, once, before Spark: `auto_start` answers the latest complete checkpoint, or
 start, which then passes every check above.
 
 Sources and sinks check themselves (`Source.check`, `Sink.check`); the runtime calls the hooks
-by name, since the job graph holds sources and sinks as plain objects.
+by name, since the job graph holds sources and sinks as plain objects. The checkpoint directory
+must take a file (`check_checkpoint_directory`): one that exists but refuses writes would
+otherwise fail the first checkpoint, an interval into the job, and every restart after it. On
+Spark every operator must pickle (`check_picklable`): the stage ships them to its workers, and a
+function that does not pickle (a lambda holding a lock) fails every launch the same way.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...errors import CheckpointError, EpochalError, NoCheckpointError
@@ -39,6 +44,43 @@ def check_sources(job: JobGraph) -> None:
     """Every source's `check()`: its input is there and readable."""
     for name, source in _connectors(job, SourceSpec, "source"):
         _call(name, "source", source.check)
+
+
+def check_checkpoint_directory(storage: CheckpointStorage) -> None:
+    """The checkpoint directory takes a file: one is written and deleted.
+
+    Raises:
+        CheckpointError: naming the directory and the filesystem's reason.
+    """
+    probe = f".epochal-write-check-{uuid.uuid4().hex}"
+    try:
+        storage.write(probe, b"")
+    except CheckpointError as exc:
+        where = storage.uri if "://" in storage.uri else storage.root
+        reason = exc.__cause__ if exc.__cause__ is not None else exc
+        raise CheckpointError(f"checkpoint directory {where} is not writable ({reason}): the job could not "
+                              "checkpoint; fix its permissions or choose another (--checkpoint-dir)") from exc
+    storage.delete_file(probe)
+
+
+def check_picklable(job: JobGraph, dumps: Callable[[Any], Any]) -> None:
+    """Every operator of `job` (its functions, sources and sinks) pickles with `dumps` (Spark's
+    cloudpickle): the Spark host ships the job graph to its workers.
+
+    Raises:
+        EpochalError: naming the first operator that does not pickle, and why.
+    """
+    for vertex in job.vertices:
+        for spec in vertex.chain:
+            try:
+                dumps(spec)
+            except Exception as exc:  # noqa: BLE001 - any pickling failure is the user's object
+                raise EpochalError(
+                    f"operator {spec.name!r} cannot be sent to Spark's workers: it does not pickle "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); a function it runs "
+                    "holds something that cannot be copied to another process (a lock, an open file, a "
+                    "connection): create that inside the function, or in open() of a process function"
+                ) from exc
 
 
 def check_sinks(job: JobGraph, resuming: bool) -> None:
@@ -103,7 +145,8 @@ def checkpoints_to_clear(storage: CheckpointStorage, job: JobGraph) -> list[int]
         raise CheckpointError(
             f"checkpoint directory {where} already holds complete checkpoints of an earlier run "
             f"(latest: {latest}, {storage.checkpoint_dir_name(latest)}); resume it with "
-            'from_checkpoint="latest" (epochal run --from-checkpoint latest), or start over with '
+            'from_checkpoint="latest" (epochal run --from-checkpoint latest), or let every run resume '
+            'by itself with CheckpointConfig(resume="auto") (or --from-checkpoint auto), or start over with '
             'CheckpointConfig(existing="overwrite") or another checkpoint directory'
         )
     return storage.checkpoint_ids()

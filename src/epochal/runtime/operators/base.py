@@ -30,6 +30,7 @@ from ..clock import Clock
 from ..wire.batches import batch_len, to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, SourceOrigin
+from .lifecycle import RuntimeContext, UserFunctions
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,12 @@ class RuntimeOperator:
     """Base of the running operators; the defaults are those of a stateless operator."""
 
     generates_watermarks = False  # watermarks from upstream stop here; see `take_watermark`
+    is_async = False  # results come later, polled by the chain (`async_io.AsyncWaitOperator`)
     late_records = 0  # records too late for their windows (window operators count them)
     skipped_records = 0  # records user code failed on, dropped under on_error=SKIP
     on_error = OnError.FAIL  # operators that run user code take theirs from the spec
     _rejected = False  # a record was skipped or dead-lettered here (logged once)
+    functions: UserFunctions | None = None  # the user's rich functions and operator state (`lifecycle`)
 
     def __init__(self, spec: OperatorSpec) -> None:
         self.name = spec.name
@@ -72,6 +75,18 @@ class RuntimeOperator:
 
     def open(self, ctx: OperatorContext) -> None:
         self.ctx = ctx
+
+    def start(self, states: list[Any]) -> None:
+        """Once after `open` and `restore`: the user's functions get their operator state (the
+        part of every old subtask's `states` this subtask takes) and open."""
+        functions = self.functions
+        if functions is not None:
+            functions.restore(self.ctx, states)
+            functions.open(RuntimeContext(self.name, self.ctx, functions.store))
+
+    def operator_state(self, checkpoint_id: int) -> Any:
+        """The user functions' operator state for a snapshot (`OperatorSnapshot.state`)."""
+        return self.functions.snapshot(checkpoint_id) if self.functions is not None else None
 
     def process(self, batch: Batch) -> Batch | None:
         return batch
@@ -104,7 +119,7 @@ class RuntimeOperator:
         return None
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        return OperatorSnapshot()
+        return OperatorSnapshot(state=self.operator_state(checkpoint_id))
 
     def on_snapshot_written(self, checkpoint_id: int, written: SubtaskState | None) -> None:
         """The asynchronous part wrote this operator's snapshot (None: nothing was written, or
@@ -122,7 +137,8 @@ class RuntimeOperator:
         `gained`'s state; others have nothing to do."""
 
     def close(self) -> None:
-        pass
+        if self.functions is not None:
+            self.functions.close()
 
     # -- bad records -------------------------------------------------------------------------
     def position(self) -> dict[str, Any] | None:

@@ -28,9 +28,9 @@ import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...errors import OperatorError
 from ...plan.specs import OnError
 from ...plan.two_inputs import BroadcastProcessSpec
+from ...state.operator_state import with_operator_lists
 from ..wire.batches import to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
@@ -194,7 +194,6 @@ class BroadcastProcessOperator(CoProcessOperator):
         RuntimeOperator.open(self, ctx)
         self.cctx = DataContext(self)
         self.bctx = BroadcastContext(self)
-        _open_function(self, self.cctx)
 
     def process(self, batch: Batch) -> Batch | None:
         return self._run(batch, self.function.process_element)
@@ -203,7 +202,8 @@ class BroadcastProcessOperator(CoProcessOperator):
         return _run_broadcast(self, batch, self.bctx)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        return OperatorSnapshot(state=self.broadcast.snapshot())
+        lists = self.operator_state(checkpoint_id)
+        return OperatorSnapshot(state=with_operator_lists(self.broadcast.snapshot(), lists))
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         self.broadcast.restore(states, self.ctx.subtask, self.ctx.parallelism)
@@ -238,21 +238,12 @@ class KeyedBroadcastProcessOperator(KeyedProcessOperator):
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         keyed = super().snapshot(checkpoint_id)
-        return OperatorSnapshot(keyed=keyed.keyed, state=self.broadcast.snapshot())
+        return OperatorSnapshot(keyed=keyed.keyed, state=with_operator_lists(self.broadcast.snapshot(), keyed.state))
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
         if states:
             self.broadcast.restore(states, self.ctx.subtask, self.ctx.parallelism)
-
-
-def _open_function(op: Any, ctx: Any) -> None:
-    opener = getattr(op.function, "open", None)
-    if opener is not None:
-        try:
-            opener(ctx)
-        except Exception as exc:
-            raise OperatorError(op.name, "<open>", exc) from exc
 
 
 __all__ = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import OperatorError
 from ...plan.specs import OnError
 from ...plan.two_inputs import BroadcastProcessSpec, CoProcessSpec, KeyedCoProcessSpec
 from ..watermarks import NO_WATERMARK
@@ -21,6 +20,7 @@ from ..wire.batches import to_records
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, RuntimeOperator, extend
+from .lifecycle import UserFunctions
 from .process import KeyedProcessOperator
 from .side_outputs import SideOutputs, with_side
 
@@ -51,6 +51,19 @@ class CoContext:
         """The index of this subtask, in `[0, parallelism)`."""
         return self._op.ctx.subtask
 
+    @property
+    def parallelism(self) -> int:
+        """How many subtasks the operator runs."""
+        return self._op.ctx.parallelism
+
+    def operator_list_state(self, name: str, mode: Any = "split") -> Any:
+        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        functions = self._op.functions
+        assert functions is not None
+        return functions.store.list_state(name, mode)
+
     def current_watermark(self) -> float:
         """The operator's event time: the minimum of both inputs' watermarks."""
         return self._op.watermark
@@ -72,16 +85,18 @@ class CoProcessOperator(RuntimeOperator):
         self.on_error = spec.on_error
         self.side = SideOutputs(spec.side_outputs, spec.name)
         self.watermark = NO_WATERMARK
+        self.functions = UserFunctions(self.name, [self.function])
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.cctx = CoContext(self)
-        opener = getattr(self.function, "open", None)
-        if opener is not None:
-            try:
-                opener(self.cctx)
-            except Exception as exc:
-                raise OperatorError(self.name, "<open>", exc) from exc
+
+    def start(self, states: list[Any]) -> None:
+        """The function opens (`open(ctx)`, once per subtask) with its operator lists restored."""
+        functions = self.functions
+        assert functions is not None
+        functions.restore(self.ctx, states)
+        functions.open(self.cctx)
 
     def on_watermark(self, watermark: float) -> Batch | None:
         self.watermark = max(self.watermark, watermark)

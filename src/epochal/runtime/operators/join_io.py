@@ -18,15 +18,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...errors import OperatorError, RecordError
+from ...errors import RecordError
 from ...plan.specs import OnError
 from ...plan.two_inputs import LATE_TAGS, JoinInput, JoinOutput, JoinSpec, JoinType
+from ...state.operator_state import with_operator_lists
 from ..keys import batch_keys
 from ..wire.batches import columns_of
 from ..wire.elements import Batch
 from .bad_records import DeadLetter
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, extend, timed_rows
 from .keyed import KeyedOperator
+from .lifecycle import UserFunctions
 from .side_outputs import SideOutputs
 from .timers import KeyedTimers, TimeDomain
 
@@ -49,6 +51,24 @@ class JoinContext:
 
     def current_watermark(self) -> float:
         return self._op.watermark
+
+    @property
+    def subtask(self) -> int:
+        """The index of this subtask, in `[0, parallelism)`."""
+        return self._op.ctx.subtask
+
+    @property
+    def parallelism(self) -> int:
+        """How many subtasks the operator runs."""
+        return self._op.ctx.parallelism
+
+    def operator_list_state(self, name: str, mode: Any = "split") -> Any:
+        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        functions = self._op.functions
+        assert functions is not None
+        return functions.store.list_state(name, mode)
 
     def output(self, tag: Any, record: Any) -> None:
         """Send `record` to the side output `tag` (an `OutputTag`)."""
@@ -79,6 +99,8 @@ class JoinOperator(KeyedOperator):
         self.how = spec.output.how
         self.semi = spec.output.how is JoinType.SEMI
         self.jctx = JoinContext(self)
+        if spec.output.process:  # a ProcessJoinFunction's open, snapshot_state and close
+            self.functions = UserFunctions(self.name, [spec.output.function])
         self._letters: list[DeadLetter] = []
         function = spec.output.function
         self.schema = spec.output.schema if function is None else None
@@ -95,11 +117,19 @@ class JoinOperator(KeyedOperator):
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.timers = KeyedTimers(self.backend)
-        self.open_function()
+
+    def start(self, states: list[Any]) -> None:
+        """The user's function opens (`open(ctx)`, once per subtask), its operator lists restored."""
+        if self.functions is not None:
+            self.functions.restore(self.ctx, states)
+            self.functions.open(self.jctx)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        """Keyed state, and the watermark: a record is late by it, and the state was cleaned by it."""
-        return OperatorSnapshot(keyed=super().snapshot(checkpoint_id).keyed, state={_WATERMARK: self.watermark})
+        """Keyed state, and the watermark: a record is late by it, and the state was cleaned by it
+        (beside the operator lists of a rich function)."""
+        taken = super().snapshot(checkpoint_id)
+        return OperatorSnapshot(keyed=taken.keyed, state=with_operator_lists({_WATERMARK: self.watermark},
+                                                                             taken.state))
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         """Keyed state and timers; and the watermark the state was cleaned by, so a record late
@@ -212,14 +242,6 @@ class JoinOperator(KeyedOperator):
             out.extend(self._letters)
             self._letters = []
         return out or None
-
-    def open_function(self) -> None:
-        opener = getattr(self.output.function, "open", None) if self.output.process else None
-        if opener is not None:
-            try:
-                opener(self.jctx)
-            except Exception as exc:
-                raise OperatorError(self.name, "<open>", exc) from exc
 
 
 def _plain_pair(left: Any, right: Any, out: list[Any]) -> None:

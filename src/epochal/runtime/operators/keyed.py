@@ -19,6 +19,7 @@ from ..keys import batch_keys
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, RuntimeOperator
+from .lifecycle import UserFunctions, rich_functions
 
 
 class KeyedOperator(RuntimeOperator):
@@ -31,7 +32,7 @@ class KeyedOperator(RuntimeOperator):
         )
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        return OperatorSnapshot(keyed=self.backend.snapshot(checkpoint_id))
+        return OperatorSnapshot(keyed=self.backend.snapshot(checkpoint_id), state=self.operator_state(checkpoint_id))
 
     def on_snapshot_written(self, checkpoint_id: int, written: SubtaskState | None) -> None:
         self.backend.on_snapshot_written(checkpoint_id, None if written is None else written.keyed_chain())
@@ -56,9 +57,12 @@ class KeyedOperator(RuntimeOperator):
         return self.backend.entries(key)
 
     def close(self) -> None:
-        backend = getattr(self, "backend", None)
-        if backend is not None:
-            backend.close()
+        try:
+            super().close()
+        finally:
+            backend = getattr(self, "backend", None)
+            if backend is not None:
+                backend.close()
 
 
 class KeyedReduceOperator(KeyedOperator):
@@ -76,6 +80,8 @@ class KeyedReduceOperator(KeyedOperator):
         self.fn = spec.fn
         self.key = spec.key
         self.on_error = spec.on_error
+        if rich := rich_functions(spec.fn):
+            self.functions = UserFunctions(self.name, rich)
         self.per_epoch = spec.emit == "on_checkpoint"
         self._unemitted: dict[Any, None] = {}  # keys changed this epoch, in order
 

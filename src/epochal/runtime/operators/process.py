@@ -1,5 +1,11 @@
 """The keyed process operator: a user's `KeyedProcessFunction` with keyed state and timers.
 
+Lifecycle (Flink's rich function and `CheckpointedFunction`): the function's `open(ctx)` runs
+once per subtask after keyed and operator state were restored, `snapshot_state` at each
+checkpoint, `close()` at the end. When its input ends, event-time timers fire with the last
+watermark; processing-time timers still pending fire then too (`timers_at_end="fire"`) or are
+handed to `on_end_of_input` (`"report"`), which runs once per subtask either way.
+
 Under `on_error="skip"` or `"dead_letter"` a record (or a timer) the function fails on is
 skipped or dead-lettered; what the function emitted for it is dropped, but state it changed
 before it raised stays changed (as in Flink: state is not transactional per record).
@@ -10,19 +16,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...errors import OperatorError
 from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
 from ...plan.two_inputs import BroadcastProcessSpec, KeyedCoProcessSpec
 from ...state.handles import ListState, MapState, ValueState
+from ...state.operator_state import OperatorListState
+from ...state.ttl import StateKind, StateTtlConfig, TtlListState, TtlMapState, TtlValueState
+from ...state.ttl_cleanup import TtlStates
 from ..keys import batch_keys
 from ..watermarks import END_OF_TIME, NO_WATERMARK
 from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
-from .base import OperatorContext, extend
+from .base import OperatorContext, OperatorSnapshot, extend
 from .keyed import KeyedOperator
+from .lifecycle import UserFunctions
 from .side_outputs import SideOutputs, with_side
-from .timers import KeyedTimers, TimeDomain
+from .timers import KeyedTimers, PendingTimer, TimeDomain
 
 H = TypeVar("H")  # a state handle
 
@@ -61,6 +70,7 @@ class ProcessContext:
         self._states: dict[str, Any] = {}
         self._timers = Timers(operator.timers)
         self._time_domain: TimeDomain | None = None  # of the timer firing, in `on_timer`
+        self._keyless = False  # in `on_end_of_input`: no current key
         self._side = operator.side
 
     def output(self, tag: Any, record: Any) -> None:
@@ -79,12 +89,25 @@ class ProcessContext:
 
     @property
     def key(self) -> Any:
-        """The key of the record (or timer) being processed."""
-        return self._backend.current_key
+        """The key of the record (or timer) being processed; None in `on_end_of_input`."""
+        return None if self._keyless else self._backend.current_key
 
     @property
     def subtask(self) -> int:
         return self._op.ctx.subtask
+
+    @property
+    def parallelism(self) -> int:
+        """How many subtasks the operator runs."""
+        return self._op.ctx.parallelism
+
+    def operator_list_state(self, name: str, mode: Any = "split") -> OperatorListState[Any]:
+        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        functions = self._op.functions
+        assert functions is not None
+        return functions.store.list_state(name, mode)
 
     def _register(self, name: str, handle: H) -> H:
         if name.startswith("__"):
@@ -95,17 +118,33 @@ class ProcessContext:
         self._states[name] = handle
         return handle
 
-    def value_state(self, name: str, default: Any = None) -> ValueState[Any]:
-        """Register (or fetch) the keyed value state `name`."""
-        return self._register(name, ValueState(self._backend, name, default))
+    def value_state(self, name: str, default: Any = None, *, ttl: StateTtlConfig | None = None) -> ValueState[Any]:
+        """Register (or fetch) the keyed value state `name`; with `ttl`, its value expires."""
+        if ttl is None:
+            return self._register(name, ValueState(self._backend, name, default))
+        self._ttl(name, StateKind.VALUE, ttl)
+        return self._register(name, TtlValueState(self._backend, name, default, ttl, self._op.ctx.clock.now))
 
-    def list_state(self, name: str) -> ListState[Any]:
-        """Register (or fetch) the keyed list state `name`."""
-        return self._register(name, ListState(self._backend, name))
+    def list_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> ListState[Any]:
+        """Register (or fetch) the keyed list state `name`; with `ttl`, each element expires."""
+        if ttl is None:
+            return self._register(name, ListState(self._backend, name))
+        self._ttl(name, StateKind.LIST, ttl)
+        return self._register(name, TtlListState(self._backend, name, ttl, self._op.ctx.clock.now))
 
-    def map_state(self, name: str) -> MapState[Any, Any]:
-        """Register (or fetch) the keyed map state `name`."""
-        return self._register(name, MapState(self._backend, name))
+    def map_state(self, name: str, *, ttl: StateTtlConfig | None = None) -> MapState[Any, Any]:
+        """Register (or fetch) the keyed map state `name`; with `ttl`, each entry expires."""
+        if ttl is None:
+            return self._register(name, MapState(self._backend, name))
+        self._ttl(name, StateKind.MAP, ttl)
+        return self._register(name, TtlMapState(self._backend, name, ttl, self._op.ctx.clock.now))
+
+    def _ttl(self, name: str, kind: StateKind, ttl: object) -> None:
+        if not isinstance(ttl, StateTtlConfig):
+            raise TypeError(f"ttl must be a StateTtlConfig, got {ttl!r}")
+        if name.startswith("__"):
+            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        self._op.ttl.register(name, kind, ttl)
 
     def current_processing_time(self) -> float:
         return self._op.ctx.clock.now()
@@ -132,19 +171,52 @@ class KeyedProcessOperator(KeyedOperator):
         self.function = spec.function
         self.key = spec.keys[0] if isinstance(spec, KeyedCoProcessSpec) else spec.key
         self.on_error = spec.on_error
+        self.timers_at_end = getattr(spec, "timers_at_end", "report")  # two inputs: reported
         self.watermark = NO_WATERMARK
+        self.functions = UserFunctions(self.name, [self.function])
         self.side = SideOutputs(spec.side_outputs, spec.name)
 
     def open(self, ctx: OperatorContext) -> None:
         super().open(ctx)
         self.timers = KeyedTimers(self.backend)
+        self.ttl = TtlStates(self.backend, ctx.clock.now)  # the states registered with a TTL
         self.pctx = self.context_type(self)
-        opener = getattr(self.function, "open", None)
-        if opener is not None:
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        """Keyed state (expired entries of TTL states left out of it) and operator state."""
+        keyed = self.backend.snapshot(checkpoint_id)
+        return OperatorSnapshot(keyed=self.ttl.filtered(keyed) if self.ttl else keyed,
+                                state=self.operator_state(checkpoint_id))
+
+    def start(self, states: list[Any]) -> None:
+        """The function opens with keyed and operator state restored (`open(ctx)` registers it)."""
+        functions = self.functions
+        assert functions is not None
+        functions.restore(self.ctx, states)
+        functions.open(self.pctx)
+
+    def end_input(self) -> Batch | None:
+        """The input ended (event-time timers fired with the last watermark): pending
+        processing-time timers fire or are reported, then `on_end_of_input` runs once."""
+        out: list[Any] = []
+        pending = self.timers.pending(TimeDomain.PROCESSING_TIME)
+        if pending and self.timers_at_end == "fire":  # as if the clock reached the last of them
+            fired = self._fire(TimeDomain.PROCESSING_TIME, pending[-1].timestamp)
+            extend(out, fired)
+            pending = self.timers.pending(TimeDomain.PROCESSING_TIME)  # what firing registered later
+        hook = getattr(self.function, "on_end_of_input", None)
+        letters: list[DeadLetter] = []
+        if hook is not None:
+            self.pctx._keyless = True
             try:
-                opener(self.pctx)
+                extend(out, _listed(hook(pending, self.pctx)))
             except Exception as exc:
-                raise OperatorError(self.name, "<open>", exc) from exc
+                self.reject("<end of input>", exc, letters)
+            finally:
+                self.pctx._keyless = False
+        if self.timers.next(TimeDomain.EVENT_TIME) is not None:  # registered just now: due at once
+            extend(out, self._fire(TimeDomain.EVENT_TIME, END_OF_TIME))
+        return with_letters(out or None, letters)
 
     # -- timers ----------------------------------------------------------------------------------
     def next_timer(self) -> float | None:
@@ -179,6 +251,7 @@ class KeyedProcessOperator(KeyedOperator):
         super().restore(keyed, states)
         self.timers.restore()
 
+
     # -- records ---------------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
         return self.run(batch, self.key, self.function.process_element)
@@ -207,6 +280,8 @@ class KeyedProcessOperator(KeyedOperator):
                 except Exception as exc:
                     del side.out[emitted:]  # what it emitted for the failed record is dropped
                     self.reject(record, exc, letters)
+        if self.ttl:  # expired entries of TTL states leave, a few per record (`state.ttl_cleanup`)
+            self.ttl.cleanup(len(records))
         if side.out:
             out.extend(side.take())
         if self.watermark == END_OF_TIME and self.timers.next(TimeDomain.EVENT_TIME) is not None:
@@ -216,3 +291,9 @@ class KeyedProcessOperator(KeyedOperator):
                 out.extend(fired)  # its dead letters too: letters need not come last
         return with_letters(out, letters)
 
+
+def _listed(produced: Any) -> list[Any] | None:
+    return list(produced) if produced is not None else None
+
+
+__all__ = ["KeyedProcessOperator", "PendingTimer", "ProcessContext", "Timers"]

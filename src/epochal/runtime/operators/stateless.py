@@ -19,6 +19,7 @@ from ..wire.elements import Batch
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, RuntimeOperator, batch_repr
 from .function_pool import FunctionPool
+from .lifecycle import UserFunctions, rich_functions
 
 
 class RecordFnOperator(RuntimeOperator):
@@ -30,6 +31,8 @@ class RecordFnOperator(RuntimeOperator):
         self.kind = spec.kind
         self.on_error = spec.on_error
         self._tolerant = spec.on_error is not OnError.FAIL
+        if rich := rich_functions(spec.fn):
+            self.functions = UserFunctions(self.name, rich)
         self.processes = spec.processes
         self.pool: FunctionPool | None = None
 
@@ -46,8 +49,11 @@ class RecordFnOperator(RuntimeOperator):
         self.processes = processes
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
+        try:
+            if self.pool is not None:
+                self.pool.close()
+        finally:
+            super().close()  # the rich function's close
 
     def process(self, batch: Batch) -> Batch | None:
         if self.pool is not None:
@@ -145,6 +151,8 @@ class MapBatchesOperator(RuntimeOperator):
         super().__init__(spec)
         self.fn = spec.fn
         self.on_error = spec.on_error
+        if rich := rich_functions(spec.fn):
+            self.functions = UserFunctions(self.name, rich)
 
     def process(self, batch: Batch) -> Batch | None:
         try:

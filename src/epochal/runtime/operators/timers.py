@@ -14,7 +14,7 @@ import heapq
 import itertools
 from collections.abc import Iterator
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...state.contract import KeyedStateBackend
 
@@ -24,6 +24,14 @@ class TimeDomain(Enum):
 
     EVENT_TIME = "event_time"
     PROCESSING_TIME = "processing_time"
+
+
+class PendingTimer(NamedTuple):
+    """A timer still registered when a keyed process function's input ended (`on_end_of_input`)."""
+
+    key: Any
+    timestamp: float
+    domain: TimeDomain
 
 
 _STATE = {TimeDomain.PROCESSING_TIME: "__timers__", TimeDomain.EVENT_TIME: "__event_timers__"}
@@ -71,6 +79,16 @@ class KeyedTimers:
                 continue  # deleted, or fired already
             self.delete(domain, ts)
             yield ts, key
+
+    def pending(self, domain: TimeDomain) -> list[PendingTimer]:
+        """Every timer of `domain` still registered, in time order (then key group order)."""
+        backend, name = self.backend, _STATE[domain]
+        out: list[tuple[float, int, PendingTimer]] = []
+        for key_group, key in list(backend.keys(name)):
+            backend.set_current_key(key, key_group)
+            out.extend((ts, key_group, PendingTimer(key, ts, domain)) for ts in backend.get(name, ()))
+        out.sort(key=lambda entry: (entry[0], entry[1]))
+        return [timer for _, _, timer in out]
 
     def restore(self) -> None:
         """Rebuild the heaps from the timers in the (restored) keyed state."""

@@ -1,10 +1,11 @@
 """What a window operator emits: its results, and the records too late for their windows.
 
 Results go out as `(key, window_start, window_end, result)` (with several named queries,
-`(key, query, window_start, window_end, result)`), or, when the input came as Arrow batches, as
-an Arrow batch with those columns; records too late for a window (dissertation §5.2: past the
-allowed lateness) as `LateRecord`s after the results, which `late_records()` keeps through a
-`SplitLateOperator` (or, if nobody asked, which are counted and dropped).
+`(key, query, window_start, window_end, result)`; `window_all` leaves the key out), or, when
+the input came as Arrow batches, as an Arrow batch with those columns; records too late for a
+window (dissertation §5.2: past the allowed lateness) as `LateRecord`s after the results,
+which `late_records()` keeps through a `SplitLateOperator` (or, if nobody asked, which are
+counted and dropped).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class WindowOutput:
     def __init__(self, spec: KeyedWindowSpec) -> None:
         self.key = spec.key
         self.named = spec.named
+        self.keyless = spec.keyless
         self.emit_late = spec.emit_late
         self.columnar = False  # Arrow in: results go out as Arrow batches
         self.arrow_results = spec.kind is not WindowFunctionKind.PROCESS  # until one does not fit
@@ -45,8 +47,13 @@ class WindowOutput:
         return self.columnar and self.arrow_results
 
     def add_windows(self, results: list[Any], key: Any, fired: list[FiredWindow]) -> None:
-        """One key's fired windows as result tuples."""
-        if self.named:
+        """One key's fired windows as result tuples (without the key for `window_all`)."""
+        if self.keyless:
+            if self.named:
+                results.extend((f.query, f.start, f.end, f.result) for f in fired)
+            else:
+                results.extend((f.start, f.end, f.result) for f in fired)
+        elif self.named:
             results.extend((key, f.query, f.start, f.end, f.result) for f in fired)
         else:
             results.extend((key, f.start, f.end, f.result) for f in fired)

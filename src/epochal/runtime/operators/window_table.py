@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...plan.specs import KeyedWindowSpec, WindowFunctionKind
+from ...plan.triggers import WindowTime
 from ...plan.windows import DeterministicWindow, Session
 from ...state.contract import KeyedStateBackend
 from ...state.keygroups import owned_key_group
@@ -47,7 +48,9 @@ def table_reduction(spec: KeyedWindowSpec) -> Reduction | None:
     """What a slice table would compute for this operator, or None if the operator needs the
     per-key stores (sessions, user-defined windows, other functions, keys or times by function)."""
     reduction = _REDUCTIONS.get(spec.kind)
-    if reduction is None or not isinstance(spec.key, str) or spec.event_time.fn is not None:
+    if reduction is None or not isinstance(spec.key, str) or spec.event_time is None or spec.event_time.fn is not None:
+        return None
+    if spec.trigger is not None or spec.time is not WindowTime.EVENT:
         return None
     if any(isinstance(q, (Session, DeterministicWindow)) for _, q in spec.queries):
         return None

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from ...errors import RecordError
 from ...plan.specs import KeyedWindowSpec, OnError, WindowFunctionKind
+from ...plan.time import EventTime
 from ...plan.windows import Window
 from ...state.keygroups import KeyGroups
 from ...state.sections import GroupCopies
@@ -43,6 +44,7 @@ from .aggregates.local_windows import weights_of
 from .bad_records import DeadLetter, with_letters
 from .base import OperatorContext, OperatorSnapshot, batch_timestamps, timed_rows
 from .keyed import KeyedOperator
+from .lifecycle import UserFunctions, rich_functions
 from .side_outputs import SideOutputs, context_args
 from .window_output import LateRecord, WindowOutput
 from .window_stores import STORE, StoreWindows
@@ -83,7 +85,8 @@ class KeyedWindowOperator(KeyedOperator):
         super().__init__(spec)
         self.spec = spec
         self.key = spec.key
-        self.event_time = spec.event_time
+        # outside event time records get their times elsewhere (`window_triggers`): a field never read
+        self.event_time = spec.event_time if spec.event_time is not None else EventTime(field=0)
         self.windowing = Windowing(dict(spec.queries), _aggregate(spec), spec.allowed_lateness)
         value = spec.value
         self.value_of = operator.itemgetter(value) if isinstance(value, (str, int)) else value
@@ -97,6 +100,8 @@ class KeyedWindowOperator(KeyedOperator):
             assert self._reduction is not None, "a combined window operator needs the columnar table"
             self._mode = WindowMode.TABLE
         self._table: TableWindows | None = None
+        if rich := rich_functions(spec.function):
+            self.functions = UserFunctions(self.name, rich)
         self.side = SideOutputs(spec.side_outputs, spec.name)  # a process function's `ctx.output`
         self._process_args = context_args(spec.function, self) if spec.kind is WindowFunctionKind.PROCESS else ()
 

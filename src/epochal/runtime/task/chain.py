@@ -9,6 +9,12 @@ Event time inside a chain: the last operator that generates watermarks (`assign_
 ends upstream event time there; past it, the chain runs on the watermarks it makes. A watermark
 reaches every operator from where it enters, in chain order, before it goes downstream, so what
 a window fires at it is ahead of it on every channel (dissertation §5.2.1).
+
+Async operators (`map_async`) emit outside every hook: their results arrive on the event loop,
+and the task polls them (`poll_async`) when `has_ready`. A watermark waits behind the records
+in flight before it (`hold_watermark`) and goes on from there when they have left; while one
+is full (`is_saturated`) the task reads no input; and the end of input waits at the first
+operator with requests in flight (`end_input` returns False, and resumes there when called again).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..operators import OperatorContext, RuntimeOperator
+from ..operators import AsyncWaitOperator, OperatorContext, RuntimeOperator
 from ..watermarks import END_OF_TIME, NO_WATERMARK, WatermarkAdvance
 from ..wire.batches import batch_len
 from ..wire.elements import Batch, Watermark
@@ -46,6 +52,10 @@ class OperatorChain:
         self.watermarks_seen = [NO_WATERMARK] * n  # per operator, for metrics
         # the last operator of the chain that generates watermarks (`assign_timestamps`), if any
         self.assigner = max((i for i, op in enumerate(operators) if op.generates_watermarks), default=None)
+        self.async_ops: list[tuple[int, AsyncWaitOperator]] = [
+            (i, op) for i, op in enumerate(operators) if isinstance(op, AsyncWaitOperator)
+        ]
+        self._end_from: int | None = None  # the end of input waits at this operator (in flight)
         # the operators that may set timers: a host asks for the next one before every step
         self._timed = [op for op in operators if type(op).next_timer is not RuntimeOperator.next_timer]
 
@@ -67,10 +77,12 @@ class OperatorChain:
              ) -> None:
         """Open every operator and restore it from what `restored` reads for it (keyed state by
         key group, operator states; `(None, [])` on a fresh start, when sinks clean up after a
-        failed run)."""
+        failed run); then the user's functions open, in chain order, their state restored."""
         for op in self.operators:
             op.open(ctx)
-            op.restore(*restored(op))
+            keyed, states = restored(op)
+            op.restore(keyed, states)
+            op.start(states)
 
     def close(self) -> None:
         for op in self.operators:
@@ -123,8 +135,11 @@ class OperatorChain:
         if start:  # the source or the assigner that generated it
             self.watermarks_seen[start - 1] = advance.timestamp
         for i in range(start, len(self.operators)):
+            op = self.operators[i]
+            if op.is_async and op.hold_watermark(advance):  # type: ignore[attr-defined]
+                return  # it goes on from there once the records before it left (`poll_async`)
             self.watermarks_seen[i] = advance.timestamp
-            self.emitted(i, self.operators[i].on_watermark(advance.timestamp))
+            self.emitted(i, op.on_watermark(advance.timestamp))
         self.output.broadcast(Watermark(advance.timestamp, advance.idle))
 
     def next_timer(self) -> float | None:
@@ -147,10 +162,50 @@ class OperatorChain:
         for i, op in enumerate(self.operators):
             self.emitted(i, op.pre_barrier(checkpoint_id))
 
-    def end_input(self) -> None:
-        """Flush each operator in chain order, so what one emits at the end reaches the next."""
-        for i, op in enumerate(self.operators):
-            self.emitted(i, op.end_input())
+    def end_input(self) -> bool:
+        """Flush each operator in chain order, so what one emits at the end reaches the next;
+        False if an async operator still has requests in flight: call again once they left."""
+        start = self._end_from or 0
+        for i in range(start, len(self.operators)):
+            op = self.operators[i]
+            if self._end_from != i:  # (not again for the operator it waited at)
+                self.emitted(i, op.end_input())
+            if op.is_async and op.has_pending():  # type: ignore[attr-defined]
+                self._end_from = i
+                return False
+        self._end_from = None
+        return True
+
+    @property
+    def ending(self) -> bool:
+        """Whether the end of input waits for an async operator's requests in flight."""
+        return self._end_from is not None
+
+    # -- async operators -------------------------------------------------------------------------
+    def has_ready(self) -> bool:
+        """Whether an async operator has results (or watermarks) to let go."""
+        for _, op in self.async_ops:
+            if op.has_ready():
+                return True
+        return False
+
+    def is_saturated(self) -> bool:
+        """Whether an async operator is full: the task reads no input until it is not."""
+        for _, op in self.async_ops:
+            if op.is_saturated():
+                return True
+        return False
+
+    def poll_async(self) -> None:
+        """Run what async operators let go through the rest of the chain, in their order."""
+        for i, op in self.async_ops:
+            if not op.has_ready():
+                continue
+            for item in op.take_ready():
+                if isinstance(item, WatermarkAdvance):
+                    self.advance_watermark(item, i + 1)
+                else:
+                    self.emitted(i, item)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         for op in self.operators:

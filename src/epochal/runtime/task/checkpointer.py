@@ -25,7 +25,7 @@ from ...state.keygroups import KeyGroups
 from ...state.manifest import FileHandle, TaskCheckpointStats
 from ...state.storage import CheckpointStorage
 from ..operators import OperatorSnapshot, RuntimeOperator
-from ..wire.messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorSubtaskState
+from ..wire.messages import AcknowledgeCheckpoint, DeclineCheckpoint, OperatorMetrics, OperatorSubtaskState
 from .snapshots import serialise_small_snapshots, write_task_snapshot
 
 if TYPE_CHECKING:
@@ -111,14 +111,19 @@ class SubtaskCheckpointer:
         if self.merger is not None:
             self.merger.register(task_id)
         self._barrier_ms: dict[int, float] = {}  # checkpoint → its trigger to this task's state fixed
+        self._counts: dict[int, tuple[OperatorMetrics, ...]] = {}  # checkpoint id → counts at its snapshot
 
     def barrier_reached(self, checkpoint_id: int, since_trigger_ms: float) -> None:
         """The task fixes its state for `checkpoint_id` now, this long after the trigger (the
         barrier's way here, fan-out and alignment: checkpoint statistics)."""
         self._barrier_ms[checkpoint_id] = since_trigger_ms
 
-    def snapshot(self, chain: Sequence[RuntimeOperator], checkpoint_id: int) -> Snapshots:
-        """The synchronous part: fix every operator's state (cheap, copy-on-write)."""
+    def snapshot(
+        self, chain: Sequence[RuntimeOperator], checkpoint_id: int, counts: tuple[OperatorMetrics, ...] = ()
+    ) -> Snapshots:
+        """The synchronous part: fix every operator's state (cheap, copy-on-write). `counts`, the
+        task's record counts at this point, go with the acknowledgement (`master.job_counts`)."""
+        self._counts[checkpoint_id] = counts
         return [(op.uid, op.snapshot(checkpoint_id)) for op in chain]
 
     def serialise_small(self, snapshots: Snapshots) -> None:
@@ -166,6 +171,7 @@ class SubtaskCheckpointer:
         """On the task's thread: operators learn their written state, then acknowledge (or decline)."""
         if self.is_closed:
             return
+        counts = self._counts.pop(result.checkpoint_id, ())
         if type(result) is SnapshotFailed:
             for op in self.chain:
                 op.on_snapshot_written(result.checkpoint_id, None)
@@ -183,7 +189,8 @@ class SubtaskCheckpointer:
             self.task_name, result.checkpoint_id, result.stats.bytes, result.stats.async_ms,
         )
         if not result.merged or self.merger is None:
-            self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats))
+            self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats,
+                                            counts=counts))
             return
 
         def release(merged: FileHandle | None, error: str | None) -> None:  # the merged file is in place
@@ -193,7 +200,7 @@ class SubtaskCheckpointer:
                 self.send(DeclineCheckpoint(self.task_id, result.checkpoint_id, f"writing state failed: {error}"))
                 return
             self.send(AcknowledgeCheckpoint(self.task_id, result.checkpoint_id, result.states, result.stats,
-                                            () if merged is None else (merged,)))
+                                            () if merged is None else (merged,), counts))
 
         self.merger.finished(result.checkpoint_id, self.task_id, release)
 
@@ -212,4 +219,5 @@ class SubtaskCheckpointer:
         log.info("%s: checkpoint %d declined: %s", self.task_name, checkpoint_id, reason)
         if self.merger is not None:
             self.merger.declined(checkpoint_id, self.task_id)
+        self._counts.pop(checkpoint_id, None)
         self.send(DeclineCheckpoint(self.task_id, checkpoint_id, reason))

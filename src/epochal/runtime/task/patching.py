@@ -20,6 +20,7 @@ from ...state.manifest import Manifest
 from ...state.savepoints import storage_for
 from ...state.storage import CheckpointStorage
 from ..operators import RuntimeOperator
+from ..operators.lifecycle import adopt_function
 from ..patches import check_function, load_function, patch_attribute
 from ..wire.messages import DropPatch, PatchStaged, StagePatch
 from .chain import OperatorChain
@@ -72,7 +73,9 @@ class TaskPatches:
         """A barrier carrying patch `patch_id` (and every one before) passes: switch to them."""
         for staged in sorted(p for p in self.staged if p <= patch_id):
             operator, attribute, function = self.staged.pop(staged)
+            old = getattr(operator, attribute)
             setattr(operator, attribute, function)
+            adopt_function(operator, old, function, opened=attribute == "function")
             log.info("%s: %s runs patch %d from this barrier on", self.task, operator.name, staged)
 
     def restore(self, manifest: Manifest, storage: CheckpointStorage | None) -> None:
@@ -83,4 +86,6 @@ class TaskPatches:
             if operator is None or attribute is None:
                 continue
             function = load_function(storage_for(manifest, storage).read_file(record.file))
+            old = getattr(operator, attribute)
             setattr(operator, attribute, function)
+            adopt_function(operator, old, function, opened=False)  # not open yet: `start` opens it

@@ -130,6 +130,7 @@ class Task:
         self.times = StepTimes()  # where the task's time goes: two clock reads per step, none per record
         self.last_checkpoint = 0
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
+        self._said_in_flight = False  # its inputs ended with async requests in flight (`_end_input`)
         self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
@@ -210,6 +211,9 @@ class Task:
         now = self.setup.clock.now()
         if timer is not None and timer <= now:
             return True
+        chain = self.chain
+        if chain.async_ops and (chain.has_ready() or chain.is_saturated() or chain.ending):
+            return chain.has_ready()  # results to let go; no input while one is full or ending
         if self.source is not None:
             return self.source.ready(now)
         return self.gate.readable() is not None
@@ -256,6 +260,15 @@ class Task:
         now = self.setup.clock.now()
         if timer is not None and timer <= now:
             self.chain.fire_timers(now)
+        chain = self.chain
+        if chain.async_ops:  # results of async I/O; no input while an operator is full
+            if chain.has_ready():
+                chain.poll_async()
+            if chain.ending:
+                self._end_input()
+                return
+            if chain.is_saturated():
+                return
         if self.source is not None:
             if not self.source.step(self.setup.batch_size):
                 self._end_input()
@@ -339,7 +352,11 @@ class Task:
             self.chain.advance_watermark(advance, 0)
 
     def _end_input(self) -> None:
-        self.chain.end_input()
+        if not self.chain.end_input():  # async requests in flight: a later step ends the input
+            if not self._said_in_flight:  # meanwhile no barrier reaches it: it is triggered directly
+                self._said_in_flight = True
+                self.setup.send(InputsEnded(self.id, in_flight=True))
+            return
         self.output.broadcast(END_OF_INPUT)
         self.state = TaskState.ENDED
         self.setup.send(InputsEnded(self.id))
@@ -401,7 +418,7 @@ class Task:
         started = time.perf_counter()
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
             self.chain.pre_barrier(barrier.checkpoint_id)
-        snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id)
+        snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id, self.metrics())
         if barrier.patch:  # a live patch takes effect for the records after this barrier
             self.patches.switch(barrier.patch)
         if self.state in (TaskState.RUNNING, TaskState.DRAINING):
@@ -423,7 +440,7 @@ class Task:
             ))
             if message.synchronous:
                 self.source.halt(message.checkpoint_id)
-        elif self.state in (TaskState.ENDED, TaskState.DRAINING):
+        elif self.state in (TaskState.ENDED, TaskState.DRAINING) or self.chain.ending:
             self._checkpoint(Barrier(
                 message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute,
                 patch=message.patch,

@@ -300,6 +300,27 @@ class Windowing:
             out.sort(key=lambda f: (f.end, f.start, order[f.query]))
         return out
 
+    def peek(self, store: SliceStore, watermark: float) -> list[FiredWindow]:
+        """The partial results of this key's windows not complete at `watermark` that hold
+        records, ordered by (end, start, query): an early firing (`Firing.EARLY`). Periodic
+        windows and sessions only (a user-defined window's records wait for the watermark)."""
+        out: list[FiredWindow] = []
+        if self.grid:
+            self.grid.peek(store, watermark, out)
+        if self.sessions:
+            self.sessions.peek(store, max(watermark, store.fired), out)
+        if len(out) > 1:
+            order = self._order
+            out.sort(key=lambda f: (f.end, f.start, order[f.query]))
+        return out
+
+    def empty_window(self, store: SliceStore, start: float, end: float) -> None:
+        """Empty periodic window `[start, end)`: its slices go (a purging trigger; one tumbling
+        query), and the store's next fire time follows."""
+        assert self.grid is not None
+        self.grid.empty_window(store, start, end)
+        store.next_fire = self._next_fire(store)
+
     def _next_fire(self, store: SliceStore) -> float:
         best = math.inf
         if self.grid:

@@ -195,6 +195,39 @@ class Grid:
             out.append(FiredWindow(name, start, end, result(partial), Firing.ON_TIME))
             k += 1
 
+    def peek(self, store: SliceStore, watermark: float, out: list[FiredWindow]) -> None:
+        """The partial results of the windows not complete at `watermark` that hold a slice
+        (early firings); the store is left as it is."""
+        result, done = self.aggregate.result, max(watermark, store.fired)
+        for q, w in enumerate(self.windows):
+            seen: set[float] = set()
+            for s in store.starts:
+                for start, end in w.windows_containing(s):
+                    if end > done and start not in seen:
+                        seen.add(start)
+                        partial = self._combine(store, start, end)
+                        if partial is not None:
+                            out.append(FiredWindow(self.names[q], start, end, result(partial), Firing.EARLY))
+
+    def window_result(self, store: SliceStore, q: int, start: float, end: float, firing: Firing) -> FiredWindow | None:
+        """Window `[start, end)` of query `q` as it stands (None: no slice in it)."""
+        partial = self._combine(store, start, end)
+        return None if partial is None else FiredWindow(self.names[q], start, end, self.aggregate.result(partial),
+                                                        firing)
+
+    def empty_window(self, store: SliceStore, start: float, end: float) -> None:
+        """Drop the slices in `[start, end)` (a purging trigger's firing: one tumbling query, whose
+        slices no other window shares)."""
+        starts = store.starts
+        i, j = bisect_left(starts, start), bisect_left(starts, end)
+        if i == j:
+            return
+        for s in starts[i:j]:
+            del store.partials[s]
+        del starts[i:j], store.ends[i:j]
+        store.cursors = [None] * len(store.cursors)
+        store.lo, store.hi = math.inf, -math.inf
+
     def next_fire(self, store: SliceStore) -> float:
         """The watermark at which `store` has a window to emit next (inf: none)."""
         best = store.fired if store.refires else math.inf

@@ -119,6 +119,14 @@ class Sessions:
             if n:
                 del sessions.starts[:n], sessions.ends[:n], sessions.partials[:n], sessions.changed[:n]
 
+    def peek(self, store: SliceStore, watermark: float, out: list[FiredWindow]) -> None:
+        """The partial results of the sessions not complete at `watermark` (early firings)."""
+        result = self.aggregate.result
+        for q, sessions in enumerate(store.sessions):
+            for start, end, partial in zip(sessions.starts, sessions.ends, sessions.partials):
+                if end > watermark:
+                    out.append(FiredWindow(self.names[q], start, end, result(partial), Firing.EARLY))
+
     def next_fire(self, store: SliceStore) -> float:
         """The earliest end of a changed session (inf: none)."""
         best = math.inf

@@ -30,6 +30,8 @@ class Firing(Enum):
 
     ON_TIME = "on_time"  # the watermark passed its end: its first result
     LATE_UPDATE = "late_update"  # late records changed a window that was already complete
+    EARLY = "early"  # a partial result before the end (a trigger's early firing)
+    COUNT = "count"  # a count trigger's firing: the window's result so far
 
 
 class FiredWindow(NamedTuple):

@@ -130,6 +130,7 @@ class AcknowledgeCheckpoint:
     states: tuple[OperatorSubtaskState, ...]
     stats: TaskCheckpointStats
     merged: tuple[FileHandle, ...] = ()  # the merged files its segments live in, whole (`state.merged_files`)
+    counts: tuple[OperatorMetrics, ...] = ()  # the task's counts when it fixed its state (`job_counts`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +144,12 @@ class DeclineCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class InputsEnded:
-    """Every input of the task has ended; it now waits for the final checkpoint."""
+    """Every input of the task has ended; it now waits for the final checkpoint. With
+    `in_flight`, async I/O requests are still to leave it: trigger it directly, but the job is
+    not over until the same task says so again without."""
 
     task: TaskId
+    in_flight: bool = False
 
 
 @dataclass(frozen=True, slots=True)
