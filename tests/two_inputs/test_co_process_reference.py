@@ -128,14 +128,14 @@ def test_keyed_broadcast_process_equals_the_reference(scenario: Scenario) -> Non
     assert Counter(done.output.results) == broadcast_reference(scenario), describe(scenario)
 
 
-def test_the_broadcast_state_is_checkpointed_once_and_restored_into_any_parallelism() -> None:
-    """Subtask 0 alone writes the broadcast state; each subtask of a restore at 1 to 4 reads it."""
+def test_the_broadcast_state_is_checkpointed_per_subtask_and_restored_into_any_parallelism() -> None:
+    """Every subtask writes its copy (the same, aligned); each subtask of a restore at 1 to 4 reads one."""
     spec = BroadcastProcessSpec("b", "b", KEY, CountsAndRules(), ("rules",))
     subtasks = Subtasks(spec, (KEY, None), 3)
     subtasks.feed(1, [(0, 1.0, "r0"), (0, 2.0, "r1")])
     keyed, states = subtasks.snapshot()
-    assert [s is not None for s in states] == [True, False, False]
-    for parallelism in (1, 2, 4):
+    assert len(states) == 3 and all(s == states[0] for s in states) and states[0] is not None
+    for parallelism in (1, 2, 3, 4):
         restored = Subtasks(spec, (KEY, None), parallelism, (keyed, states))
         restored.feed(0, [(k, 3.0, f"l{k}") for k in range(8)])
         assert {r[2] for r in restored.output.results} == {("r0", "r1")}

@@ -5,12 +5,17 @@ Input 1 of a `BroadcastProcessSpec` operator is broadcast (every subtask receive
 input 0 may only read it (Flink's contract: every subtask sees the same broadcast records, so if
 only they change the state, every subtask holds the same state).
 
-Checkpoints: every subtask's copy is the same at a barrier, since a barrier is aligned behind
-every broadcast record before it; so subtask 0 alone writes the copy, and every subtask of a
-restored job, at any parallelism, reads that one (Flink writes one copy per subtask and, on a
-rescale, hands new subtasks copies round robin). Live migration moves only key groups: every
-subtask, standbys included, already holds the broadcast state, as they receive the broadcast
-input from the start.
+Checkpoints: every subtask writes its own copy (as Flink does). At an aligned barrier (ABS,
+Algorithm 1) the copies are equal, the barrier being behind every broadcast record before it on
+every subtask. At an unaligned barrier they are not: a subtask fixes its state at the first
+barrier of the checkpoint, and the broadcast records that barrier overtook are in that subtask's
+in-flight log (`task/in_flight.py`), not in its state; another subtask may have processed them
+before its barrier (the Chandy-Lamport cut of FLIP-76 differs per subtask). So a subtask restores
+its own copy, which its own log completes; an unaligned checkpoint restores only at the
+parallelism it was taken at. At another parallelism (an aligned checkpoint: a rescale, a
+savepoint) every subtask reads the first copy, all being equal. Live migration moves only key
+groups: every subtask, standbys included, already holds the broadcast state, as they receive the
+broadcast input from the start.
 
 The keyed variant (`KeyedBroadcastProcessFunction`) keeps keyed state and timers on input 0 as a
 keyed process function does; `apply_to_keyed_state` lets a broadcast record visit every key of
@@ -99,18 +104,27 @@ class BroadcastStates:
                              f"declares {sorted(self.maps)} (stream.broadcast(MapStateDescriptor(...)))")
         return name, found
 
-    def snapshot(self, subtask: int) -> dict[str, Any] | None:
-        """Subtask 0's copy, fixed (the writer reads it later); None for the others."""
-        return {_SNAPSHOT_KEY: copy.deepcopy(self.maps)} if subtask == 0 else None
+    def snapshot(self) -> dict[str, Any]:
+        """This subtask's copy, fixed (the writer reads it later). Each subtask writes its own:
+        at an unaligned barrier the copies differ by the broadcast records in flight."""
+        return {_SNAPSHOT_KEY: copy.deepcopy(self.maps)}
 
-    def restore(self, states: list[Any]) -> None:
-        """The one copy in the checkpoint (its subtask 0's), whatever the old parallelism."""
-        for state in states:
-            if isinstance(state, dict) and _SNAPSHOT_KEY in state:
-                for name, data in state[_SNAPSHOT_KEY].items():
-                    if name in self.maps:
-                        self.maps[name] = dict(data)
-                return
+    def restore(self, states: list[Any], subtask: int, parallelism: int) -> None:
+        """`subtask`'s own copy when the checkpoint was taken at `parallelism` (its in-flight log,
+        replayed next, completes that copy and no other); else the first copy (checkpoints before
+        every subtask wrote one held subtask 0's only; at another parallelism the checkpoint is
+        aligned and every copy the same)."""
+        own = states[subtask] if len(states) == parallelism else None
+        chosen = own if _is_copy(own) else next((s for s in states if _is_copy(s)), None)
+        if chosen is None:
+            return
+        for name, data in chosen[_SNAPSHOT_KEY].items():
+            if name in self.maps:
+                self.maps[name] = dict(data)
+
+
+def _is_copy(state: Any) -> bool:
+    return isinstance(state, dict) and _SNAPSHOT_KEY in state
 
 
 class BroadcastContext(CoContext):
@@ -188,11 +202,11 @@ class BroadcastProcessOperator(CoProcessOperator):
         return _run_broadcast(self, batch, self.bctx)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        return OperatorSnapshot(state=with_operator_lists(self.broadcast.snapshot(self.ctx.subtask),
-                                                          self.operator_state(checkpoint_id)))
+        lists = self.operator_state(checkpoint_id)
+        return OperatorSnapshot(state=with_operator_lists(self.broadcast.snapshot(), lists))
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
-        self.broadcast.restore(states)
+        self.broadcast.restore(states, self.ctx.subtask, self.ctx.parallelism)
 
 
 class KeyedBroadcastProcessOperator(KeyedProcessOperator):
@@ -224,13 +238,12 @@ class KeyedBroadcastProcessOperator(KeyedProcessOperator):
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
         keyed = super().snapshot(checkpoint_id)
-        return OperatorSnapshot(keyed=keyed.keyed,
-                                state=with_operator_lists(self.broadcast.snapshot(self.ctx.subtask), keyed.state))
+        return OperatorSnapshot(keyed=keyed.keyed, state=with_operator_lists(self.broadcast.snapshot(), keyed.state))
 
     def restore(self, keyed: dict[int, dict[str, dict[Any, Any]]] | None, states: list[Any]) -> None:
         super().restore(keyed, states)
         if states:
-            self.broadcast.restore(states)
+            self.broadcast.restore(states, self.ctx.subtask, self.ctx.parallelism)
 
 
 __all__ = [
