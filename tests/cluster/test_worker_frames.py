@@ -46,7 +46,8 @@ def worker() -> Iterator[Worker]:
     env.from_source(ListSource(list(range(10)), splits=2)).key_by(lambda x: x % 3).count().sink_to(CollectSink())
     job = env.job_graph("frames")
     sockets = [*_tcp_pair(), *_tcp_pair(), socket.socket()]
-    w = Worker(job, 0, 2, 1, ("127.0.0.1", 0), sockets[4], ("127.0.0.1", 0), 0, guard=LinkGuard(new_secret()))  # not connected
+    # a worker not connected to any job master
+    w = Worker(job, 0, 2, 1, ("127.0.0.1", 0), sockets[4], ("127.0.0.1", 0), 0, guard=LinkGuard(new_secret()))
     w.driver = Link(sockets[0], "driver")
     w.links[1] = Link(sockets[2], "worker 1")
     yield w
