@@ -23,8 +23,8 @@ SQL = """SELECT auction, price FROM bid WHERE auction % 123 = 0"""
 
 def query(events: DataStream) -> DataStream:
     """The Nexmark events with watermarks -> the query's rows, as Arrow batches."""
-    create_views(events, kinds=("bid",))
-    return events._env.sql(SQL)
+    env = create_views(events, kinds=("bid",))  # the events' environment, with the views
+    return env.sql(SQL)
 
 
 if __name__ == "__main__":

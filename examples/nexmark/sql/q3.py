@@ -31,8 +31,8 @@ JOIN (SELECT id, name, city, state, dateTime FROM person WHERE state IN ('OR', '
 
 def query(events: DataStream) -> DataStream:
     """The Nexmark events with watermarks -> the query's rows, as Arrow batches."""
-    create_views(events, kinds=("auction", "person"))
-    return events._env.sql(SQL)
+    env = create_views(events, kinds=("auction", "person"))  # the events' environment, with the views
+    return env.sql(SQL)
 
 
 if __name__ == "__main__":
