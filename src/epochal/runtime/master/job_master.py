@@ -116,14 +116,14 @@ class JobMaster:
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
         check_sources(job)  # before anything is created or changed on disk
-        if ships is not None:  # a host that ships operators to other processes: each must pickle
-            check_picklable(job, ships)
         filesystem = job.config.checkpoint.filesystem
         self.storage = CheckpointStorage(directory, filesystem=filesystem) if directory else None
         if self.storage is not None:
             check_checkpoint_directory(self.storage)
         self.control.checkpoint_directory = directory
         stale = checkpoints_to_clear(self.storage, job) if self.storage and not resuming else []
+        if ships is not None:  # a host that ships operators to other processes: each must pickle
+            check_picklable(job, ships)  # after the refusals that need no pickler (it imports Spark's)
         self._oldest_ancestor = 0  # a savepoint adopted into the directory has no older ancestors here
         self.migrations = Migrations(job, self.control, self.storage is not None)  # key groups moving live
         self.commands = CommandDesk(job, self.control, self.storage, self.migrations)
