@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .api.connector import Sink, SinkWriter, Source, SplitReader
-from .config import TlsConfig, check_int, check_path
+from .config import TlsConfig
 from .errors import InjectedFailure
 from .runtime.wire.batches import to_records
 from .runtime.wire.elements import Batch
+from .validation import check_int, check_path
 
 __all__ = ["Crash", "ListSource", "CollectSink", "make_test_certificates", "nats_server", "redis_server"]
 

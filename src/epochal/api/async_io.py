@@ -16,9 +16,9 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..config import check_bool, check_int, check_seconds
 from ..plan.functions import AsyncFunction as _PlanAsyncFunction
 from ..plan.specs import AsyncMapSpec
+from ..validation import check_bool, check_int, check_seconds
 from .rich import RichFunction
 
 if TYPE_CHECKING:

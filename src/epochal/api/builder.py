@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..config import check_name
 from ..plan.logical import LogicalEdge, LogicalGraph
 from ..plan.specs import OperatorSpec
+from ..validation import check_name
 
 
 class GraphBuilder:

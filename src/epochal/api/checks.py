@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from ..config import check_choice, check_int, check_name
 from ..errors import GraphError
 from ..plan.logical import LogicalGraph
 from ..plan.specs import OnError
+from ..validation import check_choice, check_int, check_name
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..config import check_name
+from ..validation import check_name
 from .context import BroadcastSideContext, CoProcessContext, JoinContext, ProcessContext
 
 K = TypeVar("K")  # the key

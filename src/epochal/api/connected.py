@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..config import check_callable, check_has_methods
 from ..errors import GraphError
 from ..plan.logical import LogicalEdge
 from ..plan.side_outputs import RESERVED_PREFIX
 from ..plan.specs import KeySelector, SideOutputSpec
 from ..plan.two_inputs import BroadcastProcessSpec, CoProcessSpec, KeyedCoProcessSpec
+from ..validation import check_callable, check_has_methods
 from .checks import OnErrorChoice, on_error_policy
 from .co_functions import CoProcessFunction, OutputTag
 from .stream import DataStream

@@ -19,6 +19,17 @@ from ..config import (
     RestartStrategy,
     StateConfig,
     TlsConfig,
+)
+from ..errors import EpochalError
+from ..plan.blueprint import JobBlueprint
+from ..plan.job_graph import JobGraph
+from ..plan.logical import LogicalGraph
+from ..plan.specs import SourceSpec
+from ..runtime.master.control import JobControl, JobState, JobStatus
+from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
+from ..runtime.result import JobProgress, JobResult
+from ..state.keygroups import DEFAULT_MAX_PARALLELISM, MAX_KEY_GROUPS
+from ..validation import (
     check_bool,
     check_callable,
     check_choice,
@@ -30,15 +41,6 @@ from ..config import (
     check_path,
     check_seconds,
 )
-from ..errors import EpochalError
-from ..plan.blueprint import JobBlueprint
-from ..plan.job_graph import JobGraph
-from ..plan.logical import LogicalGraph
-from ..plan.specs import SourceSpec
-from ..runtime.master.control import JobControl, JobState, JobStatus
-from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
-from ..runtime.result import JobProgress, JobResult
-from ..state.keygroups import DEFAULT_MAX_PARALLELISM, MAX_KEY_GROUPS
 from .builder import GraphBuilder
 from .checks import OnErrorChoice, on_error_policy
 from .connector import Sink, Source

@@ -23,7 +23,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from ..config import check_callable, check_choice, check_has_methods
 from ..errors import GraphError
 from ..plan.event_time import event_time_of
 from ..plan.time import Duration, EventTime, seconds
@@ -39,6 +38,7 @@ from ..plan.two_inputs import (
     join_schema,
 )
 from ..plan.windows import Sliding, Tumbling
+from ..validation import check_callable, check_choice, check_has_methods
 from .checks import OnErrorChoice, on_error_policy
 from .connected import add_two_input, side_output
 from .stream import DataStream

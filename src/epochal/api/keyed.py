@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..config import check_choice, check_has_methods
 from ..plan.specs import (
     TIMERS_AT_END,
     KeyedProcessSpec,
@@ -19,6 +18,7 @@ from ..plan.specs import (
     PartitionKind,
     TimersAtEnd,
 )
+from ..validation import check_choice, check_has_methods
 from .checks import OnErrorChoice, WindowTimeChoice, on_error_policy
 from .functions import KeyedProcessFunction
 from .keyed_aggregates import KeyedAggregates

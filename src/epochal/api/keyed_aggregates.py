@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
-from ..config import check_bool, check_callable, check_choice, check_has_methods
 from ..errors import GraphError
 from ..plan.aggregates import AggregateCall, AggregateKind, KeyedAggregateSpec, ValueSelector, is_batch_function
 from ..plan.specs import EMITS, Emit, KeyedReduceSpec, KeySelector
+from ..validation import check_bool, check_callable, check_choice, check_has_methods
 
 if TYPE_CHECKING:
     from .checks import OnErrorChoice

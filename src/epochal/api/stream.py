@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
-from ..config import check_callable, check_has_methods, check_int, check_name
 from ..errors import GraphError
 from ..plan.logical import LogicalEdge
 from ..plan.specs import (
@@ -38,6 +37,7 @@ from ..plan.specs import (
     SinkSpec,
     UnionSpec,
 )
+from ..validation import check_callable, check_has_methods, check_int, check_name
 from .checks import OnErrorChoice, WindowTimeChoice, _processes, on_error_policy
 from .connector import Sink
 

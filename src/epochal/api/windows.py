@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from ..config import check_bool, check_callable, check_choice, check_has_methods, check_name
 from ..errors import GraphError
 from ..plan.aggregates import window_combinable
 from ..plan.event_time import event_time_of
@@ -27,6 +26,7 @@ from ..plan.specs import KeyedWindowSpec, OutputPart, SplitLateSpec, WindowFunct
 from ..plan.time import Duration, seconds
 from ..plan.triggers import WINDOW_TIMES, Trigger, WindowTime, check_trigger, count_window
 from ..plan.windows import DeterministicWindow, check_window
+from ..validation import check_bool, check_callable, check_choice, check_has_methods, check_name
 from .checks import OnErrorChoice, on_error_policy
 from .functions import AggregateFunction, ProcessWindowFunction
 from .keyed import KeyedStream

@@ -19,9 +19,9 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from ..api.connector import Source, SourceSplit
-from ..config import check_path, check_seconds
 from ..errors import EpochalError
 from ..state.checked_files import resolve_uri
+from ..validation import check_path, check_seconds
 
 __all__ = ["FileSource", "check_watch"]
 

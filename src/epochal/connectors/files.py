@@ -46,12 +46,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..api.connector import Sink, SinkWriter
-from ..config import check_callable, check_choice, check_instance, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.fault_points import fault_point
 from ..runtime.wire.batches import batch_len, binary_buffers, to_records
 from ..runtime.wire.elements import Batch
 from ..state.checked_files import resolve_uri
+from ..validation import check_callable, check_choice, check_instance, check_path
 from .arrow_files import (
     ROW_GROUP_ROWS,
     ArrowConformer,

@@ -42,10 +42,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..api.connector import Sink, SinkWriter
-from ..config import check_bool, check_choice, check_instance, check_int, check_name, check_path
 from ..errors import CheckpointError, EpochalError
 from ..runtime.wire.elements import Batch
 from ..state.checked_files import resolve_uri
+from ..validation import check_bool, check_choice, check_instance, check_int, check_name, check_path
 from .arrow_files import (
     ROW_GROUP_ROWS,
     ArrowConformer,

@@ -20,8 +20,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..api.connector import SplitReader
-from ..config import check_bool
 from ..errors import EpochalError
+from ..validation import check_bool
 from .file_source import FileSource
 
 __all__ = ["ParquetSource", "RowGroupReader", "RowGroupSplit", "one_batch"]

@@ -28,8 +28,8 @@ import pyarrow.fs as pafs
 import pyarrow.json as pjson
 
 from ..api.connector import RejectedInput, SplitReader
-from ..config import check_instance, check_int
 from ..errors import EpochalError
+from ..validation import check_instance, check_int
 from .file_source import FileSource
 from .parquet_source import one_batch
 from .text import _DEFAULT_SPLIT, FileSplit, _LineReader, byte_splits

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from ..api.connector import SplitReader
-from ..config import check_int
 from ..errors import EpochalError
+from ..validation import check_int
 from .file_source import FileSource
 
 _DEFAULT_SPLIT = 64 * 1024 * 1024

@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from ..api.stream import DataStream
 from ..api.time import WatermarkStrategy
-from ..config import check_name
 from ..plan.event_time import event_time_of
+from ..validation import check_name
 from .errors import SqlError
 
 __all__ = ["View", "Catalog", "as_schema"]

@@ -43,10 +43,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ...api.connector import Sink, SinkWriter
-from ...config import check_choice, check_instance, check_path
 from ...errors import CheckpointError, EpochalError
 from ...runtime.wire.elements import Batch
 from ...state.checked_files import resolve_uri
+from ...validation import check_choice, check_instance, check_path
 from ..arrow_files import ROW_GROUP_ROWS, ArrowConformer, ParquetFileWriter, delete_quietly, probe_writable
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...config import check_choice
 from ...errors import EpochalError
+from ...validation import check_choice
 from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.source import LogSource

@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.json as pjson
 
-from ...config import check_instance
 from ...runtime.wire.batches import binary_buffers, to_records
 from ...runtime.wire.elements import Batch
+from ...validation import check_instance
 from ..extras import require
 from ..json_lines import encode_record, json_objects
 

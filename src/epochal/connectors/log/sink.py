@@ -38,9 +38,9 @@ from typing import Any
 import pyarrow as pa
 
 from ...api.connector import Sink, SinkWriter
-from ...config import check_name, check_seconds
 from ...runtime.wire.batches import batch_len, to_records
 from ...runtime.wire.elements import Batch
+from ...validation import check_name, check_seconds
 from .client import LogUnavailable
 from .formats import RecordFormat
 from .retry import retrying

@@ -43,8 +43,8 @@ import numpy as np
 import pyarrow as pa
 
 from ...api.connector import Source, SourceSplit, SplitReader
-from ...config import check_bool, check_name, check_seconds
 from ...errors import EpochalError
+from ...validation import check_bool, check_name, check_seconds
 from .client import Fetched, LogClient
 from .formats import RecordFormat
 from .reader import LogPosition, LogSplit, LogSplitReader

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...config import check_int
+from ...validation import check_int
 
 # Events come in epochs of 50 ids: id % 50 == 0 is a person, 1..3 auctions, 4..49 bids.
 PERSON_PROPORTION = 1

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...api.connector import Source, SplitReader
-from ...config import check_instance, check_int
+from ...validation import check_instance, check_int
 from .config import NexmarkConfig, event_clock
 from .counter_random import stream_key
 from .generator import NexmarkGenerator

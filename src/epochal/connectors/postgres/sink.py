@@ -41,9 +41,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 from ...api.connector import Sink, SinkWriter
-from ...config import check_choice
 from ...errors import CheckpointError, EpochalError
 from ...runtime.fault_points import fault_point
+from ...validation import check_choice
 from ..extras import require
 from .connection import connect, first_line, is_disconnect, quote_name, server_name, split_name
 from .writer import PREFIX, SEQ, TXN, PostgresWriter, PreparedEpoch, parse_transaction_id, staging_subtask

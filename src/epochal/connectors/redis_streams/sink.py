@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...config import check_int, check_name
 from ...errors import EpochalError
+from ...validation import check_int, check_name
 from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.sink import EpochOutput, LogSink, Target

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ...config import check_name
+from ...validation import check_name
 from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.source import LogSource
