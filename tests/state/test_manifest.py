@@ -21,9 +21,8 @@ from epochal.state.manifest import (
     SubtaskState,
     TaskCheckpointStats,
     checkpoint_of_path,
-    from_plain,
-    to_plain,
 )
+from epochal.state.plain import from_plain, to_plain
 
 DATA = Path(__file__).parent / "data"
 

@@ -22,18 +22,16 @@ the files exist with their sizes stays one metadata call per file.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
 import os
-import types
 from collections.abc import Iterable
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, field
 
 from ..errors import CheckpointError, CorruptCheckpointError
 from .keygroups import KeyGroupRange, KeyGroups, RoutingTable, key_group_set
+from .plain import SPARSE, STORED, from_plain, to_plain
 from .replay import EpochReplay
 
 __all__ = [
@@ -59,8 +57,6 @@ FORMAT_VERSION = 6
 # ranges); 4: no merged files (no segments); 5: no record counts
 READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 CHECKPOINT_PREFIX = "chk-"
-_STORED = "stored"  # field metadata key: False keeps a field out of the JSON
-_SPARSE = "sparse"  # field metadata key: True leaves the field out of the JSON when it has its default
 
 
 def checkpoint_dir_name(checkpoint_id: int) -> str:
@@ -86,7 +82,7 @@ class FileHandle:
     path: str
     size: int
     sha256: str
-    offset: int | None = field(default=None, metadata={_SPARSE: True})
+    offset: int | None = field(default=None, metadata={SPARSE: True})
 
     @property
     def is_segment(self) -> bool:
@@ -195,17 +191,17 @@ class Manifest:
     # who owns which key group from this checkpoint on, once key groups moved (`RoutingTable`)
     routing: RoutingTable | None = None
     # the merged files the segments it lists live in, whole (`state.merged_files`), by path
-    merged: tuple[FileHandle, ...] = field(default=(), metadata={_SPARSE: True})
+    merged: tuple[FileHandle, ...] = field(default=(), metadata={SPARSE: True})
     # the job master's CPU time for the checkpoint (trigger, acknowledgements, this manifest)
     coordinator_ms: float = 0.0
-    patches: tuple[PatchState, ...] = field(default=(), metadata={_SPARSE: True})  # live logic patches in effect
+    patches: tuple[PatchState, ...] = field(default=(), metadata={SPARSE: True})  # live logic patches in effect
     # per operator, the records of the whole job up to this checkpoint; None: not known (a
     # checkpoint of an older version, or restored from one)
     counts: tuple[OperatorCounts, ...] | None = None
     # where this manifest was read from (a storage root URI): a fact of the reader, not stored
-    location: str = field(default="", compare=False, metadata={_STORED: False})
+    location: str = field(default="", compare=False, metadata={STORED: False})
     # the epochs after it a restore replays at their cuts (`state.replay`): the job master's, not stored
-    replay: EpochReplay | None = field(default=None, compare=False, metadata={_STORED: False})
+    replay: EpochReplay | None = field(default=None, compare=False, metadata={STORED: False})
 
     @property
     def size(self) -> int:
@@ -329,84 +325,3 @@ def _hmac(key: bytes, payload: str) -> str:
     return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()
 
 
-# -- the generic converter ----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Field:
-    name: str
-    hint: Any
-    required: bool
-    sparse: bool = False
-    default: Any = None
-
-
-@functools.cache
-def _stored_fields(cls: type) -> tuple[_Field, ...]:
-    """The stored fields of a dataclass with their resolved type hints (computed once per type)."""
-    hints = get_type_hints(cls)
-    return tuple(
-        _Field(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING,
-               bool(f.metadata.get(_SPARSE, False)), f.default)
-        for f in fields(cls)
-        if f.metadata.get(_STORED, True)
-    )
-
-
-def to_plain(value: Any) -> Any:
-    """A record as JSON values: a dataclass becomes a dict of its stored fields, a tuple a list.
-
-    Unlike `dataclasses.asdict`, leaves are not deep-copied (they are immutable). A sparse field
-    at its default is left out (a manifest lists thousands of handles at scale).
-    """
-    if isinstance(value, tuple):
-        return [to_plain(v) for v in value]
-    if is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for f in _stored_fields(type(value)):
-            v = getattr(value, f.name)
-            if f.sparse and v == f.default:
-                continue
-            out[f.name] = to_plain(v)
-        return out
-    return value
-
-
-def from_plain(hint: Any, value: Any) -> Any:
-    """`value` (JSON values) as the type `hint`: dataclasses, `tuple[X, ...]`, `X | None`, and
-    str/int/float/bool. Raises ValueError on anything else, an unknown field, or a missing one."""
-    origin = get_origin(hint)
-    if origin is types.UnionType or origin is Union:
-        args = get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        others = [a for a in args if a is not type(None)]
-        if len(others) != 1:
-            raise ValueError(f"unsupported type {hint!r}")
-        return from_plain(others[0], value)
-    if origin is tuple:
-        item, ellipsis = get_args(hint)
-        if ellipsis is not Ellipsis or not isinstance(value, list):
-            raise ValueError(f"expected a list for {hint!r}, got {value!r}")
-        return tuple(from_plain(item, v) for v in value)
-    if isinstance(hint, type) and is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ValueError(f"expected an object for {hint.__name__}, got {value!r}")
-        known = _stored_fields(hint)
-        unknown = value.keys() - {f.name for f in known}
-        if unknown:
-            raise ValueError(f"unknown field(s) {sorted(unknown)} of {hint.__name__}")
-        kwargs = {}
-        for f in known:
-            if f.name in value:
-                kwargs[f.name] = from_plain(f.hint, value[f.name])
-            elif f.required:
-                raise ValueError(f"{hint.__name__} lacks field {f.name!r}")
-        return hint(**kwargs)
-    return _scalar(hint, value)
-
-
-def _scalar(hint: Any, value: Any) -> Any:
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint in (str, int, bool) and type(value) is hint:
-        return value
-    raise ValueError(f"expected {getattr(hint, '__name__', hint)}, got {value!r}")
