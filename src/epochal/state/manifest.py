@@ -7,7 +7,7 @@ SHA-256 of its own body, so a corrupt manifest is never mistaken for another one
 `EPOCHAL_CHECKPOINT_KEY` it also carries an HMAC of its body, checked before anything it lists
 is read: checkpoints are unpickled, and only a writer with the key can make one that loads.
 
-The JSON is the records' fields, nothing hand-written per field: `to_plain` and `from_plain`
+The JSON is the records' fields, nothing hand-written per field: `state.plain`
 walk the dataclass fields and their type hints. A field added with a default reads older
 manifests unchanged; that is how version 1 (one keyed file per subtask, no chains and no
 savepoint flag) still loads.
