@@ -218,8 +218,12 @@ def run_trial(spark: Any, number: int, fault: str, rng: random.Random, directory
             context.environment.pop(name, None)
         # fired: the point made its marker again after `_arm` deleted it
         fired = fired and (fault not in POINTS or os.path.exists(_marker(fault)))
-        if fault == "corrupt_checkpoint":  # and the corrupt checkpoint was refused at a restore
-            fired = fired and any("checksum mismatch" in f for f in control.status().failures)
+        if fault == "corrupt_checkpoint":  # and the corrupt checkpoint was refused at a restore: found
+            # by the job master's verification before the restore (the result's refused checkpoints)
+            # or, changed since, by the restoring task (an attempt's failure)
+            result = outcome.get("result")
+            said = [*control.status().failures, *(r.reason for r in getattr(result, "refused", ()))]
+            fired = fired and any("checksum mismatch" in f for f in said)
         if fault in POINTS:
             _hold(fault)
     error = outcome.get("error")

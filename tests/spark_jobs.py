@@ -389,14 +389,14 @@ def committed(out: Path) -> list[tuple[str, int]]:
     return sorted(tuple(r) for r in read_committed(str(out))) if out.exists() else []  # type: ignore[misc]
 
 
-def run_in_background(executor: Any, job: Any, control: Any) -> tuple[threading.Thread, dict[str, BaseException]]:
-    """Start `job` on `executor` in a thread (stopped through `control`); what it raises ends
-    up under "error" in the dict."""
-    outcome: dict[str, BaseException] = {}
+def run_in_background(executor: Any, job: Any, control: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """Start `job` on `executor` in a thread (stopped through `control`); its `JobResult` ends up
+    under "result" in the dict, what it raises under "error"."""
+    outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            executor.execute(job, None, control)
+            outcome["result"] = executor.execute(job, None, control)
         except BaseException as exc:  # noqa: BLE001 - checked in the test thread
             outcome["error"] = exc
 

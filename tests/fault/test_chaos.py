@@ -17,8 +17,10 @@ import pytest
 import chaos
 from epochal.runtime import fault_points
 
-# restarts each kind causes at least: a kill during recovery (or during the restore) is a second one
-LEAST_RESTARTS = {"kill_twice": 2, "kill_in_restore": 2, "corrupt_checkpoint": 2}
+# restarts each kind causes at least: a kill during recovery (or during the restore) is a second one;
+# a corrupt checkpoint costs none of its own: the job master verifies it before the restore and
+# restores the one before (when it changed after that, the restoring task's failure is a second)
+LEAST_RESTARTS = {"kill_twice": 2, "kill_in_restore": 2}
 
 
 @pytest.fixture(scope="module")
