@@ -73,8 +73,9 @@ def test_nested_pagerank_survives_sigkill(spark: Any, tmp_path: Path) -> None:
     graph = pr.random_graph()
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     env = StreamEnvironment(parallelism=2, spark=spark, batch_size=32,
-                            checkpoint=CheckpointConfig(interval=0.3, directory=ckpt))
+                            checkpoint=CheckpointConfig(interval=0.1, directory=ckpt))
     pr.pagerank(env, graph, out)
-    result, _ = run_and_kill(spark, env, "pagerank", ckpt, random.Random(5))
+    # the job takes a few seconds on an idle machine: the kill comes soon after its first checkpoint
+    result, _ = run_and_kill(spark, env, "pagerank", ckpt, random.Random(5), delay=(0.0, 0.2))
     assert result.restarts == 1, "the kill came after the job ended"
     pr.check(pr.ranks(tuple(r) for r in read_committed(out)), graph)
