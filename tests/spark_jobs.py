@@ -274,7 +274,11 @@ def run_and_kill(
     time.sleep(rng.uniform(*delay))  # the moment of the kill, not a wait for anything
     assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
     victims = executor.supervisor_pids if whole_task else executor.worker_pids
-    os.kill(rng.choice(sorted(victims.values())), signal.SIGKILL)
+    try:
+        os.kill(rng.choice(sorted(victims.values())), signal.SIGKILL)
+    except ProcessLookupError:  # the job ended meanwhile: let it finish, so no stage outlives the test
+        thread.join(timeout=300)
+        raise AssertionError(f"the job ended before the kill ({outcome.get('error')!r})") from None
     thread.join(timeout=300)
     assert not thread.is_alive(), "the job did not finish after the kill"
     if "error" in outcome:
