@@ -424,8 +424,8 @@ class Task:
         snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id, self.metrics())
         if barrier.patch:  # a live patch takes effect for the records after this barrier
             self.patches.switch(barrier.patch)
-        if self.state in (TaskState.RUNNING, TaskState.DRAINING):
-            self.output.broadcast(barrier)
+        if self.state in (TaskState.RUNNING, TaskState.DRAINING, TaskState.ENDED):  # ended: loop heads only
+            self.output.broadcast(barrier, heads_only=self.state is TaskState.ENDED)
         # after the barrier left: downstream aligns while this task serialises a small state
         self.checkpointer.serialise_small(snapshots)
         sync_ms = (time.perf_counter() - started) * 1000
