@@ -5,7 +5,7 @@ serving the job's `JobControl`. Reading is open: `GET /status`, `GET /metrics` (
 text format), `GET /metrics.json` (the same snapshot as JSON), `GET /state/<uid>/<key>` (a key's
 committed state, or with `?live=1` its live value from the subtask that owns it) and the
 dashboard (`GET /`, a static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`,
-`/rescale`, `/savepoint`, `/move`, `/patch`: a live logic patch, `cluster.patch_request`) needs
+`/rescale`, `/savepoint`, `/move`, `/patch` and `/resize`: `cluster.patch_request`, `resize_request`) needs
 the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
 cancel a job can lose a day of a team's work: an action without it is refused, logged with the
 caller's address and counted (`epochal_links_refused_total`). `POST /cancel?wait=S` answers once
@@ -48,7 +48,7 @@ from ..runtime.master.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 from ..runtime.wire.handshake import refusal
 from ..state.keygroups import parse_key_groups
-from . import patch_request
+from . import patch_request, resize_request
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             url = urllib.parse.urlsplit(self.path)
             action = url.path.rstrip("/")
-            if action not in ("/cancel", "/rescale", "/savepoint", "/move", "/patch"):
+            if action not in ("/cancel", "/rescale", "/savepoint", "/move", "/patch", "/resize"):
                 self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
             elif not endpoint.authorized(self.headers.get("Authorization")):
                 refused = "actions need the job's token (Authorization: Bearer ...)"
@@ -140,6 +140,8 @@ def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 uid = urllib.parse.parse_qs(url.query).get("uid", [""])[0]
                 self._reply(*patch_request.answer(endpoint.control, uid, body))
+            elif action == "/resize":  # a function pool's size (`cluster.resize_request`)
+                self._reply(*resize_request.answer(endpoint.control, urllib.parse.parse_qs(url.query)))
             else:
                 self._command(action.lstrip("/"), urllib.parse.parse_qs(url.query))
 

@@ -41,6 +41,7 @@ from ..wire.messages import (
     KeyGroupsPrepared,
     OperatorMetrics,
     PatchStaged,
+    PoolResized,
     StateAnswer,
 )
 from .attempt import Attempt
@@ -342,6 +343,9 @@ class JobMaster:
         if self.attempt is not None:
             coordinator = self.attempt.coordinator
             self.patches.staged(message, self.attempt.send, lambda: coordinator.trigger(aligned=True))
+
+    def pool_resized(self, message: PoolResized) -> None:
+        self.commands.pools.reported(message)
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))

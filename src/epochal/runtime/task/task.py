@@ -63,6 +63,7 @@ from .loop_cut import LoopCut
 from .loop_probes import ScopeRounds, TaskLoop
 from .output_gate import OutputGate
 from .patching import TaskPatches
+from .pool_reports import PoolReports
 from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
@@ -132,22 +133,16 @@ class Task:
         self.last_notified = 0  # the newest checkpoint this task knows to be complete
         self._said_in_flight = False  # its inputs ended with async requests in flight (`_end_input`)
         self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
+        self.pools = PoolReports(self.chain, self.id, setup.send, setup.clock)  # function pools' resizes
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
-            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self._on_resize,
+            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self.pools.resize,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, background),
         }
         if self.source is not None:
             self._handlers.update(self.source.handlers(self.owner))
-
-    def _on_resize(self, message: ResizePool) -> None:
-        """Vertical elasticity: the operator's function pool runs `processes` processes now."""
-        operator = self.chain.find(message.uid)
-        resize = getattr(operator, "resize", None)
-        if resize is not None:
-            resize(message.processes)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -187,7 +182,7 @@ class Task:
         self.wake()
 
     def next_timer(self) -> float | None:
-        timer = self.chain.next_timer()
+        timer = self.pools.next_timer(self.chain.next_timer())
         paced = self.loop.next_round_at()
         if paced is None or self.state not in (TaskState.RUNNING, TaskState.DRAINING):
             return timer
@@ -237,6 +232,7 @@ class Task:
         self.times.ended(started, not self.output.has_capacity())
 
     def _step(self) -> None:
+        self.pools.poll()
         self.loop.replay(self.chain)
         while self._replay:
             self._on_element(*self._replay.popleft())
