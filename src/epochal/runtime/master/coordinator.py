@@ -17,7 +17,11 @@ a final checkpoint commits the last epoch and the job finishes.
 
 After a fallback, an attempt first replays the refused epochs at their cuts (`state.replay`):
 their checkpoints are triggered first, under their ids, one at a time; one that does not
-complete fails the attempt.
+complete fails the attempt (`ReplayedEpochs`, `master.replay`).
+
+Its parts: a `PendingCheckpoint` (`pending_checkpoint`) collects one checkpoint's
+acknowledgements and folds them into its manifest, listing the merged files its state lies in
+(`MergedFiles`, `merged_files`: the coordinator's, kept as checkpoints complete).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from ...config import CheckpointConfig
 from ...errors import CheckpointError, ReplayAbandoned
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import FileHandle, Manifest, SplitLogState
+from ...state.manifest import Manifest, SplitLogState
 from ...state.storage import CheckpointStorage
 from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..clock import Clock
@@ -46,8 +50,10 @@ from ..wire.messages import (
 )
 from .enumerator import SplitEnumerators
 from .job_counts import Base
+from .merged_files import MergedFiles
 from .patches import PatchLog
 from .pending_checkpoint import AckResult, PendingCheckpoint
+from .replay import ReplayedEpochs
 
 log = logging.getLogger(__name__)
 
@@ -121,33 +127,17 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
-        self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, to trigger first
-        self.replayed: set[int] = set()
-        # per complete checkpoint a pending one may build on, the merged files its manifest lists;
-        # and all of them by path (what every pending checkpoint looks segments up in)
-        self._merged_of: dict[int, dict[str, FileHandle]] = {}
-        self._merged_known: dict[str, FileHandle] = {}
+        self.replays = ReplayedEpochs()  # epochs replayed at their cuts, triggered first
+        self.merged_files = MergedFiles()  # of the complete checkpoints a pending one may build on
         self.counts_base: Base = {}  # the whole job's counts at the restored checkpoint (`job_counts`)
         self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
-        self._replays, self.replayed = deque(sorted(checkpoint_ids)), set(checkpoint_ids)
+        self.replays = ReplayedEpochs(checkpoint_ids)
 
     def remember_merged(self, manifest: Manifest | None) -> None:
         """The merged files of a complete checkpoint (the restored one) that new ones may build on."""
-        if manifest is not None and manifest.merged:
-            files = self._merged_of[manifest.checkpoint_id] = {h.path: h for h in manifest.merged}
-            self._merged_known.update(files)
-
-    def _forget_merged(self, before: int) -> None:
-        """No pending checkpoint builds on a checkpoint older than `before`: forget their files."""
-        old = [cid for cid in self._merged_of if cid < before]
-        if old:
-            for cid in old:
-                del self._merged_of[cid]
-            self._merged_known.clear()  # in place: the pending checkpoints hold it
-            for files in self._merged_of.values():
-                self._merged_known.update(files)
+        self.merged_files.remember(manifest)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -157,7 +147,7 @@ class CheckpointCoordinator:
             and not self.is_stopped
             and self.final_checkpoint is None
             and self.migrating is None
-            and not self._replays
+            and not self.replays
             and not self.paused
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
@@ -188,7 +178,7 @@ class CheckpointCoordinator:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
                 if self.is_stopped:  # the failure manager was told: the attempt is over
                     return
-        if self._replays and not self.pending and self.final_checkpoint is None:
+        if self.replays and not self.pending and self.final_checkpoint is None:
             self.trigger(aligned=True)  # the next replayed epoch: its sources hold its barrier until the cut
         elif self._periodic_due(now):
             self.trigger()
@@ -201,8 +191,8 @@ class CheckpointCoordinator:
         routing table at the checkpoint (`runtime.master.migrations`; always aligned); no other
         checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
         cpu = time.thread_time()
-        if self._replays:
-            checkpoint_id = self._replays.popleft()
+        if self.replays:
+            checkpoint_id = self.replays.next()
         else:
             checkpoint_id = self._next_id
             self._next_id += 1
@@ -216,7 +206,7 @@ class CheckpointCoordinator:
         patch = self.patches.switch_id if self.patches is not None else 0
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks,
-            routing=self.routing, reroutes=reroute is not None, earlier_merged=self._merged_known, patch=patch,
+            routing=self.routing, reroutes=reroute is not None, merged_files=self.merged_files, patch=patch,
         )
         mode = self.config.mode
         alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
@@ -326,8 +316,8 @@ class CheckpointCoordinator:
             del self.pending[older.checkpoint_id]
             self._recent.append(older.checkpoint_id)
         in_flight = [p.based_on for p in self.pending.values()]
-        self.remember_merged(manifest)
-        self._forget_merged(min(in_flight, default=pending.checkpoint_id))
+        self.merged_files.remember(manifest)
+        self.merged_files.forget_before(min(in_flight, default=pending.checkpoint_id))
         if self.storage is not None:
             self.storage.retain(self.config.retain, pending.checkpoint_id, min(in_flight, default=None))
         self.on_completed(completed)
@@ -353,7 +343,7 @@ class CheckpointCoordinator:
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
         self.on_aborted(aborted)
-        if pending.checkpoint_id in self.replayed:  # its cut is lost: so are the cuts after it
+        if pending.checkpoint_id in self.replays:  # its cut is lost: so are the cuts after it
             self.stop(AbortReason.TASK_FAILED)
             self.on_failure(ReplayAbandoned(f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was "
                                             f"aborted ({reason.value}: {detail}); restoring without its cut"))

@@ -15,11 +15,12 @@ from enum import Enum
 
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import FileHandle, Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
+from ...state.manifest import Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
 from ..channel_state import in_flight_uid
 from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..wire.messages import AcknowledgeCheckpoint
 from .job_counts import Base, checkpoint_counts
+from .merged_files import MergedFiles
 
 
 class AckResult(Enum):
@@ -50,9 +51,8 @@ class PendingCheckpoint:
     reroutes: bool = False  # key groups move at this checkpoint (`runtime.master.migrations`)
     cpu_s: float = 0.0  # the coordinator's thread time on it so far (the job master's cost per checkpoint)
     # merged files of complete checkpoints its chains may build on (their segments, not their
-    # files, are named by its acknowledgements): path → the whole file's handle; the
-    # coordinator's, kept up to date as checkpoints complete
-    earlier_merged: dict[str, FileHandle] = field(default_factory=dict)
+    # files, are named by its acknowledgements); the coordinator's, kept up to date as checkpoints complete
+    merged_files: MergedFiles = field(default_factory=MergedFiles)
     patch: int = 0  # the newest live patch its barrier carries (`runtime.patches`)
 
     def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
@@ -73,16 +73,9 @@ class PendingCheckpoint:
         """The manifest of this checkpoint; `base`: the counts the attempt restored (`job_counts`)."""
         started = time.thread_time()
         by_uid: dict[str, list[SubtaskState]] = {}
-        merged: dict[str, FileHandle] = {}
         for ack in self.acks.values():
             for entry in ack.states:
                 by_uid.setdefault(entry.uid, []).append(entry.state)
-                for handle in (*entry.state.keyed_chain(), entry.state.operator):
-                    if handle is not None and handle.is_segment and handle.path not in merged \
-                            and handle.path in self.earlier_merged:  # a chain's earlier segment
-                        merged[handle.path] = self.earlier_merged[handle.path]
-            for handle in ack.merged:
-                merged[handle.path] = handle
         operators = []
         for vertex in job.vertices:
             for op in vertex.chain:
@@ -103,7 +96,7 @@ class PendingCheckpoint:
             is_final=self.is_final,
             split_logs=split_logs,
             routing=self.routing,
-            merged=tuple(merged[path] for path in sorted(merged)),
+            merged=self.merged_files.listed(self.acks.values()),
             coordinator_ms=(self.cpu_s + time.thread_time() - started) * 1000,
             counts=checkpoint_counts(job, base, (a.counts for a in self.acks.values())),
             patches=patches,
