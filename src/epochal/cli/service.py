@@ -38,7 +38,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..api.environment import RunOverrides
+from ..api.overrides import RunOverrides
 from ..cluster.endpoint import fresh_token
 from ..errors import EpochalError
 from ..runtime.result import JobProgress, JobResult
