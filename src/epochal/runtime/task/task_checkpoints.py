@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..clock import Clock
 from ..wire.elements import Barrier
@@ -24,6 +25,7 @@ from .output_gate import OutputGate
 from .patching import TaskPatches
 
 
+@dataclass(slots=True)
 class TaskCheckpoints:
     """The synchronous part of a task's checkpoints, and the ids it took and knows complete.
 
@@ -33,21 +35,16 @@ class TaskCheckpoints:
         metrics: the task's counts now, recorded with the snapshot (`job_counts`).
     """
 
-    def __init__(
-        self, checkpointer: SubtaskCheckpointer, gate: InputGate, chain: OperatorChain, output: OutputGate,
-        patches: TaskPatches, clock: Clock, running: Callable[[], bool],
-        metrics: Callable[[], tuple[OperatorMetrics, ...]],
-    ) -> None:
-        self.checkpointer = checkpointer
-        self.gate = gate
-        self.chain = chain
-        self.output = output
-        self.patches = patches
-        self.clock = clock
-        self.running = running
-        self.metrics = metrics
-        self.last_checkpoint = 0
-        self.last_notified = 0  # the newest checkpoint this task knows to be complete
+    checkpointer: SubtaskCheckpointer
+    gate: InputGate
+    chain: OperatorChain
+    output: OutputGate
+    patches: TaskPatches
+    clock: Clock
+    running: Callable[[], bool]
+    metrics: Callable[[], tuple[OperatorMetrics, ...]]
+    last_checkpoint: int = 0
+    last_notified: int = 0  # the newest checkpoint this task knows to be complete
 
     def restored(self, checkpoint_id: int) -> None:
         """The task restored `checkpoint_id`: complete, and taken."""
