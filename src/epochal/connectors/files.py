@@ -34,9 +34,7 @@ import json
 import logging
 import os
 import re
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import pyarrow as pa
@@ -58,6 +56,7 @@ from .arrow_files import (
     probe_writable,
 )
 from .json_lines import encode_record
+from .part_files import PartFiles, PendingFile, StagedName
 from .staged_files import StagedFile, staged_file
 
 log = logging.getLogger(__name__)
@@ -74,56 +73,37 @@ _STAGING = re.compile(r"\.part-\d{5,}-[0-9a-f]{12}\.inprogress")
 _SHOWN = 3  # committed files a refusal names
 
 
-@dataclass(frozen=True, slots=True)
-class PendingFile:
-    """A closed staging file and the name it gets when its checkpoint commits."""
-
-    staging: str
-    final: str
-
-
 # -- the sink ----------------------------------------------------------------------------------------
 class _FileWriter(SinkWriter):
     def __init__(self, sink: FileSink, subtask: int) -> None:
         self.sink = sink
-        self.subtask = subtask
-        self.fs, self.root = sink.target()
+        self.fs, root = sink.target()
+        self.parts = PartFiles(self.fs, root, subtask, ".inprogress", _STAGING)
         self._conform = ArrowConformer(sink.schema)  # one schema for all of this subtask's files
         self._file: StagedFile | None = None
-        self._token = ""
-        self._lineage = ""
+        self._staged: StagedName | None = None
 
     def set_lineage(self, lineage: str) -> None:
-        self._lineage = lineage[:12]
-
-    def _open(self) -> StagedFile:
-        self._token = uuid.uuid4().hex[:12]
-        staging = f"{self.root}/.part-{self.subtask:05d}-{self._token}.inprogress"
-        encode = None if self.sink.encode is encode_record else self.sink.encode
-        return staged_file(self.sink.format, self.fs, staging, self._conform, encode)
+        self.parts.set_lineage(lineage)
 
     def write(self, batch: Batch) -> None:
         if not batch_len(batch):
             return  # an empty batch makes no file: an empty one would be committed
         if self._file is None:
-            self._file = self._open()
+            self._staged = self.parts.new_staging()
+            encode = None if self.sink.encode is encode_record else self.sink.encode
+            self._file = staged_file(self.sink.format, self.fs, self._staged.path, self._conform, encode)
         self._file.write(batch)
 
     def prepare_commit(self, checkpoint_id: int) -> PendingFile | None:
         file, self._file = self._file, None
-        if file is None:
+        if file is None or self._staged is None:
             return None
         file.finish()
-        name = f"part-{self.subtask:05d}-{checkpoint_id:08d}-{self._lineage or self._token}.{file.extension}"
-        return PendingFile(file.path, f"{self.root}/{name}")
+        return self.parts.pending(self._staged, checkpoint_id, file.extension)
 
     def recover(self) -> None:
-        # Staging files of this subtask index that no restored checkpoint committed hold records
-        # after that checkpoint: they will be written again, so drop them.
-        prefix = f".part-{self.subtask:05d}-"
-        for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
-            if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
-                delete_quietly(self.fs, info.path)
+        self.parts.drop_uncommitted()
 
     def close(self) -> None:
         if self._file is not None:
