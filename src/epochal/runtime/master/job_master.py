@@ -140,7 +140,6 @@ class JobMaster:
         self.enumerators = SplitEnumerators(job, self.restore_from, self.storage)  # found splits, across attempts
         self.attempt: Attempt | None = None
         self.restored_from: list[int | None] = []
-        self.aborted: list[AbortedCheckpoint] = []
         self._next_checkpoint_id = 1
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
@@ -354,7 +353,6 @@ class JobMaster:
             self.migrations.acknowledged(ack, self.attempt.coordinator)
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
-        self.aborted.append(checkpoint)
         self.metrics.checkpoint_aborted(checkpoint)
         self.commands.checkpoint_aborted(checkpoint)
         self.patches.aborted(checkpoint.checkpoint_id)
