@@ -30,6 +30,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TypeVar
 
 from ...config import CheckpointConfig
 from ...errors import CheckpointError, ReplayAbandoned
@@ -116,6 +117,7 @@ class CheckpointCoordinator:
         self.ended: set[TaskId] = set()
         self.in_flight: set[TaskId] = set()  # ended tasks whose async requests have not all left
         self.pending: dict[int, PendingCheckpoint] = {}
+        # the latest completed and aborted checkpoints (the last _KEPT of each: a job runs for weeks)
         self.completed: list[CompletedCheckpoint] = []
         self.aborted: list[AbortedCheckpoint] = []
         self._recent: deque[int] = deque(maxlen=64)  # ids that ended, to recognise late acks
@@ -248,7 +250,7 @@ class CheckpointCoordinator:
                 self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
             self._recent.append(pending.checkpoint_id)
             aborted = pending.abort(AbortReason.TASK_FAILED, "a worker was lost; its tasks restore")
-            self.aborted.append(aborted)
+            _keep_latest(self.aborted, aborted)
             if self.storage is not None:
                 self.storage.discard(pending.checkpoint_id)
             if pending.is_final:
@@ -308,7 +310,7 @@ class CheckpointCoordinator:
         del self.pending[pending.checkpoint_id]
         self._recent.append(pending.checkpoint_id)
         completed = pending.complete(manifest)
-        self.completed.append(completed)
+        _keep_latest(self.completed, completed)
         self._consecutive_failures = 0
         self._last_completion = self.clock.now()
         # Older pending checkpoints are subsumed: this one covers everything they would have.
@@ -338,7 +340,7 @@ class CheckpointCoordinator:
             self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
         aborted = pending.abort(reason, detail)
-        self.aborted.append(aborted)
+        _keep_latest(self.aborted, aborted)
         log.warning("checkpoint %d aborted (%s): %s", pending.checkpoint_id, reason.value, detail)
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
@@ -382,6 +384,15 @@ class CheckpointCoordinator:
         self.is_stopped = True
         for pending in list(self.pending.values()):
             del self.pending[pending.checkpoint_id]
-            self.aborted.append(pending.abort(reason))
+            _keep_latest(self.aborted, pending.abort(reason))
             if self.storage is not None:
                 self.storage.discard(pending.checkpoint_id)
+
+
+_KEPT = 16
+T = TypeVar("T")
+
+
+def _keep_latest(kept: list[T], item: T) -> None:
+    kept.append(item)
+    del kept[:-_KEPT]
