@@ -100,6 +100,15 @@ def _bound(node: exp.Expr, bounds: Bounds, left: Relation, right: Relation, quer
         if _bound(low, bounds, left, right, query):
             return _bound(high, bounds, left, right, query) or True
         return False
+    if isinstance(node, exp.EQ):  # equal event times (two windows' ends): a bound of [offset, offset]
+        a = _time_term(node.args["this"], left, right, query)
+        b = _time_term(node.args["expression"], left, right, query)
+        if a is None or b is None or a[0] == b[0]:
+            return False
+        offset = (b[1] - a[1]) if a[0] == "R" else (a[1] - b[1])
+        bounds.add(exp.GTE, offset)
+        bounds.add(exp.LTE, offset)
+        return True
     if type(node) not in _FLIP:
         return False
     a = _time_term(node.args["this"], left, right, query)
@@ -156,6 +165,8 @@ def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
     bounds = Bounds()
     residual: list[exp.Expr] = []
     for conjunct in _conjuncts(join.args["on"]):
+        if isinstance(conjunct, exp.EQ) and _bound(conjunct, bounds, left, right, query):
+            continue
         if isinstance(conjunct, exp.EQ) and all(isinstance(c, exp.Column) for c in conjunct.args.values()):
             a, b = conjunct.args["this"], conjunct.args["expression"]
             sides = (_side(a, left, right), _side(b, left, right))
