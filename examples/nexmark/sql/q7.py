@@ -5,10 +5,9 @@ Spark's dialect expresses and compiled by `env.sql` to columnar operators over t
 (`epochal.connectors.nexmark.create_views`). tests/sql/test_nexmark_sql.py checks both versions
 and Spark SQL agree on the same events.
 
-The maximum price per window keeps `window_time(window)` (the window's end less a microsecond,
-Spark's time of a window's row) as its event time `dateTime`; the join meets each bid with its
-window's maximum: the bid's time is in the window (`(end - 10 s, end]` of `window_time`, i.e.
-`[start, end)`) and its price is the maximum, an interval join.
+The maximum price per window keeps its window's end (`window.end AS dateTime`) as its event
+time; the join meets each bid with its window's maximum: the bid's time is in the window
+(`[end - 10 s, end)`, i.e. `[start, end)`) and its price is the maximum, an interval join.
 
     python examples/nexmark/sql/q7.py [--events N] [--parallelism P]
 """
@@ -25,13 +24,13 @@ NAME = "sql-q7"
 DESCRIPTION = "highest bid: the bids with the top price of each tumbling 10 s window, as SQL"
 SQL = """
 WITH maxes AS (
-  SELECT max(price) AS maxprice, window_time(window) AS dateTime
+  SELECT max(price) AS maxprice, window.end AS dateTime
   FROM bid GROUP BY window(dateTime, '10 seconds')
 )
 SELECT b.auction, b.bidder, b.price, b.dateTime, b.extra
 FROM bid b JOIN maxes m
   ON b.price = m.maxprice
- AND b.dateTime > m.dateTime - INTERVAL 10 SECONDS AND b.dateTime <= m.dateTime
+ AND b.dateTime >= m.dateTime - INTERVAL 10 SECONDS AND b.dateTime < m.dateTime
 """
 
 

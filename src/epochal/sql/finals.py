@@ -135,7 +135,8 @@ def final_projection(planner: Planner, select: exp.Select, source: Relation, gro
     where: Expr | None = _compiled(having.this, scope, query) if having else None
     project = Project(None, where, tuple(names), tuple(outputs))
     final = Final(positional, derive, project)
-    schema = planner.output_schema(final, positional, merged_types(key_types, windowed, part_names), names)
+    schema = planner.output_schema(final, positional, merged_types(key_types, windowed, part_names, aggregates),
+                                   names)
     time = output_time(select, names, grouping.window, scope, time_key) if windowed else None
     if time is not None and not _is_time(schema.field(time).type):
         time = None
@@ -151,10 +152,14 @@ def _is_time(kind: pa.DataType) -> bool:
     return bool(pa.types.is_timestamp(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind))
 
 
-def merged_types(key_types: tuple[pa.DataType, ...], windowed: bool, part_names: list[str]) -> list[pa.DataType]:
-    """Types of an empty merged batch: enough to type the final projection before the job runs."""
+def merged_types(key_types: tuple[pa.DataType, ...], windowed: bool, part_names: list[str],
+                 aggregates: tuple[tuple[str, tuple[str, ...], pa.DataType], ...]) -> list[pa.DataType]:
+    """Types of an empty merged batch: enough to type the final projection before the job runs
+    (a part of min or max has the aggregate's type: a time stays a time; others are numbers)."""
     key = key_types[0] if len(key_types) == 1 else (pa.string() if key_types else pa.int32())
-    return [key, *([pa.float64(), pa.float64()] if windowed else []), *[pa.float64() for _ in part_names]]
+    typed = {ps[0]: kind for how, ps, kind in aggregates if how in ("min", "max")}
+    return [key, *([pa.float64(), pa.float64()] if windowed else []),
+            *[typed.get(p, pa.float64()) for p in part_names]]
 
 
 def _compiled(node: exp.Expr, scope: Scope, query: str) -> Expr:
