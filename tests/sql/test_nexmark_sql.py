@@ -25,10 +25,11 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
 EVENTS, SEED = 6_000, 3
 QUERIES = ["q0", "q1", "q2", "q3", "q10", "q11", "q4", "q5", "q7", "q8", "q9"]
 # the windows of q5, q7 and q8 want more event time than 6,000 events at Beam's 10,000 a second:
-# 200 a second make it 30 s (q5: 19 sliding windows, q7 and q8: 3 tumbling ones; q4: auctions
-# that live up to 17 s, 327 of them closed with a bid, as q9's winners)
+# 200 a second make it 30 s (q5: 19 sliding windows, q8: 3 tumbling ones; q4: auctions that live
+# up to 17 s, 327 of them closed with a bid, as q9's winners), 50 a second 2 minutes (q7: 12
+# tumbling windows, a top bid each)
 SLOW = NexmarkConfig(event_rate=200)
-CONFIGS = {"q4": SLOW, "q5": SLOW, "q7": SLOW, "q8": SLOW, "q9": SLOW}
+CONFIGS = {"q4": SLOW, "q5": SLOW, "q7": NexmarkConfig(event_rate=50), "q8": SLOW, "q9": SLOW}
 # running aggregates: the rows between depend on the order groups close in; the last per key is the answer
 RUNNING = {"q4": 2}  # query -> the index of the count that grows with each update (the key is column 0)
 
@@ -90,7 +91,7 @@ def _datastream_rows(name: str) -> collections.Counter[tuple[Any, ...]]:
 @pytest.mark.parametrize("name", QUERIES)
 def test_the_sql_version_equals_the_datastream_version(name: str) -> None:
     got = _sql_rows(name)
-    assert sum(got.values()) > 10
+    assert sum(got.values()) >= (5 if name == "q4" else 10)  # q4: the last average of each of 5 categories
     assert got == _datastream_rows(name)
 
 

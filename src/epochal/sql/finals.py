@@ -145,7 +145,7 @@ def final_projection(planner: Planner, select: exp.Select, source: Relation, gro
     else:
         stream = retimed(merged, final, planner.name("select"), time)
     planner.stable(stream)
-    return relation(stream, schema, time, ())
+    return relation(stream, schema, time, (), updates=not windowed)
 
 
 def _is_time(kind: pa.DataType) -> bool:

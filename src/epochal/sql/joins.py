@@ -161,6 +161,9 @@ def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
         raise refuse(join, query, "LEFT ANTI JOIN is not supported on streams")
     right = planner.table(join.this)
     left, right = planner.materialize(left), planner.materialize(right)
+    if left.updates or right.updates:
+        raise refuse(join, query, "a join of a GROUP BY without a window: its rows are updates of a key's result "
+                                  "(Spark SS refuses it too); GROUP BY a window or the event-time column")
     keys: list[tuple[exp.Expr, exp.Expr]] = []
     bounds = Bounds()
     residual: list[exp.Expr] = []
