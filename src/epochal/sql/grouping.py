@@ -174,8 +174,9 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
 
     query = planner.query
     if source.updates:
-        raise refuse(select, query, "an aggregate over a GROUP BY without a window: its rows are updates of a "
-                                    "key's result (Spark SS refuses it too); GROUP BY a window or the event-time column")
+        raise refuse(select, query, "an aggregate over a GROUP BY without a window: its rows are updates of "
+                                    "a key's result (Spark SS refuses it too); GROUP BY a window or the event-time "
+                                    "column")
     grouping = collect(select, query)
     scope = source.scope(query)
     window = window_of(grouping.window, source.event_time, query) if grouping.window is not None else None
