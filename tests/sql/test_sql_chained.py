@@ -68,3 +68,18 @@ def test_what_cannot_be_chained_is_refused_in_one_line(query: str, where: str, w
         _env().sql(query, emit="per_record")
     message = str(error.value)
     assert "\n" not in message and f" at {where}: " in message and what in message, message
+
+
+def test_window_time_is_the_end_less_a_microsecond_as_spark_gives_it() -> None:
+    """A row of the window [10 s, 20 s) is at 19.999999 s by `window_time(window)`: in the window
+    [0 s, 20 s) of a second aggregate, where its end (20 s) is in [20 s, 40 s)."""
+    rows = [{"k": "a", "g": 1, "x": i, "y": i, "d": 1.0, "ts": EPOCH.replace(second=i)} for i in range(40)]
+    inner = "SELECT count(*) AS n, {} FROM t GROUP BY window(ts, '10 seconds')"
+    by_time = (f"WITH c AS ({inner.format('window_time(window) AS wt')}) "
+               "SELECT window.end AS e, sum(n) AS n FROM c GROUP BY window(wt, '20 seconds')")
+    by_end = (f"WITH c AS ({inner.format('window.end AS we')}) "
+              "SELECT window.end AS e, sum(n) AS n FROM c GROUP BY window(we, '20 seconds')")
+    seconds = EPOCH.timestamp()
+    assert sorted((r["e"].timestamp() - seconds, r["n"]) for r in epochal_rows(by_time, rows)) == [(20, 20), (40, 20)]
+    assert sorted((r["e"].timestamp() - seconds, r["n"]) for r in epochal_rows(by_end, rows)) == \
+        [(20, 10), (40, 20), (60, 10)]
