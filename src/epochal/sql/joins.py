@@ -123,6 +123,31 @@ def _bound(node: exp.Expr, bounds: Bounds, left: Relation, right: Relation, quer
     return True
 
 
+def _split(on: exp.Expr, left: Relation, right: Relation, query: str,
+           times_are_bounds: bool) -> tuple[list[tuple[exp.Expr, exp.Expr]], Bounds, list[exp.Expr]]:
+    """ON as (equal keys, left and right; the time bound; the other conditions). Equal event times
+    of both sides (two windows' ends) are a bound of [0, 0] if `times_are_bounds`, else a key."""
+    keys: list[tuple[exp.Expr, exp.Expr]] = []
+    bounds = Bounds()
+    residual: list[exp.Expr] = []
+    for conjunct in _conjuncts(on):
+        if times_are_bounds and isinstance(conjunct, exp.EQ) and _bound(conjunct, bounds, left, right, query):
+            continue
+        if isinstance(conjunct, exp.EQ) and all(isinstance(c, exp.Column) for c in conjunct.args.values()):
+            a, b = conjunct.args["this"], conjunct.args["expression"]
+            sides = (_side(a, left, right), _side(b, left, right))
+            if sides == ("L", "R"):
+                keys.append((a, b))
+                continue
+            if sides == ("R", "L"):
+                keys.append((b, a))
+                continue
+        if not isinstance(conjunct, exp.EQ) and _bound(conjunct, bounds, left, right, query):
+            continue
+        residual.append(conjunct)
+    return keys, bounds, residual
+
+
 def _joined_scope(left: Relation, right: Relation, schema: pa.Schema, width: int, query: str) -> Scope:
     columns: dict[tuple[str | None, str], str] = {}
     names = schema.names
@@ -164,24 +189,9 @@ def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
     if left.updates or right.updates:
         raise refuse(join, query, "a join of a GROUP BY without a window: its rows are updates of a key's result "
                                   "(Spark SS refuses it too); GROUP BY a window or the event-time column")
-    keys: list[tuple[exp.Expr, exp.Expr]] = []
-    bounds = Bounds()
-    residual: list[exp.Expr] = []
-    for conjunct in _conjuncts(join.args["on"]):
-        if isinstance(conjunct, exp.EQ) and _bound(conjunct, bounds, left, right, query):
-            continue
-        if isinstance(conjunct, exp.EQ) and all(isinstance(c, exp.Column) for c in conjunct.args.values()):
-            a, b = conjunct.args["this"], conjunct.args["expression"]
-            sides = (_side(a, left, right), _side(b, left, right))
-            if sides == ("L", "R"):
-                keys.append((a, b))
-                continue
-            if sides == ("R", "L"):
-                keys.append((b, a))
-                continue
-        if _bound(conjunct, bounds, left, right, query):
-            continue
-        residual.append(conjunct)
+    keys, bounds, residual = _split(join.args["on"], left, right, query, times_are_bounds=True)
+    if not keys:  # equal event times and nothing else to key by: they are the key (as before)
+        keys, bounds, residual = _split(join.args["on"], left, right, query, times_are_bounds=False)
     if not keys:
         raise refuse(join.args["on"], query, "a join on streams needs equal keys of both sides in ON (a = b)")
     if residual and how != "inner":
