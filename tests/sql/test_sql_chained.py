@@ -50,7 +50,7 @@ def test_the_window_end_is_the_event_time_of_a_windowed_aggregate() -> None:
     got = sorted((r["we"].second, r["top"], r["groups"]) for r in epochal_rows(query, rows))
     assert got == [(10, 4, 3), (20, 4, 3), (30, 4, 3), (40, 4, 3)]  # per window: 3 groups, the largest of 4
     explained = _env().explain(query)
-    assert "window0-max" in explained and "we: timestamp" in explained
+    assert "window0-max" in explained and "we: timestamp" in explained and "(event time 'we' from here on)" in explained
 
 
 @pytest.mark.parametrize(("query", "where", "what"), [
