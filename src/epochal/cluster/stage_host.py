@@ -24,8 +24,6 @@ it is a retry.
 from __future__ import annotations
 
 import logging
-import pickle
-import selectors
 import threading
 import time
 import uuid
@@ -41,11 +39,11 @@ from ..runtime.master.job_master import JobMaster
 from ..runtime.metrics import TaskMetrics
 from ..runtime.result import JobResult
 from ..runtime.wire.handshake import new_secret
-from ..runtime.wire.network import CONTROL, Link, LinkClosed
+from ..runtime.wire.network import Link, LinkClosed
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
+from .control_links import ControlLinks
 from .link_guard import LinkGuard
-from .master_port import MasterPort
 from .protocol import (
     CaughtUp,
     FromTask,
@@ -53,13 +51,8 @@ from .protocol import (
     JobMasterUnreachable,
     LinkBroken,
     LinkRefused,
-    PeerLost,
-    Peers,
     Progress,
-    Rejoin,
     Running,
-    Start,
-    Stop,
     ToTask,
     WorkerFailed,
 )
@@ -91,7 +84,6 @@ class _Launch:
         return not self.thread.is_alive()
 
 
-
 class WorkerLost(EpochalError):
     """A worker process died or its Spark stage failed; the job is relaunched."""
 
@@ -107,9 +99,9 @@ class LaunchFailed(WorkerLost):
             self.fingerprint = ("<launch>", why, "")
 
 
-
 class StageHost:
-    """The job master's side of one job on Spark: launches, workers' links, and message routing."""
+    """The job master's side of one job on Spark: its launches, their supervision, and the workers'
+    messages (their links: `ControlLinks`)."""
 
     def __init__(
         self, master: JobMaster, spark: Any, workers: int, host: str, executor: SparkExecutor,
@@ -122,13 +114,10 @@ class StageHost:
         self.connect = is_connect(spark)
         self.workers = workers
         self.secret = new_secret()  # the job's: to the workers in the stage's closure, never on a link
-        self.port = MasterPort(host, workers, LinkGuard(self.secret, self.job.config.network), master.control.refusals)
-        self.address = self.port.address
+        guard = LinkGuard(self.secret, self.job.config.network)
+        self.links = ControlLinks(host, workers, guard, master.control.refusals)
+        self.address = self.links.address
         self.peer_lost: tuple[float, LinkBroken] | None = None  # a broken link, restarted after the grace
-        self.selector = selectors.DefaultSelector()
-        self.links: dict[int, Link] = {}
-        self.addresses: dict[int, tuple[str, int]] = {}  # where each worker's task listens (`Peers`)
-        self.incarnations = [0] * workers  # of each worker's process in this launch
         self.launches = 0
         self.running: set[int] = set()
         self.local_bytes = 0  # this attempt's restore read from chained backups' copies
@@ -185,13 +174,10 @@ class StageHost:
 
     def _accept_workers(self, launch: _Launch) -> None:
         """Wait for every worker of `launch` to say hello on the control port."""
-        for link in self.links.values():
-            self._drop(link)
-        self.links, self.addresses = {}, {}
+        self.links.reset()
         self.executor.task_started.clear()
-        self.incarnations = [0] * self.workers
         deadline = time.monotonic() + _HELLO_TIMEOUT
-        while len(self.links) < self.workers:
+        while len(self.links.linked()) < self.workers:
             if launch.is_done:
                 unreachable = unreachable_in(launch.error)
                 if unreachable is not None:
@@ -203,39 +189,22 @@ class StageHost:
                 raise LaunchFailed(describe_failure(launch.error), raised_in_task(launch.error))
             if time.monotonic() > deadline:
                 raise WorkerLost("workers did not connect in time")
-            hello = self.port.next_hello(launch.number, 0.2)
+            hello = self.links.next_hello(launch.number, 0.2)
             if hello is not None:
                 self._add_worker(*hello)
         self._event("connected")
         if self.executor.task_started:  # when the first Spark task began, on this clock
             first = min(self.executor.task_started.values())
             self.executor.timeline.append(("task started", time.monotonic() - (time.time() - first)))
-        self.master.control.publish(listening=self.port.listening_status())
+        self.master.control.publish(listening=self.links.listening_status())
 
     def _add_worker(self, hello: Hello, link: Link) -> None:
-        old = self.links.pop(hello.worker, None)
-        if old is not None:
-            self._drop(old)
-        self.links[hello.worker] = link
-        self.incarnations[hello.worker] = hello.incarnation
         self.executor.worker_pids[hello.worker] = hello.pid
         self.executor.supervisor_pids[hello.worker] = hello.supervisor
-        self.selector.register(link, selectors.EVENT_READ, hello.worker)
         if hello.task_started:
             self.executor.task_started[hello.worker] = hello.task_started
-        if hello.address is not None:
-            known = len(self.addresses) == self.workers  # all were: a replaced process
-            self.addresses[hello.worker] = hello.address
-            if len(self.addresses) == self.workers:  # the rendezvous: everyone learns everyone
-                peers = Peers(tuple(self.addresses[w] for w in range(self.workers)))
-                for worker in [hello.worker] if known else list(self.links):
-                    try:
-                        self.links[worker].send_object(peers)
-                        self.links[worker].flush_blocking(5.0)
-                    except LinkClosed:  # died since its hello: its replacement says hello again
-                        pass
-                if not known:
-                    self._event("rendezvous")
+        if self.links.add(hello, link):
+            self._event("rendezvous")
 
     def _replace_workers(self, launch: _Launch, lost: set[int], cause: BaseException) -> None:
         """Worker processes died while their Spark tasks live on: wait for the processes their
@@ -249,21 +218,19 @@ class StageHost:
         deadline = time.monotonic() + _HELLO_TIMEOUT
         self.peer_lost = None  # the dead process broke it
         while True:
-            lost |= self._closed_links()
+            lost |= self.links.closed()
             if survivors and lost - told:  # the others run on, logging what they send the lost
                 self._tell_survivors(lost - told)
                 told |= lost
-            for worker in lost:
-                if worker in self.links and self.links[worker].closed:
-                    self._drop(self.links.pop(worker))
-            if all(w in self.links for w in lost):
+            self.links.drop_closed(lost)
+            if self.links.has(lost):
                 break
             if launch.is_done:
                 raise WorkerLost(f"the Spark stage ended: {describe_failure(launch.error)}")
             if time.monotonic() > deadline:
                 raise WorkerLost(f"workers {sorted(lost)} died and were not replaced in time")
-            hello = self.port.next_hello(launch.number, 0.05)
-            if hello is not None and hello[0].incarnation > self.incarnations[hello[0].worker]:
+            hello = self.links.next_hello(launch.number, 0.05)
+            if hello is not None and self.links.replaces(hello[0]):
                 self._add_worker(*hello)
             elif hello is not None:
                 hello[1].close()
@@ -284,10 +251,7 @@ class StageHost:
         """Workers died: the survivors keep running (`runtime.master.survivors`); what the lost
         tasks would have acknowledged is aborted meanwhile."""
         self.master.worker_lost(lost)
-        for worker, link in self.links.items():
-            if worker not in lost and not link.closed:
-                for dead in sorted(lost):
-                    link.send_object(PeerLost(dead))
+        self.links.tell_lost(lost)
 
     def _restore_lost(self, lost: set[int], cause: BaseException) -> bool:
         """Restore only the lost workers' tasks, on their new processes; False where that is not
@@ -295,50 +259,19 @@ class StageHost:
         plan = self.master.recover_survivors(lost, self.workers, cause)
         if plan is None or self.attempt is None:
             return False
-        attempt, incarnations = self.attempt.number, tuple(self.incarnations)
         self.running -= lost
-        self.catching_up, self.recovering = set(self.links) - lost, True
+        self.catching_up, self.recovering = self.links.linked() - lost, True
         self.executor.survivor_recoveries.append((sorted(lost), plan.checkpoint_id))
-        for worker, link in self.links.items():
-            if worker in lost:
-                link.send_object(Start(attempt, plan.checkpoint_id, None, incarnations))
-            else:
-                for dead in sorted(lost):
-                    link.send_object(Rejoin(dead, attempt, plan.checkpoint_id, incarnations))
+        self.links.rejoin(lost, self.attempt.number, plan.checkpoint_id)
         return True
-
-    def _closed_links(self) -> set[int]:
-        """The workers whose control link closed (what they sent meanwhile is stale: dropped)."""
-        closed = {w for w, link in self.links.items() if link.closed}
-        for key, _ in self.selector.select(0):
-            try:
-                for _ in key.fileobj.receive():  # type: ignore[union-attr]
-                    pass
-            except LinkClosed:
-                closed.add(key.data)
-        return closed
-
-    def _drop(self, link: Link) -> None:
-        try:
-            self.selector.unregister(link)
-        except (KeyError, ValueError):
-            pass
-        link.close()
 
     def _stop_workers(self, launch: _Launch, cancel: bool) -> None:
         """Tell every worker to leave; cancel the Spark job too when the stage is being given up."""
-        for link in self.links.values():
-            try:
-                link.send_object(Stop())
-                link.flush_blocking(5.0)
-            except LinkClosed:
-                pass
+        self.links.stop()
         if cancel:
             self._cancel_stage(launch)
         launch.thread.join(timeout=60)
-        for link in self.links.values():
-            self._drop(link)
-        self.links = {}
+        self.links.drop_all()
         if launch.error and not cancel:
             log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
 
@@ -352,9 +285,7 @@ class StageHost:
         restore = self.master.restore_from
         checkpoint = restore.checkpoint_id if restore is not None else None
         replay = restore.replay if restore is not None else None
-        start = Start(self.attempt.number, checkpoint, job, tuple(self.incarnations), routing, replay)
-        for link in self.links.values():
-            link.send_object(start)
+        self.links.start(self.attempt.number, checkpoint, job, routing, replay)
 
     def _rescale_in_place(self, rescale: RescaleByRestore) -> bool:
         """Restart the tasks at the new parallelism in this stage, from the rescale's checkpoint,
@@ -380,9 +311,7 @@ class StageHost:
         return True
 
     def _send(self, task: TaskId, message: Any) -> None:
-        link = self.links.get(worker_of(task))
-        if link is not None:
-            link.send_object(ToTask(task, message))
+        self.links.send(worker_of(task), ToTask(task, message))
 
     def _fail(self, cause: BaseException) -> None:
         """The attempt failed: the job master decides (raises JobFailedError when spent)."""
@@ -417,7 +346,7 @@ class StageHost:
                 self._event("finished")
                 return self.master.result()
         finally:
-            self.port.close()
+            self.links.close()
 
     def _supervise(self, launch: _Launch) -> None:
         """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
@@ -431,30 +360,23 @@ class StageHost:
                 continue
             self.master.poll_control()
             attempt.coordinator.tick()
-            self.port.poll()
+            self.links.accept()
             if self.peer_lost is not None and time.monotonic() - self.peer_lost[0] >= _PEER_LOST_GRACE:
                 lost = self.peer_lost[1]
                 self._restart_in_place(WorkerLost(
                     f"the link between workers {lost.worker} and {lost.peer} broke ({lost.reason})"))
                 continue
-            for worker, link in list(self.links.items()):
-                try:
-                    link.flush()
-                except LinkClosed as exc:
-                    self._replace_workers(launch, {worker}, WorkerLost(f"worker {worker} is gone ({exc})"))
-                    break
+            gone = self.links.flush()
+            if gone is not None:
+                self._replace_workers(launch, {gone[0]}, WorkerLost(f"worker {gone[0]} is gone ({gone[1]})"))
             if launch.is_done:
                 raise WorkerLost(f"the Spark stage ended: {describe_failure(launch.error)}")
-            for key, _ in self.selector.select(0.01):
-                ready: Link = key.fileobj  # type: ignore[assignment]
-                try:
-                    frames = list(ready.receive())
-                except LinkClosed as exc:
-                    self._replace_workers(launch, {key.data}, WorkerLost(f"worker {key.data} is gone ({exc})"))
+            for worker, messages in self.links.receive(0.01):
+                if isinstance(messages, LinkClosed):
+                    self._replace_workers(launch, {worker}, WorkerLost(f"worker {worker} is gone ({messages})"))
                     break
-                for kind, _, _, payload in frames:
-                    if kind == CONTROL:
-                        self._on_message(pickle.loads(payload))
+                for message in messages:
+                    self._on_message(message)
 
     def _on_message(self, message: Any) -> None:
         attempt = self.attempt
@@ -495,7 +417,7 @@ class StageHost:
         return (
             self.attempt is not None
             and broken.attempt == self.attempt.number
-            and broken.incarnation == self.incarnations[broken.peer]
+            and broken.incarnation == self.links.incarnation_of(broken.peer)
             and not self.recovering
         )
 
