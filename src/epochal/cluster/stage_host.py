@@ -1,11 +1,11 @@
 """The job master's side of one job on Spark: the barrier stages it launches, and their supervision.
 
 `cluster.spark` builds the job master and the session, then hands the job to a `StageHost`,
-which submits a barrier stage of one task per worker (`cluster.stage_task`: what each task runs),
-waits for every worker's control link, starts the job master's attempts on them and routes
-their messages until the job ends.
+which submits a barrier stage of one task per worker (`cluster.barrier_stage`; what each task
+runs: `cluster.stage_task`), waits for every worker's control link (`cluster.control_links`),
+starts the job master's attempts on them and routes their messages until the job ends.
 
-The job master decides every restart; the host carries it out at one of two speeds:
+The job master decides every restart; the host carries it out in one of these ways:
 - a task that raises leaves its process alive: the next *attempt* starts in place, every worker
   rebuilding its tasks from the checkpoint the job master picked, with no Spark work;
 - a worker process that dies (SIGKILL, OOM) while its Spark task lives is replaced by its
@@ -24,11 +24,8 @@ it is a retry.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EpochalError
@@ -42,6 +39,7 @@ from ..runtime.wire.handshake import new_secret
 from ..runtime.wire.network import Link, LinkClosed
 from ..state.backups import holders
 from ..state.keygroups import RoutingTable
+from .barrier_stage import BarrierStage
 from .control_links import ControlLinks
 from .link_guard import LinkGuard
 from .protocol import (
@@ -67,21 +65,6 @@ log = logging.getLogger(__name__)
 
 _HELLO_TIMEOUT = 300.0
 _PEER_LOST_GRACE = 1.0  # seconds a broken link between workers waits for news of a dead process
-_STAGE_SCHEMA = "worker int"
-
-
-@dataclass(slots=True)
-class _Launch:
-    """One submitted barrier stage and the thread waiting for it."""
-
-    number: int
-    tag: str
-    thread: threading.Thread
-    error: list[BaseException] = field(default_factory=list)
-
-    @property
-    def is_done(self) -> bool:
-        return not self.thread.is_alive()
 
 
 class WorkerLost(EpochalError):
@@ -132,47 +115,15 @@ class StageHost:
     def _event(self, name: str) -> None:
         self.executor.timeline.append((name, time.monotonic()))
 
-    def _submit(self) -> _Launch:
-        from pyspark import InheritableThread
-
+    def _submit(self) -> BarrierStage:
         self._event("submitted")
         self.launches += 1
         number = self.launches
-        tag = f"epochal-{uuid.uuid4().hex[:8]}-{number}"
         fn = worker_function(self.job, self.workers, number, self.address, self.secret)
-        launch = _Launch(number, tag, None)  # type: ignore[arg-type]
+        description = f"epochal {self.job.name} launch {number}"
+        return BarrierStage.submit(self.spark, self.connect, self.workers, number, fn, description)
 
-        def body() -> None:
-            try:
-                self._run_stage(fn, tag, f"epochal {self.job.name} launch {number}")
-            except BaseException as exc:  # noqa: BLE001 - reported to the job master
-                launch.error.append(exc)
-
-        launch.thread = InheritableThread(target=body, daemon=True, session=self.spark)
-        launch.thread.start()
-        return launch
-
-    def _run_stage(self, fn: Callable[[Iterator[Any]], Iterator[Any]], tag: str, description: str) -> None:
-        """One barrier stage of a task per worker, each running `fn`, cancellable by `tag`;
-        returns when it ends. Connect: a DataFrame's `mapInArrow`, tagged (`interruptTag`).
-        Classic: an RDD's `mapPartitions` in job group `tag` (`cancelJobGroup`), which starts
-        about 40 ms sooner (no query to plan); the two are equally fast otherwise."""
-        n = self.workers
-        if self.connect:
-            self.spark.addTag(tag)  # this thread's operations (the thread ends with the stage)
-            self.spark.range(0, n, 1, n).mapInArrow(fn, _STAGE_SCHEMA, barrier=True).collect()
-        else:
-            sc = self.spark.sparkContext
-            sc.setJobGroup(tag, description, interruptOnCancel=True)
-            sc.parallelize(range(n), n).barrier().mapPartitions(fn).collect()
-
-    def _cancel_stage(self, launch: _Launch) -> None:
-        if self.connect:
-            self.spark.interruptTag(launch.tag)
-        else:
-            self.spark.sparkContext.cancelJobGroup(launch.tag)
-
-    def _accept_workers(self, launch: _Launch) -> None:
+    def _accept_workers(self, launch: BarrierStage) -> None:
         """Wait for every worker of `launch` to say hello on the control port."""
         self.links.reset()
         self.executor.task_started.clear()
@@ -206,7 +157,7 @@ class StageHost:
         if self.links.add(hello, link):
             self._event("rendezvous")
 
-    def _replace_workers(self, launch: _Launch, lost: set[int], cause: BaseException) -> None:
+    def _replace_workers(self, launch: BarrierStage, lost: set[int], cause: BaseException) -> None:
         """Worker processes died while their Spark tasks live on: wait for the processes their
         supervisors start in their place (`cluster.supervisor`), then restart the attempt in
         place, on them and on the other workers' running processes, with no new stage."""
@@ -265,12 +216,12 @@ class StageHost:
         self.links.rejoin(lost, self.attempt.number, plan.checkpoint_id)
         return True
 
-    def _stop_workers(self, launch: _Launch, cancel: bool) -> None:
+    def _stop_workers(self, launch: BarrierStage, cancel: bool) -> None:
         """Tell every worker to leave; cancel the Spark job too when the stage is being given up."""
         self.links.stop()
         if cancel:
-            self._cancel_stage(launch)
-        launch.thread.join(timeout=60)
+            launch.cancel()
+        launch.join(timeout=60)
         self.links.drop_all()
         if launch.error and not cancel:
             log.warning("the Spark stage ended with %s after the job finished", launch.error[0])
@@ -348,7 +299,7 @@ class StageHost:
         finally:
             self.links.close()
 
-    def _supervise(self, launch: _Launch) -> None:
+    def _supervise(self, launch: BarrierStage) -> None:
         """Run until every task finished; in-place restarts here, worker loss raises WorkerLost."""
         while True:
             attempt = self.attempt
