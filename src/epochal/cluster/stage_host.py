@@ -53,10 +53,10 @@ from .protocol import (
     Running,
     ToTask,
     WorkerFailed,
+    worker_of,
 )
 from .session import BIND_HOST_ENV, is_connect
 from .stage_task import describe_failure, raised_in_task, unreachable_in, worker_function
-from .worker import worker_of
 
 if TYPE_CHECKING:
     from .spark import SparkExecutor

@@ -19,6 +19,7 @@ its Spark task with `JobMasterUnreachable`, whose message starts with `UNREACHAB
 recognises it in the stage's error and ends the job in one line instead of relaunching (the job
 master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
 So does a job master that does not prove it knows the job's secret (`runtime.wire.handshake`).
+Its peers' frames go to the attempt's channels through a `FrameRouter` (`cluster.frame_router`).
 Connections to the worker's port that fail the handshake are refused (`cluster.peers`) and
 reported (`LinkRefused`); a link to a peer that breaks is reported too (`LinkBroken`).
 """
@@ -44,27 +45,12 @@ from ..runtime.clock import WallClock
 from ..runtime.task.file_merging import SnapshotMerger
 from ..runtime.task.setup import TaskState
 from ..runtime.task.task import Task
-from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys, merger_for
-from ..runtime.wire.channel import LocalChannel
+from ..runtime.task.wiring import build_tasks, channel_keys, merger_for
 from ..runtime.wire.messages import AcknowledgeCheckpoint, NotifyCheckpointComplete
-from ..runtime.wire.network import (
-    BACKUP,
-    CONTROL,
-    CREDIT,
-    DATA_ARROW,
-    DATA_PICKLE,
-    EVENT,
-    HELLO,
-    Link,
-    LinkClosed,
-    RemoteInputChannel,
-    RemoteOutputChannel,
-    parse_credit,
-    read_object_blocking,
-    write_object_blocking,
-)
+from ..runtime.wire.network import CONTROL, HELLO, Link, LinkClosed, read_object_blocking, write_object_blocking
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
+from .frame_router import FLUSH_INTERVAL, FrameRouter
 from .link_guard import LinkGuard
 from .peers import LISTENER, PeerLinks
 from .protocol import (
@@ -79,21 +65,17 @@ from .protocol import (
     Stop,
     ToTask,
     WorkerFailed,
+    worker_of,
 )
 from .snapshot_thread import SnapshotThread
 from .survivors import SurvivorChannels
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL = 0.005
 WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
 ASYNC_LOOP = "async"  # the selector key's data for the asyncio loop's descriptor (`runtime.aio`)
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
 RENDEZVOUS_TIMEOUT = 300.0  # seconds a worker waits for the others' addresses (the job master's wait)
-
-
-def worker_of(task: TaskId) -> int:
-    return task.subtask
 
 
 class Worker:
@@ -146,9 +128,6 @@ class Worker:
         self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
         self.merger: SnapshotMerger | None = None  # this worker's one checkpoint file per checkpoint
-        self.inputs: dict[int, RemoteInputChannel] = {}
-        self.outputs: dict[int, RemoteOutputChannel] = {}
-        self.future_frames: list[tuple[int, int, int, bytes]] = []
         self.failed = False
         self.stopped = False
         self.keys = channel_keys(job)
@@ -156,6 +135,7 @@ class Worker:
         self._async_fd: int | None = None  # the asyncio loop's descriptor, once in the selector
         # channels to other workers that log and count, when survivors do not roll back
         self.survivors = SurvivorChannels(index, job.config.recovery.survivors, self._to_driver)
+        self.frames = FrameRouter(index, self.survivors, self.backups)  # peers' frames to the channels
 
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -204,6 +184,7 @@ class Worker:
             self.config = self.job.config
             self.keys = channel_keys(self.job)
         self.attempt = start.attempt
+        self.frames.begin(start.attempt)
         self.failed = False
         manifest = None
         if start.checkpoint_id is not None:
@@ -216,27 +197,8 @@ class Worker:
             if start.replay is not None:  # epochs replayed at their cuts after a fallback (`state.replay`)
                 manifest = dataclasses.replace(manifest, replay=start.replay)
         read_before = self.backups.store.bytes_read if self.backups is not None else 0
-        ends: dict[ChannelKey, ChannelEnds] = {}
-        self.inputs, self.outputs = {}, {}
-        capacity, attempt_no = self.config.channel_capacity, self.attempt
-        self.survivors.start(attempt_no)
-        for wire_id, key in enumerate(self.keys):
-            edge = self.job.edges[key.edge]
-            src, dst = worker_of(TaskId(edge.source, key.source)), worker_of(TaskId(edge.target, key.target))
-            if src == self.index and dst == self.index:
-                ch = LocalChannel(capacity, elastic=edge.is_back_edge)
-                ends[key] = ChannelEnds(ch, ch)
-            elif src == self.index:
-                out = self.survivors.output(
-                    dst, self.links[dst], wire_id, attempt_no, capacity, self.config.batch_size, FLUSH_INTERVAL,
-                    edge.is_back_edge,
-                )
-                self.outputs[wire_id] = out
-                ends[key] = ChannelEnds(out, None)
-            elif dst == self.index:
-                inp = self.survivors.input(src, self.links[src], wire_id, attempt_no, capacity, start.checkpoint_id)
-                self.inputs[wire_id] = inp
-                ends[key] = ChannelEnds(None, inp)
+        ends = self.frames.wire(self.job, self.keys, self.links, start.checkpoint_id)
+        attempt_no = self.attempt
         mine = [t for t in self.job.task_ids() if worker_of(t) == self.index]
         send = self._sender(attempt_no)
         self.merger = merger_for(self.job, self.storage, self.background, f"worker-{self.index}")
@@ -250,9 +212,7 @@ class Worker:
             return
         local = self.backups.store.bytes_read - read_before if self.backups is not None else 0
         self._to_driver(Running(self.index, attempt_no, local))
-        pending, self.future_frames = self.future_frames, []
-        for frame in pending:
-            self._on_frame(*frame)
+        self.frames.release()
 
     def _sender(self, attempt: int) -> Callable[[Any], None]:
         outbox = self.outbox
@@ -293,8 +253,7 @@ class Worker:
                 busy = self._step_tasks()
                 self._drain_outbox()
                 now = time.monotonic()
-                for out in self.outputs.values():
-                    out.flush_if_due(now)
+                self.frames.flush_due(now)
                 if now - self._last_progress >= self._report_every and self.tasks and not self.failed:
                     self._last_progress = now
                     metrics = tuple((t.id, t.task_metrics()) for t in self.tasks.values())
@@ -339,7 +298,7 @@ class Worker:
         driver = aio.active_driver()
         if driver is not None and (deadline := driver.next_deadline()) is not None:
             timeout = min(timeout, deadline)
-        if any(out._buffer for out in self.outputs.values()):
+        if self.frames.buffered():
             timeout = FLUSH_INTERVAL
         now = self.clock.now()
         for task in self.tasks.values():
@@ -423,7 +382,7 @@ class Worker:
                         if key.data == "driver":
                             self._on_control(frame)
                         else:
-                            self._on_frame(*frame)
+                            self.frames.on_frame(*frame)
                 except LinkClosed as exc:
                     try:
                         self.selector.unregister(link)
@@ -461,27 +420,6 @@ class Worker:
         task = self.tasks.get(message.task)
         if task is not None and not self.failed:
             task.inbox.append(message.message)
-
-    def _on_frame(self, kind: int, attempt: int, wire_id: int, payload: bytes) -> None:
-        if kind == BACKUP:
-            if self.backups is not None:
-                self.backups.receive(payload)
-            return
-        if attempt < self.attempt:
-            return  # from before a restart
-        if attempt > self.attempt:
-            self.future_frames.append((kind, attempt, wire_id, payload))
-            return
-        if kind == CREDIT:
-            out = self.outputs.get(wire_id)
-            if out is not None:
-                out.grant(parse_credit(payload))
-        elif kind in (DATA_ARROW, DATA_PICKLE, EVENT):
-            inp = self.inputs.get(wire_id)
-            if inp is not None:
-                inp.deliver(kind, payload)
-                if self.survivors.catching_up:
-                    self.survivors.delivered()
 
     @property
     def all_finished(self) -> bool:
