@@ -48,7 +48,7 @@ def worker() -> Iterator[Worker]:
     sockets = [*_tcp_pair(), *_tcp_pair(), socket.socket()]
     # a worker not connected to any job master
     w = Worker(job, 0, 2, 1, ("127.0.0.1", 0), sockets[4], ("127.0.0.1", 0), 0, guard=LinkGuard(new_secret()))
-    w.driver = Link(sockets[0], "driver")
+    w.driver.link = Link(sockets[0], "driver")
     w.links[1] = Link(sockets[2], "worker 1")
     yield w
     w._close_tasks()
