@@ -38,7 +38,6 @@ from ..runtime.clock import WallClock
 from ..runtime.master.control import JobControl
 from ..runtime.master.job_master import JobMaster
 from ..runtime.result import JobProgress, JobResult
-from ..state.keygroups import RoutingTable
 from .protocol import JobMasterUnreachable as JobMasterUnreachable  # re-exported: tests import it here
 from .session import BIND_HOST_ENV as BIND_HOST_ENV  # re-exported: tests import it here
 from .session import bind_host, default_session, master_of, wait_for_slots
@@ -46,6 +45,7 @@ from .session import create_session as create_session  # re-exported: tests and 
 from .stage_host import LaunchFailed as LaunchFailed
 from .stage_host import StageHost
 from .stage_host import WorkerLost as WorkerLost
+from .stage_records import StageRecords
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _spark_pickle(obj: Any) -> bytes:
 
 
 
-class SparkExecutor:
+class SparkExecutor(StageRecords):
     """Runs a job graph on Spark: one barrier stage, a worker per task slot.
 
     Args:
@@ -76,17 +76,10 @@ class SparkExecutor:
         bind_host: str | None = None,
         progress: Callable[[JobProgress], None] | None = None,
     ) -> None:
+        super().__init__()  # the records: timeline, workers' pids, recoveries (`StageRecords`)
         self.spark = spark
         self.bind_host = bind_host
         self.progress = progress
-        self.recovery_seconds: list[float] = []  # failure noticed → every worker running again
-        self.worker_pids: dict[int, int] = {}  # worker index → its process (the newest incarnation)
-        self.supervisor_pids: dict[int, int] = {}  # worker index → its Spark task's process
-        self.local_restore_bytes: list[int] = []  # per attempt: restored from backups' copies
-        self.recovery_tables: list[RoutingTable] = []  # parallel recoveries' restore tables
-        self.timeline: list[tuple[str, float]] = []  # (event, time.monotonic()) for benchmarks
-        self.task_started: dict[int, float] = {}  # worker → when its Spark task began (wall clock)
-        self.survivor_recoveries: list[tuple[list[int], int]] = []  # (lost workers, restored checkpoint)
 
     def execute(
         self, job: JobGraph, from_checkpoint: str | int | None = None, control: JobControl | None = None,

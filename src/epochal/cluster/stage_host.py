@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import EpochalError
 from ..plan.job_graph import JobGraph, TaskId
@@ -56,10 +56,8 @@ from .protocol import (
     worker_of,
 )
 from .session import BIND_HOST_ENV, is_connect
+from .stage_records import StageRecords
 from .stage_task import describe_failure, raised_in_task, unreachable_in, worker_function
-
-if TYPE_CHECKING:
-    from .spark import SparkExecutor
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +85,7 @@ class StageHost:
     messages (their links: `ControlLinks`)."""
 
     def __init__(
-        self, master: JobMaster, spark: Any, workers: int, host: str, executor: SparkExecutor,
+        self, master: JobMaster, spark: Any, workers: int, host: str, records: StageRecords,
         recompile: Callable[[int], JobGraph] | None = None,
     ) -> None:
         self.master = master
@@ -106,14 +104,14 @@ class StageHost:
         self.local_bytes = 0  # this attempt's restore read from chained backups' copies
         self.attempt: Attempt | None = None
         self.failed_at: float | None = None
-        self.executor = executor
+        self.records = records  # the executor's: what this host measured and learnt
         self.live: dict[TaskId, TaskMetrics | tuple[Any, ...]] = {}
         self.catching_up: set[int] = set()  # survivors dropping what restored workers send again
         self.recovering = False  # lost workers restore while the others run on
 
     # -- launches --------------------------------------------------------------------------------
     def _event(self, name: str) -> None:
-        self.executor.timeline.append((name, time.monotonic()))
+        self.records.event(name)
 
     def _submit(self) -> BarrierStage:
         self._event("submitted")
@@ -126,7 +124,7 @@ class StageHost:
     def _accept_workers(self, launch: BarrierStage) -> None:
         """Wait for every worker of `launch` to say hello on the control port."""
         self.links.reset()
-        self.executor.task_started.clear()
+        self.records.launched()
         deadline = time.monotonic() + _HELLO_TIMEOUT
         while len(self.links.linked()) < self.workers:
             if launch.is_done:
@@ -143,17 +141,11 @@ class StageHost:
             hello = self.links.next_hello(launch.number, 0.2)
             if hello is not None:
                 self._add_worker(*hello)
-        self._event("connected")
-        if self.executor.task_started:  # when the first Spark task began, on this clock
-            first = min(self.executor.task_started.values())
-            self.executor.timeline.append(("task started", time.monotonic() - (time.time() - first)))
+        self.records.connected()
         self.master.control.publish(listening=self.links.listening_status())
 
     def _add_worker(self, hello: Hello, link: Link) -> None:
-        self.executor.worker_pids[hello.worker] = hello.pid
-        self.executor.supervisor_pids[hello.worker] = hello.supervisor
-        if hello.task_started:
-            self.executor.task_started[hello.worker] = hello.task_started
+        self.records.said_hello(hello)
         if self.links.add(hello, link):
             self._event("rendezvous")
 
@@ -195,7 +187,7 @@ class StageHost:
         if replicas:  # the lost groups restore on the peers holding their copies (parallel recovery)
             routing = self.master.recover_on_holders(lost, lambda w: holders(w, self.workers, replicas))
             if routing is not None:
-                self.executor.recovery_tables.append(routing)
+                self.records.recovery_tables.append(routing)
         self._start_attempt(routing=routing)
 
     def _tell_survivors(self, lost: set[int]) -> None:
@@ -212,7 +204,7 @@ class StageHost:
             return False
         self.running -= lost
         self.catching_up, self.recovering = self.links.linked() - lost, True
-        self.executor.survivor_recoveries.append((sorted(lost), plan.checkpoint_id))
+        self.records.survivor_recoveries.append((sorted(lost), plan.checkpoint_id))
         self.links.rejoin(lost, self.attempt.number, plan.checkpoint_id)
         return True
 
@@ -345,11 +337,9 @@ class StageHost:
             self.local_bytes += message.local_bytes
             if len(self.running) == self.workers:
                 self._event("running")
-                self.executor.local_restore_bytes.append(self.local_bytes)
                 self.master.recovered()
-                if self.failed_at is not None:
-                    self.executor.recovery_seconds.append(time.monotonic() - self.failed_at)
-                    self.failed_at = None
+                self.records.running_again(self.local_bytes, self.failed_at)
+                self.failed_at = None
                 self._caught_up(None)
         elif kind is CaughtUp:
             self._caught_up(message.worker)
