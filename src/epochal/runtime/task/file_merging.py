@@ -10,8 +10,13 @@ the checkpoint (or declined it), closes the file on the background runner, and t
 all, each naming the merged file with its size and SHA-256 (`AcknowledgeCheckpoint.merged`).
 
 Holding an acknowledgement delays no checkpoint: a checkpoint completes only once every task
-acknowledged, and the last task of a process is one of them. A checkpoint that cannot complete
-any more (a newer one completed) is closed with what it has once its writes in flight are done.
+acknowledged, and the last task of a process is one of them. Files are closed one at a time, in
+the order their checkpoints became ready: a runner that finishes work out of order (the seeded
+in-process host does) would otherwise release a newer checkpoint first, which then completes and
+subsumes the older one, whose directory retention deletes under its pending rename. A checkpoint
+that cannot complete any more (a newer one completed) is given up once its writes in flight are
+done: its file is deleted, not renamed into place (nothing reads it, and its directory is
+retention's), and its tasks acknowledge nothing (the coordinator dropped it already).
 A task that writes after its checkpoint's file was closed writes files of its own, as without
 merging; so does a synchronous checkpoint's write, which nothing may hold up.
 """
@@ -21,8 +26,10 @@ from __future__ import annotations
 import logging
 import posixpath
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...plan.job_graph import TaskId
 from ...state.checked_files import chunks_of
@@ -78,7 +85,10 @@ class SnapshotMerger:
         self._checkpoints: dict[int, _Checkpoint] = {}
         self._lock = threading.Lock()  # the writers: appended to off the tasks' thread
         self._writers: dict[int, MergedFileWriter] = {}
+        self._closes: deque[tuple[Callable[[], Any], Callable[[Any], None]]] = deque()  # waiting their turn
+        self._closing = False  # a close (or abandonment) is on the background runner
         self.files_written = 0
+        self.files_abandoned = 0
         self.segments_written = 0
 
     # -- the tasks' thread -----------------------------------------------------------------------
@@ -142,17 +152,43 @@ class SnapshotMerger:
         checkpoint.closing = True
         with self._lock:
             writer = self._writers.get(checkpoint_id)
+        if checkpoint.given_up:  # subsumed: the coordinator dropped it and may have deleted its directory
+            del self._checkpoints[checkpoint_id]
+            if writer is not None:
+                self._in_turn(lambda: self._abandon(checkpoint_id), lambda _: None)
+            return
         if writer is None or not writer.is_open:  # nothing was written: nothing to wait for
             self._closed(checkpoint_id, None)
             return
-        self.background.submit(lambda: self._close(checkpoint_id), lambda result: self._closed(checkpoint_id, result))
+        self._in_turn(lambda: self._close(checkpoint_id), lambda result: self._closed(checkpoint_id, result))
+
+    def _in_turn(self, work: Callable[[], Any], on_done: Callable[[Any], None]) -> None:
+        """Run `work` on the background runner after the closes queued before it (module doc)."""
+        self._closes.append((work, on_done))
+        if not self._closing:
+            self._next_close()
+
+    def _next_close(self) -> None:
+        if not self._closes:
+            self._closing = False
+            return
+        self._closing = True
+        work, on_done = self._closes.popleft()
+
+        def done(result: Any) -> None:
+            try:
+                on_done(result)
+            finally:
+                self._next_close()
+
+        self.background.submit(work, done)
 
     def _closed(self, checkpoint_id: int, result: FileHandle | str | None) -> None:
         checkpoint = self._checkpoints.pop(checkpoint_id, None)
         if checkpoint is None:  # the merger was closed meanwhile
             return
-        if isinstance(result, str):
-            log.warning("%s: checkpoint %d's merged file failed: %s", self.owner, checkpoint_id, result)
+        if isinstance(result, str):  # its tasks decline: the coordinator warns if it was still pending
+            log.info("%s: checkpoint %d's merged file failed: %s", self.owner, checkpoint_id, result)
             for release in checkpoint.held:
                 release(None, result)
             return
@@ -164,6 +200,7 @@ class SnapshotMerger:
     def close(self) -> None:
         """The tasks are closed (the attempt ended): give every open file up."""
         self._checkpoints.clear()
+        self._closes.clear()
         with self._lock:
             writers, self._writers = self._writers, {}
             for writer in writers.values():
@@ -195,3 +232,10 @@ class SnapshotMerger:
                 return writer.close()
             except Exception as exc:
                 return str(exc)
+
+    def _abandon(self, checkpoint_id: int) -> None:
+        with self._lock:
+            writer = self._writers.pop(checkpoint_id, None)
+            if writer is not None:
+                writer.abort("a newer checkpoint completed")
+                self.files_abandoned += 1
