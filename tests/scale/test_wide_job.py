@@ -14,6 +14,7 @@ from typing import Any
 
 from epochal import CheckpointConfig, JobState, RestartStrategy, Source, SplitReader, StateConfig, StreamEnvironment
 from epochal.state.storage import CheckpointStorage
+from epochal.state.verify import verify_checkpoint
 from epochal.testing import CollectSink
 
 N = 12_000
@@ -134,4 +135,4 @@ def test_parallelism_256_with_4096_key_groups_checkpoints_rescales_and_restores_
         assert len([f for f in manifest.stored_files() if f.path.startswith(own)]) == 1  # one merged file
         storage.check_files(manifest)
     assert widths == {PARALLELISM, RESCALED}
-    storage.verify(storage.load_manifest(storage.complete_checkpoints()[-1]))
+    verify_checkpoint(storage, storage.load_manifest(storage.complete_checkpoints()[-1]))

@@ -19,6 +19,7 @@ from epochal.state.heap import HeapKeyedStateBackend
 from epochal.state.keygroups import KeyGroupRange, key_group_of
 from epochal.state.manifest import Manifest, OperatorState
 from epochal.state.storage import CheckpointStorage
+from epochal.state.verify import verify_checkpoint
 
 ALL = KeyGroupRange(0, 16)
 
@@ -243,7 +244,7 @@ def test_retention_keeps_every_file_a_retained_checkpoint_references(tmp_path):
         kept.append(subtask)
         # the one retained checkpoint restores, though its chain lives in older directories
         assert storage.complete_checkpoints() == [checkpoint_id]
-        storage.verify(storage.load_manifest(checkpoint_id))
+        verify_checkpoint(storage, storage.load_manifest(checkpoint_id))
     # directories no chain references any more are gone
     live = {h.path.split("/")[0] for h in storage.load_manifest(8).files()}
     assert set(CheckpointStorage.checkpoint_dir_name(c) for c in storage.checkpoint_ids()) == live

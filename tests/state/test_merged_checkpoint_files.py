@@ -15,6 +15,7 @@ import pytest
 from epochal import CheckpointConfig, StreamEnvironment
 from epochal.errors import CorruptCheckpointError
 from epochal.state.storage import CheckpointStorage
+from epochal.state.verify import verify_checkpoint
 from epochal.testing import CollectSink, ListSource
 
 N, KEYS, PARALLELISM = 40_000, 300, 8  # long enough for several checkpoints on an idle machine
@@ -55,7 +56,7 @@ def test_a_checkpoint_is_one_file_merged_and_a_file_per_subtask_unmerged(tmp_pat
         else:
             assert len(files) >= PARALLELISM and not manifest.merged
         storage.check_files(manifest)
-        storage.verify(manifest)
+        verify_checkpoint(storage, manifest)
 
 
 def test_a_corrupt_segment_is_found_and_not_restored_from(tmp_path: Path) -> None:
@@ -72,4 +73,4 @@ def test_a_corrupt_segment_is_found_and_not_restored_from(tmp_path: Path) -> Non
     path.write_bytes(bytes(data))
     storage.check_files(newest)  # sizes still match
     with pytest.raises(CorruptCheckpointError):
-        storage.verify(newest)
+        verify_checkpoint(storage, newest)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from epochal.errors import CheckpointError, CorruptCheckpointError, NoCheckpointError
 from epochal.state.manifest import FileHandle, Manifest, OperatorState, SubtaskState, TaskCheckpointStats
 from epochal.state.storage import MANIFEST_COPY_NAME, MANIFEST_NAME, CheckpointStorage
+from epochal.state.verify import verify_checkpoint
 
 
 def write_checkpoint(
@@ -161,7 +162,7 @@ def test_a_flipped_data_byte_is_detected_where_the_file_is_read_not_at_resolve(d
         with pytest.raises(CorruptCheckpointError, match=expected):
             storage.read_file(handle)
         with pytest.raises(CorruptCheckpointError, match=expected):
-            storage.verify(newest)
+            verify_checkpoint(storage, newest)
 
 
 def test_any_flipped_bit_of_the_manifest_is_detected(storage: CheckpointStorage) -> None:
@@ -367,7 +368,7 @@ def test_resolving_reads_manifests_only_and_a_restore_reads_each_file_once(stora
         storage.read_file(handle)
     assert counting.bytes_read == {str(data_path(storage, h)): h.size for h in newest.files()}
     counting.bytes_read.clear()
-    storage.verify(newest)  # the explicit check reads every byte, for the CLI and tests
+    verify_checkpoint(storage, newest)  # the explicit check reads every byte, for the CLI and tests
     assert counting.bytes_read == {str(data_path(storage, h)): h.size for h in newest.files()}
 
 

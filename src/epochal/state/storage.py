@@ -212,13 +212,6 @@ class CheckpointStorage(CheckedFiles):
                     f"the manifest says {handle.size} (truncated or appended)"
                 )
 
-    def verify(self, manifest: Manifest) -> None:
-        """Read every byte of every file of a checkpoint; raises CorruptCheckpointError on the
-        first bad one (`state.verify`: the job master's check before a restore)."""
-        from .verify import verify_checkpoint  # it builds on this module
-
-        verify_checkpoint(self, manifest)
-
     def latest(self, before: int | None = None) -> Manifest | None:
         """The newest complete checkpoint (older than `before`, if given) whose manifest is
         intact and whose files are all present with their sizes; others are logged and skipped.
