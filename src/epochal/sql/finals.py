@@ -24,7 +24,8 @@ from .timing import output_time, retimed, window_time
 if TYPE_CHECKING:
     from ..api.stream import DataStream
     from .grouping import Grouping
-    from .planner import Planner, Relation
+    from .planner import Planner
+    from .relation import Relation
 
 _UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 

@@ -30,12 +30,14 @@ from ..plan.specs import Emit, OnError
 from ..plan.windows import Session, Sliding, Tumbling
 from .errors import parse_duration, refuse
 from .expressions import Expr, compile_expression, key_of
+from .finals import final_projection
 from .merge import CountDistinct, Tag, WindowParts
+from .relation import Relation
 from .timing import key_window, time_key
 
 if TYPE_CHECKING:
     from ..api.stream import DataStream
-    from .planner import Planner, Relation
+    from .planner import Planner
 
 AGGREGATES = (exp.Count, exp.Sum, exp.Min, exp.Max, exp.Avg)
 
@@ -170,7 +172,6 @@ class NotNull:
 
 def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Relation:
     """The relation a grouped SELECT produces."""
-    from .planner import Relation
 
     query = planner.query
     if source.updates:
@@ -357,7 +358,6 @@ def _final(planner: Planner, select: exp.Select, source: Relation, grouping: Gro
            part_names: list[str], key_types: tuple[pa.DataType, ...],
            aggregate_parts: list[tuple[str, tuple[int, ...], pa.DataType]], windowed: bool,
            relation: type[Relation], on_time: int | None) -> Relation:
-    from .finals import final_projection
 
     return final_projection(planner, select, source, grouping, merged, part_names, key_types, aggregate_parts,
                             windowed, relation, on_time)

@@ -29,9 +29,10 @@ from ..plan.two_inputs import JoinType, join_schema
 from .errors import parse_duration, refuse
 from .expressions import Expr, Scope, compile_expression
 from .grouping import Keys
+from .relation import Relation
 
 if TYPE_CHECKING:
-    from .planner import Planner, Relation
+    from .planner import Planner
 
 KEY = "__jk"
 _FLIP: dict[type, type] = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}
@@ -173,7 +174,6 @@ def plan_joins(planner: Planner, select: exp.Select, left: Relation) -> Relation
 
 
 def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
-    from .planner import Relation
 
     query = planner.query
     side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
@@ -238,7 +238,6 @@ def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
 
 def _with_key(planner: Planner, relation: Relation, keys: list[exp.Expr], role: str) -> Relation:
     """The relation with its join key as column `__jk` (several keys encoded as one)."""
-    from .planner import Relation
 
     scope = relation.scope(planner.query)
     compiled = tuple(compile_expression(k, scope) for k in keys)

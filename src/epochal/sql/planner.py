@@ -23,7 +23,11 @@ from sqlglot import exp
 from .batches import Positional, Project
 from .catalog import Catalog
 from .errors import SqlError, refuse
-from .expressions import Expr, Scope, check, compile_expression
+from .expressions import Expr, check, compile_expression
+from .finals import output_name
+from .grouping import is_grouped, plan_grouped
+from .joins import plan_joins
+from .relation import Relation
 
 if TYPE_CHECKING:
     from ..api.environment import StreamEnvironment
@@ -40,25 +44,6 @@ _REFUSED = {
     "laterals": "LATERAL VIEW is not supported on streams",
     "pivots": "PIVOT is not supported on streams",
 }
-
-
-@dataclass(slots=True)
-class Relation:
-    """A stream of Arrow batches with `schema`; `event_time` names the column the stream's
-    watermarks follow (None once it is gone); `conform`: batches still to be cast to it (a view)."""
-
-    stream: DataStream
-    schema: pa.Schema
-    event_time: str | None
-    qualifiers: tuple[str, ...]
-    conform: pa.Schema | None = None
-    columns: dict[tuple[str | None, str], str] | None = None  # a join's: qualified names of both sides
-    updates: bool = False  # a running aggregate's rows: each a key's new result, replacing its last one
-
-    def scope(self, query: str) -> Scope:
-        if self.columns is not None:
-            return Scope(dict(self.columns), query)
-        return Scope.of(list(self.schema.names), query, self.qualifiers)
 
 
 @dataclass(slots=True)
@@ -184,8 +169,6 @@ class Planner:
         return Relation(view.timed(), view.schema, view.event_time, qualifiers, conform=view.schema)
 
     def _select(self, select: exp.Select) -> Relation:
-        from .grouping import is_grouped, plan_grouped
-        from .joins import plan_joins
 
         for key, why in _REFUSED.items():
             value = select.args.get(key)
@@ -211,7 +194,6 @@ class Planner:
         return self._project(select, source)
 
     def _project(self, select: exp.Select, source: Relation) -> Relation:
-        from .finals import output_name
 
         scope = source.scope(self.query)
         names: list[str] = []
