@@ -38,6 +38,7 @@ from ...wire.batches import to_arrow, to_records
 from ...wire.elements import Batch
 from ..bad_records import DeadLetter, with_letters
 from ..base import OperatorSnapshot, RuntimeOperator
+from .acero import grouped_partials
 from .functions import (
     BatchAggregate,
     arrow_column,
@@ -223,6 +224,16 @@ class LocalAggregateOperator(RuntimeOperator):
         keys = table.column(column)
         if pa.types.is_dictionary(keys.type):
             keys = pa.chunked_array([c.dictionary_decode() for c in keys.chunks])
+            table = table.set_column(table.schema.get_field_index(column), column, keys)
+        by_arrow = grouped_partials(table, column, self.batch)
+        if by_arrow is not None:  # built-ins: Arrow groups and aggregates in one pass
+            distinct, accumulators = by_arrow
+            columns, names = [distinct], [self.out_key]
+            for partial, labels in zip(accumulators, labels_of(self.batch), strict=True):
+                for name, label in labels.items():
+                    columns.append(partial[name])
+                    names.append(label)
+            return pa.RecordBatch.from_arrays(columns, names=names)
         encoded = pc.dictionary_encode(keys, null_encoding="encode")
         distinct = encoded.chunk(0).dictionary
         codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
