@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from ....errors import KeySelectorError
 from ....plan.aggregates import AggregateKind, LocalAggregateSpec, ValueSelector, is_batch_function, partial_key_column
 from ....plan.specs import OnError
-from ...key_index import KeyIndex
+from ...key_index import KEY_HASH_COLUMN, KeyIndex, hash_keys
 from ...keys import key_column, record_key_fn
 from ...wire.batches import to_arrow, to_records
 from ...wire.elements import Batch
@@ -233,7 +233,7 @@ class LocalAggregateOperator(RuntimeOperator):
                 for name, label in labels.items():
                     columns.append(partial[name])
                     names.append(label)
-            return pa.RecordBatch.from_arrays(columns, names=names)
+            return _with_hashes(columns, names)
         encoded = pc.dictionary_encode(keys, null_encoding="encode")
         distinct = encoded.chunk(0).dictionary
         codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
@@ -244,7 +244,7 @@ class LocalAggregateOperator(RuntimeOperator):
             for name, label in labels.items():
                 columns.append(arrow_column(partial[name]))
                 names.append(label)
-        return pa.RecordBatch.from_arrays(columns, names=names)
+        return _with_hashes(columns, names)
 
     def _value_columns(self, table: pa.Table) -> list[str] | None:
         """The columns the aggregates read (None: all, for a batch function)."""
@@ -281,3 +281,14 @@ def _one_batch(table: pa.Table, only: list[str] | None) -> pa.RecordBatch:
         table = table.select(only)
     batches = table.combine_chunks().to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def _with_hashes(columns: list[pa.Array], names: list[str]) -> pa.RecordBatch:
+    """Partials (the distinct keys first) as a batch, with the keys' hashes where `KeyIndex`
+    takes the key type: the exchange and the global phase find the keys by them, so each
+    distinct key of an epoch is hashed once on its way (issue 36)."""
+    if KeyIndex.supports(columns[0].type):
+        hashes = hash_keys(columns[0])
+        columns = [*columns, pa.Array.from_buffers(pa.uint64(), len(hashes), [None, pa.py_buffer(hashes)])]
+        names = [*names, KEY_HASH_COLUMN]
+    return pa.RecordBatch.from_arrays(columns, names=names)
