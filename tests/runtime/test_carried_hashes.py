@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from epochal.plan.aggregates import AggregateCall, AggregateKind, LocalAggregateSpec
 from epochal.plan.specs import Partitioning, PartitionKind
 from epochal.runtime.key_index import KEY_HASH_COLUMN, KeyIndex, carried_hashes, hash_keys
-from epochal.runtime.operators.aggregates.local import LocalAggregateOperator
+from epochal.runtime.operators.aggregates.local import FROM_RECORDS, LocalAggregateOperator
 from epochal.runtime.task.partition import Partitioner
 from epochal.runtime.wire.batches import to_records
 from epochal.state.keygroups import key_group_of, subtask_of_key_group
@@ -71,3 +71,29 @@ def test_partials_route_to_the_owner_of_each_key_group_with_or_without_repeats(
             for row in to_records(piece):
                 assert subtask_of_key_group(key_group_of(row[0], 128), n, 128) == target
         assert sum(p.num_rows for _, p in router.split(batch)) == batch.num_rows
+
+
+def counts_of_records(keys: list[object]) -> object:
+    """What a local count of records keyed by themselves ships at a barrier."""
+    local = LocalAggregateOperator(LocalAggregateSpec("count-local", "count-local", _itself, (COUNT,)))
+    local.process(list(keys))
+    return local.pre_barrier(1)
+
+
+def _itself(record: object) -> object:
+    return record
+
+
+def test_counts_of_records_go_as_a_batch_with_hashes_marked_as_from_records() -> None:
+    shipped = counts_of_records(["a", "b", "a", None])
+    assert isinstance(shipped, pa.RecordBatch) and shipped.schema.metadata == FROM_RECORDS
+    assert dict(zip(shipped.column("key").to_pylist(), shipped.column("count").to_pylist())) == {
+        "a": 2, "b": 1, None: 1}
+    assert carried_hashes(shipped) is not None
+
+
+def test_keys_no_key_index_takes_go_as_tuples() -> None:
+    for keys in ([1, "a", 1], [1.5, 2.5, 1.5], [(1, 2), (1, 2)], [True, False]):
+        shipped = counts_of_records(keys)
+        assert isinstance(shipped, list)
+        assert dict(shipped) == {k: keys.count(k) for k in set(keys)}

@@ -46,6 +46,7 @@ from .functions import (
     row_selector,
     value_of,
 )
+from .local import FROM_RECORDS
 from .scan import group_order, running
 from .table import labels_of
 from .table_state import TableState
@@ -86,8 +87,10 @@ class KeyedAggregateOperator(KeyedOperator):
     # -- records in -----------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
         if type(batch) is pa.RecordBatch and self.column is not None and self._columnar(batch):
-            self._records_out = False
-            return self._process_table(batch, self.column, self.combined)
+            # partials a local phase made of records: records out, as if they had come as tuples
+            self._records_out = self.combined and _from_records(batch)
+            out = self._process_table(batch, self.column, self.combined)
+            return _records(out) if self._records_out and isinstance(out, pa.RecordBatch) else out
         if self.batch_only:
             self._records_out = False
             return self._process_table(*self._as_arrow(batch), False)
@@ -385,6 +388,10 @@ class KeyedAggregateOperator(KeyedOperator):
         if self.tables is not None:
             found.update(self.tables.query(key))
         return found
+
+
+def _from_records(batch: Any) -> bool:
+    return bool(batch.schema.metadata == FROM_RECORDS)
 
 
 def _records(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:

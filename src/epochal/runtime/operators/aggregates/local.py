@@ -51,6 +51,8 @@ from .functions import (
 from .table import labels_of
 
 _ABSENT = object()
+# Schema metadata of a batch of partials made from records: the global phase emits records for it.
+FROM_RECORDS = {b"epochal.partials": b"records"}
 
 
 class LocalAggregateOperator(RuntimeOperator):
@@ -192,6 +194,10 @@ class LocalAggregateOperator(RuntimeOperator):
     def _ship(self) -> Batch | None:
         """Everything held, as partials (an Arrow batch, or tuples), and forget it."""
         arrow = self._ship_table()
+        counted = self._counts_table() if arrow is None and self._counts and self.until_barrier else None
+        if counted is not None:
+            self._counts = Counter()
+            return counted
         if self._counts:
             records: list[Any] | None = list(self._counts.items())
             self._counts = Counter()
@@ -245,6 +251,24 @@ class LocalAggregateOperator(RuntimeOperator):
                 columns.append(arrow_column(partial[name]))
                 names.append(label)
         return _with_hashes(columns, names)
+
+    def _counts_table(self) -> pa.RecordBatch | None:
+        """The counts of records' keys as a batch of partials with their hashes, marked as from
+        records (the global phase emits records for them): the global phase then merges them
+        columnar without grouping or hashing a key. None when the keys make no column a
+        `KeyIndex` takes (mixed types, floats, tuples...): then they go as tuples."""
+        assert self.batch is not None
+        try:
+            keys = pa.array(list(self._counts))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError,
+                ValueError):
+            return None
+        if not KeyIndex.supports(keys.type):
+            return None
+        counts = np.fromiter(self._counts.values(), dtype=np.int64, count=len(self._counts))
+        (label,) = labels_of(self.batch)[0].values()
+        batch = _with_hashes([keys, arrow_column(counts)], [self.out_key, label])
+        return batch.replace_schema_metadata(FROM_RECORDS)
 
     def _value_columns(self, table: pa.Table) -> list[str] | None:
         """The columns the aggregates read (None: all, for a batch function)."""
