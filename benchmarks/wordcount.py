@@ -153,6 +153,7 @@ def words_counted(result: Any) -> int:
 
 def epochal_inprocess(corpus: str, job: str, out: str, checkpoints: str) -> dict[str, Any]:
     """One in-process run (called in a child process)."""
+    import epochal.cluster.inprocess  # noqa: F401 - the library imported before the clock, as polars is
     from epochal import CheckpointConfig, StreamEnvironment
 
     env = StreamEnvironment(parallelism=1, executor="inprocess",

@@ -124,8 +124,12 @@ class Partitioner:
         order = np.argsort(targets, kind="stable")
         sorted_targets = targets[order]
         bounds = np.searchsorted(sorted_targets, np.arange(self.num_channels + 1))
-        for target in range(self.num_channels):
-            lo, hi = bounds[target], bounds[target + 1]
+        if sorted_targets[0] == sorted_targets[-1]:  # one target: the batch as it is
+            yield int(sorted_targets[0]), batch
+            return
+        ordered = batch.take(pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)]))
+        for target in range(self.num_channels):  # one take, then a zero-copy slice per target
+            lo, hi = int(bounds[target]), int(bounds[target + 1])
             if hi > lo:
-                yield target, batch.take(pa.array(order[lo:hi]))
+                yield target, ordered.slice(lo, hi - lo)
 

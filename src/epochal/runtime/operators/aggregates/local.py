@@ -124,7 +124,16 @@ class LocalAggregateOperator(RuntimeOperator):
 
     def _add_records(self, batch: Batch, letters: list[DeadLetter]) -> None:
         records = to_records(batch)
-        if isinstance(batch, pa.RecordBatch) and self.column in batch.schema.names:
+        arrow_keys = isinstance(batch, pa.RecordBatch) and self.column in batch.schema.names
+        if self._count_only and not arrow_keys:
+            try:  # keys counted as they are made, no list of them: a failure fails the job
+                self._counts.update(map(self.key_fn, records))
+                return
+            except Exception as exc:
+                keys = self._keys(records)  # raises, naming the record whose key failed
+                bad = next((r for r, k in zip(records, keys) if not _hashable(k)), records[0])
+                raise KeySelectorError(self.name, bad, exc) from exc
+        elif isinstance(batch, pa.RecordBatch) and arrow_keys:
             keys = batch.column(self.column).to_pylist()  # its rows are tuples: no item by name
         else:
             keys = self._keys(records)
