@@ -21,7 +21,7 @@ from epochal import (
     StateConfig,
     StreamEnvironment,
 )
-from epochal.api.environment import RunOverrides
+from epochal.api.overrides import RunOverrides
 from epochal.config import JobConfig
 from epochal.connectors import FileSink, TextFileSource
 from epochal.spark import register

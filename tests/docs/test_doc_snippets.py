@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from doc_blocks import REPO, Block, Commands, Mark, blocks, command_blocks, pages
 
-from epochal.api.environment import RunOverrides, run_overrides
+from epochal.api.overrides import RunOverrides, run_overrides
 
 ALL = [b for page in pages() for b in blocks(page)]
 PAGES_THAT_RUN = sorted({b.page for b in ALL if b.mark is Mark.RUN})

@@ -67,7 +67,7 @@ def test_queued_batches_are_joined_but_never_across_a_barrier(open_tasks: OpenTa
     step = 1 if arrow else 2
     assert [_rows(b) for b in seen] == [list(range(0, 12, step)), list(range(12, 24, step))]
     assert all(isinstance(b, pa.RecordBatch) == arrow for b in seen)
-    assert count.last_checkpoint == 1
+    assert count.checkpoints.last_checkpoint == 1
 
 
 def test_arrow_batches_are_joined_up_to_the_cap_only(open_tasks: OpenTasks, monkeypatch: pytest.MonkeyPatch) -> None:

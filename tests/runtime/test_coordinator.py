@@ -147,6 +147,22 @@ def test_a_checkpoint_completes_when_every_task_acknowledged_and_all_are_notifie
     assert h.coordinator.on_acknowledge(ack(TaskId(7, 0), 1)) is AckResult.LATE
 
 
+def test_a_long_run_keeps_only_its_latest_checkpoints() -> None:
+    """A job checkpointing every second runs for weeks: the coordinator keeps the latest few
+    completed and aborted checkpoints (their manifests), not every one."""
+    h = Harness(CheckpointConfig(interval=1.0, directory="unused", timeout=0.5, tolerable_failures=1_000))
+    for n in range(1, 41):
+        h.at(float(2 * n))
+        h.take_sent()
+        if n % 2:
+            for task in h.tasks:
+                h.coordinator.on_acknowledge(ack(task, n))
+        else:
+            h.at(2 * n + 0.9)  # expires unacknowledged
+    assert [c.checkpoint_id for c in h.coordinator.completed] == list(range(9, 40, 2))
+    assert [a.checkpoint_id for a in h.coordinator.aborted] == list(range(10, 41, 2))
+
+
 def test_an_unknown_task_does_not_count() -> None:
     h = Harness(PERIODIC)
     h.at(1.0)

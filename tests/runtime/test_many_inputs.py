@@ -40,7 +40,7 @@ def test_one_step_takes_the_barriers_heading_every_input_and_none_is_lost(
         channel.send(Barrier(2, 0.0))  # more control elements than inputs: the step stops, takes none too many
         channel.send([owned[i]])
     steps = _steps(task)
-    assert task.last_checkpoint == 2
+    assert task.checkpoints.last_checkpoint == 2
     assert task.chain.records_in[0] == P  # every record after the barriers, once
     assert steps == 3  # a step per checkpoint's P barriers, one for the P record lists (joined)
     assert task.gate.queued() == (0, 0)
@@ -55,7 +55,7 @@ def test_watermarks_and_ends_of_input_heading_the_inputs_are_taken_in_a_step(
         channel.send(END_OF_INPUT)
     steps = _steps(task)
     assert steps <= 3 and task.gate.aligner.all_ended
-    assert task.watermarks.current == float("inf")
+    assert task.input.watermarks.current == float("inf")
 
 
 def test_record_lists_heading_the_inputs_are_joined_but_never_across_a_barrier(
@@ -82,7 +82,7 @@ def test_record_lists_heading_the_inputs_are_joined_but_never_across_a_barrier(
         channel.send([owned[2 * i]])
         channel.send([owned[2 * i + 1]])
     _steps(task)
-    assert task.last_checkpoint == 1 and task.chain.records_in[0] == 2 * P
+    assert task.checkpoints.last_checkpoint == 1 and task.chain.records_in[0] == 2 * P
     # the one list ahead of the barriers alone; after the alignment, all the others joined
     # (a channel's two lists back to back by the gate, the channels' by the step)
     assert batches == [1, 2 * P - 1]

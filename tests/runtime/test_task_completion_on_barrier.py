@@ -27,8 +27,8 @@ def test_a_barrier_from_after_a_completion_commits_it_before_the_notice_arrives(
     task.step()  # 5 records written, staged
     task.inbox.append(TriggerCheckpoint(1, 0.0))
     task.step()  # checkpoint 1 prepared: its records wait for completion
-    assert sink.committed() == [] and task.last_notified == 0
+    assert sink.committed() == [] and task.checkpoints.last_notified == 0
     task.inbox.append(TriggerCheckpoint(2, 0.0, completed=1))  # no NotifyCheckpointComplete(1) yet
     task.step()
-    assert task.last_notified == 1
+    assert task.checkpoints.last_notified == 1
     assert sink.committed() == [1, 2, 3, 4, 5]

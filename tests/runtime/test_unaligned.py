@@ -94,7 +94,7 @@ def test_an_unaligned_barrier_is_taken_even_while_the_task_output_is_full(
     channel.send(Barrier(1, 0.0, alignment=Alignment.UNALIGNED))
     assert counter.is_runnable()
     counter.step()
-    assert channel.priority == 0 and counter.last_checkpoint == 1  # state fixed before [1, 2, 3] ran
+    assert channel.priority == 0 and counter.checkpoints.last_checkpoint == 1  # state fixed before [1, 2, 3] ran
     assert channel.peek() == [1, 2, 3]  # the overtaken data is still to be processed
     assert all(Barrier(1, 0.0, alignment=Alignment.UNALIGNED) in list(out._queue) for out in counter.output.channels)
 

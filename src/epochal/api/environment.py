@@ -1,14 +1,13 @@
-"""StreamEnvironment: where a stream program is built, and from where it is executed (about 450
-lines, most of them the documentation of its arguments, which users read in their editors)."""
+"""StreamEnvironment: where a stream program is built, and from where it is executed (most of
+its lines document its arguments, which users read in their editors; one execution is a
+`Launch`, api/launch.py)."""
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from ..config import (
     DEFAULT_GC_THRESHOLD,
@@ -20,91 +19,33 @@ from ..config import (
     StateConfig,
     TlsConfig,
 )
-from ..errors import EpochalError
 from ..plan.blueprint import JobBlueprint
 from ..plan.job_graph import JobGraph
 from ..plan.logical import LogicalGraph
 from ..plan.specs import SourceSpec
-from ..runtime.master.control import JobControl, JobState, JobStatus
-from ..runtime.master.start_checks import AUTO, auto_start, describe_auto_start
-from ..runtime.result import JobProgress, JobResult
+from ..runtime.result import JobResult
 from ..state.keygroups import DEFAULT_MAX_PARALLELISM, MAX_KEY_GROUPS
 from ..validation import (
-    check_bool,
-    check_callable,
     check_choice,
     check_gc_threshold,
     check_has_methods,
     check_instance,
     check_int,
     check_name,
-    check_path,
     check_seconds,
 )
 from .builder import GraphBuilder
 from .checks import OnErrorChoice, on_error_policy
 from .connector import Sink, Source
 from .handle import JobHandle
+from .launch import Host, Launch, WebAddress
+from .overrides import EXECUTORS, Executor, current_overrides
 from .sql import SqlMethods
 from .stream import DataStream
 from .tables import resolve_table
 from .time import WatermarkStrategy
 
-if TYPE_CHECKING:
-    from ..cluster.endpoint import ControlEndpoint
-
-Executor = Literal["inprocess", "spark"]
-EXECUTORS: tuple[Executor, ...] = ("inprocess", "spark")
-
-
 T = TypeVar("T")  # a source's records
-
-
-@dataclass(frozen=True, slots=True)
-class RunOverrides:
-    """Settings a launcher (`epochal run`) imposes on every environment a job file creates."""
-
-    parallelism: int | None = None
-    checkpoint_directory: str | None = None
-    from_checkpoint: str | None = None
-    progress: Callable[[JobProgress], None] | None = None
-    executor: Executor | None = None
-    allow_non_restored_state: bool = False
-    web_port: int | None = None
-    on_result: Callable[[JobResult], None] | None = None  # told of every job that finished
-    spark: Any = None  # the SparkSession of environments that name none (`epochal serve`'s)
-
-    def __post_init__(self) -> None:
-        if self.parallelism is not None:
-            check_int("parallelism", self.parallelism)
-        if self.checkpoint_directory is not None:
-            directory = check_path("checkpoint_directory", self.checkpoint_directory)
-            object.__setattr__(self, "checkpoint_directory", directory)
-        if self.from_checkpoint is not None:
-            check_name("from_checkpoint", self.from_checkpoint)
-        if self.progress is not None:
-            check_callable("progress", self.progress)
-        if self.executor is not None:
-            check_choice("executor", self.executor, EXECUTORS)
-        check_bool("allow_non_restored_state", self.allow_non_restored_state)
-        if self.web_port is not None:
-            check_int("web_port", self.web_port, minimum=0)
-        if self.on_result is not None:
-            check_callable("on_result", self.on_result)
-
-
-_overrides: RunOverrides | None = None
-
-
-@contextmanager
-def run_overrides(overrides: RunOverrides) -> Iterator[None]:
-    """Apply `overrides` to the environments created and executed inside the block."""
-    global _overrides
-    previous, _overrides = _overrides, overrides
-    try:
-        yield
-    finally:
-        _overrides = previous
 
 
 class StreamEnvironment(SqlMethods):
@@ -230,17 +171,17 @@ class StreamEnvironment(SqlMethods):
             backend = check_choice("state_backend", state_backend, ("memory", "disk"))
             self.state = replace(self.state, backend=backend)  # type: ignore[arg-type]
         self._builder = GraphBuilder()
-        if _overrides is not None:
-            if _overrides.parallelism is not None:
-                self.parallelism = _overrides.parallelism
-            if _overrides.executor is not None:
-                self.executor = _overrides.executor
-            if _overrides.checkpoint_directory is not None:
-                self.checkpoint = replace(self.checkpoint, directory=_overrides.checkpoint_directory)
-            if _overrides.web_port is not None:
-                self.web_port = _overrides.web_port
-            if _overrides.spark is not None and self.spark is None:
-                self.spark = _overrides.spark
+        if (overrides := current_overrides()) is not None:
+            if overrides.parallelism is not None:
+                self.parallelism = overrides.parallelism
+            if overrides.executor is not None:
+                self.executor = overrides.executor
+            if overrides.checkpoint_directory is not None:
+                self.checkpoint = replace(self.checkpoint, directory=overrides.checkpoint_directory)
+            if overrides.web_port is not None:
+                self.web_port = overrides.web_port
+            if overrides.spark is not None and self.spark is None:
+                self.spark = overrides.spark
 
     def from_source(
         self,
@@ -298,10 +239,7 @@ class StreamEnvironment(SqlMethods):
 
     def job_graph(self, name: str = "job") -> JobGraph:
         """The job graph this program compiles to (chained vertices and partitioned edges)."""
-        return self._compile(name, self.parallelism)
-
-    def _compile(self, name: str, parallelism: int) -> JobGraph:
-        return self._blueprint(name).compile(parallelism)
+        return self._blueprint(name).compile(self.parallelism)
 
     def _blueprint(self, name: str) -> JobBlueprint:
         """The program as recorded, with its configuration: what a rescale compiles again."""
@@ -340,13 +278,7 @@ class StreamEnvironment(SqlMethods):
             NoCheckpointError: `from_checkpoint` names no complete checkpoint, or the job has
                 no checkpoint directory to resume from.
         """
-        run, control = self._prepare(name, from_checkpoint, allow_non_restored_state)
-        endpoint = self._serve(control)
-        try:
-            return run()
-        finally:
-            if endpoint is not None:
-                endpoint.close()
+        return self._launch(name, from_checkpoint, allow_non_restored_state).run_serving()
 
     def execute_async(
         self,
@@ -361,79 +293,13 @@ class StreamEnvironment(SqlMethods):
         raises. The job runs on a thread of this process (its tasks on Spark's executors, or
         on that thread in-process); the control endpoint, if `web_port` is set, serves it too.
         """
-        run, control = self._prepare(name, from_checkpoint, allow_non_restored_state)
-        endpoint = self._serve(control)
+        return self._launch(name, from_checkpoint, allow_non_restored_state).in_background()
 
-        def run_then_close() -> JobResult:
-            try:
-                return run()
-            finally:
-                if endpoint is not None:
-                    endpoint.close()
-
-        return JobHandle(control, run_then_close, endpoint.url if endpoint else None,
-                         endpoint.token if endpoint else None)
-
-    def _prepare(
-        self, name: str, from_checkpoint: str | int | None, allow_non_restored_state: bool
-    ) -> tuple[Callable[[], JobResult], JobControl]:
-        """Check the arguments and compile the job; the call that runs it, and its control."""
-        if from_checkpoint is not None:
-            _check_which_checkpoint(from_checkpoint)
-        check_bool("allow_non_restored_state", allow_non_restored_state)
-        job = self.job_graph(name)
-        progress = on_result = None
-        if _overrides is not None:
-            progress, on_result = _overrides.progress, _overrides.on_result
-            if _overrides.from_checkpoint is not None:
-                from_checkpoint = _overrides.from_checkpoint
-            allow_non_restored_state = allow_non_restored_state or _overrides.allow_non_restored_state
-        if from_checkpoint is None and job.config.checkpoint.resume == AUTO:
-            from_checkpoint = AUTO  # CheckpointConfig(resume="auto"): no flag needed
-        if from_checkpoint == AUTO:
-            from_checkpoint = _decide_auto_start(job)
-        if from_checkpoint is not None:
-            _check_restored_state(job, from_checkpoint, allow_non_restored_state)
-        control = JobControl(job.name, job.parallelism)
-        blueprint, start = self._blueprint(name), from_checkpoint
-
-        def run() -> JobResult:
-            from ..cluster.launcher import run_job
-
-            result = run_job(lambda: self._host(progress), blueprint, job, start, control)
-            if on_result is not None:
-                on_result(result)
-            return result
-
-        return run, control
-
-    def _host(self, progress: Callable[[JobProgress], None] | None) -> Any:
-        """The executor that hosts the job: this process, or Spark."""
-        if self.executor == "inprocess":
-            from ..cluster.inprocess import InProcessExecutor
-
-            return InProcessExecutor(seed=self.seed, progress=progress)
-        from ..cluster.spark import SparkExecutor
-
-        return SparkExecutor(self.spark, progress=progress)
-
-    def _serve(self, control: JobControl) -> ControlEndpoint | None:
-        if self.web_port is None:
-            return None
-        from ..cluster.endpoint import ControlEndpoint
-
-        endpoint = ControlEndpoint(control, self.web_host, self.web_port)
-        announced: list[bool] = []
-
-        def announce(status: JobStatus) -> None:
-            """Once the start checks passed: asked for, so shown whatever the logging setup."""
-            if status.state is JobState.RUNNING and not announced:
-                announced.append(True)
-                print(f"epochal: job {status.job!r} at {endpoint.url} (token for actions: {endpoint.token})",
-                      file=sys.stderr, flush=True)
-
-        control.watch(announce)
-        return endpoint
+    def _launch(self, name: str, from_checkpoint: str | int | None, allow_non_restored_state: bool) -> Launch:
+        host = Host(self.executor, self.seed, self.spark)
+        web = None if self.web_port is None else WebAddress(self.web_host, self.web_port)
+        return Launch(self._blueprint(name), self.parallelism, from_checkpoint, allow_non_restored_state, host, web,
+                      current_overrides())
 
 
 def _max_parallelism(given: int | None, state: StateConfig) -> int:
@@ -454,50 +320,3 @@ def _check_within_max(parallelism: int, max_parallelism: int) -> None:
             f"parallelism must be at most max_parallelism ({max_parallelism}), the number of key groups; "
             f"got {parallelism}"
         )
-
-
-def _check_which_checkpoint(which: object) -> None:
-    """`from_checkpoint`: "auto", "latest", a checkpoint id, or a path."""
-    if isinstance(which, str):
-        check_name("from_checkpoint", which)
-    elif isinstance(which, int) and not isinstance(which, bool):
-        check_int("from_checkpoint", which, minimum=0)
-    else:
-        raise TypeError(
-            f"from_checkpoint must be 'auto', 'latest', a checkpoint id (int) or a path (str), got {which!r} "
-            f"({type(which).__name__})"
-        )
-
-
-def _decide_auto_start(job: JobGraph) -> str | None:
-    """`from_checkpoint="auto"`, decided once, on the driver, before Spark starts: `"latest"`
-    when there is a complete checkpoint (the job master restores the newest that verifies, and
-    says so if it had to pass over a corrupt one), or None (a fresh start, with every
-    fresh-start check). The line saying which is printed whatever the logging setup: after a
-    supervisor restarted the driver, it is how the driver's log tells a resume from a first
-    start."""
-    start = auto_start(job)
-    print(f"epochal: {describe_auto_start(job, start)}", file=sys.stderr, flush=True)
-    return None if start is None else "latest"
-
-
-def _check_restored_state(job: JobGraph, which: str | int, allow_non_restored_state: bool) -> None:
-    """Fail before starting if the checkpoint holds state that no operator of `job` claims."""
-    from ..runtime.master.start_checks import check_restored_operators
-    from ..state.savepoints import load_savepoint
-    from ..state.storage import CheckpointStorage
-
-    directory = job.config.checkpoint.directory
-    manifest = None
-    if isinstance(which, str) and which != "latest" and not which.isdigit():
-        manifest = load_savepoint(which, verify=False)
-    if manifest is None:
-        if directory is None:
-            return  # the executor reports the missing directory
-        try:
-            storage = CheckpointStorage(directory, create=False)
-            manifest = storage.resolve(which, verify=False)
-        except EpochalError:
-            return  # the executor reports it, with its own rules
-    uids = [spec.uid for vertex in job.vertices for spec in vertex.chain]
-    check_restored_operators(manifest, uids, allow_non_restored_state)

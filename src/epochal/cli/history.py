@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import signal
 import sys
-import threading
 from typing import Any
 
 from ..errors import EpochalError, NoCheckpointError
 from ..runtime.master.history import RunRecord, read_history
+from .interrupt import wait_for_interrupt
 from .progress import format_duration
 
 
@@ -111,13 +110,8 @@ def _serve(r: RunRecord, port: int) -> None:
     from ..cluster.history_endpoint import HistoryEndpoint
 
     endpoint = HistoryEndpoint(r, port=port)
-    print(f"epochal: the dashboard of run {r.run} at {endpoint.url} (Ctrl-C ends)", file=sys.stderr, flush=True)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for_interrupt(lambda: print(f"epochal: the dashboard of run {r.run} at {endpoint.url} (Ctrl-C ends)",
+                                         file=sys.stderr, flush=True))
     finally:
-        signal.signal(signal.SIGTERM, previous)
         endpoint.close()

@@ -25,7 +25,7 @@ import runpy
 import sys
 import traceback
 
-from ..api.environment import RunOverrides, run_overrides
+from ..api.overrides import RunOverrides, run_overrides
 from ..cluster.session import SPARK_LOG_ENV, probe_master, stop_session, use_master
 from ..connectors.extras import install_hint, missing_extra
 from ..errors import EpochalError

@@ -38,10 +38,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..api.environment import RunOverrides
+from ..api.overrides import RunOverrides
 from ..cluster.endpoint import fresh_token
 from ..errors import EpochalError
 from ..runtime.result import JobProgress, JobResult
+from .interrupt import wait_for_interrupt
 from .run import exit_status, run_job_file, summaries
 
 _OPTIONS = ("parallelism", "checkpoint_dir", "from_checkpoint", "executor", "allow_non_restored_state", "web_port")
@@ -255,7 +256,6 @@ def _handler(service: JobService) -> type[BaseHTTPRequestHandler]:
 def serve(args: Any) -> int:
     """`epochal serve`: start the session, warm its Python workers, serve until SIGTERM or Ctrl-C."""
     import logging
-    import signal
 
     from ..cluster.session import SPARK_LOG_ENV, create_session, probe_master, stop_session
 
@@ -268,16 +268,11 @@ def serve(args: Any) -> int:
     spark = create_session(master)
     warm_workers(spark)
     service = JobService(spark, args.host, args.port, args.token)
-    print(f"epochal: serving job files at {service.url} on Spark {master} (token for jobs: {service.token}); "
-          f"run one with: epochal run JOB.py --service {service.url}", file=sys.stderr, flush=True)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for_interrupt(lambda: print(
+            f"epochal: serving job files at {service.url} on Spark {master} (token for jobs: {service.token}); "
+            f"run one with: epochal run JOB.py --service {service.url}", file=sys.stderr, flush=True))
     finally:
-        signal.signal(signal.SIGTERM, previous)
         service.close()
         stop_session()
     return 0

@@ -20,7 +20,7 @@ a directory that holds committed `part-*` files, `"overwrite"` deletes the files
 there (and nothing else), `"append"` adds to them. A resumed job is never refused: its own
 committed output is expected.
 
-Arrow batches are written without a Python object per record: CSV by pyarrow's CSV writer,
+Arrow batches are written (`staged_files.py`) without a Python object per record: CSV by pyarrow's CSV writer,
 Parquet by `ParquetFileWriter`, JSON lines (pyarrow has no JSON writer) column by column with
 `pyarrow.compute`, as `json.dumps` writes the rows' tuples. Strings, integers, booleans and
 nulls come out byte for byte as `json.dumps` writes them, floats as the same values (possibly in
@@ -34,11 +34,8 @@ import json
 import logging
 import os
 import re
-import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, Literal, cast
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -48,20 +45,19 @@ import pyarrow.parquet as pq
 from ..api.connector import Sink, SinkWriter
 from ..errors import CheckpointError, EpochalError
 from ..runtime.fault_points import fault_point
-from ..runtime.wire.batches import batch_len, binary_buffers, to_records
+from ..runtime.wire.batches import batch_len
 from ..runtime.wire.elements import Batch
 from ..state.checked_files import resolve_uri
 from ..validation import check_callable, check_choice, check_instance, check_path
 from .arrow_files import (
-    ROW_GROUP_ROWS,
     ArrowConformer,
-    ParquetFileWriter,
     delete_quietly,
     exists,
-    fsync,
     probe_writable,
 )
-from .json_lines import encode_record, json_lines
+from .json_lines import encode_record
+from .part_files import PartFiles, PendingFile, StagedName
+from .staged_files import StagedFile, staged_file
 
 log = logging.getLogger(__name__)
 
@@ -75,162 +71,39 @@ FORMATS: tuple[FileFormat, ...] = ("jsonl", "csv", "parquet")
 _COMMITTED = re.compile(r"part-\d{5,}-\d{8,}-[0-9a-f]{12}\.(?:jsonl|csv|parquet)")
 _STAGING = re.compile(r"\.part-\d{5,}-[0-9a-f]{12}\.inprogress")
 _SHOWN = 3  # committed files a refusal names
-_BUFFER = 1 << 16  # bytes an output stream gathers per write: one write call per small batch is slow
-
-
-@dataclass(frozen=True, slots=True)
-class PendingFile:
-    """A closed staging file and the name it gets when its checkpoint commits."""
-
-    staging: str
-    final: str
-
-
-# -- one staged file per format --------------------------------------------------------------------
-class _StagedFile(ABC):
-    """The staging file a subtask writes until the next checkpoint, in one format."""
-
-    extension: ClassVar[str]
-
-    def __init__(self, fs: pafs.FileSystem, path: str) -> None:
-        self.fs = fs
-        self.path = path
-
-    def _open(self) -> Any:
-        return self.fs.open_output_stream(self.path, compression=None, buffer_size=_BUFFER)
-
-    @abstractmethod
-    def write(self, batch: Batch) -> None: ...
-
-    @abstractmethod
-    def _close(self) -> None:
-        """Close the file as it stands."""
-
-    def finish(self) -> None:
-        """Close the file; fsynced on a local disk, so the commit's rename cannot outlive its data."""
-        self._close()
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            fsync(self.path)
-
-    def abort(self) -> None:
-        """Close without finishing (what was written stays, for recovery to delete)."""
-        self._close()
-
-
-class _JsonLinesFile(_StagedFile):
-    extension = "jsonl"
-
-    def __init__(self, fs: pafs.FileSystem, path: str, encode: Callable[[Any], str] | None) -> None:
-        super().__init__(fs, path)
-        self.encode = encode  # None: the default encoding, vectorized for Arrow batches
-        self._stream: Any = self._open()
-
-    def write(self, batch: Batch) -> None:
-        if isinstance(batch, pa.RecordBatch) and self.encode is None and batch.num_columns:
-            offsets, data = binary_buffers(json_lines(batch))
-            self._stream.write(data[offsets[0] : offsets[-1]])
-            return
-        encode = self.encode or encode_record
-        self._stream.write("".join(encode(r) + "\n" for r in to_records(batch)).encode("utf-8"))
-
-    def _close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
-
-
-class _CsvFile(_StagedFile):
-    extension = "csv"
-
-    def __init__(self, fs: pafs.FileSystem, path: str, conform: ArrowConformer) -> None:
-        super().__init__(fs, path)
-        self.conform = conform
-        self._stream: Any = None
-        self._writer: pcsv.CSVWriter | None = None
-
-    def write(self, batch: Batch) -> None:
-        arrow = self.conform(batch)
-        if self._writer is None:
-            self._stream = self._open()
-            self._writer = pcsv.CSVWriter(self._stream, arrow.schema)  # the header, once per file
-        self._writer.write_batch(arrow)
-
-    def _close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._stream.close()
-            self._writer = self._stream = None
-
-
-class _ParquetFile(_StagedFile):
-    extension = "parquet"
-
-    def __init__(self, fs: pafs.FileSystem, path: str, conform: ArrowConformer) -> None:
-        super().__init__(fs, path)
-        self.conform = conform
-        self._file: ParquetFileWriter | None = None
-
-    def write(self, batch: Batch) -> None:
-        arrow = self.conform(batch)
-        if self._file is None:
-            self._file = ParquetFileWriter(self.fs, self.path, arrow.schema, "snappy", ROW_GROUP_ROWS)
-        self._file.write(arrow)
-
-    def finish(self) -> None:
-        if self._file is not None:
-            self._file.finish()  # writes the rows it buffers for a row group, closes and fsyncs
-
-    def _close(self) -> None:
-        if self._file is not None:
-            self._file.abort()
 
 
 # -- the sink ----------------------------------------------------------------------------------------
 class _FileWriter(SinkWriter):
     def __init__(self, sink: FileSink, subtask: int) -> None:
         self.sink = sink
-        self.subtask = subtask
-        self.fs, self.root = sink.target()
+        self.fs, root = sink.target()
+        self.parts = PartFiles(self.fs, root, subtask, ".inprogress", _STAGING)
         self._conform = ArrowConformer(sink.schema)  # one schema for all of this subtask's files
-        self._file: _StagedFile | None = None
-        self._token = ""
-        self._lineage = ""
+        self._file: StagedFile | None = None
+        self._staged: StagedName | None = None
 
     def set_lineage(self, lineage: str) -> None:
-        self._lineage = lineage[:12]
-
-    def _open(self) -> _StagedFile:
-        self._token = uuid.uuid4().hex[:12]
-        staging = f"{self.root}/.part-{self.subtask:05d}-{self._token}.inprogress"
-        if self.sink.format == "csv":
-            return _CsvFile(self.fs, staging, self._conform)
-        if self.sink.format == "parquet":
-            return _ParquetFile(self.fs, staging, self._conform)
-        encode = self.sink.encode
-        return _JsonLinesFile(self.fs, staging, None if encode is encode_record else encode)
+        self.parts.set_lineage(lineage)
 
     def write(self, batch: Batch) -> None:
         if not batch_len(batch):
             return  # an empty batch makes no file: an empty one would be committed
         if self._file is None:
-            self._file = self._open()
+            self._staged = self.parts.new_staging()
+            encode = None if self.sink.encode is encode_record else self.sink.encode
+            self._file = staged_file(self.sink.format, self.fs, self._staged.path, self._conform, encode)
         self._file.write(batch)
 
     def prepare_commit(self, checkpoint_id: int) -> PendingFile | None:
         file, self._file = self._file, None
-        if file is None:
+        if file is None or self._staged is None:
             return None
         file.finish()
-        name = f"part-{self.subtask:05d}-{checkpoint_id:08d}-{self._lineage or self._token}.{file.extension}"
-        return PendingFile(file.path, f"{self.root}/{name}")
+        return self.parts.pending(self._staged, checkpoint_id, file.extension)
 
     def recover(self) -> None:
-        # Staging files of this subtask index that no restored checkpoint committed hold records
-        # after that checkpoint: they will be written again, so drop them.
-        prefix = f".part-{self.subtask:05d}-"
-        for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
-            if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
-                delete_quietly(self.fs, info.path)
+        self.parts.drop_uncommitted()
 
     def close(self) -> None:
         if self._file is not None:

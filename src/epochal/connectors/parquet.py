@@ -33,7 +33,6 @@ import re
 import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import quote, urlsplit
@@ -57,6 +56,7 @@ from .arrow_files import (
     probe_writable,
     publish_if_absent,
 )
+from .part_files import PartFiles, PendingFile, StagedName
 
 log = logging.getLogger(__name__)
 
@@ -201,51 +201,38 @@ def _compact_interval(default: int, compactions: list[int]) -> int:
 
 
 # -- the sink ----------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class PendingParquetFile:
-    """A closed staging file and the name it gets when its checkpoint commits."""
-
-    staging: str
-    final: str
+PendingParquetFile = PendingFile  # the name older checkpoints' committables were pickled under
 
 
 class _ParquetSinkWriter(SinkWriter):
-    def __init__(self, sink: ParquetSink, subtask: int) -> None:
+    def __init__(self, sink: ParquetSink, subtask: int, parts: PartFiles) -> None:
         self.sink = sink
-        self.subtask = subtask
-        self.fs, self.root = sink.target()
+        self.fs = parts.fs
+        self.parts = parts
         self._conform = ArrowConformer(sink.schema)
         self._file: ParquetFileWriter | None = None
-        self._token = ""
-        self._lineage = ""
+        self._staged: StagedName | None = None
 
     def set_lineage(self, lineage: str) -> None:
-        self._lineage = lineage[:12]
+        self.parts.set_lineage(lineage)
 
     def write(self, batch: Batch) -> None:
         arrow = self._conform(batch)
         if self._file is None:
-            self._token = uuid.uuid4().hex[:12]
-            staging = f"{self.root}/.part-{self.subtask:05d}-{self._token}.parquet.inprogress"
+            self._staged = self.parts.new_staging()
             self._file = ParquetFileWriter(
-                self.fs, staging, arrow.schema, self.sink.compression, self.sink.row_group_rows
+                self.fs, self._staged.path, arrow.schema, self.sink.compression, self.sink.row_group_rows
             )
         self._file.write(arrow)
 
-    def prepare_commit(self, checkpoint_id: int) -> PendingParquetFile | None:
+    def prepare_commit(self, checkpoint_id: int) -> PendingFile | None:
         file, self._file = self._file, None
-        if file is None or file.finish() is None:
+        if file is None or self._staged is None or file.finish() is None:
             return None
-        final = f"{self.root}/part-{self.subtask:05d}-{checkpoint_id:08d}-{self._lineage or self._token}.parquet"
-        return PendingParquetFile(file.path, final)
+        return self.parts.pending(self._staged, checkpoint_id, "parquet")
 
     def recover(self) -> None:
-        # This subtask's staging files that no restored checkpoint committed hold records after
-        # that checkpoint: they will be written again, so drop them.
-        prefix = f".part-{self.subtask:05d}-"
-        for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
-            if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
-                delete_quietly(self.fs, info.path)
+        self.parts.drop_uncommitted()
 
     def close(self) -> None:
         if self._file is not None:
@@ -360,8 +347,12 @@ class ParquetSink(Sink):
         if self.partition_by:
             from .partitions import PartitionedWriter
 
-            return PartitionedWriter(self, subtask)
-        return _ParquetSinkWriter(self, subtask)
+            return PartitionedWriter(self, subtask, self._parts(subtask))
+        return _ParquetSinkWriter(self, subtask, self._parts(subtask))
+
+    def _parts(self, subtask: int) -> PartFiles:
+        fs, root = self.target()
+        return PartFiles(fs, root, subtask, ".parquet.inprogress", _STAGING)
 
     def commit(self, committables: list[Any]) -> None:
         fs, _ = self.target()

@@ -10,21 +10,20 @@ wrote to in the current checkpoint; they are committed together, as one committa
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
 from ..api.connector import SinkWriter
 from ..runtime.wire.elements import Batch
-from .arrow_files import ArrowConformer, ParquetFileWriter, delete_quietly
+from .arrow_files import ArrowConformer, ParquetFileWriter
+from .part_files import PartFiles, PendingFile, StagedName
 
 if TYPE_CHECKING:
-    from .parquet import ParquetSink, PendingParquetFile
+    from .parquet import ParquetSink
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 # the characters Spark escapes in partition values (ExternalCatalogUtils.escapePathName)
@@ -70,58 +69,47 @@ def split_by_partition(batch: pa.RecordBatch, names: Sequence[str]) -> Iterator[
 class PendingParquetFiles:
     """One subtask's staging files of one checkpoint, one per partition: committed together."""
 
-    files: tuple[PendingParquetFile, ...]
+    files: tuple[PendingFile, ...]
 
 
 class PartitionedWriter(SinkWriter):
     """A `ParquetSink` subtask's writer with `partition_by`: one staging file per partition."""
 
-    def __init__(self, sink: ParquetSink, subtask: int) -> None:
+    def __init__(self, sink: ParquetSink, subtask: int, parts: PartFiles) -> None:
         self.sink = sink
-        self.subtask = subtask
-        self.fs, self.root = sink.target()
+        self.fs = parts.fs
+        self.parts = parts  # named by (subtask, checkpoint, lineage) in each partition, as unpartitioned
         self._conform = ArrowConformer(sink.schema)
-        self._files: dict[str, tuple[ParquetFileWriter, str]] = {}
-        self._lineage = ""
+        self._files: dict[str, tuple[ParquetFileWriter, StagedName]] = {}
 
     def set_lineage(self, lineage: str) -> None:
-        """Files are named by (subtask, checkpoint, lineage) in each partition: a replayed
-        epoch's file has the name its first commit took, and `ParquetSink.commit` skips it."""
-        self._lineage = lineage[:12]
+        """A replayed epoch's file has the name its first commit took: `ParquetSink.commit` skips it."""
+        self.parts.set_lineage(lineage)
 
     def write(self, batch: Batch) -> None:
         for directory, rows in split_by_partition(self._conform(batch), self.sink.partition_by):
             held = self._files.get(directory)
             if held is None:
-                token = uuid.uuid4().hex[:12]
-                self.fs.create_dir(f"{self.root}/{directory}")
-                staging = f"{self.root}/{directory}/.part-{self.subtask:05d}-{token}.parquet.inprogress"
+                self.fs.create_dir(f"{self.parts.root}/{directory}")
+                staged = self.parts.new_staging(directory)
                 held = self._files[directory] = (
-                    ParquetFileWriter(self.fs, staging, rows.schema, self.sink.compression, self.sink.row_group_rows),
-                    token,
+                    ParquetFileWriter(self.fs, staged.path, rows.schema, self.sink.compression,
+                                      self.sink.row_group_rows),
+                    staged,
                 )
             held[0].write(rows)
 
     def prepare_commit(self, checkpoint_id: int) -> PendingParquetFiles | None:
-        from .parquet import PendingParquetFile
-
         files, self._files = self._files, {}
-        pending = []
-        for directory, (file, token) in sorted(files.items()):
-            if file.finish() is not None:
-                name = self._lineage or token
-                final = f"{self.root}/{directory}/part-{self.subtask:05d}-{checkpoint_id:08d}-{name}.parquet"
-                pending.append(PendingParquetFile(file.path, final))
+        pending = [
+            self.parts.pending(staged, checkpoint_id, "parquet", directory)
+            for directory, (file, staged) in sorted(files.items())
+            if file.finish() is not None
+        ]
         return PendingParquetFiles(tuple(pending)) if pending else None
 
     def recover(self) -> None:
-        from .parquet import _STAGING
-
-        prefix = f".part-{self.subtask:05d}-"
-        selector = pafs.FileSelector(self.root, allow_not_found=True, recursive=True)
-        for info in self.fs.get_file_info(selector):
-            if info.base_name.startswith(prefix) and _STAGING.fullmatch(info.base_name):
-                delete_quietly(self.fs, info.path)
+        self.parts.drop_uncommitted(recursive=True)
 
     def close(self) -> None:
         for file, _ in self._files.values():

@@ -9,22 +9,7 @@ exposes what a checkpoint needs: consistent snapshots, hard-link checkpoints and
 LMDB (`lmdb`) was the alternative: faster reads, but a B+tree whose writes rewrite pages and
 whose map size must be fixed up front.
 
-Layout of a database key: key group (2 bytes, big-endian, so a key group is one contiguous
-range), the state name (length-prefixed), then the canonical bytes of the key (`encode_key`:
-`1`, `1.0` and `True` are one key, as in a dict). The value is the pickled `(key, value)`, so
-keys come back as the objects the user gave.
-
-Snapshots follow the backends' contract (`contract.py`): the synchronous part is cheap, later
-writes never leak into a snapshot, and the writer only reads it.
-
-- A **delta** (the usual case with incremental checkpoints) takes a RocksDB snapshot (a
-  sequence number; no copying) and the changed key sets; the asynchronous part reads just those
-  keys from the snapshot.
-- A **full** snapshot creates a RocksDB checkpoint (hard links to the immutable SST files,
-  after flushing the memtable) in the working directory; the asynchronous part opens it
-  read-only and streams it out key group by key group. The checkpoint is deleted when the
-  snapshot is released (`on_snapshot_written`) or, if that comes later, as soon as nothing
-  holds the snapshot any more (usually right after its writer is done).
+The layout of a database key is in `disk_keys.py`, the snapshots in `disk_snapshot.py`.
 
 Values obtained for in-place change (`ListState.add`, `MapState.put`, a mutable `ValueState`
 value) are held and written back before the next access, so the handles work unchanged.
@@ -36,119 +21,21 @@ import os
 import pickle
 import re
 import shutil
-import struct
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .disk_keys import group_prefix, split_key, state_prefix
+from .disk_snapshot import DiskSnapshot
 from .incremental import ChangedKeys, IncrementalTracker, add_changed
 from .keygroups import KeyGroups, encode_key, owned_key_group
 from .manifest import FileHandle
-from .sections import GroupCopies, KeyedGroups, Sections
+from .sections import GroupCopies, KeyedGroups
 from .values import is_immutable, private
 
-_KG = struct.Struct(">H")
-_NAME_LEN = struct.Struct(">H")
 _PICKLE = 5
 _MISSING = object()
-
-
-def _name_prefix(name: str) -> bytes:
-    data = name.encode("utf-8")
-    return _NAME_LEN.pack(len(data)) + data
-
-
-def _split(db_key: bytes) -> tuple[int, str]:
-    (kg,) = _KG.unpack_from(db_key, 0)
-    (n,) = _NAME_LEN.unpack_from(db_key, 2)
-    return kg, db_key[4 : 4 + n].decode("utf-8")
-
-
-class DiskSnapshot:
-    """A fixed view of a disk backend: a RocksDB checkpoint (full) or snapshot (delta)."""
-
-    def __init__(
-        self,
-        key_groups: KeyGroups,
-        *,
-        checkpoint_id: int | None = None,
-        checkpoint_dir: str | None = None,
-        db_snapshot: Any = None,
-        changed: ChangedKeys | None = None,
-        base: tuple[FileHandle, ...] = (),
-    ) -> None:
-        self.key_groups = key_groups
-        self.checkpoint_id = checkpoint_id
-        self.changed = changed
-        self.base = base
-        self.encoded: list[tuple[int, Any]] | None = None  # never pickled early: the writer reads the db
-        self._checkpoint_dir = checkpoint_dir
-        self._db_snapshot = db_snapshot
-        # the checkpoint's files go with the snapshot, whichever thread drops it last
-        self._remove_dir: weakref.finalize[Any, Any] | None = None
-        if checkpoint_dir is not None:
-            self._remove_dir = weakref.finalize(self, shutil.rmtree, checkpoint_dir, ignore_errors=True)
-
-    @property
-    def is_delta(self) -> bool:
-        return self.changed is not None
-
-    @property
-    def entries(self) -> int | None:
-        return None  # unknown without reading the database; never serialised early
-
-    def full_sections(self) -> Sections:
-        from rocksdict import AccessType, Options, Rdict
-
-        assert self._checkpoint_dir is not None
-        db = Rdict(self._checkpoint_dir, Options(raw_mode=True), access_type=AccessType.read_only())
-        try:
-            current = -1
-            section: dict[str, dict[Any, Any]] = {}
-            it = db.iter()
-            it.seek_to_first()
-            while it.valid():
-                kg, name = _split(it.key())
-                if kg != current:
-                    if section:
-                        yield current, section
-                    current, section = kg, {}
-                key, value = pickle.loads(it.value())
-                section.setdefault(name, {})[key] = value
-                it.next()
-            if section:
-                yield current, section
-            del it
-        finally:
-            db.close()
-
-    def delta_sections(self) -> Sections:
-        assert self.changed is not None and self._db_snapshot is not None
-        snap = self._db_snapshot
-        for kg in sorted(self.changed):
-            section: dict[str, Any] = {}
-            for name, keys in self.changed[kg].items():
-                prefix = _KG.pack(kg) + _name_prefix(name)
-                upserts, deleted = {}, []
-                for key in keys:
-                    try:
-                        raw = snap[prefix + encode_key(key)]
-                    except Exception as exc:  # rocksdict raises a bare Exception("key not found")
-                        if isinstance(exc, KeyError) or "not found" in str(exc):
-                            deleted.append(key)
-                            continue
-                        raise
-                    upserts[key] = pickle.loads(raw)[1]
-                section[name] = (upserts, deleted)
-            yield kg, section
-
-    def release(self) -> None:
-        """Nothing reads this snapshot any more: drop the RocksDB snapshot, delete the checkpoint."""
-        self._db_snapshot = None
-        self._checkpoint_dir = None
-        if self._remove_dir is not None:
-            self._remove_dir()  # at most once, even if the finaliser ran
 
 
 class DiskKeyedStateBackend:
@@ -192,7 +79,7 @@ class DiskKeyedStateBackend:
         self._current_encoded = encode_key(key)
 
     def _db_key(self, name: str) -> bytes:
-        return _KG.pack(self.current_key_group) + _name_prefix(name) + self._current_encoded
+        return state_prefix(self.current_key_group, name) + self._current_encoded
 
     def _mark(self, name: str, key_group: int, key: Any) -> None:
         add_changed(self._changed, key_group, name, key)
@@ -269,11 +156,10 @@ class DiskKeyedStateBackend:
     # -- whole-key-group access ----------------------------------------------------------------
     def keys(self, name: str) -> Iterator[tuple[int, Any]]:
         self._write_back()
-        suffix = _name_prefix(name)
         out = []
         it = self.db.iter()
         for kg in self.key_groups:
-            prefix = _KG.pack(kg) + suffix
+            prefix = state_prefix(kg, name)
             it.seek(prefix)
             while it.valid() and it.key().startswith(prefix):
                 out.append((kg, pickle.loads(it.value())[0]))
@@ -283,7 +169,7 @@ class DiskKeyedStateBackend:
 
     def group_keys(self, name: str, key_group: int) -> list[Any]:
         self._write_back()
-        prefix = _KG.pack(key_group) + _name_prefix(name)
+        prefix = state_prefix(key_group, name)
         out = []
         it = self.db.iter()
         it.seek(prefix)
@@ -296,14 +182,15 @@ class DiskKeyedStateBackend:
     def entries(self, key: Any) -> dict[str, Any]:
         """Scans the key's key group: its states' names are not kept apart from their entries."""
         self._write_back()
-        group = _KG.pack(owned_key_group(key, None, self.key_groups, self.max_parallelism))
+        key_group = owned_key_group(key, None, self.key_groups, self.max_parallelism)
+        group = group_prefix(key_group)
         encoded = encode_key(key)
         out: dict[str, Any] = {}
         it = self.db.iter()
         it.seek(group)
         while it.valid() and (db_key := it.key()).startswith(group):
-            name = _split(db_key)[1]
-            if db_key == group + _name_prefix(name) + encoded:
+            name = split_key(db_key)[1]
+            if db_key == state_prefix(key_group, name) + encoded:
                 out[name] = pickle.loads(it.value())[1]
             it.next()
         del it
@@ -364,7 +251,7 @@ class DiskKeyedStateBackend:
             if kg not in self.key_groups:
                 continue
             for name, entries in states.items():
-                prefix = _KG.pack(kg) + _name_prefix(name)
+                prefix = state_prefix(kg, name)
                 for key, value in entries.items():
                     batch.put(prefix + encode_key(key), pickle.dumps((key, value), _PICKLE))
         self.db.write(batch)
@@ -381,10 +268,10 @@ class DiskKeyedStateBackend:
         batch = WriteBatch(raw_mode=True)
         it = self.db.iter()
         for kg in lost:
-            prefix = _KG.pack(kg)
+            prefix = group_prefix(kg)
             it.seek(prefix)
             while it.valid() and (db_key := it.key()).startswith(prefix):
-                add_changed(self._changed, kg, _split(db_key)[1], pickle.loads(it.value())[0])
+                add_changed(self._changed, kg, split_key(db_key)[1], pickle.loads(it.value())[0])
                 batch.delete(db_key)
                 it.next()
         del it

@@ -79,7 +79,7 @@ class JetStreamClient(LogClient):
 
     async def _partitions(self) -> list[str]:
         source, js = self.source, self.conn.js
-        streams = source.stream_names(await self._stream_names())
+        streams = source.streams.select(await self._stream_names())
         if source.partition == "stream":
             return streams
         out: list[str] = []
@@ -89,8 +89,8 @@ class JetStreamClient(LogClient):
         return out
 
     async def _stream_names(self) -> list[str]:
-        if not self.source.has_pattern:
-            return list(self.source.streams)
+        if not self.source.streams.has_pattern:
+            return list(self.source.streams.entries)
         return [info.config.name for info in await self.conn.js.streams_info()]
 
     def _state(self, partition: str) -> Any:

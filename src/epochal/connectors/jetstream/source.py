@@ -8,7 +8,6 @@ new subjects (or streams matching a pattern) are found while the job runs.
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,13 +18,11 @@ from ...validation import check_choice
 from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.source import LogSource
+from ..log.streams import StreamSelection
 from .client import JetStreamClient
 from .connection import transient_errors
 
 __all__ = ["JetStreamSource"]
-
-_PATTERN = set("*?[")
-
 
 class JetStreamSource(LogSource):
     """The messages of JetStream streams, as Arrow batches, exactly once.
@@ -71,17 +68,14 @@ class JetStreamSource(LogSource):
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         if not self.servers:
             raise ValueError("servers: give at least one NATS URL")
-        self.streams = [stream] if isinstance(stream, str) else list(stream)
-        if not self.streams or not all(isinstance(s, str) and s for s in self.streams):
-            raise ValueError(f"stream: a name, a list of names or a pattern, got {stream!r}")
-        self.has_pattern = any(_PATTERN & set(s) for s in self.streams)
+        self.streams = StreamSelection.parse("stream", stream, "a name, a list of names or a pattern")
         self.partition = check_choice("partition", partition, ("subject", "stream"))
         if subjects is not None and self.partition != "subject":
             raise ValueError('subjects filters the subjects of partition="subject"')
         self.subjects = subjects
 
     def describe(self) -> str:
-        return f"JetStreamSource({', '.join(self.servers)}, stream {', '.join(self.streams)})"
+        return f"JetStreamSource({', '.join(self.servers)}, stream {self.streams})"
 
     def connect(self) -> JetStreamClient:
         return JetStreamClient(self)
@@ -91,13 +85,6 @@ class JetStreamSource(LogSource):
 
     def column_types(self) -> tuple[pa.DataType, pa.DataType]:
         return pa.int64(), pa.string()
-
-    def stream_names(self, existing: list[str]) -> list[str]:
-        """The streams to read, of those that exist (`existing`; all of `streams` when no
-        pattern is given: a missing one fails the listing)."""
-        if not self.has_pattern:
-            return list(self.streams)
-        return sorted({name for name in existing for pattern in self.streams if fnmatch.fnmatchcase(name, pattern)})
 
     def check(self) -> None:
         """Fail before the job starts if the server is not there or a named stream is missing."""

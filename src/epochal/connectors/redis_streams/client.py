@@ -65,10 +65,10 @@ class RedisStreamClient(LogClient):
     def partitions(self) -> list[str]:
         source = self.source
         self.redis.ping()  # named streams need no listing: this says the server is there
-        if not source.has_pattern:
-            return list(source.streams)
+        if not source.streams.has_pattern:
+            return list(source.streams.entries)
         found: set[str] = set()
-        for pattern in source.streams:
+        for pattern in source.streams.entries:
             found.update(k.decode() for k in self.redis.scan_iter(match=pattern, count=1000, _type="stream"))
         return sorted(found)
 

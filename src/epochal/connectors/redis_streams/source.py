@@ -16,12 +16,10 @@ from ...validation import check_name
 from ..extras import require
 from ..log.formats import RecordFormat
 from ..log.source import LogSource
+from ..log.streams import StreamSelection
 from .client import RedisStreamClient, transient_errors
 
 __all__ = ["RedisStreamSource"]
-
-_PATTERN = set("*?[")
-
 
 class RedisStreamSource(LogSource):
     """The entries of Redis streams, as Arrow batches, exactly once.
@@ -64,14 +62,11 @@ class RedisStreamSource(LogSource):
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url: a redis:// URL, got {url!r}")
         self.url = url
-        self.streams = [streams] if isinstance(streams, str) else list(streams)
-        if not self.streams or not all(isinstance(s, str) and s for s in self.streams):
-            raise ValueError(f"streams: a key, a list of keys or a pattern, got {streams!r}")
-        self.has_pattern = any(_PATTERN & set(s) for s in self.streams)
+        self.streams = StreamSelection.parse("streams", streams, "a key, a list of keys or a pattern")
         self.field = check_name("field", field)
 
     def describe(self) -> str:
-        return f"RedisStreamSource({self.url}, {', '.join(self.streams)})"
+        return f"RedisStreamSource({self.url}, {self.streams})"
 
     def connect(self) -> RedisStreamClient:
         return RedisStreamClient(self)

@@ -28,10 +28,11 @@ from ..wire.messages import (
     StateAnswer,
     TaskFinished,
 )
-from .coordinator import AckResult, CheckpointCoordinator
+from .coordinator import CheckpointCoordinator
 from .enumerator import SplitEnumerators
 from .loop_termination import LoopTermination
 from .patches import PatchLog
+from .pending_checkpoint import AckResult
 
 log = logging.getLogger(__name__)
 

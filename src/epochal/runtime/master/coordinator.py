@@ -17,7 +17,11 @@ a final checkpoint commits the last epoch and the job finishes.
 
 After a fallback, an attempt first replays the refused epochs at their cuts (`state.replay`):
 their checkpoints are triggered first, under their ids, one at a time; one that does not
-complete fails the attempt.
+complete fails the attempt (`ReplayedEpochs`, `master.replay`).
+
+Its parts: a `PendingCheckpoint` (`pending_checkpoint`) collects one checkpoint's
+acknowledgements and folds them into its manifest, listing the merged files its state lies in
+(`MergedFiles`, `merged_files`: the coordinator's, kept as checkpoints complete).
 """
 
 from __future__ import annotations
@@ -26,16 +30,14 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
+from typing import TypeVar
 
 from ...config import CheckpointConfig
 from ...errors import CheckpointError, ReplayAbandoned
 from ...plan.job_graph import JobGraph, TaskId
 from ...state.keygroups import RoutingTable
-from ...state.manifest import FileHandle, Manifest, OperatorState, PatchState, SplitLogState, SubtaskState
+from ...state.manifest import Manifest, SplitLogState
 from ...state.storage import CheckpointStorage
-from ..channel_state import in_flight_uid
 from ..checkpoints import AbortedCheckpoint, AbortReason, CompletedCheckpoint
 from ..clock import Clock
 from ..wire.elements import Alignment
@@ -48,105 +50,13 @@ from ..wire.messages import (
     TriggerCheckpoint,
 )
 from .enumerator import SplitEnumerators
-from .job_counts import Base, checkpoint_counts
+from .job_counts import Base
+from .merged_files import MergedFiles
 from .patches import PatchLog
+from .pending_checkpoint import AckResult, PendingCheckpoint
+from .replay import ReplayedEpochs
 
 log = logging.getLogger(__name__)
-
-
-class AckResult(Enum):
-    """What an acknowledgement did: duplicates and late arrivals are normal, not errors."""
-
-    ACCEPTED = "accepted"
-    DUPLICATE = "duplicate"
-    UNKNOWN_TASK = "unknown_task"
-    LATE = "late"  # the checkpoint already completed or was aborted
-    UNKNOWN_CHECKPOINT = "unknown_checkpoint"
-
-
-@dataclass(slots=True)
-class PendingCheckpoint:
-    """A checkpoint collecting acknowledgements; it ends by `complete` or `abort`."""
-
-    checkpoint_id: int
-    triggered_at: float
-    started_wall: float
-    is_final: bool
-    awaiting: set[TaskId]
-    # the newest complete checkpoint when this one was triggered: its incremental state may
-    # build on that one's files, so retention keeps them while this checkpoint is in flight
-    based_on: int = 0
-    acks: dict[TaskId, AcknowledgeCheckpoint] = field(default_factory=dict)
-    split_marks: dict[str, int] = field(default_factory=dict)  # split log lengths at the trigger
-    routing: RoutingTable | None = None  # the routing table from this checkpoint on
-    reroutes: bool = False  # key groups move at this checkpoint (`runtime.master.migrations`)
-    cpu_s: float = 0.0  # the coordinator's thread time on it so far (the job master's cost per checkpoint)
-    # merged files of complete checkpoints its chains may build on (their segments, not their
-    # files, are named by its acknowledgements): path → the whole file's handle; the
-    # coordinator's, kept up to date as checkpoints complete
-    earlier_merged: dict[str, FileHandle] = field(default_factory=dict)
-    patch: int = 0  # the newest live patch its barrier carries (`runtime.patches`)
-
-    def acknowledge(self, ack: AcknowledgeCheckpoint) -> AckResult:
-        if ack.task in self.acks:
-            return AckResult.DUPLICATE
-        if ack.task not in self.awaiting:
-            return AckResult.UNKNOWN_TASK
-        self.awaiting.discard(ack.task)
-        self.acks[ack.task] = ack
-        return AckResult.ACCEPTED
-
-    @property
-    def is_fully_acknowledged(self) -> bool:
-        return not self.awaiting
-
-    def manifest(self, job: JobGraph, split_logs: tuple[SplitLogState, ...] = (), base: Base = None,
-                 patches: tuple[PatchState, ...] = ()) -> Manifest:
-        """The manifest of this checkpoint; `base`: the counts the attempt restored (`job_counts`)."""
-        started = time.thread_time()
-        by_uid: dict[str, list[SubtaskState]] = {}
-        merged: dict[str, FileHandle] = {}
-        for ack in self.acks.values():
-            for entry in ack.states:
-                by_uid.setdefault(entry.uid, []).append(entry.state)
-                for handle in (*entry.state.keyed_chain(), entry.state.operator):
-                    if handle is not None and handle.is_segment and handle.path not in merged \
-                            and handle.path in self.earlier_merged:  # a chain's earlier segment
-                        merged[handle.path] = self.earlier_merged[handle.path]
-            for handle in ack.merged:
-                merged[handle.path] = handle
-        operators = []
-        for vertex in job.vertices:
-            for op in vertex.chain:
-                subtasks = tuple(sorted(by_uid.get(op.uid, ()), key=lambda s: s.subtask))
-                operators.append(OperatorState(op.uid, vertex.parallelism, job.max_parallelism, subtasks))
-            in_flight = sorted(by_uid.get(in_flight_uid(vertex), ()), key=lambda s: s.subtask)
-            if any(st.operator is not None for st in in_flight):  # an unaligned checkpoint's logs
-                operators.append(
-                    OperatorState(in_flight_uid(vertex), vertex.parallelism, job.max_parallelism, tuple(in_flight))
-                )
-        return Manifest(
-            checkpoint_id=self.checkpoint_id,
-            job_name=job.name,
-            created_at=time.time(),
-            duration_ms=(time.perf_counter() - self.started_wall) * 1000,
-            operators=tuple(operators),
-            tasks=tuple(sorted((a.stats for a in self.acks.values()), key=lambda s: s.task)),
-            is_final=self.is_final,
-            split_logs=split_logs,
-            routing=self.routing,
-            merged=tuple(merged[path] for path in sorted(merged)),
-            coordinator_ms=(self.cpu_s + time.thread_time() - started) * 1000,
-            counts=checkpoint_counts(job, base, (a.counts for a in self.acks.values())),
-            patches=patches,
-        )
-
-    def complete(self, manifest: Manifest) -> CompletedCheckpoint:
-        assert self.is_fully_acknowledged, "a checkpoint completes only when every task acknowledged"
-        return CompletedCheckpoint(self.checkpoint_id, manifest, {t: a.counts for t, a in self.acks.items()})
-
-    def abort(self, reason: AbortReason, detail: str = "") -> AbortedCheckpoint:
-        return AbortedCheckpoint(self.checkpoint_id, reason, detail)
 
 
 # how the barriers of a periodic checkpoint are aligned, by `CheckpointConfig.mode`
@@ -207,6 +117,7 @@ class CheckpointCoordinator:
         self.ended: set[TaskId] = set()
         self.in_flight: set[TaskId] = set()  # ended tasks whose async requests have not all left
         self.pending: dict[int, PendingCheckpoint] = {}
+        # the latest completed and aborted checkpoints (the last _KEPT of each: a job runs for weeks)
         self.completed: list[CompletedCheckpoint] = []
         self.aborted: list[AbortedCheckpoint] = []
         self._recent: deque[int] = deque(maxlen=64)  # ids that ended, to recognise late acks
@@ -218,33 +129,17 @@ class CheckpointCoordinator:
         self.final_completed = False
         self.routing: RoutingTable | None = None  # the table of the newest trigger (None: ranges)
         self.migrating: int | None = None  # a migration's checkpoint, until its groups are adopted
-        self._replays: deque[int] = deque()  # ids of epochs replayed at their cuts, to trigger first
-        self.replayed: set[int] = set()
-        # per complete checkpoint a pending one may build on, the merged files its manifest lists;
-        # and all of them by path (what every pending checkpoint looks segments up in)
-        self._merged_of: dict[int, dict[str, FileHandle]] = {}
-        self._merged_known: dict[str, FileHandle] = {}
+        self.replays = ReplayedEpochs()  # epochs replayed at their cuts, triggered first
+        self.merged_files = MergedFiles()  # of the complete checkpoints a pending one may build on
         self.counts_base: Base = {}  # the whole job's counts at the restored checkpoint (`job_counts`)
         self.paused = False  # survivors drop what restored tasks send again (`master.survivors`)
 
     def replay(self, checkpoint_ids: tuple[int, ...]) -> None:
-        self._replays, self.replayed = deque(sorted(checkpoint_ids)), set(checkpoint_ids)
+        self.replays = ReplayedEpochs(checkpoint_ids)
 
     def remember_merged(self, manifest: Manifest | None) -> None:
         """The merged files of a complete checkpoint (the restored one) that new ones may build on."""
-        if manifest is not None and manifest.merged:
-            files = self._merged_of[manifest.checkpoint_id] = {h.path: h for h in manifest.merged}
-            self._merged_known.update(files)
-
-    def _forget_merged(self, before: int) -> None:
-        """No pending checkpoint builds on a checkpoint older than `before`: forget their files."""
-        old = [cid for cid in self._merged_of if cid < before]
-        if old:
-            for cid in old:
-                del self._merged_of[cid]
-            self._merged_known.clear()  # in place: the pending checkpoints hold it
-            for files in self._merged_of.values():
-                self._merged_known.update(files)
+        self.merged_files.remember(manifest)
 
     # -- triggering ------------------------------------------------------------------------------
     def _periodic_due(self, now: float) -> bool:
@@ -254,7 +149,7 @@ class CheckpointCoordinator:
             and not self.is_stopped
             and self.final_checkpoint is None
             and self.migrating is None
-            and not self._replays
+            and not self.replays
             and not self.paused
             and len(self.pending) < c.max_concurrent
             and now - self._last_trigger >= c.interval  # type: ignore[operator]
@@ -285,7 +180,7 @@ class CheckpointCoordinator:
                 self._abort(pending, AbortReason.EXPIRED, f"not complete after {self.config.timeout}s")
                 if self.is_stopped:  # the failure manager was told: the attempt is over
                     return
-        if self._replays and not self.pending and self.final_checkpoint is None:
+        if self.replays and not self.pending and self.final_checkpoint is None:
             self.trigger(aligned=True)  # the next replayed epoch: its sources hold its barrier until the cut
         elif self._periodic_due(now):
             self.trigger()
@@ -298,8 +193,8 @@ class CheckpointCoordinator:
         routing table at the checkpoint (`runtime.master.migrations`; always aligned); no other
         checkpoint starts until the job master says the moved groups were adopted (`migrated`)."""
         cpu = time.thread_time()
-        if self._replays:
-            checkpoint_id = self._replays.popleft()
+        if self.replays:
+            checkpoint_id = self.replays.next()
         else:
             checkpoint_id = self._next_id
             self._next_id += 1
@@ -313,7 +208,7 @@ class CheckpointCoordinator:
         patch = self.patches.switch_id if self.patches is not None else 0
         self.pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id, now, time.perf_counter(), is_final, set(self.tasks), completed, split_marks=marks,
-            routing=self.routing, reroutes=reroute is not None, earlier_merged=self._merged_known, patch=patch,
+            routing=self.routing, reroutes=reroute is not None, merged_files=self.merged_files, patch=patch,
         )
         mode = self.config.mode
         alignment = Alignment.ALIGNED if aligned else _ALIGNMENT.get(mode, Alignment.ALIGNED)
@@ -355,7 +250,7 @@ class CheckpointCoordinator:
                 self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
             self._recent.append(pending.checkpoint_id)
             aborted = pending.abort(AbortReason.TASK_FAILED, "a worker was lost; its tasks restore")
-            self.aborted.append(aborted)
+            _keep_latest(self.aborted, aborted)
             if self.storage is not None:
                 self.storage.discard(pending.checkpoint_id)
             if pending.is_final:
@@ -415,7 +310,7 @@ class CheckpointCoordinator:
         del self.pending[pending.checkpoint_id]
         self._recent.append(pending.checkpoint_id)
         completed = pending.complete(manifest)
-        self.completed.append(completed)
+        _keep_latest(self.completed, completed)
         self._consecutive_failures = 0
         self._last_completion = self.clock.now()
         # Older pending checkpoints are subsumed: this one covers everything they would have.
@@ -423,8 +318,8 @@ class CheckpointCoordinator:
             del self.pending[older.checkpoint_id]
             self._recent.append(older.checkpoint_id)
         in_flight = [p.based_on for p in self.pending.values()]
-        self.remember_merged(manifest)
-        self._forget_merged(min(in_flight, default=pending.checkpoint_id))
+        self.merged_files.remember(manifest)
+        self.merged_files.forget_before(min(in_flight, default=pending.checkpoint_id))
         if self.storage is not None:
             self.storage.retain(self.config.retain, pending.checkpoint_id, min(in_flight, default=None))
         self.on_completed(completed)
@@ -445,12 +340,12 @@ class CheckpointCoordinator:
             self.send(task, NotifyCheckpointAborted(pending.checkpoint_id))
         self._recent.append(pending.checkpoint_id)
         aborted = pending.abort(reason, detail)
-        self.aborted.append(aborted)
+        _keep_latest(self.aborted, aborted)
         log.warning("checkpoint %d aborted (%s): %s", pending.checkpoint_id, reason.value, detail)
         if self.storage is not None:
             self.storage.discard(pending.checkpoint_id)
         self.on_aborted(aborted)
-        if pending.checkpoint_id in self.replayed:  # its cut is lost: so are the cuts after it
+        if pending.checkpoint_id in self.replays:  # its cut is lost: so are the cuts after it
             self.stop(AbortReason.TASK_FAILED)
             self.on_failure(ReplayAbandoned(f"checkpoint {pending.checkpoint_id}, an epoch replayed at its cut, was "
                                             f"aborted ({reason.value}: {detail}); restoring without its cut"))
@@ -489,6 +384,15 @@ class CheckpointCoordinator:
         self.is_stopped = True
         for pending in list(self.pending.values()):
             del self.pending[pending.checkpoint_id]
-            self.aborted.append(pending.abort(reason))
+            _keep_latest(self.aborted, pending.abort(reason))
             if self.storage is not None:
                 self.storage.discard(pending.checkpoint_id)
+
+
+_KEPT = 16
+T = TypeVar("T")
+
+
+def _keep_latest(kept: list[T], item: T) -> None:
+    kept.append(item)
+    del kept[:-_KEPT]

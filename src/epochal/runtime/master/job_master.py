@@ -5,9 +5,10 @@ runs the checks before the first attempt (`start_checks`: sources, sinks, a fres
 earlier run's checkpoints), which a host runs before it starts Spark; resolves `from_checkpoint`
 (a savepoint is adopted into the job's own storage, so every host restores by checkpoint id);
 numbers the attempts and the checkpoint ids they continue from; and keeps the checkpoint
-history, live progress and metrics (`metrics_collector`, published into the `JobControl` for the
-endpoint) and the `JobResult`. Its parts: the `FailureManager` decides what a failed attempt
-restarts from, the `CommandDesk` sees commands through, `Migrations` moves key groups live.
+history, live progress and metrics (`ProgressReports`, `metrics_collector`, published into the
+`JobControl` for the endpoint) and the `JobResult`. Its parts: the `FailureManager` decides what a
+failed attempt restarts from, the `CommandDesk` sees commands through, `Migrations` moves key
+groups live, `ProgressReports` reports progress and keeps the run's history.
 Every checkpoint an attempt restores is verified, every byte, before the attempt's tasks start
 (`restore_point`), so a corrupt one is refused before a sink commits anything it holds. The
 `JobResult` and the progress count the whole job (`job_counts`: counts ride in checkpoints);
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import time
 from collections.abc import Callable, Iterable
 
 from ...errors import JobCancelledError, JobFailedError
@@ -32,14 +31,13 @@ from ...state.storage import CheckpointStorage
 from ..checkpoints import AbortedCheckpoint, CompletedCheckpoint
 from ..clock import Clock
 from ..commands import Move, Ticket
-from ..metrics import METRICS_SHARE, JobMetrics, TaskMetrics
-from ..result import CheckpointSummary, JobProgress, JobResult, merge_metrics
+from ..metrics import TaskMetrics
+from ..result import JobProgress, JobResult, merge_metrics
 from ..routing import routing_for
 from ..wire.messages import (
     AcknowledgeCheckpoint,
     KeyGroupsAdopted,
     KeyGroupsPrepared,
-    OperatorMetrics,
     PatchStaged,
     StateAnswer,
 )
@@ -49,12 +47,11 @@ from .command_desk import CommandDesk, RescaleByRestore
 from .control import JobControl, JobState
 from .enumerator import SplitEnumerators
 from .failure_manager import FailureManager
-from .history import JobHistory
 from .job_counts import endpoints
 from .metrics_collector import MetricsCollector
 from .migrations import Migrations
 from .patches import PatchLog
-from .progress_view import progress_view
+from .progress_reports import ProgressReports
 from .recovery import recovery_plan
 from .restore_point import start_point
 from .start_checks import (
@@ -111,7 +108,7 @@ class JobMaster:
         # attempts of the same run before this job master's (a host that rescaled in place):
         # attempt numbers go on rising, so messages of an older attempt are never taken for new
         self._attempts_before = attempts_before
-        self.progress = progress
+        self.progress = progress  # the display (`ProgressReports` tells it); a rescale's new job master takes it over
         self.control = control if control is not None else JobControl(job.name, job.parallelism)
         directory = job.config.checkpoint.directory
         resuming = from_checkpoint is not None
@@ -143,19 +140,14 @@ class JobMaster:
         self.enumerators = SplitEnumerators(job, self.restore_from, self.storage)  # found splits, across attempts
         self.attempt: Attempt | None = None
         self.restored_from: list[int | None] = []
-        self.checkpoints: list[CheckpointSummary] = []
-        self.aborted: list[AbortedCheckpoint] = []
         self._next_checkpoint_id = 1
-        self._last_progress = float("-inf")
-        self._progress_cost = 0.0  # seconds the last metrics snapshot took
-        every = job.config.metrics_interval
-        self._progress_interval = math.inf if every is None else every / 2  # progress and metrics snapshots
         # live metrics, published into `control`; a rescale's new job master goes on with the history
         self.metrics = MetricsCollector(job, self.control.metrics())
-        self.history = JobHistory.of(self.control, self.storage)  # kept in the checkpoint directory
         self.metrics.refusals = self.control.refusals  # refused connections, counted by the hosts
         self._give_back: dict[int, int] = {}  # key group → subtask, after a parallel recovery
         self.counts = AttemptCounts(job)  # what the attempt's counts go on from: the whole job's
+        self.reports = ProgressReports(job, self.control, self.metrics, self.counts, self.storage, progress,
+                                       lambda: self.restarts)  # live progress and the run's history
 
     # -- attempts --------------------------------------------------------------------------------
     def start_attempt(self, send: Callable[[TaskId, object], None]) -> Attempt:
@@ -221,15 +213,15 @@ class JobMaster:
             self.failure_manager.failed(cause, attempt, self.restore_from)
         except JobFailedError as error:
             self.control.publish_metrics(self.metrics.snapshot((), attempt))  # with this failure
-            self._final_report(JobState.FAILED)
+            self.reports.final(JobState.FAILED)
             self.control.publish(state=JobState.FAILED, failures=tuple(self.failures))
-            self._archive(str(error))
+            self.reports.archive(str(error))
             raise
         self.control.publish_metrics(self.metrics.snapshot((), attempt))
         self.control.publish(state=JobState.RESTARTING, restarts=self.restarts, failures=tuple(self.failures))
-        self._archive()
+        self.reports.archive()
         self.clock.sleep(self.job.config.restart.delay)
-        self.restore_from = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.checkpoints})
+        self.restore_from = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.reports.checkpoints})
 
     def recover_on_holders(self, lost: set[int], holders_of: Callable[[int], list[int]]) -> RoutingTable | None:
         """After `on_failure`: restore the key groups of the `lost` subtasks on the peers holding
@@ -259,7 +251,7 @@ class JobMaster:
         attempt = self.attempt
         if attempt is None or attempt.coordinator.is_stopped:
             return None
-        restore = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.checkpoints})
+        restore = self.failure_manager.latest_restorable({c.checkpoint_id for c in self.reports.checkpoints})
         busy = ("key groups are moving" if self.migrations.busy
                 else "a patch is under way" if self.patches.under_way is not None else None)
         plan = survivor_plan(self.job, restore, lost, workers, discovering=bool(self.enumerators.logs), busy=busy)
@@ -318,9 +310,9 @@ class JobMaster:
             if self.attempt is not None:
                 self.attempt.stop()
             log.warning("job %r: cancelled", self.job.name)
-            self._final_report(JobState.CANCELLED)
+            self.reports.final(JobState.CANCELLED)
             self.control.publish(state=JobState.CANCELLED)
-            self._archive(f"job {self.job.name!r} was cancelled")
+            self.reports.archive(f"job {self.job.name!r} was cancelled")
             raise JobCancelledError(self.job.name)
         try:
             self.commands.poll()
@@ -344,12 +336,12 @@ class JobMaster:
             self.patches.staged(message, self.attempt.send, lambda: coordinator.trigger(aligned=True))
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
-        self.checkpoints.append(CheckpointSummary.of(checkpoint.manifest))
+        self.reports.checkpoint_completed(checkpoint.manifest)
         self.counts.checkpoint_completed(checkpoint)
         self.patches.completed(checkpoint.manifest)
         self.metrics.checkpoint_completed(checkpoint.manifest)
         self.control.publish(last_checkpoint=checkpoint.checkpoint_id)
-        self._archive(often=True)
+        self.reports.archive(often=True)
         self._next_checkpoint_id = max(self._next_checkpoint_id, checkpoint.checkpoint_id + 1)
         self.failure_manager.completed(checkpoint.checkpoint_id)  # an epoch replayed at its cut: written anew
         if self.attempt is not None:
@@ -361,7 +353,6 @@ class JobMaster:
             self.migrations.acknowledged(ack, self.attempt.coordinator)
 
     def checkpoint_aborted(self, checkpoint: AbortedCheckpoint) -> None:
-        self.aborted.append(checkpoint)
         self.metrics.checkpoint_aborted(checkpoint)
         self.commands.checkpoint_aborted(checkpoint)
         self.patches.aborted(checkpoint.checkpoint_id)
@@ -371,36 +362,8 @@ class JobMaster:
 
     def report_progress(self, tasks: Callable[[], Iterable[TaskMetrics]], now: bool = False) -> None:
         """Publish a metrics snapshot and report live progress if it is time (or `now`); `tasks`
-        (the latest metrics of the attempt's tasks) is only called then."""
-        at = time.monotonic()
-        # a snapshot is O(tasks): spaced so that it takes at most METRICS_SHARE of the job master's time
-        spacing = max(self._progress_interval, self._progress_cost / METRICS_SHARE)
-        if not now and (at - self._last_progress < spacing or self._progress_interval == math.inf):
-            return
-        self._last_progress = at
-        attempt = self.attempt.number if self.attempt is not None else 0
-        metrics = self.metrics.snapshot(tasks(), attempt)
-        self._progress_cost = time.monotonic() - at
-        self.control.publish_metrics(metrics)
-        self._report(metrics)
-
-    def _report(self, metrics: JobMetrics, state: JobState | None = None) -> None:
-        """Tell the progress display (the whole job's counts, `progress_view`); `state` for the
-        last report, as the job ends: a display's last frame is the end, not a second before it."""
-        if self.progress is not None:
-            self.progress(progress_view(self.job, metrics, self.counts.base, self.checkpoints, self.restarts,
-                                        (state or self.control.status().state).value, self.control.web_url))
-
-    def _final_report(self, state: JobState) -> None:
-        metrics = self.control.metrics()
-        if metrics is not None:
-            self._report(metrics, state)
-
-    def _archive(self, summary: str | None = None, often: bool = False,
-                 operators: tuple[OperatorMetrics, ...] = ()) -> None:
-        """Keep the job's status and metrics in its history (`history`), if it has a directory."""
-        if self.history is not None:
-            self.history.record(self.control, summary, often=often, operators=operators)
+        (the latest metrics of the attempt's tasks) is only called then (`ProgressReports`)."""
+        self.reports.report(tasks, self.attempt.number if self.attempt is not None else 0, now)
 
     def result(self) -> JobResult:
         """The outcome of the job, once the current attempt finished."""
@@ -408,7 +371,7 @@ class JobMaster:
         self.commands.stop("the job finished")  # a move waiting for tasks that finished, say
         final = {task: m.metrics for task, m in self.attempt.finished.items()}
         self.control.publish_metrics(self.metrics.finished(final, self.attempt.number))
-        self._final_report(JobState.FINISHED)
+        self.reports.final(JobState.FINISHED)
         self.control.publish(state=JobState.FINISHED)
         whole, since = self.counts.result(merge_metrics([m.metrics for m in self.attempt.finished.values()]),
                                           self.restore_from)
@@ -416,7 +379,7 @@ class JobMaster:
         result = JobResult(
             self.job.name,
             self.restarts,
-            tuple(self.checkpoints),
+            tuple(self.reports.checkpoints),
             whole,
             tuple(self.failures),
             tuple(self.restored_from),
@@ -427,5 +390,5 @@ class JobMaster:
             sources=sources,
             sinks=sinks,
         )
-        self._archive(result.summary(), operators=result.operators)
+        self.reports.archive(result.summary(), operators=result.operators)
         return result

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Iterable
 
 from ...errors import EpochalError
@@ -126,3 +127,26 @@ def _epoch(job: JobGraph, storage: CheckpointStorage, checkpoint_id: int) -> Rep
             finished |= state.finished
         cuts.append((head.uid, SplitCut(tuple(sorted(counts.items())), frozenset(finished))))
     return ReplayEpoch(checkpoint_id, tuple(cuts))
+
+
+class ReplayedEpochs:
+    """The epochs an attempt replays at their cuts (`Replays` chose them): the coordinator
+    triggers them first, under their ids, in order, one at a time; one that is aborted loses its
+    cut, and the cuts after it, so it fails the attempt."""
+
+    def __init__(self, checkpoint_ids: Iterable[int] = ()) -> None:
+        ids = tuple(checkpoint_ids)
+        self._waiting: deque[int] = deque(sorted(ids))  # not triggered yet
+        self._ids = frozenset(ids)
+
+    def __bool__(self) -> bool:
+        """Whether an epoch is still to be triggered."""
+        return bool(self._waiting)
+
+    def __contains__(self, checkpoint_id: int) -> bool:
+        """Whether `checkpoint_id` is an epoch replayed at its cut."""
+        return checkpoint_id in self._ids
+
+    def next(self) -> int:
+        """The id of the next epoch to trigger."""
+        return self._waiting.popleft()

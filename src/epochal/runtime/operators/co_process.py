@@ -23,6 +23,7 @@ from .base import OperatorContext, RuntimeOperator, extend
 from .lifecycle import UserFunctions
 from .process import KeyedProcessOperator
 from .side_outputs import SideOutputs, with_side
+from .subtask_view import SubtaskView
 
 
 class KeyedCoProcessOperator(KeyedProcessOperator):
@@ -40,29 +41,13 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
         return self.run(batch, self.key2, self.function.process_element2)
 
 
-class CoContext:
+class CoContext(SubtaskView):
     """What a `CoProcessFunction` sees: its subtask, time, and side outputs."""
+
+    _op: CoProcessOperator
 
     def __init__(self, operator: CoProcessOperator) -> None:
         self._op = operator
-
-    @property
-    def subtask(self) -> int:
-        """The index of this subtask, in `[0, parallelism)`."""
-        return self._op.ctx.subtask
-
-    @property
-    def parallelism(self) -> int:
-        """How many subtasks the operator runs."""
-        return self._op.ctx.parallelism
-
-    def operator_list_state(self, name: str, mode: Any = "split") -> Any:
-        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
-        if name.startswith("__"):
-            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
-        functions = self._op.functions
-        assert functions is not None
-        return functions.store.list_state(name, mode)
 
     def current_watermark(self) -> float:
         """The operator's event time: the minimum of both inputs' watermarks."""

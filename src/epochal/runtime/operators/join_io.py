@@ -30,17 +30,20 @@ from .base import OperatorContext, OperatorSnapshot, batch_timestamps, extend, t
 from .keyed import KeyedOperator
 from .lifecycle import UserFunctions
 from .side_outputs import SideOutputs
+from .subtask_view import SubtaskView
 from .timers import KeyedTimers, TimeDomain
 
 _EVENT = TimeDomain.EVENT_TIME
 _WATERMARK = "watermark"
 
 
-class JoinContext:
+class JoinContext(SubtaskView):
     """What a `ProcessJoinFunction` sees for one pair: its key, both timestamps, the window (a
     window join's), the operator's watermark, and side outputs."""
 
     __slots__ = ("_op", "key", "left_timestamp", "right_timestamp", "window")
+
+    _op: JoinOperator
 
     def __init__(self, operator: JoinOperator) -> None:
         self._op = operator
@@ -51,24 +54,6 @@ class JoinContext:
 
     def current_watermark(self) -> float:
         return self._op.watermark
-
-    @property
-    def subtask(self) -> int:
-        """The index of this subtask, in `[0, parallelism)`."""
-        return self._op.ctx.subtask
-
-    @property
-    def parallelism(self) -> int:
-        """How many subtasks the operator runs."""
-        return self._op.ctx.parallelism
-
-    def operator_list_state(self, name: str, mode: Any = "split") -> Any:
-        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
-        if name.startswith("__"):
-            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
-        functions = self._op.functions
-        assert functions is not None
-        return functions.store.list_state(name, mode)
 
     def output(self, tag: Any, record: Any) -> None:
         """Send `record` to the side output `tag` (an `OutputTag`)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import OperatorError
 from ...plan.functions import RichFunction
 from ...state.operator_state import OperatorListSnapshot, OperatorListState, OperatorStateStore, Redistribution
+from .subtask_view import check_state_name
 
 if TYPE_CHECKING:
     from .base import OperatorContext
@@ -78,8 +79,7 @@ class RuntimeContext:
         Raises:
             ValueError: `name` starts with `__` (reserved), or is registered with another mode.
         """
-        if name.startswith("__"):
-            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        check_state_name(name)
         return self._store.list_state(name, mode)
 
 

@@ -20,7 +20,6 @@ from ...plan.specs import KeyedProcessSpec, OnError
 from ...plan.time import time_of
 from ...plan.two_inputs import BroadcastProcessSpec, KeyedCoProcessSpec
 from ...state.handles import ListState, MapState, ValueState
-from ...state.operator_state import OperatorListState
 from ...state.ttl import StateKind, StateTtlConfig, TtlListState, TtlMapState, TtlValueState
 from ...state.ttl_cleanup import TtlStates
 from ..keys import batch_keys
@@ -31,6 +30,7 @@ from .base import OperatorContext, OperatorSnapshot, extend
 from .keyed import KeyedOperator
 from .lifecycle import UserFunctions
 from .side_outputs import SideOutputs, with_side
+from .subtask_view import SubtaskView, check_state_name
 from .timers import KeyedTimers, PendingTimer, TimeDomain
 
 H = TypeVar("H")  # a state handle
@@ -57,12 +57,14 @@ class Timers:
         self._timers.delete(TimeDomain.PROCESSING_TIME, float(timestamp))
 
 
-class ProcessContext:
+class ProcessContext(SubtaskView):
     """What a keyed process function sees: the current key, its state, time and timers.
 
     Passed to `open()` (register state there) and to every `process_element` / `on_timer` call;
     it implements `epochal.ProcessContext` (the API layer's protocol).
     """
+
+    _op: KeyedProcessOperator
 
     def __init__(self, operator: KeyedProcessOperator) -> None:
         self._op = operator
@@ -92,26 +94,8 @@ class ProcessContext:
         """The key of the record (or timer) being processed; None in `on_end_of_input`."""
         return None if self._keyless else self._backend.current_key
 
-    @property
-    def subtask(self) -> int:
-        return self._op.ctx.subtask
-
-    @property
-    def parallelism(self) -> int:
-        """How many subtasks the operator runs."""
-        return self._op.ctx.parallelism
-
-    def operator_list_state(self, name: str, mode: Any = "split") -> OperatorListState[Any]:
-        """Register (or fetch) the operator list `name`: not keyed, split or broadcast on rescale."""
-        if name.startswith("__"):
-            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
-        functions = self._op.functions
-        assert functions is not None
-        return functions.store.list_state(name, mode)
-
     def _register(self, name: str, handle: H) -> H:
-        if name.startswith("__"):
-            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        check_state_name(name)
         existing = self._states.get(name)
         if existing is not None and type(existing) is not type(handle):
             raise ValueError(f"state {name!r} is already registered as {type(existing).__name__}")
@@ -142,8 +126,7 @@ class ProcessContext:
     def _ttl(self, name: str, kind: StateKind, ttl: object) -> None:
         if not isinstance(ttl, StateTtlConfig):
             raise TypeError(f"ttl must be a StateTtlConfig, got {ttl!r}")
-        if name.startswith("__"):
-            raise ValueError(f"state names starting with '__' are reserved: {name!r}")
+        check_state_name(name)
         self._op.ttl.register(name, kind, ttl)
 
     def current_processing_time(self) -> float:

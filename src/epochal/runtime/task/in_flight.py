@@ -115,7 +115,7 @@ def read_in_flight(
 
 
 class Checkpointing(Protocol):
-    """What an unaligned checkpoint needs of its task: the synchronous part of a checkpoint, and
+    """What an unaligned checkpoint needs of its task's checkpoints: the synchronous part of a checkpoint, and
     the write of a snapshot once its in-flight log is whole."""
 
     last_checkpoint: int
@@ -139,13 +139,14 @@ class UnalignedBarriers:
 
     Args:
         gate: the task's inputs, where barriers jump their queues (`take_priority_barrier`).
-        task: the task's checkpointing, called back for the synchronous part and the write.
+        checkpoints: the task's checkpoints (`TaskCheckpoints`), called back for the synchronous
+            part and the write.
         uid: the uid under which the vertex's in-flight logs are stored (`in_flight_uid`).
     """
 
-    def __init__(self, gate: InputGate, task: Checkpointing, uid: str) -> None:
+    def __init__(self, gate: InputGate, checkpoints: Checkpointing, uid: str) -> None:
         self.gate = gate
-        self.task = task
+        self.checkpoints = checkpoints
         self.uid = uid
         self.pending = PendingSnapshots()
 
@@ -165,12 +166,12 @@ class UnalignedBarriers:
         """The first barrier of a checkpoint fixes the state at once; `ahead` (still queued, not yet
         processed) is in flight for it, and for every snapshot still waiting on this input."""
         cid = barrier.checkpoint_id
-        if cid not in self.pending and cid > self.task.last_checkpoint:
+        if cid not in self.pending and cid > self.checkpoints.last_checkpoint:
             aligner = self.gate.aligner
             if aligner.is_aligning:  # an older aligned checkpoint (a savepoint) is given up
-                self.task.abandon_alignment()
+                self.checkpoints.abandon_alignment()
             aligner.last_completed = cid
-            snapshots, _, sync_ms = self.task.fix_state(barrier)
+            snapshots, _, sync_ms = self.checkpoints.fix_state(barrier)
             waiting = set(aligner.regular - aligner.ended)
             self.pending.hold(PendingSnapshot(cid, waiting, snapshots, 0.0, sync_ms))
         for element in ahead:
@@ -192,5 +193,5 @@ class UnalignedBarriers:
         if pending is None:
             return
         in_flight = OperatorSnapshot(state=InFlight(tuple(pending.log)) if pending.log else None)
-        self.task.write(pending.checkpoint_id, [*pending.snapshots, (self.uid, in_flight)], pending.alignment_ms,
+        self.checkpoints.write(pending.checkpoint_id, [*pending.snapshots, (self.uid, in_flight)], pending.alignment_ms,
                         pending.sync_ms)

@@ -42,7 +42,7 @@ from .input_gate import InputGate
 
 
 class HeadCheckpointing(Protocol):
-    """What a head's cut needs of its task: the synchronous part of a checkpoint, and the write."""
+    """What a head's cut needs of its task's checkpoints: the synchronous part of a checkpoint, and the write."""
 
     last_checkpoint: int
 
@@ -74,13 +74,14 @@ class LoopCut:
 
     Args:
         gate: the head's inputs, where barriers jump their queues.
-        task: the head's task, called back for the synchronous part and the write.
+        checkpoints: the head's task's checkpoints (`TaskCheckpoints`), called back for the
+            synchronous part and the write.
         uid: the head operator's uid: its state in the snapshot is the log.
     """
 
-    def __init__(self, gate: InputGate, task: HeadCheckpointing, uid: str) -> None:
+    def __init__(self, gate: InputGate, checkpoints: HeadCheckpointing, uid: str) -> None:
         self.gate = gate
-        self.task = task
+        self.checkpoints = checkpoints
         self.uid = uid
         self._pending: dict[int, PendingCut] = {}
         self.logged_records = 0  # over the task's life: what the logs cost (tests, benchmarks)
@@ -103,7 +104,7 @@ class LoopCut:
         cid = barrier.checkpoint_id
         pending = self._pending.get(cid)
         if pending is None:
-            if cid <= self.task.last_checkpoint:
+            if cid <= self.checkpoints.last_checkpoint:
                 return  # a checkpoint fixed and written already, or given up (older than the newest)
             pending = self.fix(barrier)
         if idx in pending.waiting:
@@ -115,7 +116,7 @@ class LoopCut:
     def fix(self, barrier: Barrier, loop_ended: bool = False) -> PendingCut:
         """Fix the head's state at checkpoint `barrier` and forward it; log every open input (none
         once the loop ended: it was proven empty, so nothing is in flight on its back edges)."""
-        snapshots, _, sync_ms = self.task.fix_state(dataclasses.replace(barrier, at_loop_head=False))
+        snapshots, _, sync_ms = self.checkpoints.fix_state(dataclasses.replace(barrier, at_loop_head=False))
         waiting = set() if loop_ended else set(range(len(self.gate.channels))) - self.gate.aligner.ended
         pending = PendingCut(barrier.checkpoint_id, waiting, snapshots, sync_ms, barrier.synchronous)
         self._pending[barrier.checkpoint_id] = pending
@@ -165,4 +166,4 @@ class LoopCut:
         del self._pending[pending.checkpoint_id]
         log_state = OperatorSnapshot(state=LoopLog(tuple(pending.log)))
         snapshots = [(uid, log_state if uid == self.uid else snap) for uid, snap in pending.snapshots]
-        self.task.write(pending.checkpoint_id, snapshots, 0.0, pending.sync_ms, pending.synchronous)
+        self.checkpoints.write(pending.checkpoint_id, snapshots, 0.0, pending.sync_ms, pending.synchronous)

@@ -5,12 +5,15 @@ control messages that arrived, fires due timers, and processes at most one eleme
 input (or one batch from its source). So a host can interleave many tasks on one event loop,
 and the in-process executor can interleave them from a seed and replay a run exactly.
 
-The task schedules and dispatches; the work lives in its parts: `InputGate` (inputs, joined
-batches, alignment over all, both of a two-input head: ABS §4.2, Algorithm 1), `SourceInput`,
-`OperatorChain` (operators, counters, event time), `OutputGate`, `SubtaskCheckpointer`,
+The task schedules and dispatches; the work lives in its parts: `GateInput` (the step of a task
+with inputs: elements from the `InputGate`, with its alignment, ABS §4.2, Algorithm 1, into the
+chain; the inputs' watermarks; restored in-flight data), `SourceInput`, `OperatorChain`
+(operators, counters, event time), `OutputGate`, `TaskCheckpoints` (the synchronous part at a
+barrier; the checkpoints taken and known complete) over `SubtaskCheckpointer` (the write),
 `UnalignedBarriers` (`in_flight`), `TaskLoop` (loop termination and a head's snapshots: ABS §4.3,
-Algorithm 2), `InputWatermarks` and `KeyGroupOwner` (what it owns, and what a live move hands
-it). What stays here is the order within a step: replayed input, control messages, timers, one element.
+Algorithm 2) and `KeyGroupOwner` (what it owns, and what a live move hands it). What stays here is
+the task's lifecycle (`TaskState`) and the order within a step: replayed input, control messages,
+timers, one element.
 """
 
 from __future__ import annotations
@@ -33,8 +36,7 @@ from ..operators import (
     create_operator,
 )
 from ..splits import readers
-from ..watermarks import InputWatermarks, WatermarkAdvance
-from ..wire.elements import END_OF_INPUT, Barrier, Element, EndOfInput, LoopProbe, Watermark, is_batch
+from ..wire.elements import END_OF_INPUT, Barrier
 from ..wire.messages import (
     AdoptKeyGroups,
     DropPatch,
@@ -51,12 +53,11 @@ from ..wire.messages import (
     TaskFinished,
     TriggerCheckpoint,
 )
-from .aligner import AlignStep
 from .chain import OperatorChain
-from .checkpointer import Snapshots, SubtaskCheckpointer
+from .checkpointer import SubtaskCheckpointer
+from .gate_input import GateInput
 from .in_flight import UnalignedBarriers, read_in_flight
 from .input_gate import InputChannel, InputGate
-from .input_joining import join_across_inputs
 from .key_group_owner import KeyGroupOwner
 from .loop_clock import LoopClock
 from .loop_cut import LoopCut
@@ -67,11 +68,10 @@ from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
 from .step_times import StepTimes
+from .task_checkpoints import TaskCheckpoints
 from .wakeups import WakingRunner, no_wake
 
 log = logging.getLogger(__name__)
-
-_CONTROL = (Barrier, Watermark, EndOfInput)  # in-band events a step takes in a row (`_step_input`)
 
 
 class Task:
@@ -110,44 +110,38 @@ class Task:
         )
         self.gate.wake = output.wake = self._wake
         self.back_edges = back_edges
-        self.second_inputs = second_inputs  # channels of a two-input operator's second input
         self.checkpointer = SubtaskCheckpointer(self.id, self.name, lambda: self.owner.key_groups, setup.storage,
                                                 background, self.chain.operators, setup.send, setup.state,
                                                 setup.merger)
-        self.watermarks = InputWatermarks(len(inputs), back_edges)
         event_time = self.head.event_time if self.head is not None else None
         self.loop = TaskLoop(
             self.head, scopes or {}, setup.vertex.id if self.head is not None else None,
             LoopClock(event_time, self.head) if self.head is not None and event_time is not None else None,
             output, lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), setup.clock,
         )
-        # a loop head takes every barrier ahead of its queues: an unaligned cut (`loop_cut`)
-        self.cut = LoopCut(self.gate, self, self.head.uid) if self.head is not None else None
-        self.unaligned = UnalignedBarriers(self.gate, self, in_flight_uid(setup.vertex))
-        # only a task outside loops takes unaligned barriers ahead of its input (`in_flight`)
-        self._overtakes = setup.unaligned and not back_edges and not loop_inputs
-        self._replay: deque[tuple[int, Element]] = deque()  # restored in-flight data, first of all
-        self.times = StepTimes()  # where the task's time goes: two clock reads per step, none per record
-        self.last_checkpoint = 0
-        self.last_notified = 0  # the newest checkpoint this task knows to be complete
-        self._said_in_flight = False  # its inputs ended with async requests in flight (`_end_input`)
         self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
+        self.checkpoints = TaskCheckpoints(
+            self.checkpointer, self.gate, self.chain, output, self.patches, setup.clock,
+            lambda: self.state in (TaskState.RUNNING, TaskState.DRAINING), self.metrics,
+        )
+        # a loop head takes every barrier ahead of its queues: an unaligned cut (`loop_cut`)
+        self.cut = LoopCut(self.gate, self.checkpoints, self.head.uid) if self.head is not None else None
+        self.unaligned = UnalignedBarriers(self.gate, self.checkpoints, in_flight_uid(setup.vertex))
+        # only a task outside loops takes unaligned barriers ahead of its input (`in_flight`)
+        self.input = GateInput(self, self.name, self.gate, self.chain, output, self.loop, self.cut, self.unaligned,
+                               self.checkpoints, setup.unaligned and not back_edges and not loop_inputs,
+                               second_inputs, back_edges, self.head is not None)
+        self.times = StepTimes()  # where the task's time goes: two clock reads per step, none per record
+        self._said_in_flight = False  # its inputs ended with async requests in flight (`end_input`)
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
-            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self._on_resize,
+            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self.chain.resize,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, background),
         }
         if self.source is not None:
             self._handlers.update(self.source.handlers(self.owner))
-
-    def _on_resize(self, message: ResizePool) -> None:
-        """Vertical elasticity: the operator's function pool runs `processes` processes now."""
-        operator = self.chain.find(message.uid)
-        resize = getattr(operator, "resize", None)
-        if resize is not None:
-            resize(message.processes)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -171,8 +165,8 @@ class Task:
             self.patches.restore(manifest, storage)
         self.chain.open(ctx, restored)
         if manifest is not None:
-            self._replay.extend(read_in_flight(storage, manifest, setup.vertex, self.id.subtask))
-            self.last_checkpoint = self.last_notified = manifest.checkpoint_id
+            self.input.restore(read_in_flight(storage, manifest, setup.vertex, self.id.subtask))
+            self.checkpoints.restored(manifest.checkpoint_id)
             self.gate.aligner.last_completed = manifest.checkpoint_id
             log.info("%s: restored from checkpoint %d", self.name, manifest.checkpoint_id)
         if not len(self.gate) and self.source is None:
@@ -196,11 +190,11 @@ class Task:
     def is_runnable(self) -> bool:
         if self.state is TaskState.FINISHED:
             return False
-        if self.inbox or self._replay or (self.head is not None and self.head.replay):
+        if self.inbox or self.input.replaying or (self.head is not None and self.head.replay):
             return True
         if self.owner.pending is not None:  # key groups on their way here: no input until they are
             return False
-        if self._overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
+        if self.input.overtakes and self.state is TaskState.RUNNING and self.gate.priority_queued():
             return True  # an unaligned barrier is taken even behind a full output
         if self.cut is not None and self.state is not TaskState.ENDED and self.gate.priority_queued():
             return True  # so is a barrier into a loop head
@@ -238,15 +232,14 @@ class Task:
 
     def _step(self) -> None:
         self.loop.replay(self.chain)
-        while self._replay:
-            self._on_element(*self._replay.popleft())
+        self.input.replay()
         while self.inbox:
             self._on_message(self.inbox.popleft())
             if self.state is TaskState.FINISHED:
                 return
         if self.owner.pending is not None:
             return
-        if self._overtakes and self.state is TaskState.RUNNING:
+        if self.input.overtakes and self.state is TaskState.RUNNING:
             self.unaligned.take_priority_barriers()
         if self.cut is not None and self.state is not TaskState.ENDED:
             self.cut.take_barriers()
@@ -266,95 +259,25 @@ class Task:
             if chain.has_ready():
                 chain.poll_async()
             if chain.ending:
-                self._end_input()
+                self.end_input()
                 return
             if chain.is_saturated():
                 return
         if self.source is not None:
             if not self.source.step(self.setup.batch_size):
-                self._end_input()
+                self.end_input()
             if (held := self.source.released(self.state is not TaskState.RUNNING)) is not None:
                 self._on_trigger(held)  # a replayed epoch's cut: its barrier goes now
         else:
-            self._step_input()
+            self.input.step()
 
-    # -- data ------------------------------------------------------------------------------------
-    def _step_input(self) -> None:
-        """Take the next element; then, in the same step, the barriers, watermarks and ends of
-        input that head the other inputs: a keyed edge gives a task an input per upstream
-        subtask, each delivering every barrier, and one step each cost a step's overhead 128
-        times per checkpoint at parallelism 128."""
-        gate = self.gate
-        polled = gate.poll()
-        taken = 0
-        while polled is not None:
-            idx, element = polled
-            if self._overtakes:
-                self.unaligned.log(idx, element)
-            elif self.cut:
-                self.cut.log(idx, element)
-            elif type(element) is list and len(element) < gate.batch_size:
-                element = join_across_inputs(gate, idx, element, self.second_inputs)
-            self._on_element(idx, element)
-            taken += 1
-            if taken >= len(gate) or self.cut is not None or self.state is not TaskState.RUNNING or self.inbox \
-                    or not self.output.has_capacity() or type(gate.peek()) not in _CONTROL:
-                return
-            polled = gate.poll()
+    # -- input ---------------------------------------------------------------------------------
+    def drain(self) -> None:
+        """A loop head's input ended; the loop itself may still hold records (`GateInput`)."""
+        self.state = TaskState.DRAINING
+        self.setup.send(InputsEnded(self.id))
 
-    def _on_element(self, idx: int, element: Element) -> None:
-        if is_batch(element):
-            self.loop.on_batch(element)
-            (self.chain.process_second if idx in self.second_inputs else self.chain.process)(element)
-        elif type(element) is Barrier:
-            if self.cut is not None:
-                self.cut.on_barrier(idx, [], element)
-                return
-            step = self.gate.on_barrier(idx, element)
-            self._decline_abandoned()
-            if step is AlignStep.SNAPSHOT:
-                self._checkpoint(element)
-        elif type(element) is EndOfInput:
-            self._on_end_of_input(idx)
-        elif type(element) is LoopProbe:
-            emitted = self.loop.on_probe(idx, element, self.gate.aligner.ended, self.state is TaskState.DRAINING)
-            if emitted is not None:
-                self.chain.advance_watermark(emitted, 0)
-        elif type(element) is Watermark:
-            advance = self.watermarks.on_watermark(idx, element.timestamp, element.idle)
-            if advance is not None:
-                self._advance_watermark(advance)
-        else:
-            raise RuntimeError(f"task {self.name}: unexpected element {element!r}")
-
-    def _on_end_of_input(self, idx: int) -> None:
-        advance = self.watermarks.on_end(idx)
-        if advance is not None and self.watermarks.has_seen:
-            self._advance_watermark(advance)
-        aligner = self.gate.aligner
-        if aligner.on_end_of_input(idx) is AlignStep.SNAPSHOT:
-            assert aligner.completed is not None
-            self._checkpoint(aligner.completed)
-        if self.cut is not None:
-            self.cut.channel_ended(idx)
-        self.unaligned.channel_ended(idx)
-        if aligner.all_ended:
-            if self.state is not TaskState.ENDED:
-                self._end_input()
-        elif self.head is not None and aligner.regular_ended and self.state is TaskState.RUNNING:
-            # The loop's input ended; the loop itself may still hold records.
-            self.state = TaskState.DRAINING
-            self.setup.send(InputsEnded(self.id))
-
-    def _advance_watermark(self, advance: WatermarkAdvance) -> None:
-        """The inputs' watermark moved: on through the chain, unless an event-time loop head
-        holds it until a round proves the loop past it (`loop_clock`)."""
-        if self.loop.clock is not None:
-            self.loop.clock.on_input(advance)
-        else:
-            self.chain.advance_watermark(advance, 0)
-
-    def _end_input(self) -> None:
+    def end_input(self) -> None:
         if not self.chain.end_input():  # async requests in flight: a later step ends the input
             if not self._said_in_flight:  # meanwhile no barrier reaches it: it is triggered directly
                 self._said_in_flight = True
@@ -367,27 +290,12 @@ class Task:
     # -- loops -----------------------------------------------------------------------------------
     def _on_end_loop(self, _: EndLoop) -> None:
         if self.state is TaskState.DRAINING:
-            self._end_input()  # every head saw a clean round: the loop is empty
+            self.end_input()  # every head saw a clean round: the loop is empty
             if self.cut is not None:
                 self.cut.loop_ended()
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def _decline_abandoned(self) -> None:
-        abandoned = self.gate.aligner.abandoned
-        while abandoned:
-            self.checkpointer.decline(abandoned.pop(), "alignment abandoned for a newer barrier")
-
-    def abandon_alignment(self) -> None:
-        """An unaligned barrier overtook the aligned checkpoint under way (a savepoint's)."""
-        self.gate.aligner.abandon()
-        self.gate.reset_alignment_clock()
-        self._decline_abandoned()
-
-    def write(self, checkpoint_id: int, snapshots: Snapshots, alignment_ms: float, sync_ms: float,
-              synchronous: bool = False) -> None:
-        self.checkpointer.write(checkpoint_id, snapshots, alignment_ms, sync_ms, synchronous)
-
-    def _checkpoint(self, barrier: Barrier) -> None:
+    def checkpoint(self, barrier: Barrier) -> None:
         """Fix state, forward the barrier, and write the snapshot in the background."""
         if self.cut is not None:  # a loop head triggered directly (its input ended): log what is open
             self.cut.fix(barrier, loop_ended=self.state is TaskState.ENDED)
@@ -395,8 +303,8 @@ class Task:
         reroute = barrier.reroute
         if reroute is not None and self.source is not None and self.state is TaskState.RUNNING:
             self.source.before_reroute(reroute, self.output)
-        snapshots, alignment_ms, sync_ms = self.fix_state(barrier)
-        self.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
+        snapshots, alignment_ms, sync_ms = self.checkpoints.fix_state(barrier)
+        self.checkpoints.write(barrier.checkpoint_id, snapshots, alignment_ms, sync_ms, barrier.synchronous)
         if barrier.reroute is not None:
             self.output.reroute(barrier.reroute)  # the barrier went out under the old table
             self.owner.reroute(barrier.checkpoint_id, barrier.reroute)
@@ -405,48 +313,21 @@ class Task:
             if self.source is not None:
                 self.source.after_reroute(barrier.checkpoint_id, barrier.reroute)
 
-    def fix_state(self, barrier: Barrier) -> tuple[Snapshots, float, float]:
-        """The synchronous part: fix every operator's state and forward the barrier; returns the
-        snapshots, the alignment's and this part's milliseconds.
-
-        The barrier says which checkpoint was complete when it was triggered. On Spark the
-        notification of that completion travels on another connection than the barrier and may
-        arrive later; acting on it first means incremental state never builds on a checkpoint
-        that retention may already have dropped (and commits nothing that is not complete).
-        """
-        if barrier.completed > self.last_notified:
-            self._notify_complete(barrier.completed)
-        self.checkpointer.barrier_reached(barrier.checkpoint_id, (self.setup.clock.now() - barrier.timestamp) * 1000)
-        alignment_ms = self.gate.take_alignment_ms()
-        started = time.perf_counter()
-        if self.state in (TaskState.RUNNING, TaskState.DRAINING):
-            self.chain.pre_barrier(barrier.checkpoint_id)
-        snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id, self.metrics())
-        if barrier.patch:  # a live patch takes effect for the records after this barrier
-            self.patches.switch(barrier.patch)
-        if self.state in (TaskState.RUNNING, TaskState.DRAINING):
-            self.output.broadcast(barrier)
-        # after the barrier left: downstream aligns while this task serialises a small state
-        self.checkpointer.serialise_small(snapshots)
-        sync_ms = (time.perf_counter() - started) * 1000
-        self.last_checkpoint = barrier.checkpoint_id
-        return snapshots, alignment_ms, sync_ms
-
     def _on_trigger(self, message: TriggerCheckpoint) -> None:
-        if message.checkpoint_id <= self.last_checkpoint:
+        if message.checkpoint_id <= self.checkpoints.last_checkpoint:
             return  # the barrier reached this task through its inputs already
         if self.source is not None and self.source.holds(message, self.state is TaskState.RUNNING):
             return  # a replayed epoch: its barrier waits for the cut
         if self.source is not None and self.state is TaskState.RUNNING:
             self.gate.reset_alignment_clock()
-            self._checkpoint(Barrier(
+            self.checkpoint(Barrier(
                 message.checkpoint_id, message.timestamp, message.synchronous, message.completed, message.alignment,
                 message.reroute, patch=message.patch,
             ))
             if message.synchronous:
                 self.source.halt(message.checkpoint_id)
         elif self.state in (TaskState.ENDED, TaskState.DRAINING) or self.chain.ending:
-            self._checkpoint(Barrier(
+            self.checkpoint(Barrier(
                 message.checkpoint_id, message.timestamp, False, message.completed, reroute=message.reroute,
                 patch=message.patch,
             ))
@@ -454,7 +335,7 @@ class Task:
     def _on_aborted(self, message: NotifyCheckpointAborted) -> None:
         pending = self.gate.aligner.pending
         if pending is not None and pending.checkpoint_id == message.checkpoint_id:
-            self.abandon_alignment()  # its barrier may never come on some input (a lost worker's)
+            self.checkpoints.abandon_alignment()  # its barrier may never come on some input (a lost worker's)
         if self.source is not None:
             self.source.aborted(message.checkpoint_id)
         if self.cut is not None:
@@ -463,20 +344,13 @@ class Task:
     def _on_complete(self, message: NotifyCheckpointComplete) -> None:
         if self.source is not None:
             self.source.completed(message.checkpoint_id)
-        self._notify_complete(message.checkpoint_id)
+        self.checkpoints.notify_complete(message.checkpoint_id)
         if self.cut is not None:
             self.cut.completed(message.checkpoint_id)
         if message.is_final:
             self.state = TaskState.FINISHED
             self.close()
             self.setup.send(TaskFinished(self.id, self.metrics()))
-
-    def _notify_complete(self, checkpoint_id: int) -> None:
-        if checkpoint_id <= self.last_notified:
-            return  # learnt from a barrier already
-        self.last_notified = checkpoint_id
-        self.checkpointer.completed(checkpoint_id)
-        self.chain.notify_checkpoint_complete(checkpoint_id)
 
     # -- control messages ------------------------------------------------------------------------
     def _on_message(self, message: Any) -> None:

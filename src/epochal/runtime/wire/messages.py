@@ -25,7 +25,7 @@ class TriggerCheckpoint:
     timestamp: float
     is_final: bool = False
     synchronous: bool = False  # halt after the barrier until the checkpoint ends
-    completed: int = 0  # the newest complete checkpoint at trigger time (see Task._checkpoint)
+    completed: int = 0  # the newest complete checkpoint at trigger time (see TaskCheckpoints.fix_state)
     alignment: Alignment = Alignment.ALIGNED  # what the sources' barriers ask of every task
     reroute: RoutingTable | None = None  # key groups move at this checkpoint (`runtime.master.migrations`)
     patch: int = 0  # the newest live logic patch in effect from this checkpoint's barrier on
