@@ -2,9 +2,11 @@
 
 Runs in the upstream operator's task (`plan.local_global` chains it there), ahead of the key
 exchange. Records of a key fold into one partial: Arrow batches keyed by a column are held as
-they come (no copy) and grouped when they ship, all of them with one dictionary encoding (its
-hash table is Arrow's, in C++), each aggregate's partials computed in numpy per distinct key;
-records fold into a Python dict per key (a count: a `Counter`, whose counting loop is C).
+they come (no copy) and grouped when they ship, all of them at once: by Arrow's hash aggregation
+for the built-ins (`acero.py`), else with one dictionary encoding and each aggregate's partials
+computed in numpy per distinct key; records fold into a Python dict per key (a count: a
+`Counter`, whose counting loop is C). Partials go out with their keys' hashes
+(`KEY_HASH_COLUMN`), so the router and the global phase hash no key again.
 Grouping many batches at once is what makes it cheap: the distinct keys of 8k-row batches cost a
 lookup each in any table kept across batches, several times what hashing a row costs (measured
 on a Zipf word stream: 330 ns a word more with a `KeyIndex` per 8k batch). What it holds goes
