@@ -315,10 +315,10 @@ class JobConfig:
     # publishes twice as often); None gathers none while the job runs (see runtime/metrics.py).
     metrics_interval: float | None = 1.0
     # Workers a Spark stage holds (None: as many as the parallelism); those beyond it stand by,
-    # so that a rescale up to this many happens in the running stage (cluster/spark.py).
+    # so that a rescale up to this many happens in the running stage (cluster/stage_host.py).
     max_workers: int | None = None
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
-    # the links between the job's processes on Spark: TLS, frame sizes (cluster/spark.py)
+    # the links between the job's processes on Spark: TLS, frame sizes (cluster/link_guard.py)
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def __post_init__(self) -> None:

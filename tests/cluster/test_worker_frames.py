@@ -1,4 +1,4 @@
-"""A worker's filtering of the frames its peers send (`Worker._on_frame`).
+"""A worker's filtering of the frames its peers send (`FrameRouter.on_frame`).
 
 Frames carry the sender's attempt. A frame of an older attempt (sent before a restart) is
 dropped; a frame of a newer one (the peer restarted first) is held until this worker starts that
@@ -48,7 +48,7 @@ def worker() -> Iterator[Worker]:
     sockets = [*_tcp_pair(), *_tcp_pair(), socket.socket()]
     # a worker not connected to any job master
     w = Worker(job, 0, 2, 1, ("127.0.0.1", 0), sockets[4], ("127.0.0.1", 0), 0, guard=LinkGuard(new_secret()))
-    w.driver = Link(sockets[0], "driver")
+    w.driver.link = Link(sockets[0], "driver")
     w.links[1] = Link(sockets[2], "worker 1")
     yield w
     w._close_tasks()
@@ -64,8 +64,8 @@ def _start_attempt(worker: Worker, attempt: int) -> None:
 
 def _wires(worker: Worker) -> tuple[int, int]:
     """The wire ids of this worker's one remote input channel and one remote output channel."""
-    (inp,) = worker.inputs
-    (out,) = worker.outputs
+    (inp,) = worker.frames.inputs
+    (out,) = worker.frames.outputs
     assert inp != out
     return inp, out
 
@@ -88,11 +88,11 @@ def _credit(n: int) -> tuple[int, bytes]:
 
 def _send(worker: Worker, attempt: int, wire: int, frame: tuple[int, bytes]) -> None:
     kind, payload = frame
-    worker._on_frame(kind, attempt, wire, payload)
+    worker.frames.on_frame(kind, attempt, wire, payload)
 
 
 def _queued(worker: Worker, wire: int) -> list[Element]:
-    channel = worker.inputs[wire]
+    channel = worker.frames.inputs[wire]
     out: list[Element] = []
     while (element := channel.poll()) is not None:
         out.append(element)
@@ -107,7 +107,7 @@ def test_frames_of_an_older_attempt_are_dropped(worker: Worker) -> None:
     _send(worker, 1, inp, _event(END_OF_INPUT))
     _send(worker, 1, out, _credit(3))
     assert _queued(worker, inp) == []
-    assert worker.outputs[out].credits == CAPACITY
+    assert worker.frames.outputs[out].credits == CAPACITY
     _send(worker, 2, inp, _data(["current"]))  # the current attempt's frames still arrive
     assert _queued(worker, inp) == [["current"]]
 
@@ -115,25 +115,25 @@ def test_frames_of_an_older_attempt_are_dropped(worker: Worker) -> None:
 def test_frames_of_a_newer_attempt_wait_for_it_then_arrive_in_order(worker: Worker) -> None:
     _start_attempt(worker, 1)
     old_in, old_out = _wires(worker)
-    old_channel = worker.inputs[old_in]
+    old_channel = worker.frames.inputs[old_in]
     batch = pa.RecordBatch.from_pydict({"k": ["a", "b"]})
     early = [_data([1, 2]), _event(Barrier(3, 0.5)), _arrow(batch), _data([3])]
     for frame in early:
         _send(worker, 2, old_in, frame)
     _send(worker, 2, old_out, _credit(2))
     # attempt 1's channels see none of it
-    assert len(worker.inputs[old_in]) == 0
-    assert worker.outputs[old_out].credits == CAPACITY
+    assert len(worker.frames.inputs[old_in]) == 0
+    assert worker.frames.outputs[old_out].credits == CAPACITY
 
     _start_attempt(worker, 2)
     inp, out = _wires(worker)
-    assert (inp, out) == (old_in, old_out) and worker.inputs[inp] is not old_channel
+    assert (inp, out) == (old_in, old_out) and worker.frames.inputs[inp] is not old_channel
     _send(worker, 2, inp, _data([4]))  # after the start: behind the held frames
     received = _queued(worker, inp)
     assert received[:2] == [[1, 2], Barrier(3, 0.5)]
     assert isinstance(received[2], pa.RecordBatch) and received[2].equals(batch)
     assert received[3:] == [[3], [4]]
-    assert worker.outputs[out].credits == CAPACITY + 2
+    assert worker.frames.outputs[out].credits == CAPACITY + 2
 
 
 def test_frames_of_a_later_attempt_stay_held_while_an_earlier_one_starts(worker: Worker) -> None:
@@ -143,10 +143,10 @@ def test_frames_of_a_later_attempt_stay_held_while_an_earlier_one_starts(worker:
     _send(worker, 3, out, _credit(1))
     _start_attempt(worker, 2)
     assert _queued(worker, inp) == []
-    assert worker.outputs[out].credits == CAPACITY
+    assert worker.frames.outputs[out].credits == CAPACITY
     _start_attempt(worker, 3)
     assert _queued(worker, inp) == [["for attempt 3"]]
-    assert worker.outputs[out].credits == CAPACITY + 1
+    assert worker.frames.outputs[out].credits == CAPACITY + 1
 
 
 def test_credit_frames_go_to_output_channels_and_data_frames_to_input_channels(worker: Worker) -> None:
@@ -155,15 +155,15 @@ def test_credit_frames_go_to_output_channels_and_data_frames_to_input_channels(w
     _send(worker, 1, out, _credit(5))
     _send(worker, 1, inp, _data(["record"]))
     _send(worker, 1, inp, _event(END_OF_INPUT))
-    assert worker.outputs[out].credits == CAPACITY + 5
+    assert worker.frames.outputs[out].credits == CAPACITY + 5
     assert _queued(worker, inp) == [["record"], END_OF_INPUT]
     # crossed over, they reach nothing: an input takes no credit, an output no data
     _send(worker, 1, inp, _credit(7))
     _send(worker, 1, out, _data(["misdirected"]))
-    assert worker.outputs[out].credits == CAPACITY + 5
+    assert worker.frames.outputs[out].credits == CAPACITY + 5
     assert _queued(worker, inp) == []
     # a wire id this worker has no remote channel for is ignored too
     foreign = 1 + max(inp, out)
     _send(worker, 1, foreign, _data(["elsewhere"]))
     _send(worker, 1, foreign, _credit(1))
-    assert _queued(worker, inp) == [] and worker.outputs[out].credits == CAPACITY + 5
+    assert _queued(worker, inp) == [] and worker.frames.outputs[out].credits == CAPACITY + 5

@@ -64,13 +64,13 @@ def replacement() -> Iterator[Worker]:
     w = _worker(1, 1)
     with socket.create_server(("127.0.0.1", 0)) as server:
         driver = socket.create_connection(server.getsockname())
-        w.driver = Link(server.accept()[0], "driver")
+        w.driver.link = Link(server.accept()[0], "driver")
     yield w
     w._close_tasks()
     w.peers.close()
     w.background.pool.shutdown()
     w.peers.listener.close()
-    w.driver.close()  # type: ignore[union-attr]
+    w.driver.link.close()  # type: ignore[union-attr]
     driver.close()
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from epochal import EpochalError
 from epochal.cluster import session as session_module
-from epochal.cluster import spark as spark_host
+from epochal.cluster import stage_host
 from epochal.cluster.session import create_session, is_connect, master_addresses, probe_master
 from epochal.cluster.spark import BIND_HOST_ENV, JobMasterUnreachable, SparkExecutor
 from epochal.connectors import read_committed
@@ -87,13 +87,13 @@ def test_workers_that_cannot_reach_the_job_master_fail_the_job_at_once_in_one_li
     """As when the executors cannot reach a Connect client: the workers are told an address
     where nothing listens. The job fails in one line, without relaunching the stage."""
     port = closed_port()
-    build = spark_host._StageHost.__init__
+    build = stage_host.StageHost.__init__
 
     def advertise_a_closed_port(self: Any, *args: Any) -> None:
         build(self, *args)
         self.address = ("127.0.0.1", port)  # what the workers are told to connect to
 
-    monkeypatch.setattr(spark_host._StageHost, "__init__", advertise_a_closed_port)
+    monkeypatch.setattr(stage_host.StageHost, "__init__", advertise_a_closed_port)
     write_corpus(str(tmp_path / "corpus"), files=1, lines=10)
     env = wordcount_env(str(tmp_path / "corpus"), str(tmp_path / "out"), str(tmp_path / "ckpt"), spark=any_spark)
     executor = SparkExecutor(any_spark)

@@ -140,3 +140,24 @@ def canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Rows as sorted tuples of normalised values (a multiset: streams have no order)."""
     out = [tuple(normal(v) for v in r.values()) for r in rows]
     return sorted(out, key=lambda r: tuple((v is None, str(type(v)), v if v is not None else 0) for v in r))
+
+
+@st.composite
+def chained(draw: Any) -> str:
+    """An aggregate or a join over a windowed aggregate's output, on its window's end `we` (its
+    event time): a GROUP BY on `we`, a window over `we`, or the rows with the window's maximum."""
+    key = draw(st.sampled_from(["k", "g"]))
+    window = draw(st.sampled_from(["window(ts, '10 seconds')", "window(ts, '20 seconds', '5 seconds')"]))
+    aggregate = draw(st.sampled_from(["count(*)", "sum(x)", "max(g)", "min(x)"]))
+    where = f" WHERE {draw(condition())}" if draw(st.booleans()) else ""
+    inner = (f"WITH c AS (SELECT {key} AS k0, {aggregate} AS a0, window.start AS ws, window.end AS we "
+             f"FROM t{where} GROUP BY {key}, {window}) ")
+    outer = draw(st.sampled_from([
+        "SELECT we, max(a0) AS m, count(*) AS n, sum(a0) AS s FROM c GROUP BY we",
+        "SELECT we, k0, min(ws) AS first FROM c GROUP BY k0, we HAVING count(*) > 0",
+        "SELECT window.start AS ws2, window.end AS we2, count(*) AS n, max(a0) AS m FROM c "
+        "GROUP BY window(we, '30 seconds')",
+        "SELECT c.k0, c.a0, c.ws, c.we FROM c JOIN (SELECT max(a0) AS m, we FROM c GROUP BY we) x "
+        "ON c.we = x.we AND c.a0 = x.m",
+    ]))
+    return inner + outer

@@ -19,7 +19,7 @@ __all__ = ["SqlFrontend", "register_sql_frontend", "sql_frontend"]
 class SqlFrontend(Protocol):
     """What the SQL layer (`epochal.sql`) gives the environment."""
 
-    def create_view(self, env: Any, name: str, stream: DataStream[Any], schema: Any, event_time: str | None,
+    def create_view(self, env: Any, name: str, stream: Any, schema: Any, event_time: str | None,
                     watermark_delay: float) -> None: ...
 
     def sql(self, env: Any, query: str, emit: str | None) -> DataStream[Any]: ...
@@ -46,13 +46,15 @@ class SqlMethods:
 
     _sql_catalog: Any = None  # the SQL layer's views of this environment
 
-    def create_view(self, name: str, stream: DataStream[Any], *, schema: Any, event_time: str | None = None,
+    def create_view(self, name: str, stream: Any, *, schema: Any = None, event_time: str | None = None,
                     watermark_delay: float = 0.0) -> None:
         """Register `stream` as view `name` for `sql`: its records are Arrow batches (or dicts)
         with the columns of `schema` (a `pyarrow.Schema`, a mapping of column -> type, or Spark
         DDL such as `"id BIGINT, ts TIMESTAMP"`); `event_time` names the column whose watermarks,
         `watermark_delay` seconds behind the newest time seen, fire the views' windows (Spark's
-        `withWatermark(event_time, delay)`)."""
+        `withWatermark(event_time, delay)`). `stream` may be a source (a `ParquetSource`, a
+        `DeltaSource`...): it is read with watermarks per split; without `schema` a Parquet or
+        Delta source's own schema is the view's (also for a stream `from_table` made)."""
         sql_frontend().create_view(self, name, stream, schema, event_time, watermark_delay)
 
     def sql(self, query: str, *, emit: str | None = None) -> DataStream[Any]:

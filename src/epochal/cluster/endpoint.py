@@ -24,19 +24,16 @@ hot path.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import secrets
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import SplitResult
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -46,9 +43,10 @@ from ..errors import EpochalError, NoCheckpointError
 from ..runtime.commands import Command, Move, Rescale, Savepoint
 from ..runtime.master.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
-from ..runtime.wire.handshake import refusal
+from ..runtime.wire.handshake import Refusals
 from ..state.keygroups import parse_key_groups
 from . import patch_request
+from .http_handler import HttpEndpoint, JsonHandler, Route
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +57,7 @@ def fresh_token() -> str:
     return secrets.token_hex(16)
 
 
-class ControlEndpoint:
+class ControlEndpoint(HttpEndpoint):
     """Serves one job's control over HTTP until `close()`.
 
     Args:
@@ -74,154 +72,123 @@ class ControlEndpoint:
         self.token = token if token is not None else fresh_token()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(JobCollector(control))
-        self._server = ThreadingHTTPServer((host, port), _handler(self))
-        self._server.daemon_threads = True
-        # a short poll: `close` waits for the serving loop's next look (the default 0.5 s ended every job late)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="epochal-endpoint",
-                                        daemon=True)
-        self._thread.start()
+        handler = type("Handler", (_Handler,), {"endpoint": self})
+        super().__init__(handler, host, port, "epochal-endpoint")
         control.web_url = self.url
         log.info("job %r: control endpoint at %s", control.status().job, self.url)
 
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
-    def authorized(self, header: str | None) -> bool:
-        scheme, _, given = (header or "").partition(" ")
-        return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+class _Handler(JsonHandler):
+    """The job's pages (`/status`, `/metrics`, `/metrics.json`, `/state/...`) and actions."""
 
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+    endpoint: ClassVar[ControlEndpoint]
 
+    def token(self) -> str | None:
+        return self.endpoint.token
 
-def _handler(endpoint: ControlEndpoint) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "epochal"
+    def refusals(self) -> Refusals | None:
+        return self.endpoint.control.refusals
 
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-            path = urllib.parse.urlsplit(self.path).path
-            if path.rstrip("/") == "/status":
-                self._reply(HTTPStatus.OK, endpoint.control.status().to_json())
-            elif path == "/metrics":
-                self._send(HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(endpoint.registry))
-            elif path == "/metrics.json":
-                metrics = endpoint.control.metrics()
-                self._reply(HTTPStatus.OK, metrics.to_json() if metrics is not None else {})
-            elif path.startswith("/state/"):
-                self._state(path, urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query))
-            elif (page := _static(path)) is not None:
-                self._send(HTTPStatus.OK, *page)
+    def page(self, path: str) -> Route | None:
+        return _Handler._state if path.startswith("/state/") else super().page(path)
+
+    def _status(self, url: SplitResult) -> None:
+        self.reply(HTTPStatus.OK, self.endpoint.control.status().to_json())
+
+    def _prometheus(self, url: SplitResult) -> None:
+        self.send(HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self.endpoint.registry))
+
+    def _metrics(self, url: SplitResult) -> None:
+        metrics = self.endpoint.control.metrics()
+        self.reply(HTTPStatus.OK, metrics.to_json() if metrics is not None else {})
+
+    def _state(self, url: SplitResult) -> None:
+        """`GET /state/<uid>/<key>`: the key's committed state (the key as JSON, or a string);
+        with `?live=1`, the value the owning subtask holds now."""
+        control = self.endpoint.control
+        operator, _, raw = url.path[len("/state/"):].partition("/")
+        if not operator or not raw:
+            self.reply(HTTPStatus.BAD_REQUEST, {"error": "ask /state/<operator uid>/<key>"})
+            return
+        operator, key = urllib.parse.unquote(operator), _parse_key(urllib.parse.unquote(raw))
+        live = urllib.parse.parse_qs(url.query).get("live", ["0"])[0].lower() in ("1", "true", "yes")
+        checkpoint: int | None = None
+        try:
+            if live:
+                values = control.query_live(operator, key)
             else:
-                self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such page: {self.path}"})
+                checkpoint, values = control.query_state(operator, key)
+        except NoCheckpointError as exc:
+            self.reply(HTTPStatus.NOT_FOUND, {"error": str(exc)})
+            return
+        except EpochalError as exc:
+            self.reply(HTTPStatus.CONFLICT, {"error": str(exc)})
+            return
+        except TimeoutError as exc:
+            self.reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
+            return
+        body = {"operator": operator, "key": key, "live": live, "checkpoint": checkpoint, "state": values}
+        self.send(HTTPStatus.OK, "application/json", json.dumps(body, default=repr).encode())
 
-        def do_POST(self) -> None:  # noqa: N802
-            url = urllib.parse.urlsplit(self.path)
-            action = url.path.rstrip("/")
-            if action not in ("/cancel", "/rescale", "/savepoint", "/move", "/patch"):
-                self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such action: {self.path}"})
-            elif not endpoint.authorized(self.headers.get("Authorization")):
-                refused = "actions need the job's token (Authorization: Bearer ...)"
-                endpoint.control.refusals.add(refusal("control endpoint", self.client_address,
-                                                      f"POST {action} without the job's token"))
-                self._reply(HTTPStatus.UNAUTHORIZED, {"error": refused})
-            elif action == "/cancel":
-                accepted = endpoint.control.request_cancel()
-                status = endpoint.control.status()
-                if accepted and (wait := _wait(url.query)):
-                    # the endpoint closes with the job: the answer is the last word a page gets
-                    status = endpoint.control.wait_final(wait)
-                self._reply(HTTPStatus.ACCEPTED if accepted else HTTPStatus.CONFLICT,
-                            {"cancel": accepted, "status": status.to_json()})
-            elif action == "/patch":  # the body: the new function, pickled (`cluster.patch_request`)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                uid = urllib.parse.parse_qs(url.query).get("uid", [""])[0]
-                self._reply(*patch_request.answer(endpoint.control, uid, body))
+    def _cancel(self, url: SplitResult) -> None:
+        control = self.endpoint.control
+        accepted = control.request_cancel()
+        status = control.status()
+        if accepted and (wait := _wait(url.query)):
+            # the endpoint closes with the job: the answer is the last word a page gets
+            status = control.wait_final(wait)
+        self.reply(HTTPStatus.ACCEPTED if accepted else HTTPStatus.CONFLICT,
+                   {"cancel": accepted, "status": status.to_json()})
+
+    def _patch(self, url: SplitResult) -> None:
+        """The body: the new function, pickled (`cluster.patch_request`)."""
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        uid = urllib.parse.parse_qs(url.query).get("uid", [""])[0]
+        self.reply(*patch_request.answer(self.endpoint.control, uid, body))
+
+    def _command(self, url: SplitResult) -> None:
+        """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`,
+        `POST /move?groups=0-3,7&to=SUBTASK[&batch=N]`: answered when done."""
+        kind, query = url.path.rstrip("/").lstrip("/"), urllib.parse.parse_qs(url.query)
+        name = {"rescale": "parallelism", "savepoint": "target", "move": "groups"}[kind]
+        given = query.get(name, [""])[0]
+        if not given:
+            self.reply(HTTPStatus.BAD_REQUEST, {"error": f"{kind} needs ?{name}=..."})
+            return
+        command: Command[object]
+        try:
+            if kind == "move":
+                try:
+                    to, batch = int(query.get("to", [""])[0]), query.get("batch", [""])[0]
+                    groups = parse_key_groups(given)
+                    command = Move(tuple((g, to) for g in groups), int(batch) if batch else None)
+                except ValueError as exc:
+                    raise ValueError(f"move needs ?groups=0-3,7&to=SUBTASK: {exc}") from exc
+            elif kind == "rescale":
+                try:
+                    parallelism = int(given)
+                except ValueError:
+                    raise ValueError(f"parallelism must be an integer, got {given!r}") from None
+                command = Rescale(parallelism)
             else:
-                self._command(action.lstrip("/"), urllib.parse.parse_qs(url.query))
+                command = Savepoint(given)
+        except ValueError as exc:
+            self.reply(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+            return
+        try:
+            result = self.endpoint.control.submit(command).wait(_COMMAND_TIMEOUT)
+        except TimeoutError as exc:
+            self.reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
+        except (EpochalError, ValueError) as exc:
+            self.reply(HTTPStatus.CONFLICT, {"error": str(exc)})
+        else:
+            self.reply(HTTPStatus.OK, {kind: result, "status": self.endpoint.control.status().to_json()})
 
-        def _state(self, path: str, query: dict[str, list[str]]) -> None:
-            """`GET /state/<uid>/<key>`: the key's committed state (the key as JSON, or a string);
-            with `?live=1`, the value the owning subtask holds now."""
-            operator, _, raw = path[len("/state/"):].partition("/")
-            if not operator or not raw:
-                self._reply(HTTPStatus.BAD_REQUEST, {"error": "ask /state/<operator uid>/<key>"})
-                return
-            operator, key = urllib.parse.unquote(operator), _parse_key(urllib.parse.unquote(raw))
-            live = query.get("live", ["0"])[0].lower() in ("1", "true", "yes")
-            checkpoint: int | None = None
-            try:
-                if live:
-                    values = endpoint.control.query_live(operator, key)
-                else:
-                    checkpoint, values = endpoint.control.query_state(operator, key)
-            except NoCheckpointError as exc:
-                self._reply(HTTPStatus.NOT_FOUND, {"error": str(exc)})
-                return
-            except EpochalError as exc:
-                self._reply(HTTPStatus.CONFLICT, {"error": str(exc)})
-                return
-            except TimeoutError as exc:
-                self._reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
-                return
-            body = {"operator": operator, "key": key, "live": live, "checkpoint": checkpoint, "state": values}
-            self._send(HTTPStatus.OK, "application/json", json.dumps(body, default=repr).encode())
+    pages = {"/status": _status, "/metrics": _prometheus, "/metrics.json": _metrics}
+    actions = {"/cancel": _cancel, "/patch": _patch, "/rescale": _command, "/savepoint": _command, "/move": _command}
 
-        def _command(self, kind: str, query: dict[str, list[str]]) -> None:
-            """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`,
-            `POST /move?groups=0-3,7&to=SUBTASK[&batch=N]`: answered when done."""
-            name = {"rescale": "parallelism", "savepoint": "target", "move": "groups"}[kind]
-            given = query.get(name, [""])[0]
-            if not given:
-                self._reply(HTTPStatus.BAD_REQUEST, {"error": f"{kind} needs ?{name}=..."})
-                return
-            command: Command[object]
-            try:
-                if kind == "move":
-                    try:
-                        to, batch = int(query.get("to", [""])[0]), query.get("batch", [""])[0]
-                        groups = parse_key_groups(given)
-                        command = Move(tuple((g, to) for g in groups), int(batch) if batch else None)
-                    except ValueError as exc:
-                        raise ValueError(f"move needs ?groups=0-3,7&to=SUBTASK: {exc}") from exc
-                elif kind == "rescale":
-                    try:
-                        parallelism = int(given)
-                    except ValueError:
-                        raise ValueError(f"parallelism must be an integer, got {given!r}") from None
-                    command = Rescale(parallelism)
-                else:
-                    command = Savepoint(given)
-            except ValueError as exc:
-                self._reply(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-                return
-            try:
-                result = endpoint.control.submit(command).wait(_COMMAND_TIMEOUT)
-            except TimeoutError as exc:
-                self._reply(HTTPStatus.GATEWAY_TIMEOUT, {"error": str(exc)})
-            except (EpochalError, ValueError) as exc:
-                self._reply(HTTPStatus.CONFLICT, {"error": str(exc)})
-            else:
-                self._reply(HTTPStatus.OK, {kind: result, "status": endpoint.control.status().to_json()})
-
-        def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-            self._send(status, "application/json", json.dumps(body).encode())
-
-        def _send(self, status: HTTPStatus, content_type: str, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the standard library's name
-            log.debug("endpoint: " + format, *args)
-
-    return Handler
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the standard library's name
+        log.debug("endpoint: " + format, *args)
 
 
 def _parse_key(text: str) -> Any:
@@ -242,24 +209,6 @@ def _wait(query: str) -> float:
         return min(30.0, max(0.0, float(urllib.parse.parse_qs(query).get("wait", ["0"])[0])))
     except ValueError:
         return 0.0
-
-
-# -- the dashboard's files --------------------------------------------------------------------------
-DASHBOARD = Path(__file__).with_name("dashboard")
-_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
-
-
-def _static(path: str) -> tuple[str, bytes] | None:
-    """The content type and bytes of a dashboard file (`/` is its page), or None: only the
-    files of `cluster/dashboard/` itself are served, by name."""
-    name = "index.html" if path in ("/", "/index.html") else path.removeprefix("/dashboard/")
-    if name == path or "/" in name or name.startswith(".") or Path(name).suffix not in _TYPES:
-        return None
-    file = DASHBOARD / name
-    if not file.is_file():
-        return None
-    return _TYPES[file.suffix], file.read_bytes()
 
 
 # -- Prometheus ------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """The job master's port on the driver, where every worker process opens its control link.
 
 A connection becomes a worker's link once it passed the job's handshake (`runtime.wire.handshake`,
-`runtime.wire.incoming`) and said `Hello`; the stage host (`cluster.spark`) asks for the hellos of
-the launch it waits for. Connections are taken, and refused when they fail the handshake
-(logged, counted in the job's metrics), whenever the host's loop looks, also while the attempt
-runs, so a stranger's connection never waits in the backlog for the next relaunch; a hello that
-comes meanwhile (a replaced worker's new process) waits here until the host asks for it.
+`runtime.wire.incoming`) and said `Hello`; the workers' control links (`cluster.control_links`)
+ask for the hellos of the launch the stage host (`cluster.stage_host`) waits for. Connections
+are taken, and refused when they fail the handshake (logged, counted in the job's metrics),
+whenever the host's loop looks, also while the attempt runs, so a stranger's connection never
+waits in the backlog for the next relaunch; a hello that comes meanwhile (a replaced worker's new
+process) waits here until the host asks for it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ class JobMasterUnreachable(EpochalError):
     it back from the stage's failure and raises it to the caller."""
 
 
+def worker_of(task: TaskId) -> int:
+    """The worker that hosts `task`: subtask i of every vertex runs on worker i."""
+    return task.subtask
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     """First message of a worker's process: its index in the barrier stage, its launch, and its

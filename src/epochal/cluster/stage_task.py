@@ -6,8 +6,8 @@ from the job master, which collects them from the workers' `Hello`s (`cluster.pr
 the barrier context's `allGather` did the same in about a second, as the JVM polls once a
 second; barrier mode still gang-schedules the tasks. When a task fails, Spark hands the driver its error
 wrapped in Py4J's or Connect's text: `describe_failure` and `unreachable_in` read the Python
-error back out of it. Apart from the stage host (`cluster.spark`), which submits and supervises
-stages and holds the launch's shared state.
+error back out of it. Apart from the stage host (`cluster.stage_host`), which submits (`cluster.barrier_stage`) and
+supervises stages.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ without stopping the others; here the Spark task (the PySpark worker process) ou
 Epochal worker: it forks the worker, waits for it, and forks a new *incarnation* when it was
 killed by a signal. The child inherits the task's listening socket, so its peers reconnect to
 the address they already know, and the job master restarts the attempt in place
-(`cluster.spark`), with the stage, the other workers' processes and their links untouched.
+(`cluster.stage_host`), with the stage, the other workers' processes and their links untouched.
 
 A worker that exits with an error fails the task, as before: the supervisor re-raises its
 error, whose text (e.g. `UNREACHABLE`) the job master reads in the stage's failure. The child

@@ -14,13 +14,13 @@ to the loop through a queue.
 A task that raises does not end the process: the worker reports it and waits for the job
 master to `Start` the next attempt (restoring a checkpoint, in place) or `Stop`.
 
-A worker that cannot connect to the job master (refused, or not within `link_guard.CONNECT_TIMEOUT`) fails
-its Spark task with `JobMasterUnreachable`, whose message starts with `UNREACHABLE`: the host
-recognises it in the stage's error and ends the job in one line instead of relaunching (the job
-master runs where the SparkSession does, possibly a Connect client the executors cannot reach).
-So does a job master that does not prove it knows the job's secret (`runtime.wire.handshake`).
-Connections to the worker's port that fail the handshake are refused (`cluster.peers`) and
-reported (`LinkRefused`); a link to a peer that breaks is reported too (`LinkBroken`).
+Its link to the job master is a `DriverLink` (`cluster.driver_link`): a worker that cannot
+connect, or a job master that does not prove it knows the job's secret, fails the Spark task with
+`JobMasterUnreachable` (its message starts with `UNREACHABLE`), which the host reads in the
+stage's error and ends the job in one line instead of relaunching. Its peers' frames go to the
+attempt's channels through a `FrameRouter` (`cluster.frame_router`). Connections to the worker's
+port that fail the handshake are refused (`cluster.peers`) and reported (`LinkRefused`); a link
+to a peer that breaks is reported too (`LinkBroken`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,9 @@ import logging
 import math
 import os
 import pickle
-import queue
 import selectors
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..plan.job_graph import JobGraph, TaskId
@@ -44,56 +42,24 @@ from ..runtime.clock import WallClock
 from ..runtime.task.file_merging import SnapshotMerger
 from ..runtime.task.setup import TaskState
 from ..runtime.task.task import Task
-from ..runtime.task.wiring import ChannelEnds, ChannelKey, build_tasks, channel_keys, merger_for
-from ..runtime.wire.channel import LocalChannel
+from ..runtime.task.wiring import build_tasks, channel_keys, merger_for
 from ..runtime.wire.messages import AcknowledgeCheckpoint, NotifyCheckpointComplete
-from ..runtime.wire.network import (
-    BACKUP,
-    CONTROL,
-    CREDIT,
-    DATA_ARROW,
-    DATA_PICKLE,
-    EVENT,
-    HELLO,
-    Link,
-    LinkClosed,
-    RemoteInputChannel,
-    RemoteOutputChannel,
-    parse_credit,
-    read_object_blocking,
-    write_object_blocking,
-)
+from ..runtime.wire.network import CONTROL, Link, LinkClosed
 from ..state.storage import CheckpointStorage
 from .backups import WorkerBackups
+from .driver_link import DriverLink
+from .frame_router import FLUSH_INTERVAL, FrameRouter
 from .link_guard import LinkGuard
 from .peers import LISTENER, PeerLinks
-from .protocol import (
-    FromTask,
-    Hello,
-    LinkBroken,
-    LinkRefused,
-    Peers,
-    Progress,
-    Running,
-    Start,
-    Stop,
-    ToTask,
-    WorkerFailed,
-)
+from .protocol import Hello, LinkBroken, LinkRefused, Progress, Running, Start, Stop, ToTask, WorkerFailed, worker_of
 from .snapshot_thread import SnapshotThread
 from .survivors import SurvivorChannels
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL = 0.005
 WAKEUP = "wakeup"  # the selector key's data for the snapshot thread's wake-up socket
 ASYNC_LOOP = "async"  # the selector key's data for the asyncio loop's descriptor (`runtime.aio`)
 _TIME_SLICE = 0.005  # seconds of task steps between two looks at the sockets
-RENDEZVOUS_TIMEOUT = 300.0  # seconds a worker waits for the others' addresses (the job master's wait)
-
-
-def worker_of(task: TaskId) -> int:
-    return task.subtask
 
 
 class Worker:
@@ -120,7 +86,6 @@ class Worker:
         self.num_workers = num_workers
         self.launch = launch
         self.incarnation = incarnation
-        self.driver_address = driver
         self.config = job.config
         every = job.config.metrics_interval  # live metrics to the job master; None: none
         self._report_every = math.inf if every is None else every
@@ -133,22 +98,18 @@ class Worker:
         )
         self.clock = WallClock()
         self.background = SnapshotThread()
-        self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.background.wakeup, selectors.EVENT_READ, WAKEUP)
         self.address = address  # where this worker's task listens for its peers
         self.task_started = task_started
         self.peers = PeerLinks(index, num_workers, launch, incarnation, listener, (), self.selector, guard)
         self.links = self.peers.links  # peer worker → link
-        self.driver: Link | None = None
+        self.driver = DriverLink(driver, guard)
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
         self.held: list[ToTask] = []  # what came for the pending Start's tasks, not built yet
         self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
         self.merger: SnapshotMerger | None = None  # this worker's one checkpoint file per checkpoint
-        self.inputs: dict[int, RemoteInputChannel] = {}
-        self.outputs: dict[int, RemoteOutputChannel] = {}
-        self.future_frames: list[tuple[int, int, int, bytes]] = []
         self.failed = False
         self.stopped = False
         self.keys = channel_keys(job)
@@ -156,24 +117,17 @@ class Worker:
         self._async_fd: int | None = None  # the asyncio loop's descriptor, once in the selector
         # channels to other workers that log and count, when survivors do not roll back
         self.survivors = SurvivorChannels(index, job.config.recovery.survivors, self._to_driver)
+        self.frames = FrameRouter(index, self.survivors, self.backups)  # peers' frames to the channels
 
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
         """Connect to the driver and, at launch, to every peer (lower index accepts, higher
         connects); a later incarnation makes its peer links when its first `Start` names them."""
-        sock = self.guard.connect_to_job_master(self.driver_address, self.index)
-        sock.settimeout(RENDEZVOUS_TIMEOUT)
         host, port = self.peers.listener.getsockname()[:2]
         hello = Hello(self.index, self.launch, os.getpid(), self.incarnation, os.getppid(), self.address,
                       self.task_started, f"{host}:{port}")
-        write_object_blocking(sock, hello, kind=HELLO)
-        _, peers = read_object_blocking(sock, RENDEZVOUS_TIMEOUT, self.guard.max_frame)  # once all said hello
-        if not isinstance(peers, Peers):
-            raise ConnectionError(f"the job master answered {type(peers).__name__}, not the peers' addresses")
-        self.peers.addresses = list(peers.addresses)
-        sock.settimeout(60)
-        self.driver = Link(sock, "driver", self.guard.max_frame)
-        self.selector.register(self.driver, selectors.EVENT_READ, "driver")
+        link, self.peers.addresses = self.driver.connect(hello)
+        self.selector.register(link, selectors.EVENT_READ, "driver")
         if self.incarnation == 0:
             self.peers.connect_all()
         else:
@@ -204,6 +158,7 @@ class Worker:
             self.config = self.job.config
             self.keys = channel_keys(self.job)
         self.attempt = start.attempt
+        self.frames.begin(start.attempt)
         self.failed = False
         manifest = None
         if start.checkpoint_id is not None:
@@ -216,29 +171,10 @@ class Worker:
             if start.replay is not None:  # epochs replayed at their cuts after a fallback (`state.replay`)
                 manifest = dataclasses.replace(manifest, replay=start.replay)
         read_before = self.backups.store.bytes_read if self.backups is not None else 0
-        ends: dict[ChannelKey, ChannelEnds] = {}
-        self.inputs, self.outputs = {}, {}
-        capacity, attempt_no = self.config.channel_capacity, self.attempt
-        self.survivors.start(attempt_no)
-        for wire_id, key in enumerate(self.keys):
-            edge = self.job.edges[key.edge]
-            src, dst = worker_of(TaskId(edge.source, key.source)), worker_of(TaskId(edge.target, key.target))
-            if src == self.index and dst == self.index:
-                ch = LocalChannel(capacity, elastic=edge.is_back_edge)
-                ends[key] = ChannelEnds(ch, ch)
-            elif src == self.index:
-                out = self.survivors.output(
-                    dst, self.links[dst], wire_id, attempt_no, capacity, self.config.batch_size, FLUSH_INTERVAL,
-                    edge.is_back_edge,
-                )
-                self.outputs[wire_id] = out
-                ends[key] = ChannelEnds(out, None)
-            elif dst == self.index:
-                inp = self.survivors.input(src, self.links[src], wire_id, attempt_no, capacity, start.checkpoint_id)
-                self.inputs[wire_id] = inp
-                ends[key] = ChannelEnds(None, inp)
+        ends = self.frames.wire(self.job, self.keys, self.links, start.checkpoint_id)
+        attempt_no = self.attempt
         mine = [t for t in self.job.task_ids() if worker_of(t) == self.index]
-        send = self._sender(attempt_no)
+        send = self.driver.sender(attempt_no)
         self.merger = merger_for(self.job, self.storage, self.background, f"worker-{self.index}")
         self.tasks = build_tasks(self.job, mine, ends, self.clock, self.storage, manifest, send, self.background,
                                  self.merger)
@@ -250,17 +186,7 @@ class Worker:
             return
         local = self.backups.store.bytes_read - read_before if self.backups is not None else 0
         self._to_driver(Running(self.index, attempt_no, local))
-        pending, self.future_frames = self.future_frames, []
-        for frame in pending:
-            self._on_frame(*frame)
-
-    def _sender(self, attempt: int) -> Callable[[Any], None]:
-        outbox = self.outbox
-
-        def send(message: Any) -> None:  # called from the loop and from the snapshot thread
-            outbox.put(FromTask(attempt, message))
-
-        return send
+        self.frames.release()
 
     def _close_tasks(self) -> None:
         for task in self.tasks.values():
@@ -282,8 +208,7 @@ class Worker:
         self._to_driver(WorkerFailed(self.index, self.attempt, error))
 
     def _to_driver(self, message: Any) -> None:
-        assert self.driver is not None
-        self.driver.send_object(message)
+        self.driver.send(message)
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -293,8 +218,7 @@ class Worker:
                 busy = self._step_tasks()
                 self._drain_outbox()
                 now = time.monotonic()
-                for out in self.outputs.values():
-                    out.flush_if_due(now)
+                self.frames.flush_due(now)
                 if now - self._last_progress >= self._report_every and self.tasks and not self.failed:
                     self._last_progress = now
                     metrics = tuple((t.id, t.task_metrics()) for t in self.tasks.values())
@@ -315,9 +239,7 @@ class Worker:
                 driver.close()
             self.background.shutdown()
             self.peers.close()
-            if self.driver is not None:
-                self.driver.flush_blocking(2.0)
-                self.driver.close()
+            self.driver.close()
 
     def _pump_async(self) -> None:
         """Run the asyncio loop's ready work (async I/O results), and watch its descriptor."""
@@ -339,7 +261,7 @@ class Worker:
         driver = aio.active_driver()
         if driver is not None and (deadline := driver.next_deadline()) is not None:
             timeout = min(timeout, deadline)
-        if any(out._buffer for out in self.outputs.values()):
+        if self.frames.buffered():
             timeout = FLUSH_INTERVAL
         now = self.clock.now()
         for task in self.tasks.values():
@@ -376,17 +298,13 @@ class Worker:
             self._to_driver(LinkRefused(self.index, self.peers.refused.pop(0)))
         if self.backups is not None:
             self.backups.ship(self.links)
-        while True:
-            try:
-                message = self.outbox.get_nowait()
-            except queue.Empty:
-                return
+        for message in self.driver.queued():
             if self.backups is not None and type(message.message) is AcknowledgeCheckpoint:
                 self.backups.snapshotted(message.message, self.links)
             self._to_driver(message)
 
     def _flush_links(self) -> None:
-        for link in [self.driver, *self.links.values()]:
+        for link in [self.driver.link, *self.links.values()]:
             if link is None or link.closed or not link.wants_write:
                 continue
             try:
@@ -423,7 +341,7 @@ class Worker:
                         if key.data == "driver":
                             self._on_control(frame)
                         else:
-                            self._on_frame(*frame)
+                            self.frames.on_frame(*frame)
                 except LinkClosed as exc:
                     try:
                         self.selector.unregister(link)
@@ -461,27 +379,6 @@ class Worker:
         task = self.tasks.get(message.task)
         if task is not None and not self.failed:
             task.inbox.append(message.message)
-
-    def _on_frame(self, kind: int, attempt: int, wire_id: int, payload: bytes) -> None:
-        if kind == BACKUP:
-            if self.backups is not None:
-                self.backups.receive(payload)
-            return
-        if attempt < self.attempt:
-            return  # from before a restart
-        if attempt > self.attempt:
-            self.future_frames.append((kind, attempt, wire_id, payload))
-            return
-        if kind == CREDIT:
-            out = self.outputs.get(wire_id)
-            if out is not None:
-                out.grant(parse_credit(payload))
-        elif kind in (DATA_ARROW, DATA_PICKLE, EVENT):
-            inp = self.inputs.get(wire_id)
-            if inp is not None:
-                inp.deliver(kind, payload)
-                if self.survivors.catching_up:
-                    self.survivors.delivered()
 
     @property
     def all_finished(self) -> bool:

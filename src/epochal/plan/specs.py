@@ -96,10 +96,13 @@ class AsyncMapSpec(OperatorSpec):
 
 @dataclass(frozen=True, slots=True)
 class MapBatchesSpec(OperatorSpec):
-    """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path)."""
+    """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path).
+    `event_time`: where the records' event time is from here on (a column `fn` outputs; the SQL
+    layer's aggregates over a window's output); watermarks pass on unchanged."""
 
     fn: Callable[[Any], Any]
     on_error: OnError = OnError.FAIL
+    event_time: EventTime | None = None
 
 
 @dataclass(frozen=True, slots=True)

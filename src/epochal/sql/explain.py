@@ -6,7 +6,7 @@ from typing import Any
 
 from ..plan.aggregates import KeyedAggregateSpec
 from ..plan.logical import LogicalGraph
-from ..plan.specs import KeyedWindowSpec
+from ..plan.specs import KeyedWindowSpec, MapBatchesSpec
 
 
 def _detail(spec: Any) -> str:
@@ -17,6 +17,8 @@ def _detail(spec: Any) -> str:
     if isinstance(spec, KeyedAggregateSpec):
         calls = ", ".join(f"{c.kind.value}({c.value or '*'})" for c in spec.aggregates)
         return f" {calls} per {spec.key!r}, emit {spec.emit}"
+    if isinstance(spec, MapBatchesSpec) and spec.event_time is not None:
+        return f" (event time {spec.event_time.field!r} from here on)"
     return ""
 
 

@@ -19,6 +19,7 @@ from sqlglot import exp
 from .batches import Positional, Project
 from .errors import refuse
 from .expressions import Expr, Scope, compile_expression, key_of
+from .timing import output_time, retimed, window_time
 
 if TYPE_CHECKING:
     from ..api.stream import DataStream
@@ -53,8 +54,8 @@ class Derive:
             arrays.append(column)
         if self.windowed:
             start, end = (self._time(batch.column(c)) for c in ("__wstart", "__wend"))
-            names += ["__window_start", "__window_end", "__window"]
-            arrays += [start, end, pa.StructArray.from_arrays([start, end], names=["start", "end"])]
+            names += ["__window_start", "__window_end", "__window", "__window_time"]
+            arrays += [start, end, pa.StructArray.from_arrays([start, end], names=["start", "end"]), window_time(end)]
         for i, (how, parts, kind) in enumerate(self.aggregates):
             values = [batch.column(p) for p in parts]
             if how == "count":
@@ -94,20 +95,23 @@ class Final:
 
 
 def _bounds(name: str) -> dict[str, str]:
-    return {f"{name}.start": "__window_start", f"{name}.end": "__window_end", name: "__window"}
+    return {f"{name}.start": "__window_start", f"{name}.end": "__window_end", name: "__window",
+            f"window_time({name})": "__window_time"}
 
 
 def final_projection(planner: Planner, select: exp.Select, source: Relation, grouping: Grouping,
                      merged: DataStream, part_names: list[str], key_types: tuple[pa.DataType, ...],
                      aggregate_parts: list[tuple[str, tuple[int, ...], pa.DataType]], windowed: bool,
-                     relation: type[Relation]) -> Relation:
+                     relation: type[Relation], time_key: int | None = None) -> Relation:
+    """The grouped rows' final projection; its output has an event time when the SELECT list
+    keeps the window's end or the event-time key (`timing`)."""
     query = planner.query
     positional = ("__key", *(["__wstart", "__wend"] if windowed else []), *part_names)
     aggregates = tuple((how, tuple(part_names[p] for p in parts), kind) for how, parts, kind in aggregate_parts)
     time_type = source.schema.field(source.event_time).type if windowed and source.event_time else None
     derive = Derive(key_types, windowed, time_type, aggregates)
     columns = [*positional, *[f"__g{j}" for j in range(len(key_types))],
-               *(["__window_start", "__window_end", "__window"] if windowed else []),
+               *(["__window_start", "__window_end", "__window", "__window_time"] if windowed else []),
                *[f"__a{i}" for i in range(len(aggregates))]]
     scope = Scope({(None, c): c for c in columns}, query)
     for j, key in enumerate(grouping.keys):
@@ -131,18 +135,31 @@ def final_projection(planner: Planner, select: exp.Select, source: Relation, gro
     where: Expr | None = _compiled(having.this, scope, query) if having else None
     project = Project(None, where, tuple(names), tuple(outputs))
     final = Final(positional, derive, project)
-    stream = merged.map_batches(final, name=planner.name("select"))
+    schema = planner.output_schema(final, positional, merged_types(key_types, windowed, part_names, aggregates),
+                                   names)
+    time = output_time(select, names, grouping.window, scope, time_key) if windowed else None
+    if time is not None and not _is_time(schema.field(time).type):
+        time = None
+    if time is None:
+        stream = merged.map_batches(final, name=planner.name("select"))
+    else:
+        stream = retimed(merged, final, planner.name("select"), time)
     planner.stable(stream)
-    schema = planner.output_schema(final, positional, merged_types(key_types, windowed, aggregates), names)
-    return relation(stream, schema, None, ())
+    return relation(stream, schema, time, (), updates=not windowed)
 
 
-def merged_types(key_types: tuple[pa.DataType, ...], windowed: bool,
+def _is_time(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_timestamp(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind))
+
+
+def merged_types(key_types: tuple[pa.DataType, ...], windowed: bool, part_names: list[str],
                  aggregates: tuple[tuple[str, tuple[str, ...], pa.DataType], ...]) -> list[pa.DataType]:
-    """Types of an empty merged batch: enough to type the final projection before the job runs."""
-    parts = sorted({p for _, ps, _ in aggregates for p in ps}, key=lambda p: int(p[3:]))
+    """Types of an empty merged batch: enough to type the final projection before the job runs
+    (a part of min or max has the aggregate's type: a time stays a time; others are numbers)."""
     key = key_types[0] if len(key_types) == 1 else (pa.string() if key_types else pa.int32())
-    return [key, *([pa.float64(), pa.float64()] if windowed else []), *[pa.float64() for _ in parts]]
+    typed = {ps[0]: kind for how, ps, kind in aggregates if how in ("min", "max")}
+    return [key, *([pa.float64(), pa.float64()] if windowed else []),
+            *[typed.get(p, pa.float64()) for p in part_names]]
 
 
 def _compiled(node: exp.Expr, scope: Scope, query: str) -> Expr:

@@ -23,6 +23,7 @@ from .catalog import Catalog
 from .errors import SqlError
 from .explain import describe
 from .planner import Planner
+from .sources import source_schema, view_stream
 
 __all__ = ["SqlLayer", "parse"]
 
@@ -72,8 +73,11 @@ def _catalog(env: Any) -> Catalog:
 class SqlLayer:
     """The SQL frontend `epochal` registers with the API (`api.sql`)."""
 
-    def create_view(self, env: Any, name: str, stream: DataStream, schema: Any, event_time: str | None,
+    def create_view(self, env: Any, name: str, stream: Any, schema: Any, event_time: str | None,
                     watermark_delay: float) -> None:
+        if schema is None:  # the source's own (a Parquet or Delta source, env.from_table)
+            schema = source_schema(name, stream)
+        stream = view_stream(env, name, stream, event_time, watermark_delay)
         if stream._env is not env:
             raise SqlError(f"create_view {name!r}: the stream belongs to another environment")
         _catalog(env).add(name, stream, schema, event_time, watermark_delay)

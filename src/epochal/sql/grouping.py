@@ -31,6 +31,7 @@ from ..plan.windows import Session, Sliding, Tumbling
 from .errors import parse_duration, refuse
 from .expressions import Expr, compile_expression, key_of
 from .merge import CountDistinct, Tag, WindowParts
+from .timing import key_window, time_key
 
 if TYPE_CHECKING:
     from ..api.stream import DataStream
@@ -146,7 +147,10 @@ class Keys:
         if not self.exprs:
             return pa.repeat(pa.scalar(0, pa.int32()), batch.num_rows)
         if len(self.exprs) == 1:
-            return evaluate(self.exprs[0], batch)
+            key = evaluate(self.exprs[0], batch)
+            if pa.types.is_timestamp(key.type) or pa.types.is_date(key.type):
+                return key.cast(pa.int64())  # a time as a key: its ticks (cast back after the aggregate)
+            return key
         return encode_keys([evaluate(e, batch) for e in self.exprs])
 
 
@@ -169,12 +173,19 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
     from .planner import Relation
 
     query = planner.query
+    if source.updates:
+        raise refuse(select, query, "an aggregate over a GROUP BY without a window: its rows are updates of "
+                                    "a key's result (Spark SS refuses it too); GROUP BY a window or the event-time "
+                                    "column")
     grouping = collect(select, query)
     scope = source.scope(query)
     window = window_of(grouping.window, source.event_time, query) if grouping.window is not None else None
     if grouping.window is not None and scope.column(grouping.window.expressions[0]) != source.event_time:
         raise refuse(grouping.window, query, f"the window's time must be the event-time column {source.event_time} "
                                              "(after a join: the left side's)")
+    on_time = time_key(grouping.keys, scope, source.event_time) if window is None else None
+    if on_time is not None:  # GROUP BY the event-time column: a group closes when the watermark passes it
+        window = key_window()
     if window is None and planner.emit is None:
         raise refuse(select, query, "a GROUP BY without a window runs forever: env.sql(query, emit='per_record' "
                                     "or 'on_checkpoint') says when its running results go out")
@@ -231,13 +242,15 @@ def plan_grouped(planner: Planner, select: exp.Select, source: Relation) -> Rela
                     outputs.append(ValidOf(outputs[names.index(column)]))
                 aggregate_parts.append((f"{name}?", (grouping.part(name, filled), grouping.part("count", column)),
                                         result))
+    if not grouping.parts:  # GROUP BY without aggregates: the groups' rows are counted, the count unused
+        grouping.part("count_star", None)
     pre = planner.project(source, names, outputs, planner.where(select, source), role="group-input")
     if window is not None:
         merged, part_names = _windowed(planner, pre, grouping, window, source.event_time or "")
     else:
         merged, part_names = _running(planner, pre, grouping)
     return _final(planner, select, source, grouping, merged, part_names, key_types, aggregate_parts,
-                  window is not None, Relation)
+                  window is not None, Relation, on_time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,8 +356,8 @@ class ValidOf:
 def _final(planner: Planner, select: exp.Select, source: Relation, grouping: Grouping, merged: DataStream,
            part_names: list[str], key_types: tuple[pa.DataType, ...],
            aggregate_parts: list[tuple[str, tuple[int, ...], pa.DataType]], windowed: bool,
-           relation: type[Relation]) -> Relation:
+           relation: type[Relation], on_time: int | None) -> Relation:
     from .finals import final_projection
 
     return final_projection(planner, select, source, grouping, merged, part_names, key_types, aggregate_parts,
-                            windowed, relation)
+                            windowed, relation, on_time)

@@ -100,6 +100,15 @@ def _bound(node: exp.Expr, bounds: Bounds, left: Relation, right: Relation, quer
         if _bound(low, bounds, left, right, query):
             return _bound(high, bounds, left, right, query) or True
         return False
+    if isinstance(node, exp.EQ):  # equal event times (two windows' ends): a bound of [offset, offset]
+        a = _time_term(node.args["this"], left, right, query)
+        b = _time_term(node.args["expression"], left, right, query)
+        if a is None or b is None or a[0] == b[0]:
+            return False
+        offset = (b[1] - a[1]) if a[0] == "R" else (a[1] - b[1])
+        bounds.add(exp.GTE, offset)
+        bounds.add(exp.LTE, offset)
+        return True
     if type(node) not in _FLIP:
         return False
     a = _time_term(node.args["this"], left, right, query)
@@ -112,6 +121,31 @@ def _bound(node: exp.Expr, bounds: Bounds, left: Relation, right: Relation, quer
     else:  # L + oa op R + ob  ->  R - L flip(op) oa - ob
         bounds.add(_FLIP[op], a[1] - b[1])
     return True
+
+
+def _split(on: exp.Expr, left: Relation, right: Relation, query: str,
+           times_are_bounds: bool) -> tuple[list[tuple[exp.Expr, exp.Expr]], Bounds, list[exp.Expr]]:
+    """ON as (equal keys, left and right; the time bound; the other conditions). Equal event times
+    of both sides (two windows' ends) are a bound of [0, 0] if `times_are_bounds`, else a key."""
+    keys: list[tuple[exp.Expr, exp.Expr]] = []
+    bounds = Bounds()
+    residual: list[exp.Expr] = []
+    for conjunct in _conjuncts(on):
+        if times_are_bounds and isinstance(conjunct, exp.EQ) and _bound(conjunct, bounds, left, right, query):
+            continue
+        if isinstance(conjunct, exp.EQ) and all(isinstance(c, exp.Column) for c in conjunct.args.values()):
+            a, b = conjunct.args["this"], conjunct.args["expression"]
+            sides = (_side(a, left, right), _side(b, left, right))
+            if sides == ("L", "R"):
+                keys.append((a, b))
+                continue
+            if sides == ("R", "L"):
+                keys.append((b, a))
+                continue
+        if not isinstance(conjunct, exp.EQ) and _bound(conjunct, bounds, left, right, query):
+            continue
+        residual.append(conjunct)
+    return keys, bounds, residual
 
 
 def _joined_scope(left: Relation, right: Relation, schema: pa.Schema, width: int, query: str) -> Scope:
@@ -152,22 +186,12 @@ def _join(planner: Planner, join: exp.Join, left: Relation) -> Relation:
         raise refuse(join, query, "LEFT ANTI JOIN is not supported on streams")
     right = planner.table(join.this)
     left, right = planner.materialize(left), planner.materialize(right)
-    keys: list[tuple[exp.Expr, exp.Expr]] = []
-    bounds = Bounds()
-    residual: list[exp.Expr] = []
-    for conjunct in _conjuncts(join.args["on"]):
-        if isinstance(conjunct, exp.EQ) and all(isinstance(c, exp.Column) for c in conjunct.args.values()):
-            a, b = conjunct.args["this"], conjunct.args["expression"]
-            sides = (_side(a, left, right), _side(b, left, right))
-            if sides == ("L", "R"):
-                keys.append((a, b))
-                continue
-            if sides == ("R", "L"):
-                keys.append((b, a))
-                continue
-        if _bound(conjunct, bounds, left, right, query):
-            continue
-        residual.append(conjunct)
+    if left.updates or right.updates:
+        raise refuse(join, query, "a join of a GROUP BY without a window: its rows are updates of a key's result "
+                                  "(Spark SS refuses it too); GROUP BY a window or the event-time column")
+    keys, bounds, residual = _split(join.args["on"], left, right, query, times_are_bounds=True)
+    if not keys:  # equal event times and nothing else to key by: they are the key (as before)
+        keys, bounds, residual = _split(join.args["on"], left, right, query, times_are_bounds=False)
     if not keys:
         raise refuse(join.args["on"], query, "a join on streams needs equal keys of both sides in ON (a = b)")
     if residual and how != "inner":

@@ -53,6 +53,7 @@ class Relation:
     qualifiers: tuple[str, ...]
     conform: pa.Schema | None = None
     columns: dict[tuple[str | None, str], str] | None = None  # a join's: qualified names of both sides
+    updates: bool = False  # a running aggregate's rows: each a key's new result, replacing its last one
 
     def scope(self, query: str) -> Scope:
         if self.columns is not None:
@@ -144,10 +145,11 @@ class Planner:
                 raise refuse(node, self.query, f"UNION ALL of {right.schema.types} into {left.schema.types}: "
                              f"{error}".splitlines()[0]) from None
             right = Relation(right.stream.map_batches(cast, name=self.name("union-cast")), left.schema,
-                             right.event_time, ())
+                             right.event_time, (), updates=right.updates)
         union = left.stream.union(right.stream, name=self.name("union"))
         same_time = left.event_time is not None and left.event_time == right.event_time
-        return Relation(union, left.schema, left.event_time if same_time else None, ())
+        return Relation(union, left.schema, left.event_time if same_time else None, (),
+                        updates=left.updates or right.updates)
 
     def materialize(self, relation: Relation) -> Relation:
         """A relation whose batches already have its schema (a view read as it is gets its cast)."""
@@ -157,14 +159,15 @@ class Planner:
         scope = relation.scope(self.query)
         outputs = [compile_expression(exp.column(n, quoted=True), scope) for n in names]
         stream = self.project(relation, names, outputs, None, role="view")
-        return Relation(stream, relation.schema, relation.event_time, relation.qualifiers)
+        return Relation(stream, relation.schema, relation.event_time, relation.qualifiers, updates=relation.updates)
 
     def table(self, node: exp.Expr) -> Relation:
         """A FROM item: a view, a WITH query, or a subquery."""
         if isinstance(node, exp.Subquery):
             inner = self.plan(node.this)
             alias = node.alias_or_name
-            return Relation(inner.stream, inner.schema, inner.event_time, (alias,) if alias else (), inner.conform)
+            return Relation(inner.stream, inner.schema, inner.event_time, (alias,) if alias else (), inner.conform,
+                            updates=inner.updates)
         if not isinstance(node, exp.Table) or node.args.get("db"):
             raise refuse(node, self.query, "FROM takes a view, a WITH query or a subquery")
         name = node.name.lower()
@@ -173,7 +176,7 @@ class Planner:
             if name not in self.planned:
                 self.planned[name] = self.materialize(self.plan(self.ctes[name]))
             found = self.planned[name]
-            return Relation(found.stream, found.schema, found.event_time, qualifiers)
+            return Relation(found.stream, found.schema, found.event_time, qualifiers, updates=found.updates)
         view = self.catalog.views.get(name)
         if view is None:
             known = ", ".join(sorted(self.catalog.views)) or "none"
@@ -248,7 +251,7 @@ class Planner:
             raise SqlError(f"SQL: the SELECT list at {_position(select, self.query)} cannot be computed: "
                            f"{error}".splitlines()[0]) from None
         stream = source.stream.map_batches(function, name=self.name("select"))
-        return Relation(stream, schema, event_time, ())
+        return Relation(stream, schema, event_time, (), updates=source.updates)
 
 
 def _position(node: exp.Expr, query: str) -> str:
