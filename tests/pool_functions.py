@@ -48,3 +48,19 @@ def tag_old(x: int) -> tuple[int, str]:
 
 def tag_new(x: int) -> tuple[int, str]:
     return (x, "new")
+
+
+class SaysWhereLoaded:
+    """Tags with the pid, and leaves a file named by the pid in `directory` wherever it is loaded
+    (unpickled, as a pool process loads its function): a test sees which processes run it."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, x: int) -> tuple[int, int]:
+        return (x, os.getpid())
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.__dict__.update(state)
+        with open(os.path.join(self.directory, str(os.getpid())), "w"):
+            pass

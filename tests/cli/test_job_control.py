@@ -179,3 +179,24 @@ def test_patch_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) ->
             with open(out / name) as f:
                 tags["before" if checkpoint <= at else "after"].update(json.loads(line)[1] for line in f)
     assert tags == {"before": {"old"}, "after": {"new"}}
+
+
+def test_resize_a_job_started_with_epochal_run(tmp_path: Path, capsys: object) -> None:
+    """`epochal resize URL UID N`: answered once the pools run N processes; an operator without a
+    pool is refused with why."""
+    job = tmp_path / "pooled.py"
+    job.write_text(JOB.replace(".sink_to(CollectSink())", '.map(abs, name="work", processes=1).sink_to(CollectSink())'))
+    process = subprocess.Popen([sys.executable, "-m", "epochal.cli.main", "run", str(job)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url, token = _address(process)
+        assert main(["resize", url, "work", "2", "--token", token]) == 0
+        assert main(["resize", url, "nope", "2", "--token", token]) == 1
+        assert main(["cancel", url, "--token", token]) == 0
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    printed, err = capsys.readouterr()  # type: ignore[attr-defined]
+    assert "work runs 2 processes per subtask" in printed
+    assert "no operator with uid 'nope'" in err

@@ -95,7 +95,8 @@ SUBCOMMANDS = _subcommands(build_parser())
 
 def test_the_cli_has_the_subcommands_the_docs_describe() -> None:
     assert set(SUBCOMMANDS) == {"run", "status", "cancel", "rescale", "move", "query", "checkpoints list",
-                                "savepoint", "savepoint rescale-groups", "history", "serve", "patch"}
+                                "savepoint", "savepoint rescale-groups", "history", "serve", "patch",
+                                "resize"}
 
 
 @pytest.mark.parametrize("command", sorted(SUBCOMMANDS))

@@ -52,6 +52,7 @@ CLAIMS = [
     Claim("docs/concepts/scale.md", "A standby job master", ("epochal.runtime.master.standby",)),
     Claim("docs/concepts/scale.md", "Checkpoint directories spread over object-store prefixes",
           ("epochal.config.CheckpointConfig.prefixes",)),
+    Claim("docs/concepts/loops.md", "A priority lane for barriers on the link is not built", ("text:priority lane",)),
 ]
 
 

@@ -19,7 +19,17 @@ from test_patches import EpochSink, _wait_for
 from epochal import CheckpointConfig, EpochalError, RestartStrategy, StreamEnvironment
 from epochal.runtime.operators.function_pool import FunctionPool
 from epochal.testing import CollectSink, ListSource
-from pool_functions import FailsOnceAfter, by_pid, fails_on_seven, odd, square, tag_new, tag_old, twice
+from pool_functions import (
+    FailsOnceAfter,
+    SaysWhereLoaded,
+    by_pid,
+    fails_on_seven,
+    odd,
+    square,
+    tag_new,
+    tag_old,
+    twice,
+)
 from spark_jobs import EndlessSource
 
 RECORDS = 4_000
@@ -102,10 +112,28 @@ def test_a_live_resize_spreads_the_function_over_more_processes_and_every_record
     grown_at = handle.status().last_checkpoint or 0
     _wait_for(lambda: len(_pids_after(sink, grown_at)) > 2, timeout=90)  # two subtasks, three processes each
     assert handle.resize("work", 1, timeout=30) == 1
-    shrunk_at = (handle.status().last_checkpoint or 0) + 2  # the resize reaches the tasks after it returns
+    shrunk_at = (handle.status().last_checkpoint or 0) + 2  # one under way may hold the larger pools' records
     _wait_for(lambda: (handle.status().last_checkpoint or 0) > shrunk_at + 2)
     _cancel(handle)
     assert len(_pids_after(sink, shrunk_at)) <= 2, "one process per subtask again"
+    _check_every_record_once(sink)
+
+
+def test_a_resize_returns_once_every_subtask_runs_the_new_size(tmp_path: Path) -> None:
+    """Each pool process leaves a file when it loads the function: when `resize` returns, both
+    subtasks' pools run three processes with the function loaded (before, it returned once the
+    resize was sent, while the new processes were starting: 0.1-2 s)."""
+    loaded = tmp_path / "loaded"
+    loaded.mkdir()
+    sink = EpochSink()
+    handle = _pooled_job(tmp_path, sink, SaysWhereLoaded(str(loaded)), records=200_000).execute_async("confirmed")
+    _wait_for(lambda: handle.status().last_checkpoint is not None)
+    pool_pids = lambda: {int(name) for name in os.listdir(loaded)} - {os.getpid()}  # noqa: E731
+    assert len(pool_pids()) == 2, "one process per subtask"
+    assert handle.resize("work", 3, timeout=60) == 3
+    assert len(pool_pids()) == 2 * 3, "every new process had loaded the function when resize returned"
+    assert handle.resize("work", 1, timeout=60) == 1  # a shrink is confirmed at once
+    _cancel(handle)
     _check_every_record_once(sink)
 
 

@@ -13,7 +13,8 @@ import hostile
 from epochal.cluster.endpoint import ControlEndpoint
 from epochal.runtime.master.control import JobControl
 
-ACTIONS = ("/cancel", "/rescale?parallelism=1", "/savepoint?target=/tmp/x", "/move?uid=count&group=0", "/patch?uid=map")
+ACTIONS = ("/cancel", "/rescale?parallelism=1", "/savepoint?target=/tmp/x", "/move?uid=count&group=0", "/patch?uid=map",
+           "/resize?uid=map&processes=2")
 
 
 def _post(endpoint: ControlEndpoint, action: str, body: bytes, headers: dict[str, str]) -> int:

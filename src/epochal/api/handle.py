@@ -148,12 +148,16 @@ class JobHandle:
         subtask from now on: vertical elasticity, more cores for a busy subtask with no state
         moved (`docs/concepts/elasticity.md`). The operator is a `map`, `filter` or `flat_map`
         given `processes=n`; new processes join its pool once they loaded the function, so the
-        job never waits for them. A restart keeps the size. Returns `processes`.
+        job never waits for them. Returns `processes` once every subtask's pool runs that many,
+        each with the function loaded (a Python process starts in 0.1-2 s). A restart keeps the
+        size. `epochal resize URL UID N` and `POST /resize?uid=UID&processes=N` do the same.
 
         Raises:
             ValueError: `processes` is not a positive int.
-            EpochalError: no such operator, it runs no process pool, or the job is not running.
-            TimeoutError: not done after `timeout` seconds.
+            EpochalError: no such operator, it runs no process pool, the job is not running, or
+                the attempt ended (a failure) or a newer resize came before every pool ran it
+                (the size stays in effect: a restarted job runs it).
+            TimeoutError: not done after `timeout` seconds (the pools may grow later still).
         """
         return self._control.submit(Resize(operator, processes)).wait(timeout)
 

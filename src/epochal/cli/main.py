@@ -10,6 +10,7 @@
     epochal rescale URL N [--token TOKEN]
     epochal move URL GROUPS SUBTASK [--batch N] [--token TOKEN]
     epochal patch URL UID FILE.py:NAME|MODULE:NAME [--token TOKEN]
+    epochal resize URL UID N [--token TOKEN]
     epochal query URL UID KEY [--live]
     epochal checkpoints list D
     epochal history D [--run RUN] [--json] [--web-port N]
@@ -134,6 +135,12 @@ def _patch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resize(args: argparse.Namespace) -> int:
+    _act(args, args.url, "/resize?" + urllib.parse.urlencode({"uid": args.uid, "processes": args.processes}))
+    print(f"{args.uid} runs {args.processes} processes per subtask")
+    return 0
+
+
 def _move(args: argparse.Namespace) -> int:
     query = {"groups": args.groups, "to": str(args.subtask)}
     if args.batch:
@@ -214,7 +221,7 @@ RESCALE_GROUPS = "savepoint rescale-groups"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: `run`, `serve`, `status`, `cancel`, `rescale`, `move`, `patch`,
+    """The whole command line: `run`, `serve`, `status`, `cancel`, `rescale`, `move`, `patch`, `resize`,
     `query`, `checkpoints list`, `history`, `savepoint` and `savepoint rescale-groups`."""
     parser = argparse.ArgumentParser(prog="epochal", description="Exactly-once stream processing on Spark")
     parser.add_argument("--version", action="version", version=f"epochal {version()}")
@@ -329,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "module:NAME (the workers must import it)")
     patch.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
     patch.set_defaults(func=_patch)
+
+    resize = sub.add_parser("resize", help="run a map/filter/flat_map's function in N processes per subtask, live")
+    resize.add_argument("url", help="the job's control endpoint")
+    resize.add_argument("uid", help="the operator's uid (given processes=n in the job)")
+    resize.add_argument("processes", type=_positive_int, help="processes per subtask")
+    resize.add_argument("--token", help=f"the token the job printed at start (or set {TOKEN_ENV})")
+    resize.set_defaults(func=_resize)
 
     query = sub.add_parser("query", help="look up a key's state in a running job")
     query.add_argument("url", help="the job's control endpoint")

@@ -5,7 +5,7 @@ serving the job's `JobControl`. Reading is open: `GET /status`, `GET /metrics` (
 text format), `GET /metrics.json` (the same snapshot as JSON), `GET /state/<uid>/<key>` (a key's
 committed state, or with `?live=1` its live value from the subtask that owns it) and the
 dashboard (`GET /`, a static page in `cluster/dashboard/` that polls the two JSON views). Acting (`POST /cancel`,
-`/rescale`, `/savepoint`, `/move`, `/patch`: a live logic patch, `cluster.patch_request`) needs
+`/rescale`, `/savepoint`, `/move`, `/patch` and `/resize`: `cluster.patch_request`, `resize_request`) needs
 the token the job prints at start, sent as `Authorization: Bearer <token>`, because whoever can
 cancel a job can lose a day of a team's work: an action without it is refused, logged with the
 caller's address and counted (`epochal_links_refused_total`). `POST /cancel?wait=S` answers once
@@ -45,7 +45,7 @@ from ..runtime.master.control import JobControl, JobState
 from ..runtime.metrics import CheckpointStatus, JobMetrics, OperatorStats, SubtaskCounts, TaskStats
 from ..runtime.wire.handshake import Refusals
 from ..state.keygroups import parse_key_groups
-from . import patch_request
+from . import patch_request, resize_request
 from .http_handler import HttpEndpoint, JsonHandler, Route
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,10 @@ class _Handler(JsonHandler):
         uid = urllib.parse.parse_qs(url.query).get("uid", [""])[0]
         self.reply(*patch_request.answer(self.endpoint.control, uid, body))
 
+    def _resize(self, url: SplitResult) -> None:
+        """A function pool's size (`cluster.resize_request`)."""
+        self.reply(*resize_request.answer(self.endpoint.control, urllib.parse.parse_qs(url.query)))
+
     def _command(self, url: SplitResult) -> None:
         """`POST /rescale?parallelism=N`, `POST /savepoint?target=DIR`,
         `POST /move?groups=0-3,7&to=SUBTASK[&batch=N]`: answered when done."""
@@ -185,7 +189,8 @@ class _Handler(JsonHandler):
             self.reply(HTTPStatus.OK, {kind: result, "status": self.endpoint.control.status().to_json()})
 
     pages = {"/status": _status, "/metrics": _prometheus, "/metrics.json": _metrics}
-    actions = {"/cancel": _cancel, "/patch": _patch, "/rescale": _command, "/savepoint": _command, "/move": _command}
+    actions = {"/cancel": _cancel, "/patch": _patch, "/rescale": _command, "/savepoint": _command, "/move": _command,
+               "/resize": _resize}
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the standard library's name
         log.debug("endpoint: " + format, *args)

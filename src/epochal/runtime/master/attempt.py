@@ -25,6 +25,7 @@ from ..wire.messages import (
     KeyGroupsPrepared,
     LoopRoundEnded,
     PatchStaged,
+    PoolResized,
     StateAnswer,
     TaskFinished,
 )
@@ -47,6 +48,7 @@ class AttemptObserver(Protocol):
     def key_groups_adopted(self, message: KeyGroupsAdopted) -> None: ...
     def key_groups_prepared(self, message: KeyGroupsPrepared) -> None: ...
     def patch_staged(self, message: PatchStaged) -> None: ...
+    def pool_resized(self, message: PoolResized) -> None: ...
 
 
 class Attempt:
@@ -115,6 +117,8 @@ class Attempt:
             self.observer.key_groups_prepared(message)
         elif kind is PatchStaged:
             self.observer.patch_staged(message)
+        elif kind is PoolResized:
+            self.observer.pool_resized(message)
         else:
             raise RuntimeError(f"unexpected message from a task: {message!r}")
 

@@ -220,6 +220,7 @@ class CommandDesk:
         self.migrations.abandon(why)
         if self.patches is not None:
             self.patches.stop(why)
+        self.pools.stop(why)
         for checkpoint_id, ticket in self._waiting.items():
             ticket.fail(EpochalError(f"{ticket.command.kind} abandoned: {why} before checkpoint {checkpoint_id} "
                                      "completed"))

@@ -39,6 +39,7 @@ from ..wire.messages import (
     KeyGroupsAdopted,
     KeyGroupsPrepared,
     PatchStaged,
+    PoolResized,
     StateAnswer,
 )
 from .attempt import Attempt
@@ -334,6 +335,9 @@ class JobMaster:
         if self.attempt is not None:
             coordinator = self.attempt.coordinator
             self.patches.staged(message, self.attempt.send, lambda: coordinator.trigger(aligned=True))
+
+    def pool_resized(self, message: PoolResized) -> None:
+        self.commands.pools.reported(message)
 
     def checkpoint_completed(self, checkpoint: CompletedCheckpoint) -> None:
         self.reports.checkpoint_completed(checkpoint.manifest)

@@ -8,22 +8,38 @@ of the operator at once (no barrier: a stateless function's output does not depe
 processes compute it), and after a restart the sizes in effect are sent again before the first
 checkpoint, so a restored subtask goes on with the pool it had, not the one the job was
 written with.
+
+A resize is done when every subtask of the operator said its pool runs the new size, every
+process of it with the function loaded (`PoolResized`, `runtime.task.pool_reports`): the
+command's ticket waits for that, so `JobHandle.resize`, `epochal resize` and `POST /resize` return
+once the cores are at work. An attempt that ends first fails the ticket (the size stays in
+effect: the next attempt's tasks get it); a newer resize of the operator fails the older one's.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ...errors import EpochalError
 from ...plan.job_graph import JobGraph, TaskId
 from ...plan.specs import RecordFnSpec
 from ..commands import Resize, Ticket
-from ..wire.messages import ResizePool
+from ..wire.messages import PoolResized, ResizePool
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[TaskId, object], None]
+
+
+@dataclass(slots=True)
+class _Resizing:
+    """A resize sent, waiting for the subtasks that have not said their pool runs it."""
+
+    ticket: Ticket[int]
+    processes: int
+    awaiting: set[TaskId]
 
 
 class PoolSizes:
@@ -33,6 +49,7 @@ class PoolSizes:
         self.job = job
         self.sizes: dict[str, int] = {}
         self._resend = False  # an attempt started: its tasks get the sizes at the next poll
+        self._resizing: dict[str, _Resizing] = {}  # by operator uid
 
     def attempt_started(self) -> None:
         self._resend = bool(self.sizes)
@@ -57,14 +74,39 @@ class PoolSizes:
             ticket.fail(EpochalError(f"operator {command.uid!r} runs no process pool: give its map, filter or "
                                      "flat_map processes=n to resize it live"))
         else:
+            earlier = self._resizing.pop(command.uid, None)
+            if earlier is not None:
+                earlier.ticket.fail(EpochalError(
+                    f"resize of {command.uid!r} to {earlier.processes} overtaken by one to {command.processes}"))
             self.sizes[command.uid] = command.processes
-            self._send(send, command.uid, command.processes)
-            log.info("job %r: operator %r runs %d processes per subtask", self.job.name, command.uid,
-                     command.processes)
-            ticket.finish(result=command.processes)
+            tasks = self._send(send, command.uid, command.processes)
+            self._resizing[command.uid] = _Resizing(ticket, command.processes, set(tasks))
 
-    def _send(self, send: Send, uid: str, processes: int) -> None:
+    def reported(self, message: PoolResized) -> None:
+        """A subtask's pool runs its new size: the resize is done once every subtask's does."""
+        resizing = self._resizing.get(message.uid)
+        if resizing is None or message.processes != resizing.processes:
+            return  # a size re-sent after a restart, or one a newer resize replaced
+        resizing.awaiting.discard(message.task)
+        if not resizing.awaiting:
+            del self._resizing[message.uid]
+            log.info("job %r: operator %r runs %d processes per subtask", self.job.name, message.uid,
+                     message.processes)
+            resizing.ticket.finish(result=message.processes)
+
+    def stop(self, why: str) -> None:
+        """The attempt ends: resizes still waiting for their pools are told why (the sizes stay)."""
+        for uid, resizing in self._resizing.items():
+            resizing.ticket.fail(EpochalError(
+                f"resize of {uid!r} to {resizing.processes} not confirmed: {why} before every pool ran it "
+                "(the size stays in effect: the next attempt's subtasks run it)"))
+        self._resizing.clear()
+
+    def _send(self, send: Send, uid: str, processes: int) -> list[TaskId]:
+        sent = []
         for vertex in self.job.vertices:
             if any(op.uid == uid for op in vertex.chain):
                 for subtask in range(vertex.parallelism):
-                    send(TaskId(vertex.id, subtask), ResizePool(uid, processes))
+                    sent.append(TaskId(vertex.id, subtask))
+                    send(sent[-1], ResizePool(uid, processes))
+        return sent

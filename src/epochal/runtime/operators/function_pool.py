@@ -126,6 +126,13 @@ class FunctionPool:
     def ready(self) -> int:
         return sum(1 for p in self.processes if p.ready)
 
+    def poll_ready(self) -> int:
+        """How many processes loaded the function, taking the answers that came meanwhile."""
+        for process in self.processes:
+            if not process.ready and process.outbox.poll(0):
+                self._await_ready(process)
+        return self.ready
+
     def resize(self, size: int) -> None:
         """Run `size` processes from now on: new ones join once they loaded the function."""
         if size < 1:
@@ -175,9 +182,7 @@ class FunctionPool:
     # -- internals -------------------------------------------------------------------------------
     def _ready(self) -> list[_Process]:
         """The processes that loaded the function; waits for the first if none did yet."""
-        for process in self.processes:
-            if not process.ready and process.outbox.poll(0):
-                self._await_ready(process)
+        self.poll_ready()
         ready = [p for p in self.processes if p.ready]
         if not ready:
             self._await_ready(self.processes[0])

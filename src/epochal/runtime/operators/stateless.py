@@ -48,6 +48,10 @@ class RecordFnOperator(RuntimeOperator):
         self.pool.resize(processes)
         self.processes = processes
 
+    def pool_ready(self) -> int:
+        """How many processes of its pool run the function now (loaded it): the size in effect."""
+        return self.pool.poll_ready() if self.pool is not None else 0
+
     def close(self) -> None:
         try:
             if self.pool is not None:

@@ -27,7 +27,7 @@ from ..operators import AsyncWaitOperator, OperatorContext, RuntimeOperator
 from ..watermarks import END_OF_TIME, NO_WATERMARK, WatermarkAdvance
 from ..wire.batches import batch_len
 from ..wire.elements import Batch, Watermark
-from ..wire.messages import OperatorMetrics, ResizePool
+from ..wire.messages import OperatorMetrics
 from .output_gate import OutputGate
 
 log = logging.getLogger(__name__)
@@ -210,13 +210,6 @@ class OperatorChain:
                     self.advance_watermark(item, i + 1)
                 else:
                     self.emitted(i, item)
-
-    def resize(self, message: ResizePool) -> None:
-        """Vertical elasticity: the operator's function pool runs `processes` processes now."""
-        operator = self.find(message.uid)
-        resize = getattr(operator, "resize", None)
-        if resize is not None:
-            resize(message.processes)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         for op in self.operators:

@@ -15,7 +15,9 @@ Here the head takes the cut *unaligned* over all its inputs, as Chandy and Lampo
 process with channel state: every barrier into a head jumps the queue of its channel (the sender
 marks it, `Barrier.at_loop_head`; the channel counts it, so taking it costs no scan), and the
 first barrier of a checkpoint on any input (or the job master's trigger, once the loop's input
-ended) fixes the head's state and forwards the barrier at once. From then on the head logs what
+ended) fixes the head's state and forwards the barrier at once. A producer whose output ended
+still sends its barriers into the heads (`OutputGate.broadcast(heads_only=True)`): its end of
+input may wait behind data a busy head does not read, and the cut must not wait for it. From then on the head logs what
 each input delivers until that input's barrier: the data still queued ahead of a barrier when it
 is taken, and what is read from an input whose barrier has not come. The snapshot is the head's
 state plus that log (`LoopLog`), the in-flight records of the loop at the cut and of the head's

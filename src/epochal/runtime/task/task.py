@@ -64,6 +64,7 @@ from .loop_cut import LoopCut
 from .loop_probes import ScopeRounds, TaskLoop
 from .output_gate import OutputGate
 from .patching import TaskPatches
+from .pool_reports import PoolReports
 from .setup import STEPS_IN_A_ROW, TaskSetup, TaskState
 from .snapshots import read_operator_restore
 from .source_input import SourceInput
@@ -120,6 +121,7 @@ class Task:
             output, lambda n, clean: setup.send(LoopRoundEnded(self.id, n, clean)), setup.clock,
         )
         self.patches = TaskPatches(self.chain, setup.vertex.chain, self.id, setup.send)  # live logic patches
+        self.pools = PoolReports(self.chain, self.id, setup.send, setup.clock)  # function pools' resizes
         self.checkpoints = TaskCheckpoints(
             self.checkpointer, self.gate, self.chain, output, self.patches, setup.clock,
             lambda: self.state in (TaskState.RUNNING, TaskState.DRAINING), self.metrics,
@@ -135,7 +137,7 @@ class Task:
         self._said_in_flight = False  # its inputs ended with async requests in flight (`end_input`)
         self._handlers: dict[type, Callable[[Any], None]] = {
             TriggerCheckpoint: self._on_trigger, EndLoop: self._on_end_loop,
-            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self.chain.resize,
+            StagePatch: self.patches.stage, DropPatch: self.patches.drop, ResizePool: self.pools.resize,
             NotifyCheckpointAborted: self._on_aborted, NotifyCheckpointComplete: self._on_complete,
             QueryState: self.owner.query, AdoptKeyGroups: lambda m: self._adopt(m.manifest),
             PrepareKeyGroups: lambda m: self.owner.prepare(m, background),
@@ -181,7 +183,7 @@ class Task:
         self.wake()
 
     def next_timer(self) -> float | None:
-        timer = self.chain.next_timer()
+        timer = self.pools.next_timer(self.chain.next_timer())
         paced = self.loop.next_round_at()
         if paced is None or self.state not in (TaskState.RUNNING, TaskState.DRAINING):
             return timer
@@ -231,6 +233,7 @@ class Task:
         self.times.ended(started, not self.output.has_capacity())
 
     def _step(self) -> None:
+        self.pools.poll()
         self.loop.replay(self.chain)
         self.input.replay()
         while self.inbox:

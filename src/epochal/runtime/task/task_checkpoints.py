@@ -69,8 +69,8 @@ class TaskCheckpoints:
         snapshots: Snapshots = self.checkpointer.snapshot(self.chain.operators, barrier.checkpoint_id, self.metrics())
         if barrier.patch:  # a live patch takes effect for the records after this barrier
             self.patches.switch(barrier.patch)
-        if self.running():
-            self.output.broadcast(barrier)
+        # an ended task's barrier goes into loop heads still: its end of input may wait at a busy head
+        self.output.broadcast(barrier, heads_only=not self.running())
         # after the barrier left: downstream aligns while this task serialises a small state
         self.checkpointer.serialise_small(snapshots)
         sync_ms = (time.perf_counter() - started) * 1000

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .frames import _HEADER, HELLO
 from .handshake import HandshakeRefused, Refusal, Role, ServerHandshake, refusal
-from .network import _HEADER, HELLO, Link
+from .network import Link
 
 MAX_HELLO_BYTES = 1 << 20  # a HELLO frame (who a peer is) is a few hundred bytes
 _CHUNK = 1 << 16

@@ -51,6 +51,16 @@ class ResizePool:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolResized:
+    """Operator `uid`'s function pool at `task` runs `processes` processes, every one of them with
+    the function loaded (the answer to `ResizePool`, `runtime.task.pool_reports`)."""
+
+    task: TaskId
+    uid: str
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
 class DropPatch:
     """Forget staged patch `patch_id`: another subtask refused it."""
 

@@ -1,4 +1,4 @@
-"""Channels over TCP: framing, multiplexed links, and credit-based flow control.
+"""Channels over TCP: multiplexed links, and credit-based flow control.
 
 All channels between two workers share one TCP connection (a `Link`). Each logical channel has
 its own credits (dissertation §3.4, flow control, and Flink's credit-based flow control): the consumer
@@ -8,22 +8,17 @@ producer, and the connection itself is always drained: no head-of-line deadlock.
 
 Records leave in batches, when a batch is full or after a flush timeout. Arrow batches travel
 as Arrow IPC, Python lists as pickle protocol 5, control events (barriers, end-of-input) as
-pickle. Every frame carries the sender's *attempt*; frames of an older attempt (before a
-restart) are dropped, frames of a newer one wait until the receiver has restarted too.
+pickle, each in a frame (`runtime.wire.frames`: the header, and the reading side of a link).
 
 Copies (issue 36): an Arrow batch is written once into its IPC buffer, which the socket sends
 from (no `bytes` of it, no send buffer it is appended to; small frames are gathered into one
-write); on the receiving side the socket's bytes are read once, and a frame inside one read is
-handed on as a view of it, a frame across reads is read into a buffer of its own size, and the
-batch decoded from it references those bytes (`decode_arrow`: no copy). So an Arrow batch costs
+write); on the receiving side the socket's bytes are read once (`FrameReader`), and the batch
+decoded from a frame references those bytes (`decode_arrow`: no copy). So an Arrow batch costs
 one copy to encode and the kernel's two, where it cost six before.
 
-A `Link` is made only once its peer proved it knows the job's secret (`runtime.wire.handshake`),
-so what it unpickles comes from a process of the job; a frame's length is checked against the
-job's `max_frame_bytes` as soon as its header arrives, before a buffer is allocated for it. A
-link may run over TLS (`runtime.wire.tls`): an `ssl.SSLSocket` reads and writes a record at a
-time and may hold decrypted bytes the selector does not see, so a TLS link reads until the
-socket would block.
+A `Link` is made only once its peer proved it knows the job's secret (`runtime.wire.handshake`).
+A link may run over TLS (`runtime.wire.tls`): an `ssl.SSLSocket` writes a record at a time, so a
+TLS write offers at most `_TLS_WRITE` bytes, and a retried write at least what it offered before.
 """
 
 from __future__ import annotations
@@ -43,25 +38,30 @@ from ...config import DEFAULT_MAX_FRAME_BYTES
 from .batches import batch_len
 from .channel import ChannelWatch, take_priority_barrier
 from .elements import Barrier, Element
+from .frames import (
+    _HEADER,
+    _PICKLE,
+    _WOULD_BLOCK,
+    BACKUP,
+    CONTROL,
+    CREDIT,
+    DATA_ARROW,
+    DATA_PICKLE,
+    EVENT,
+    HELLO,
+    FrameReader,
+    FrameTooLarge,
+    LinkClosed,
+    encode_frame,
+    read_object_blocking,
+    write_object_blocking,
+)
 
-# kind (1 byte), attempt, channel wire id, payload length
-_HEADER = struct.Struct("<BIIQ")
-
-DATA_PICKLE = 1
-DATA_ARROW = 2
-EVENT = 3
-CREDIT = 4
-CONTROL = 5
-HELLO = 6
-BACKUP = 7  # a chained backup's copy or notice between workers (`state.backups`)
-
-_PICKLE = 5
-_TLS_WRITE = 1 << 20  # bytes handed to an SSLSocket at once (it takes all of them or none)
-_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-
-
-def encode_frame(kind: int, attempt: int, channel: int, payload: bytes) -> bytes:
-    return _HEADER.pack(kind, attempt, channel, len(payload)) + payload
+__all__ = [  # the frames' names too, where the links' users have always found them
+    "BACKUP", "CONTROL", "CREDIT", "DATA_ARROW", "DATA_PICKLE", "EVENT", "HELLO", "FrameHandler", "FrameTooLarge",
+    "Link", "LinkClosed", "RemoteInputChannel", "RemoteOutputChannel", "decode_arrow", "encode_arrow",
+    "encode_frame", "parse_credit", "read_object_blocking", "write_object_blocking",
+]
 
 
 def encode_arrow(batch: pa.RecordBatch) -> pa.Buffer:
@@ -78,15 +78,7 @@ def decode_arrow(payload: Any) -> pa.RecordBatch:
         return reader.read_next_batch()
 
 
-class LinkClosed(ConnectionError):
-    """The peer closed the connection (or died)."""
-
-
-class FrameTooLarge(LinkClosed):
-    """A frame's header announced more bytes than the link accepts: the link is closed."""
-
-
-_RECEIVE = 1 << 20  # bytes asked of the socket per read
+_TLS_WRITE = 1 << 20  # bytes handed to an SSLSocket at once (it takes all of them or none)
 _GATHER = 64 * 1024  # frames up to this size are gathered into one write with their neighbours
 
 
@@ -94,9 +86,7 @@ class Link:
     """One non-blocking TCP (or TLS) connection carrying frames both ways.
 
     Outgoing frames wait as their header and payload buffers (`_out`), never joined into one
-    buffer unless small. Incoming bytes are read a chunk at a time; a frame wholly inside a chunk
-    is yielded as a view of it, and a frame that runs past its chunk is read into a buffer of its
-    own (`_frame`, `_frame_got`), so no byte is copied after the socket read.
+    buffer unless small. Incoming frames are cut by its `FrameReader`, without a copy.
 
     Args:
         sock: the connection, its peer authenticated.
@@ -111,18 +101,27 @@ class Link:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
-        self.peer = peer
-        self.max_frame = max_frame
+        self._reader = FrameReader(sock, peer, max_frame, received, self._broke)
         self._tls = isinstance(sock, ssl.SSLSocket)
-        self._early = received
         self._out: deque[Any] = deque()  # headers and payloads (bytes-like), in order
-        self._head = b""  # the start of a header split across reads
-        self._frame: bytearray | None = None  # the payload of a frame split across reads
-        self._frame_got = 0
-        self._frame_header: tuple[int, int, int] = (0, 0, 0)
         self.closed = False
         self.sent_bytes = 0
-        self.received_bytes = 0
+
+    @property
+    def peer(self) -> str:
+        """What the peer is, for messages (named anew once its HELLO says who it is)."""
+        return self._reader.peer
+
+    @peer.setter
+    def peer(self, name: str) -> None:
+        self._reader.peer = name
+
+    @property
+    def received_bytes(self) -> int:
+        return self._reader.received_bytes
+
+    def _broke(self) -> None:
+        self.closed = True
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -192,99 +191,7 @@ class Link:
             LinkClosed: the peer closed the link or broke it.
             FrameTooLarge: a header announced a frame above `max_frame` (the link is closed).
         """
-        frames: list[tuple[int, int, int, Any]] = []
-        try:
-            if self._early:  # what the handshake read past its end
-                early, self._early = self._early, b""
-                self._frames(early, frames)
-            while self._read(frames):
-                pass
-        except LinkClosed:
-            yield from frames
-            raise
-        yield from frames
-
-    def _read(self, frames: list[tuple[int, int, int, Any]]) -> bool:
-        """One socket read, its frames appended; whether to read again (a full read)."""
-        if self._frame is not None:  # a frame's payload runs on: read it into its own buffer
-            view = memoryview(self._frame)[self._frame_got:]
-            n = self._recv_into(view)
-            if n == 0:
-                return False
-            self._frame_got += n
-            if self._frame_got == len(self._frame):
-                frames.append((*self._frame_header, memoryview(self._frame)))
-                self._frame = None
-            return n == len(view) or self._tls
-        try:
-            chunk = self.sock.recv(_RECEIVE)
-        except _WOULD_BLOCK:
-            return False
-        except OSError as exc:  # ssl.SSLError too: a record that does not decrypt
-            self.closed = True
-            raise LinkClosed(f"{self.peer}: {exc}") from exc
-        if not chunk:
-            self.closed = True
-            raise LinkClosed(f"{self.peer}: connection closed")
-        self.received_bytes += len(chunk)
-        self._frames(chunk, frames)
-        return len(chunk) == _RECEIVE or self._tls  # TLS: decrypted bytes the selector does not see
-
-    def _recv_into(self, view: memoryview) -> int:
-        try:
-            n = self.sock.recv_into(view)
-        except _WOULD_BLOCK:
-            return 0
-        except OSError as exc:
-            self.closed = True
-            raise LinkClosed(f"{self.peer}: {exc}") from exc
-        if n == 0:
-            self.closed = True
-            raise LinkClosed(f"{self.peer}: connection closed")
-        self.received_bytes += n
-        return n
-
-    def _frames(self, chunk: bytes, frames: list[tuple[int, int, int, Any]]) -> None:
-        """Cut one read into frames: views of `chunk`; a frame running past it gets its own buffer."""
-        size, offset, end = _HEADER.size, 0, len(chunk)
-        view = memoryview(chunk)
-        if self._head:  # a header split across reads (rare): complete it from this read
-            need = size - len(self._head)
-            head, self._head = self._head + chunk[:need], b""
-            if len(head) < size:
-                self._head = head
-                return
-            offset = need
-            header = _HEADER.unpack(head)
-            if not self._payload(header, view, offset, frames):
-                return
-            offset += header[3]
-        while end - offset >= size:
-            header = _HEADER.unpack_from(chunk, offset)
-            offset += size
-            if not self._payload(header, view, offset, frames):
-                return
-            offset += header[3]
-        if offset < end:
-            self._head = bytes(chunk[offset:])
-
-    def _payload(self, header: tuple[int, int, int, int], view: memoryview, offset: int,
-                 frames: list[tuple[int, int, int, Any]]) -> bool:
-        """The payload of the frame whose header was read: a view, if the read holds all of it
-        (True), else the start of its own buffer (False: the read is used up)."""
-        kind, attempt, channel, length = header
-        if length > self.max_frame:  # before anything is allocated for it
-            self.close()
-            raise FrameTooLarge(f"{self.peer}: a frame of {length} bytes, above the {self.max_frame} accepted")
-        available = len(view) - offset
-        if length <= available:
-            frames.append((kind, attempt, channel, view[offset:offset + length] if length else b""))
-            return True
-        self._frame = bytearray(length)
-        self._frame[:available] = view[offset:]
-        self._frame_got = available
-        self._frame_header = (kind, attempt, channel)
-        return False
+        return self._reader.receive()
 
     def close(self) -> None:
         self.closed = True
@@ -292,36 +199,6 @@ class Link:
             self.sock.close()
         except OSError:
             pass
-
-
-def read_object_blocking(
-    sock: socket.socket, timeout: float | None = None, max_bytes: int = DEFAULT_MAX_FRAME_BYTES
-) -> tuple[int, Any]:
-    """Read one CONTROL or HELLO frame from a blocking socket whose peer is authenticated:
-    `(attempt, object)`. The kind and the length are checked before the payload is read."""
-    sock.settimeout(timeout)
-    header = _recv_exact(sock, _HEADER.size)
-    kind, attempt, _, length = _HEADER.unpack(header)
-    if kind not in (CONTROL, HELLO):
-        raise ConnectionError(f"expected a control frame, got kind {kind}")
-    if length > max_bytes:
-        raise FrameTooLarge(f"a frame of {length} bytes, above the {max_bytes} accepted")
-    payload = _recv_exact(sock, length)
-    return attempt, pickle.loads(payload)
-
-
-def write_object_blocking(sock: socket.socket, message: Any, attempt: int = 0, kind: int = CONTROL) -> None:
-    sock.sendall(encode_frame(kind, attempt, 0, pickle.dumps(message, protocol=_PICKLE)))
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise LinkClosed("connection closed")
-        data += chunk
-    return bytes(data)
 
 
 class RemoteOutputChannel:
