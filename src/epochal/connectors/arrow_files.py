@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -84,6 +85,27 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 # -- one Parquet file ------------------------------------------------------------------------------
+_DICTIONARY_SAMPLE = 4096  # rows of a text column looked at to choose its encoding
+
+
+def dictionary_columns(batch: pa.RecordBatch) -> list[str]:
+    """The columns worth Parquet's dictionary encoding: all but text columns whose sampled
+    values are mostly distinct (an aggregate's keys, ids), where a dictionary only adds a hash
+    per value and a larger file (100,000 distinct words with their counts: 20 ms and 1.36 MB
+    against 8 ms and 0.95 MB without, one thread; the writer's own fallback to plain comes only
+    past a 1 MB dictionary page)."""
+    out = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        kind = column.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) or (
+                pa.types.is_large_binary(kind)):
+            sample = column.slice(0, _DICTIONARY_SAMPLE)
+            if len(sample) >= 64 and pc.count_distinct(sample).as_py() > len(sample) // 2:
+                continue
+        out.append(name)
+    return out
+
+
 class ParquetFileWriter:
     """Writes Arrow batches of one schema to one Parquet file, in row groups of up to
     `row_group_rows` (small batches are buffered: a row group per batch would make files that
@@ -116,6 +138,7 @@ class ParquetFileWriter:
             self._stream = self.fs.open_output_stream(self.path)
             self._writer = pq.ParquetWriter(
                 self._stream, self.schema, compression=self.compression, metadata_collector=self._metadata,
+                use_dictionary=dictionary_columns(self._buffer[0]) if self._buffer else True,
                 # Spark reads microseconds, not pyarrow's default nanoseconds
                 coerce_timestamps="us", allow_truncated_timestamps=True,
             )

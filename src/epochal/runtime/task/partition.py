@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...plan.specs import Partitioning, PartitionKind
-from ..key_index import KeyIndex
+from ..key_index import KeyIndex, carried_hashes
 from ..keys import encode_key_column, key_column, key_groups_of_column, key_groups_of_records, record_key_fn
 from ..wire.batches import batch_len, to_records
 from ..wire.elements import Batch
@@ -99,26 +99,37 @@ class Partitioner:
             if bucket:
                 yield target, bucket
 
-    def _arrow_key_groups(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
-        """`(key group of each distinct key, index of each row's key)`, from a `KeyIndex` if it can."""
+    def _arrow_key_groups(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The key group of each row, from a `KeyIndex` if it can (by the keys' hashes when a
+        local aggregation shipped them: then nothing here hashes a key)."""
         assert self._column is not None
-        distinct, indices = encode_key_column(batch, self._column, self.target_name)
+        hashes = carried_hashes(batch)
+        if hashes is not None:  # a local phase's partials: distinct keys, hashed already
+            distinct, indices = batch.column(self._column), None
+        else:
+            distinct, indices = encode_key_column(batch, self._column, self.target_name)
         if KeyIndex.supports(distinct.type):
             index = self._index
             if index is None or not index.accepts(distinct.type) or len(index) > _INDEX_LIMIT:
                 index = self._index = KeyIndex(distinct.type, self.max_parallelism)
-            slots, _ = index.lookup(distinct)
-            return index.key_groups[slots], indices
-        return key_groups_of_column(distinct, self._column, self.max_parallelism, self.target_name), indices
+            slots, _ = index.lookup(distinct, hashes)
+            groups = index.key_groups[slots]
+            return groups if indices is None else groups[indices]
+        assert indices is not None
+        return key_groups_of_column(distinct, self._column, self.max_parallelism, self.target_name)[indices]
 
     def _split_arrow(self, batch: pa.RecordBatch) -> Iterator[tuple[int, Batch]]:
-        groups, indices = self._arrow_key_groups(batch)
-        targets = self._owner[groups][indices].astype(np.int16)  # 16-bit: numpy radix-sorts it
+        groups = self._arrow_key_groups(batch)
+        targets = self._owner[groups].astype(np.int16)  # 16-bit: numpy radix-sorts it
         order = np.argsort(targets, kind="stable")
         sorted_targets = targets[order]
         bounds = np.searchsorted(sorted_targets, np.arange(self.num_channels + 1))
-        for target in range(self.num_channels):
-            lo, hi = bounds[target], bounds[target + 1]
+        if sorted_targets[0] == sorted_targets[-1]:  # one target: the batch as it is
+            yield int(sorted_targets[0]), batch
+            return
+        ordered = batch.take(pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)]))
+        for target in range(self.num_channels):  # one take, then a zero-copy slice per target
+            lo, hi = int(bounds[target]), int(bounds[target + 1])
             if hi > lo:
-                yield target, batch.take(pa.array(order[lo:hi]))
+                yield target, ordered.slice(lo, hi - lo)
 

@@ -27,7 +27,7 @@ from ....errors import OperatorError
 from ....plan.aggregates import AggregateKind, KeyedAggregateSpec, is_batch_function, state_names
 from ....plan.specs import OnError
 from ....state.contract import RawKeyGroupMaps
-from ...key_index import KeyIndex
+from ...key_index import KeyIndex, carried_hashes
 from ...keys import batch_keys, encode_key_column, key_column, record_key_fn
 from ...wire.batches import to_arrow, to_records
 from ...wire.elements import Batch
@@ -46,6 +46,7 @@ from .functions import (
     row_selector,
     value_of,
 )
+from .local import FROM_RECORDS
 from .scan import group_order, running
 from .table import labels_of
 from .table_state import TableState
@@ -86,8 +87,10 @@ class KeyedAggregateOperator(KeyedOperator):
     # -- records in -----------------------------------------------------------------------------
     def process(self, batch: Batch) -> Batch | None:
         if type(batch) is pa.RecordBatch and self.column is not None and self._columnar(batch):
-            self._records_out = False
-            return self._process_table(batch, self.column, self.combined)
+            # partials a local phase made of records: records out, as if they had come as tuples
+            self._records_out = self.combined and _from_records(batch)
+            out = self._process_table(batch, self.column, self.combined)
+            return _records(out) if self._records_out and isinstance(out, pa.RecordBatch) else out
         if self.batch_only:
             self._records_out = False
             return self._process_table(*self._as_arrow(batch), False)
@@ -163,14 +166,23 @@ class KeyedAggregateOperator(KeyedOperator):
         """Merge an Arrow batch into the table: rows of records, or (`partials`) rows of
         partials in the accumulators' columns."""
         assert self.tables is not None and self.batch is not None
-        distinct, indices = encode_key_column(batch, column, self.name)
+        hashes = carried_hashes(batch) if partials else None
+        if hashes is not None:  # distinct keys, hashed by the local phase: no grouping, no hashing
+            distinct, indices = batch.column(column), None
+        else:
+            distinct, indices = encode_key_column(batch, column, self.name)
         table = self.tables.ensure(distinct.type)
         if table is None:
             return self._process_records(batch)
-        slots, added = table.slots(distinct)
+        slots, added = table.slots(distinct, hashes)
         if added.any():
             self.tables.new_keys(table, slots[added])
         n = len(distinct)
+        if indices is None:
+            if self.per_epoch:
+                table.merge(slots, self._row_partials(batch, True))
+                return None
+            indices = np.arange(n)
         if self.per_epoch:
             table.merge(slots, self._partials(batch, indices, n, partials))
             return None
@@ -376,6 +388,10 @@ class KeyedAggregateOperator(KeyedOperator):
         if self.tables is not None:
             found.update(self.tables.query(key))
         return found
+
+
+def _from_records(batch: Any) -> bool:
+    return bool(batch.schema.metadata == FROM_RECORDS)
 
 
 def _records(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:

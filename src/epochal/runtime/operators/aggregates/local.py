@@ -2,9 +2,11 @@
 
 Runs in the upstream operator's task (`plan.local_global` chains it there), ahead of the key
 exchange. Records of a key fold into one partial: Arrow batches keyed by a column are held as
-they come (no copy) and grouped when they ship, all of them with one dictionary encoding (its
-hash table is Arrow's, in C++), each aggregate's partials computed in numpy per distinct key;
-records fold into a Python dict per key (a count: a `Counter`, whose counting loop is C).
+they come (no copy) and grouped when they ship, all of them at once: by Arrow's hash aggregation
+for the built-ins (`acero.py`), else with one dictionary encoding and each aggregate's partials
+computed in numpy per distinct key; records fold into a Python dict per key (a count: a
+`Counter`, whose counting loop is C). Partials go out with their keys' hashes
+(`KEY_HASH_COLUMN`), so the router and the global phase hash no key again.
 Grouping many batches at once is what makes it cheap: the distinct keys of 8k-row batches cost a
 lookup each in any table kept across batches, several times what hashing a row costs (measured
 on a Zipf word stream: 330 ns a word more with a `KeyIndex` per 8k batch). What it holds goes
@@ -32,12 +34,13 @@ import pyarrow.compute as pc
 from ....errors import KeySelectorError
 from ....plan.aggregates import AggregateKind, LocalAggregateSpec, ValueSelector, is_batch_function, partial_key_column
 from ....plan.specs import OnError
-from ...key_index import KeyIndex
+from ...key_index import KEY_HASH_COLUMN, KeyIndex, hash_keys
 from ...keys import key_column, record_key_fn
 from ...wire.batches import to_arrow, to_records
 from ...wire.elements import Batch
 from ..bad_records import DeadLetter, with_letters
 from ..base import OperatorSnapshot, RuntimeOperator
+from .acero import grouped_partials
 from .functions import (
     BatchAggregate,
     arrow_column,
@@ -50,6 +53,8 @@ from .functions import (
 from .table import labels_of
 
 _ABSENT = object()
+# Schema metadata of a batch of partials made from records: the global phase emits records for it.
+FROM_RECORDS = {b"epochal.partials": b"records"}
 
 
 class LocalAggregateOperator(RuntimeOperator):
@@ -121,7 +126,16 @@ class LocalAggregateOperator(RuntimeOperator):
 
     def _add_records(self, batch: Batch, letters: list[DeadLetter]) -> None:
         records = to_records(batch)
-        if isinstance(batch, pa.RecordBatch) and self.column in batch.schema.names:
+        arrow_keys = isinstance(batch, pa.RecordBatch) and self.column in batch.schema.names
+        if self._count_only and not arrow_keys:
+            try:  # keys counted as they are made, no list of them: a failure fails the job
+                self._counts.update(map(self.key_fn, records))
+                return
+            except Exception as exc:
+                keys = self._keys(records)  # raises, naming the record whose key failed
+                bad = next((r for r, k in zip(records, keys) if not _hashable(k)), records[0])
+                raise KeySelectorError(self.name, bad, exc) from exc
+        elif isinstance(batch, pa.RecordBatch) and arrow_keys:
             keys = batch.column(self.column).to_pylist()  # its rows are tuples: no item by name
         else:
             keys = self._keys(records)
@@ -191,6 +205,10 @@ class LocalAggregateOperator(RuntimeOperator):
     def _ship(self) -> Batch | None:
         """Everything held, as partials (an Arrow batch, or tuples), and forget it."""
         arrow = self._ship_table()
+        counted = self._counts_table() if arrow is None and self._counts and self.until_barrier else None
+        if counted is not None:
+            self._counts = Counter()
+            return counted
         if self._counts:
             records: list[Any] | None = list(self._counts.items())
             self._counts = Counter()
@@ -223,6 +241,16 @@ class LocalAggregateOperator(RuntimeOperator):
         keys = table.column(column)
         if pa.types.is_dictionary(keys.type):
             keys = pa.chunked_array([c.dictionary_decode() for c in keys.chunks])
+            table = table.set_column(table.schema.get_field_index(column), column, keys)
+        by_arrow = grouped_partials(table, column, self.batch)
+        if by_arrow is not None:  # built-ins: Arrow groups and aggregates in one pass
+            distinct, accumulators = by_arrow
+            columns, names = [distinct], [self.out_key]
+            for partial, labels in zip(accumulators, labels_of(self.batch), strict=True):
+                for name, label in labels.items():
+                    columns.append(partial[name])
+                    names.append(label)
+            return _with_hashes(columns, names)
         encoded = pc.dictionary_encode(keys, null_encoding="encode")
         distinct = encoded.chunk(0).dictionary
         codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
@@ -233,7 +261,25 @@ class LocalAggregateOperator(RuntimeOperator):
             for name, label in labels.items():
                 columns.append(arrow_column(partial[name]))
                 names.append(label)
-        return pa.RecordBatch.from_arrays(columns, names=names)
+        return _with_hashes(columns, names)
+
+    def _counts_table(self) -> pa.RecordBatch | None:
+        """The counts of records' keys as a batch of partials with their hashes, marked as from
+        records (the global phase emits records for them): the global phase then merges them
+        columnar without grouping or hashing a key. None when the keys make no column a
+        `KeyIndex` takes (mixed types, floats, tuples...): then they go as tuples."""
+        assert self.batch is not None
+        try:
+            keys = pa.array(list(self._counts))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError,
+                ValueError):
+            return None
+        if not KeyIndex.supports(keys.type):
+            return None
+        counts = np.fromiter(self._counts.values(), dtype=np.int64, count=len(self._counts))
+        (label,) = labels_of(self.batch)[0].values()
+        batch = _with_hashes([keys, arrow_column(counts)], [self.out_key, label])
+        return batch.replace_schema_metadata(FROM_RECORDS)
 
     def _value_columns(self, table: pa.Table) -> list[str] | None:
         """The columns the aggregates read (None: all, for a batch function)."""
@@ -270,3 +316,14 @@ def _one_batch(table: pa.Table, only: list[str] | None) -> pa.RecordBatch:
         table = table.select(only)
     batches = table.combine_chunks().to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def _with_hashes(columns: list[pa.Array], names: list[str]) -> pa.RecordBatch:
+    """Partials (the distinct keys first) as a batch, with the keys' hashes where `KeyIndex`
+    takes the key type: the exchange and the global phase find the keys by them, so each
+    distinct key of an epoch is hashed once on its way (issue 36)."""
+    if KeyIndex.supports(columns[0].type):
+        hashes = hash_keys(columns[0])
+        columns = [*columns, pa.Array.from_buffers(pa.uint64(), len(hashes), [None, pa.py_buffer(hashes)])]
+        names = [*names, KEY_HASH_COLUMN]
+    return pa.RecordBatch.from_arrays(columns, names=names)

@@ -62,9 +62,10 @@ class AggregateTable:
         return self.index.key_groups
 
     # -- rows -------------------------------------------------------------------------------------
-    def slots(self, distinct: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of distinct keys, adding the unseen ones (absent): `(slots, added)`."""
-        slots, added = self.index.lookup(distinct)
+    def slots(self, distinct: pa.Array, hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of distinct keys (`hashes`: theirs, if known), adding the unseen ones
+        (absent): `(slots, added)`."""
+        slots, added = self.index.lookup(distinct, hashes)
         n = len(self.index)
         if n > len(self._present):
             for flags in (self._present, self._dirty, self._unemitted):
