@@ -140,7 +140,7 @@ def test_nexmark_benchmark_is_registered() -> None:
 
 @pytest.mark.spark
 def test_spark_columns(tmp_path: Path) -> None:
-    result = n.measure(EVENTS, str(tmp_path), only=["q0", "q11"])
+    result = n.measure(EVENTS, str(tmp_path), only=["q0"])  # one query: the columns, not the queries (CI time)
     assert "spark_error" not in result, result.get("spark_error")
     for row in result["rows"]:
         assert row["epochal_spark"]["events"] == EVENTS and row["epochal_spark"]["startup_s"] > 0
