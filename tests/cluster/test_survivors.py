@@ -50,6 +50,8 @@ def test_the_upstream_log_replays_what_came_after_the_restored_checkpoint_s_barr
     assert len(link.frames) == sent, "nothing goes to a dead worker"
     new = _Link()
     assert out.rejoin(new, 1) == 3  # type: ignore[arg-type]
+    assert new.data() == [[2], [3]], "the replay goes as far as the new consumer's credit"
+    out.grant(2)
     assert new.data() == [[2], [3], Watermark(5.0), [4]], "records and watermarks after barrier 1; no barriers"
     out.send(END_OF_INPUT)
     assert new.data()[-1] == END_OF_INPUT and not out.detached
@@ -61,6 +63,71 @@ def test_a_log_that_starts_after_the_barrier_replays_whole() -> None:
     new = _Link()
     out.rejoin(new, 3)  # type: ignore[arg-type]
     assert new.data() == [[7]]
+
+
+class _Gate:
+    """What an `OutputGate` learns from a channel: whether its task is held back."""
+
+    def __init__(self, out: LoggedOutput) -> None:
+        self.out, self.full = out, not out.has_capacity()
+        out.watch.filled, out.watch.freed = self._filled, self._freed
+
+    def _filled(self) -> None:
+        self.full = True
+
+    def _freed(self) -> None:
+        self.full = False
+
+    def held(self) -> bool:
+        assert self.full == (not self.out.has_capacity()), "the gate and the channel disagree"
+        return self.full
+
+
+def test_a_survivor_is_not_held_back_by_a_lost_consumer() -> None:
+    """Issue 37, measured on Spark: the survivor's task, out of credit to the dead worker, stayed
+    held back after `detach` (nothing told its gate) and, after `rejoin`, until the restored task
+    had taken the whole replay: the kept groups went 772-1,180 ms without output."""
+    link = _Link()
+    out = _output(link)
+    gate = _Gate(out)
+    out.send([1])
+    out.send([2])  # no credit left: the task waits for the consumer
+    assert gate.held()
+    out.detach()  # the consumer's worker died: no credit will come back
+    assert not gate.held(), "the task runs on, logging what goes to the lost worker"
+    for i in range(3, 9):
+        out.send([i])
+    new = _Link()
+    out.rejoin(new, 0)  # type: ignore[arg-type]  # restored from a checkpoint before the log
+    assert len(new.data()) == 2 and not gate.held(), "the replay is paced by credit, the task is not"
+    out.send([9])
+    assert not gate.held()
+    out.grant(2)
+    out.grant(2)
+    out.grant(2)
+    assert not gate.held() and new.data() == [[i] for i in range(1, 9)]
+    out.grant(1)  # the backlog is sent: flow control holds again
+    assert new.data()[-1] == [9] and out.backlog is None and gate.held()
+    out.grant(2)
+    assert not gate.held()
+    out.send([10])
+    assert new.data()[-1] == [10]
+
+
+def test_a_broken_link_detaches_its_channels_at_once(tmp_path: Any) -> None:
+    from epochal.cluster.survivors import SurvivorChannels
+
+    dead, other = _Link(), _Link()
+    channels = SurvivorChannels(0, True, lambda message: None)
+    channels.start(1)
+    to_dead = channels.output(1, dead, 0, 1, 1, 1, 0.0, False)  # type: ignore[arg-type]
+    to_other = channels.output(2, other, 1, 1, 1, 1, 0.0, False)  # type: ignore[arg-type]
+    gate = _Gate(to_dead)  # type: ignore[arg-type]
+    to_dead.send([1])
+    assert gate.held()
+    channels.link_broke(dead)  # type: ignore[arg-type]
+    assert not gate.held() and isinstance(to_dead, LoggedOutput) and to_dead.detached
+    assert isinstance(to_other, LoggedOutput) and not to_other.detached
 
 
 def _input(restored_from: int | None = None) -> tuple[CountingInput, _Link]:

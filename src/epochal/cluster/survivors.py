@@ -39,14 +39,48 @@ class LoggedOutput(RemoteOutputChannel):
         self.capacity = capacity
         self.log: deque[Element] = deque()
         self.detached = False
+        # after `rejoin`, what the new consumer has no credit for yet: the replay, then what the
+        # task sends while the restored task catches up; the task is not held back meanwhile (the
+        # log holds all of it), and it is encoded as credit comes, never all at once
+        self.backlog: deque[Element] | None = None
 
     def has_capacity(self) -> bool:
-        return self.detached or super().has_capacity()
+        return self.detached or self.backlog is not None or super().has_capacity()
 
     def send(self, element: Element) -> None:
         self.log.append(element)
-        if not self.detached:
-            super().send(element)
+        if self.detached:
+            return
+        if self.backlog is not None:
+            self.backlog.append(element)
+            self._drain()
+            return
+        super().send(element)
+
+    def _frame(self, kind: int, payload: bytes) -> None:
+        if self.backlog is None:
+            super()._frame(kind, payload)
+            return
+        self.link.send_frame(kind, self.attempt, self.wire_id, payload)
+        self.credits -= 1  # the task is not held back: `_drain` waits for credit instead
+
+    def grant(self, credits: int) -> None:
+        if self.backlog is None:
+            super().grant(credits)
+            return
+        self.credits += credits
+        self._drain()
+
+    def _drain(self) -> None:
+        """Send from the backlog as far as credit goes; once it is empty, flow control holds again."""
+        backlog = self.backlog
+        assert backlog is not None
+        while backlog and self.credits > 0:
+            super().send(backlog.popleft())
+        if not backlog:
+            self.backlog = None
+            if self.credits <= 0 and not self.elastic:
+                self.watch.filled()  # out of credit: the task waits for the consumer as before
 
     def completed(self, checkpoint_id: int) -> None:
         """Checkpoint `checkpoint_id` is complete: what came before its barrier is never replayed."""
@@ -62,21 +96,24 @@ class LoggedOutput(RemoteOutputChannel):
         """The consumer's worker is lost: log only, until `rejoin` (what is buffered is logged)."""
         self.detached = True
         self._buffer, self._rows = [], 0
+        if self.credits <= 0 and not self.elastic:
+            self.watch.freed()  # the dead consumer returns no credit: the task must not wait for it
 
     def rejoin(self, link: Link, checkpoint_id: int) -> int:
         """The consumer's new process restored checkpoint `checkpoint_id`: replay to it what was
         sent after that checkpoint's barrier, then go live; returns the records replayed."""
         self.link, self.credits, self.detached = link, self.capacity, False
         self._buffer, self._rows = [], 0
-        after = _after_barrier(self.log, checkpoint_id)
+        backlog: deque[Element] = deque()
         replayed = 0
-        for element in after:
+        for element in _after_barrier(self.log, checkpoint_id):
             if type(element) is Barrier or type(element) is LoopProbe:
                 continue  # their checkpoints were aborted; new ones come live
             if is_batch(element):
                 replayed += batch_len(element)
-            super().send(element)
-        self.flush()
+            backlog.append(element)
+        self.backlog = backlog  # it goes out as the new consumer grants credit
+        self._drain()
         return replayed
 
 
@@ -190,8 +227,18 @@ class SurvivorChannels:
     def peer_lost(self, message: PeerLost) -> None:
         """A peer's process died: log only what goes to it, and run on."""
         for wire_id, out in self.outputs.items():
-            if self.peer_of[wire_id] == message.worker and isinstance(out, LoggedOutput):
-                out.detach()
+            if self.peer_of[wire_id] == message.worker and isinstance(out, LoggedOutput) and not out.detached:
+                out.detach()  # unless its link broke already (`link_broke`)
+
+    def link_broke(self, link: Link) -> None:
+        """A link to a peer broke: its process died, or the network dropped it. Either way no
+        credit comes back on it, so the channels on it log only from now on, without waiting for
+        the job master's `PeerLost` (a task held back by one of them would stop meanwhile); if
+        the job master rolls every task back instead, the attempt ends and the logs with it."""
+        if self.enabled:
+            for out in self.outputs.values():
+                if isinstance(out, LoggedOutput) and out.link is link and not out.detached:
+                    out.detach()
 
     def rejoin(self, message: Rejoin, peers: PeerLinks) -> None:
         """A lost peer's new process restores: link to it (then `linked`)."""

@@ -353,6 +353,7 @@ class Worker:
                     elif self.tasks and self.pending is None and self.links.get(key.data) is link:
                         # a peer's link broke: its process died (the job master sees that too), or
                         # the network dropped it; either way the attempt cannot go on without it
+                        self.survivors.link_broke(link)
                         self._to_driver(LinkBroken(self.index, self.attempt, key.data, str(exc),
                                                    self.peers.incarnation_of(key.data)))
 
