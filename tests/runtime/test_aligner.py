@@ -232,3 +232,23 @@ def test_cuts_stay_exact_when_upstreams_skip_barriers(contents, data) -> None:  
             assert n not in aligner.abandoned
             if all(ch.pos > ch.elements.index(b(n)) for ch in channels):
                 assert n in snapshots
+
+
+def test_a_barrier_that_comes_after_its_checkpoint_was_aborted_blocks_nothing() -> None:
+    """Survivors run on (issue 37): checkpoint 3 was aborted because a worker was lost before its
+    barrier reached this task; it comes still on a live input, never on the lost one's. Aligned,
+    it would hold the live input until a newer checkpoint (none starts before the survivors caught up)."""
+    aligner = BarrierAligner(2)
+    aligner.aborted(3)
+    assert aligner.on_barrier(0, b(3)) is AlignStep.DROP
+    assert not aligner.is_blocked(0) and not aligner.is_aligning
+    assert aligner.on_barrier(0, b(4)) is AlignStep.CONTINUE and aligner.is_blocked(0)
+    assert aligner.on_barrier(1, b(4)) is AlignStep.SNAPSHOT
+
+
+def test_an_aborted_barrier_that_moves_key_groups_or_patches_is_aligned_still() -> None:
+    from dataclasses import replace
+
+    aligner = BarrierAligner(2)
+    aligner.aborted(3)
+    assert aligner.on_barrier(0, replace(b(3), patch=1)) is AlignStep.CONTINUE and aligner.is_blocked(0)

@@ -58,6 +58,7 @@ class BarrierAligner:
         self.last_completed = 0
         self.completed: Barrier | None = None  # the barrier of the last SNAPSHOT step
         self.abandoned: list[int] = []  # checkpoints given up for a newer one; the task declines them
+        self._aborted: set[int] = set()  # aborted before their first barrier came: dropped when it does
 
     def is_blocked(self, channel: int) -> bool:
         return channel in self._blocked
@@ -87,6 +88,8 @@ class BarrierAligner:
         cid = barrier.checkpoint_id
         if cid <= self.last_completed or (self.pending is not None and cid < self.pending.checkpoint_id):
             return AlignStep.DROP
+        if self._aborted and cid in self._aborted and barrier.reroute is None and not barrier.patch:
+            return AlignStep.DROP
         if self.pending is not None and cid > self.pending.checkpoint_id:
             self.abandon()
         if self.pending is None:
@@ -95,6 +98,16 @@ class BarrierAligner:
         if barrier.alignment is not Alignment.NONE:
             self._blocked.add(channel)
         return self._maybe_complete()
+
+    def aborted(self, checkpoint_id: int) -> None:
+        """The job master aborted `checkpoint_id` before its first barrier came here: a barrier of
+        it that still comes is dropped, not aligned, since the input that would complete it may be
+        a lost worker's (survivors run on: `runtime.master.survivors`), and the alignment would
+        hold the other inputs until a newer checkpoint. Barriers that move key groups or patch
+        code are aligned still: every task must switch at them."""
+        if checkpoint_id > self.last_completed:
+            self._aborted = {c for c in self._aborted if c > self.last_completed}
+            self._aborted.add(checkpoint_id)
 
     def abandon(self) -> None:
         """Give up the alignment in progress (a newer checkpoint started); the task declines it."""

@@ -339,6 +339,8 @@ class Task:
         pending = self.gate.aligner.pending
         if pending is not None and pending.checkpoint_id == message.checkpoint_id:
             self.checkpoints.abandon_alignment()  # its barrier may never come on some input (a lost worker's)
+        elif pending is None or pending.checkpoint_id < message.checkpoint_id:
+            self.gate.aligner.aborted(message.checkpoint_id)  # nor align it if its barrier comes still
         if self.source is not None:
             self.source.aborted(message.checkpoint_id)
         if self.cut is not None:
