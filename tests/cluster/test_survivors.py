@@ -212,3 +212,29 @@ def test_no_checkpoint_a_discovering_source_or_work_under_way_roll_back(tmp_path
     assert "finds splits" in _plan(job, discovering=True)
     assert _plan(job, busy="a patch is under way") == "a patch is under way"
     assert "no worker survived" in _plan(job, lost={0, 1})
+
+
+def test_a_backlog_that_keeps_growing_holds_the_task_back(monkeypatch: Any) -> None:
+    """The backlog is bounded: a restored task that cannot keep up slows the survivor down again."""
+    from epochal.cluster import survivors
+
+    monkeypatch.setattr(survivors, "_SLACK", 4)
+    link = _Link()
+    out = _output(link)
+    gate = _Gate(out)
+    out.detach()
+    for i in range(3):
+        out.send([i])
+    new = _Link()
+    out.rejoin(new, 0)  # type: ignore[arg-type]
+    assert out.bound == 2 * 3 + 4 and new.data() == [[0], [1]], "the replay goes within credit"
+    for i in range(3, 12):
+        out.send([i])
+        assert not gate.held()
+    assert len(out.backlog or ()) == 10
+    out.send([12])
+    assert gate.held(), "past twice the replay and the slack the task waits"
+    out.grant(3)
+    assert not gate.held() and out.held is False
+    out.grant(20)
+    assert out.backlog is None and new.data() == [[i] for i in range(13)] and not gate.held()

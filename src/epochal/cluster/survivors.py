@@ -3,10 +3,13 @@
 The protocol and why it is exactly once: `runtime.master.survivors`. Here, what one worker does:
 
 - `LoggedOutput` keeps everything it sends (its upstream log) from the barrier of the last
-  complete checkpoint on. While its consumer's worker is lost it sends nothing but keeps
-  logging and never holds its task back (the log is the buffer); when the consumer's new
-  process is linked it replays what came after the restored checkpoint's barrier (records,
-  watermarks, an end of input; not barriers: their checkpoints were aborted), then goes live.
+  complete checkpoint on. While its consumer's worker is lost (from the moment the link to it
+  breaks) it sends nothing but keeps logging and never holds its task back (the log is the
+  buffer; its gate is told, even if credit had run out); when the consumer's new process is
+  linked it replays what came after the restored checkpoint's barrier (records, watermarks, an
+  end of input; not barriers: their checkpoints were aborted), then goes live. The replay and
+  what follows it go out as the new process grants credit, from a backlog that does not hold
+  the task back either: the survivor runs on while the restored task catches up.
 - `CountingInput` counts the records it delivered since each barrier (the channel's sequence
   numbers; the counts at barrier n form the task's progress vector at n). When its producer's
   worker was lost and restored from checkpoint n, it drops as many records from the front of
@@ -29,6 +32,11 @@ from ..runtime.wire.network import EVENT, Link, RemoteInputChannel, RemoteOutput
 from .peers import PeerLinks
 from .protocol import CaughtUp, PeerLost, Rejoin
 
+# A backlog holds what the log holds too (the same elements), but a restored task slower than its
+# survivors would let it grow without end: past twice the replay and this slack, the task is held
+# back after all (flow control again), and runs once the backlog is down by half the slack.
+_SLACK = 4096
+
 
 class LoggedOutput(RemoteOutputChannel):
     """An output channel to another worker that keeps what it sent since the last complete barrier."""
@@ -43,17 +51,28 @@ class LoggedOutput(RemoteOutputChannel):
         # task sends while the restored task catches up; the task is not held back meanwhile (the
         # log holds all of it), and it is encoded as credit comes, never all at once
         self.backlog: deque[Element] | None = None
+        self.bound = 0  # the backlog's length past which the task is held back after all
+        self.held = False
 
     def has_capacity(self) -> bool:
-        return self.detached or self.backlog is not None or super().has_capacity()
+        if self.detached:
+            return True
+        if self.backlog is not None:
+            return not self.held
+        return super().has_capacity()
 
     def send(self, element: Element) -> None:
         self.log.append(element)
         if self.detached:
             return
-        if self.backlog is not None:
-            self.backlog.append(element)
+        backlog = self.backlog
+        if backlog is not None:
+            backlog.append(element)
             self._drain()
+            if self.backlog is not None and len(backlog) > self.bound and not self.held:
+                # the restored task falls ever further behind: bounded (`_SLACK`)
+                self.held = True
+                self.watch.filled()
             return
         super().send(element)
 
@@ -79,8 +98,15 @@ class LoggedOutput(RemoteOutputChannel):
             super().send(backlog.popleft())
         if not backlog:
             self.backlog = None
-            if self.credits <= 0 and not self.elastic:
+            if self.held:  # the gate has it as full already: a grant frees it as before
+                self.held = False
+                if self.credits > 0:
+                    self.watch.freed()
+            elif self.credits <= 0 and not self.elastic:
                 self.watch.filled()  # out of credit: the task waits for the consumer as before
+        elif self.held and len(backlog) <= self.bound - _SLACK // 2:
+            self.held = False
+            self.watch.freed()
 
     def completed(self, checkpoint_id: int) -> None:
         """Checkpoint `checkpoint_id` is complete: what came before its barrier is never replayed."""
@@ -112,7 +138,7 @@ class LoggedOutput(RemoteOutputChannel):
             if is_batch(element):
                 replayed += batch_len(element)
             backlog.append(element)
-        self.backlog = backlog  # it goes out as the new consumer grants credit
+        self.backlog, self.bound, self.held = backlog, 2 * len(backlog) + _SLACK, False  # sent as credit comes
         self._drain()
         return replayed
 
