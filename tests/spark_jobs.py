@@ -6,6 +6,7 @@ run with one worker killed (`run_and_kill`)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import importlib
 import os
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from epochal import (
 )
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import FileSink, TextFileSource, read_committed
+from epochal.runtime.master.control import JobControl
 from epochal.runtime.wire.batches import batch_len
 from epochal.runtime.wire.elements import Batch
 from epochal.state.storage import MANIFEST_NAME
@@ -246,6 +248,18 @@ def batch_types(directory: str) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
+@contextlib.contextmanager
+def cancelled_on_failure(control: JobControl, thread: threading.Thread) -> Iterator[None]:
+    """A test that fails while its job runs in `thread` cancels the job and waits for it: a
+    stage left running holds its task slots, and every Spark test after it would fail waiting."""
+    try:
+        yield
+    except BaseException:
+        control.request_cancel()
+        thread.join(timeout=120)
+        raise
+
+
 def run_and_kill(
     spark: Any, env: StreamEnvironment, name: str, ckpt: str, rng: random.Random, *,
     after_checkpoint: bool = True, delay: tuple[float, float] = (0.0, 1.0), whole_task: bool = False,
@@ -258,29 +272,32 @@ def run_and_kill(
     (its supervisor, the worker with it) instead of the worker's process.
     """
     executor = SparkExecutor(spark)
+    job = env.job_graph(name)
+    control = JobControl(job.name, job.parallelism)
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["result"] = executor.execute(env.job_graph(name))
+            outcome["result"] = executor.execute(job, control=control)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
             outcome["error"] = exc
 
     thread = threading.Thread(target=run)
     thread.start()
-    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
-    if after_checkpoint:
-        wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
-    time.sleep(rng.uniform(*delay))  # the moment of the kill, not a wait for anything
-    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
-    victims = executor.supervisor_pids if whole_task else executor.worker_pids
-    try:
-        os.kill(rng.choice(sorted(victims.values())), signal.SIGKILL)
-    except ProcessLookupError:  # the job ended meanwhile: let it finish, so no stage outlives the test
+    with cancelled_on_failure(control, thread):
+        wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
+        if after_checkpoint:
+            wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
+        time.sleep(rng.uniform(*delay))  # the moment of the kill, not a wait for anything
+        assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
+        victims = executor.supervisor_pids if whole_task else executor.worker_pids
+        try:
+            os.kill(rng.choice(sorted(victims.values())), signal.SIGKILL)
+        except ProcessLookupError:  # the job ended meanwhile: let it finish, so no stage outlives the test
+            thread.join(timeout=300)
+            raise AssertionError(f"the job ended before the kill ({outcome.get('error')!r})") from None
         thread.join(timeout=300)
-        raise AssertionError(f"the job ended before the kill ({outcome.get('error')!r})") from None
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "the job did not finish after the kill"
+        assert not thread.is_alive(), "the job did not finish after the kill"
     if "error" in outcome:
         raise outcome["error"]
     result: JobResult = outcome["result"]

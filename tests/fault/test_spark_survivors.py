@@ -19,7 +19,16 @@ import pytest
 from epochal import RecoveryConfig
 from epochal.cluster.spark import SparkExecutor
 from epochal.connectors import read_committed
-from spark_jobs import complete_checkpoints, expected_updates, launches, wait_until, wordcount_env, write_corpus
+from epochal.runtime.master.control import JobControl
+from spark_jobs import (
+    cancelled_on_failure,
+    complete_checkpoints,
+    expected_updates,
+    launches,
+    wait_until,
+    wordcount_env,
+    write_corpus,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault]
 
@@ -35,22 +44,25 @@ def _run(spark: Any, env: Any, ckpt: str, kill: Any) -> tuple[Any, SparkExecutor
     """Run on Spark in a thread; `kill(executor)` once both workers said hello and a checkpoint
     completed; the result and the executor."""
     executor = SparkExecutor(spark)
+    job = env.job_graph("survivors")
+    control = JobControl(job.name, job.parallelism)
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["result"] = executor.execute(env.job_graph("survivors"))
+            outcome["result"] = executor.execute(job, control=control)
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             outcome["error"] = exc
 
     thread = threading.Thread(target=run)
     thread.start()
-    wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
-    wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
-    assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
-    kill(executor)
-    thread.join(timeout=300)
-    assert not thread.is_alive(), "the job did not finish"
+    with cancelled_on_failure(control, thread):
+        wait_until(lambda: len(executor.worker_pids) == 2 or not thread.is_alive(), "both workers said hello")
+        wait_until(lambda: bool(complete_checkpoints(ckpt)) or not thread.is_alive(), "a checkpoint completed")
+        assert thread.is_alive(), f"the job ended before the kill ({outcome.get('error')!r})"
+        kill(executor)
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "the job did not finish"
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"], executor
