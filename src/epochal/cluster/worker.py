@@ -107,7 +107,6 @@ class Worker:
         self.driver = DriverLink(driver, guard)
         self.pending: Start | None = None  # a Start waiting for links to a new peer incarnation
         self.held: list[ToTask] = []  # what came for the pending Start's tasks, not built yet
-        self.attempt = 0
         self.tasks: dict[TaskId, Task] = {}
         self.merger: SnapshotMerger | None = None  # this worker's one checkpoint file per checkpoint
         self.failed = False
@@ -118,6 +117,11 @@ class Worker:
         # channels to other workers that log and count, when survivors do not roll back
         self.survivors = SurvivorChannels(index, job.config.recovery.survivors, self._to_driver)
         self.frames = FrameRouter(index, self.survivors, self.backups)  # peers' frames to the channels
+
+    @property
+    def attempt(self) -> int:
+        """The attempt this worker runs (its frame router drops frames of older ones)."""
+        return self.frames.attempt
 
     # -- set-up ----------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -157,7 +161,6 @@ class Worker:
             self.job = pickle.loads(start.job)
             self.config = self.job.config
             self.keys = channel_keys(self.job)
-        self.attempt = start.attempt
         self.frames.begin(start.attempt)
         self.failed = False
         manifest = None
