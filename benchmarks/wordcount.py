@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from .runner import ROOT, benchmark, pyplot, save_figure
-from .spark_subprocess import run_on_spark
+from .spark_subprocess import run_on_spark, settle
 
 LINES = 2_000_000
 WORDS_PER_LINE = 8
@@ -225,10 +225,12 @@ def spark_part(session: Any, corpus: str, reps: int, outputs: str) -> dict[str, 
 def _spark_run(session: Any, corpus: str, job: str, out: str, env_type: Any, config: Any, executor_type: Any
                ) -> dict[str, Any]:
     work = tempfile.mkdtemp(prefix=f"epochal-wordcount-spark-{job}-")
+    settled = settle()  # the JVM done with the previous run's compiling and collecting
     load = os.getloadavg()[0]
     try:
         if job == "spark-ss":
-            return {**spark_ss(session, corpus, out, os.path.join(work, "ckpt")), "output": out, "load": load}
+            return {**spark_ss(session, corpus, out, os.path.join(work, "ckpt")), "output": out, "load": load,
+                    "settled_seconds": settled}
         env = env_type(parallelism=2, spark=session,
                        checkpoint=config(interval=INTERVAL, directory=os.path.join(work, "ckpt")))
         build_job(env, corpus, job, out)
@@ -239,7 +241,8 @@ def _spark_run(session: Any, corpus: str, job: str, out: str, env_type: Any, con
         events = dict(executor.timeline)
         return {"seconds": events["finished"] - events["running"], "whole_seconds": whole, "cpu_seconds": cpu,
                 "startup_seconds": events["running"] - events.get("submitted", events["running"]),
-                "words": words_counted(result), "checkpoints": len(result.checkpoints), "output": out, "load": load}
+                "words": words_counted(result), "checkpoints": len(result.checkpoints), "output": out, "load": load,
+                "settled_seconds": settled}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

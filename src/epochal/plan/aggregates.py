@@ -38,10 +38,14 @@ from .windows import DeterministicWindow, Session
 # a dict key), a tuple index, or a function of the record.
 ValueSelector = str | int | Callable[[Any], Any] | None
 
-# Keys (of records) and rows (of Arrow batches) a local phase holds before it ships partials
-# regardless of the next barrier.
+# Keys (of records), and rows and bytes (of Arrow batches), a local phase holds before it ships
+# partials regardless of the next barrier. Each shipment costs a lookup per distinct key in the
+# router and in the global phase, so fewer, larger ones are cheaper: 4 M rows against 1 M took the
+# word count on Spark (2 workers, 16 M words, 100 k distinct) from 1.33 to 1.12 s; the bytes
+# bound keeps wide rows from holding gigabytes.
 DEFAULT_MAX_KEYS = 1 << 18
-DEFAULT_MAX_ROWS = 1 << 20
+DEFAULT_MAX_ROWS = 1 << 22
+DEFAULT_MAX_BYTES = 64 << 20
 
 
 class AggregateKind(Enum):
@@ -114,8 +118,8 @@ class LocalAggregateSpec(OperatorSpec):
 
     `until_barrier`: hold partials until the next barrier, watermark or end of input (the
     committed output does not change); else ship them at the end of each batch. `max_keys`
-    bounds the keys held of records, `max_rows` the rows of Arrow batches held: past them the
-    partials go early. `values_only`: ship the partial values
+    bounds the keys held of records, `max_rows` and `max_bytes` the rows and bytes of Arrow
+    batches held: past them the partials go early. `values_only`: ship the partial values
     alone (a reduce's partial is a record like the others), not `(key, partial)`.
     """
 
@@ -124,6 +128,7 @@ class LocalAggregateSpec(OperatorSpec):
     until_barrier: bool = True
     max_keys: int = DEFAULT_MAX_KEYS
     max_rows: int = DEFAULT_MAX_ROWS
+    max_bytes: int = DEFAULT_MAX_BYTES
     values_only: bool = False
     on_error: OnError = OnError.FAIL
 
@@ -212,3 +217,4 @@ class LocalWindowSpec(OperatorSpec):
     event_time: EventTime
     value: str | None = None
     max_rows: int = DEFAULT_MAX_ROWS
+    max_bytes: int = DEFAULT_MAX_BYTES

@@ -17,7 +17,7 @@ out as partials (an Arrow batch with the key column and one column per accumulat
   snapshot is taken and needs no state of its own (ABS, Algorithm 1: the partials belong to the
   epoch the barrier closes, and the global phase's state includes them);
 - at the end of the input, and when it holds more than `max_keys` keys of records or
-  `max_rows` rows of Arrow batches;
+  `max_rows` rows (`max_bytes` bytes) of Arrow batches;
 - at the end of every batch instead, when the global phase emits per record
   (`until_barrier=False`), so updates are not held back.
 """
@@ -78,8 +78,10 @@ class LocalAggregateOperator(RuntimeOperator):
         self._count_only = len(self.calls) == 1 and self.calls[0].kind is AggregateKind.COUNT
         self._held_batches: list[pa.RecordBatch] = []  # Arrow batches not yet grouped
         self._held_rows = 0
+        self._held_bytes = 0
         self._held_column = ""
         self.max_rows = spec.max_rows
+        self.max_bytes = spec.max_bytes
         self._counts: Counter[Any] = Counter()
         self._partials: dict[Any, Any] = {}
 
@@ -92,7 +94,8 @@ class LocalAggregateOperator(RuntimeOperator):
             self._add_arrow(*self._as_arrow(batch))
         else:
             self._add_records(batch, letters)
-        if not self.until_barrier or self._held() > self.max_keys or self._held_rows >= self.max_rows:
+        if (not self.until_barrier or self._held() > self.max_keys or self._held_rows >= self.max_rows
+                or self._held_bytes >= self.max_bytes):
             return with_letters(self._ship(), letters)
         return with_letters(None, letters)
 
@@ -122,6 +125,7 @@ class LocalAggregateOperator(RuntimeOperator):
     def _add_arrow(self, batch: pa.RecordBatch, column: str) -> None:
         self._held_batches.append(batch)
         self._held_rows += batch.num_rows
+        self._held_bytes += batch.nbytes
         self._held_column = column
 
     def _add_records(self, batch: Batch, letters: list[DeadLetter]) -> None:
@@ -235,7 +239,7 @@ class LocalAggregateOperator(RuntimeOperator):
         batches, column = self._held_batches, self._held_column
         if not batches:
             return None
-        self._held_batches, self._held_rows = [], 0
+        self._held_batches, self._held_rows, self._held_bytes = [], 0, 0
         assert self.batch is not None
         table = pa.Table.from_batches(batches)
         keys = table.column(column)

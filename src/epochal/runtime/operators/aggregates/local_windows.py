@@ -12,7 +12,7 @@ column, the slice's start in the event-time column, the number of records each r
 It ships before every watermark it forwards (`on_watermark`: the global phase sees a slice's
 partial before the watermark that could close its windows, so nothing becomes late that was not
 late), before every checkpoint barrier (it keeps no state), at the end of the input, and when it
-holds `max_rows` rows. A partial row behind the watermark is judged late or not for the slice it
+holds `max_rows` rows or `max_bytes` bytes. A partial row behind the watermark is judged late or not for the slice it
 stands for, which holds for every record in it: every window holding one holds the slice.
 """
 
@@ -52,8 +52,10 @@ class LocalWindowOperator(RuntimeOperator):
         assert grid is not None, "a local window phase needs periodic queries"
         self.edges = grid.edges
         self.max_rows = spec.max_rows
+        self.max_bytes = spec.max_bytes
         self._held: list[pa.RecordBatch] = []
         self._rows = 0
+        self._bytes = 0
 
     def process(self, batch: Batch) -> Batch | None:
         arrow = batch if isinstance(batch, pa.RecordBatch) else to_arrow(batch)
@@ -62,12 +64,14 @@ class LocalWindowOperator(RuntimeOperator):
         if missing:
             raise RecordError(self.name, f"<batch with columns {arrow.schema.names}>",
                               KeyError(f"no column {missing[0]!r}"), self.position())
-        self._held.append(arrow.select(columns))
-        self._rows += arrow.num_rows
-        return self._ship() if self._rows >= self.max_rows else None
+        held = arrow.select(columns)
+        self._held.append(held)
+        self._rows += held.num_rows
+        self._bytes += held.nbytes
+        return self._ship() if self._rows >= self.max_rows or self._bytes >= self.max_bytes else None
 
     def _ship(self) -> pa.RecordBatch | None:
-        held, self._held, self._rows = self._held, [], 0
+        held, self._held, self._rows, self._bytes = self._held, [], 0, 0
         if not held:
             return None
         table = pa.Table.from_batches(held).combine_chunks()
