@@ -98,11 +98,15 @@ class AsyncMapSpec(OperatorSpec):
 class MapBatchesSpec(OperatorSpec):
     """A stateless function applied per batch, as a `pyarrow.RecordBatch` (the columnar path).
     `event_time`: where the records' event time is from here on (a column `fn` outputs; the SQL
-    layer's aggregates over a window's output); watermarks pass on unchanged."""
+    layer's aggregates over a window's output); watermarks pass on unchanged, or held at the start
+    of their `watermark_tick` (the SQL layer's GROUP BY on the event-time column: the window
+    operator ahead closes its groups by windows of that length, and a group's row, whose time is
+    its own, goes out only when the watermark passes its window's end)."""
 
     fn: Callable[[Any], Any]
     on_error: OnError = OnError.FAIL
     event_time: EventTime | None = None
+    watermark_tick: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from sqlglot import exp
 from .batches import Positional, Project
 from .errors import refuse
 from .expressions import Expr, Scope, compile_expression, key_of
-from .timing import output_time, retimed, window_time
+from .timing import TICK, output_time, retimed, window_time
 
 if TYPE_CHECKING:
     from ..api.stream import DataStream
@@ -144,7 +144,8 @@ def final_projection(planner: Planner, select: exp.Select, source: Relation, gro
     if time is None:
         stream = merged.map_batches(final, name=planner.name("select"))
     else:
-        stream = retimed(merged, final, planner.name("select"), time)
+        on_time = grouping.window is None  # GROUP BY the event-time column: windows of TICK
+        stream = retimed(merged, final, planner.name("select"), time, TICK if on_time else None)
     planner.stable(stream)
     return relation(stream, schema, time, (), updates=not windowed)
 

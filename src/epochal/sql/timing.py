@@ -10,9 +10,16 @@ the new column), and a second `GROUP BY window(that column, ...)`, a `GROUP BY` 
 among its keys, or an interval join on it runs on the output like on a view.
 
 A `GROUP BY` with the event-time column among its keys and no window (`GROUP BY endtime`, the
-maximum per window of q5) closes a group when the watermark passes its time: it runs on the
-window operator with windows of `TICK` (a key's rows all have one time, so they fall in one
-window, which fires once the watermark passes it), the time itself being one of the keys.
+maximum per window of q5) closes a group when the watermark passes the end of the second its
+time is in: it runs on the window operator with windows of `TICK` (a key's rows all have one
+time, so they fall in one window, which fires once the watermark passes it), the time itself
+being one of the keys; the projection after it holds the watermark at the start of its
+second (`retimed`), so no row it emits later is behind a watermark gone ahead. A second, not a
+millisecond: the window operator keeps a column per live
+window for every key, and a join ahead that holds the watermark back by a minute (q4) kept 60,000
+millisecond columns live, 23 GB at a million events; a second costs the group at most a second of
+event time before it goes out, and counts the rows that come within it behind the watermark
+(Spark drops them as late: the same on in-order streams).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TICK", "time_key", "key_window", "output_time", "retimed", "window_time"]
 
-TICK = 0.001  # seconds: the windows a GROUP BY on the event-time column closes its groups by
+TICK = 1.0  # seconds: the windows a GROUP BY on the event-time column closes its groups by
 
 
 def time_key(keys: list[exp.Expr], scope: Scope, event_time: str | None) -> int | None:
@@ -79,7 +86,10 @@ def window_time(end: pa.Array) -> pa.Array:
     return pc.subtract(end.cast(pa.float64()), 1e-6)
 
 
-def retimed(stream: DataStream, fn: Callable[[Any], Any], name: str, column: str) -> DataStream:
-    """`stream.map_batches(fn)` whose output's event time is `column` (watermarks unchanged)."""
+def retimed(stream: DataStream, fn: Callable[[Any], Any], name: str, column: str, tick: float | None = None
+            ) -> DataStream:
+    """`stream.map_batches(fn)` whose output's event time is `column`; watermarks unchanged, or
+    (`tick`: after a GROUP BY on the event-time column) held at the start of their tick, so that
+    a group still open, whose row will carry its own time, is not behind them."""
     event_time = EventTime(field=column)
-    return stream._add(lambda n: MapBatchesSpec(n, n, fn, OnError.FAIL, event_time), "map_batches", name)
+    return stream._add(lambda n: MapBatchesSpec(n, n, fn, OnError.FAIL, event_time, tick), "map_batches", name)

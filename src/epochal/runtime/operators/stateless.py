@@ -8,6 +8,7 @@ fails, halves it until the rows that fail are found (`MapBatchesOperator._bisect
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -155,8 +156,15 @@ class MapBatchesOperator(RuntimeOperator):
         super().__init__(spec)
         self.fn = spec.fn
         self.on_error = spec.on_error
+        self.tick = spec.watermark_tick
         if rich := rich_functions(spec.fn):
             self.functions = UserFunctions(self.name, rich)
+
+    def output_watermark(self, watermark: float) -> float:
+        """Held at the start of its tick, when the spec says so (see `MapBatchesSpec`)."""
+        if self.tick is None or not math.isfinite(watermark):
+            return watermark
+        return math.floor(watermark / self.tick) * self.tick
 
     def process(self, batch: Batch) -> Batch | None:
         try:
