@@ -130,7 +130,7 @@ def epochal_env(module: ModuleType, events: int, parallelism: int, checkpoints: 
                             checkpoint=CheckpointConfig(interval=CHECKPOINT_INTERVAL, directory=checkpoints))
     examples = harness(os.path.dirname(os.path.abspath(module.__file__ or QUERIES_DIR)))
     if files is not None:
-        stream = examples.file_stream(env, files)
+        stream = examples.file_stream(env, files, getattr(module, "READS", None))  # as Spark, what it uses
     else:
         stream = examples.event_stream(env, examples.source(events, splits=parallelism, seed=SEED))
     module.query(stream).sink_to(w.NullSink(), name="results")

@@ -100,16 +100,18 @@ def write_files(directory: str, events: int, *, seed: int = 0, file_events: int 
     return paths
 
 
-def file_stream(env: StreamEnvironment, directory: str) -> DataStream:
+def file_stream(env: StreamEnvironment, directory: str, columns: list[str] | None = None) -> DataStream:
     """The stream a query takes, read from Parquet files `write_files` wrote: one row group per
     split, read in order (the files are in event-time order), watermarks on `dateTime` with no
-    delay (the events are in id order), each batch back in the stream's layout (`unflatten`)."""
+    delay (the events are in id order), each batch back in the stream's layout (`unflatten`).
+    `columns`: only these flattened columns (a query's `READS`, `flat.flat_columns`), as Spark
+    reads only the columns a query uses."""
     from epochal.connectors import ParquetSource
     from epochal.connectors.nexmark.flat import unflatten
 
     strategy = WatermarkStrategy.bounded_out_of_orderness(0.0, timestamp="dateTime")
-    return (env.from_source(ParquetSource(directory, in_order=True), name="nexmark", watermarks=strategy)
-            .map_batches(unflatten, name="nexmark-events"))
+    source = ParquetSource(directory, in_order=True, columns=columns)
+    return env.from_source(source, name="nexmark", watermarks=strategy).map_batches(unflatten, name="nexmark-events")
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,12 +36,26 @@ def flatten(events: pa.RecordBatch | pa.Table) -> pa.Table:
 
 def unflatten(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Flattened events back in the stream's layout: `kind`, `dateTime` and a struct column per
-    kind (its fields in `KIND_SCHEMAS` order; dictionary fields stay strings)."""
+    kind (its fields in `KIND_SCHEMAS` order; dictionary fields stay strings). A batch read with
+    only some columns (a query that reads a few fields, as Spark reads only the columns a query
+    uses) gives structs of those fields, and no struct for a kind none of whose fields it has."""
     kinds, time = batch.column("kind"), batch.column("dateTime")
     columns, names = [kinds, time], ["kind", "dateTime"]
+    present = set(batch.schema.names)
     for kind, prefix in PREFIXES.items():
-        fields = [time if f.name == "dateTime" else batch.column(prefix + f.name) for f in KIND_SCHEMAS[kind]]
+        schema = KIND_SCHEMAS[kind]
+        kept = [f.name for f in schema if f.name == "dateTime" or prefix + f.name in present]
+        if kept == ["dateTime"] and len(schema) > 1:
+            continue  # none of this kind's fields were read
+        fields = [time if name == "dateTime" else batch.column(prefix + name) for name in kept]
         other = pc.not_equal(kinds, pa.scalar(int(kind), kinds.type))
-        columns.append(pa.StructArray.from_arrays(fields, names=KIND_SCHEMAS[kind].names, mask=other))
+        columns.append(pa.StructArray.from_arrays(fields, names=kept, mask=other))
         names.append(KIND_COLUMNS[kind])
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def flat_columns(reads: dict[EventKind, list[str]]) -> list[str]:
+    """The flattened columns that hold the given fields of each kind (with `kind` and
+    `dateTime`): what a job that uses only those fields reads of the files."""
+    return ["kind", "dateTime", *(PREFIXES[kind] + name for kind, names in reads.items() for name in names
+                                  if name != "dateTime")]
