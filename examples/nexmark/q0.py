@@ -18,11 +18,14 @@ import sys
 import pyarrow as pa
 
 from epochal import DataStream
-from epochal.connectors.nexmark import bids
+from epochal.connectors.nexmark import EventKind, bids
+from epochal.connectors.nexmark.flat import flat_columns
 
 NAME = "q0"
 DESCRIPTION = "pass-through: every bid, unchanged"
 COLUMNS = ["auction", "bidder", "price", "dateTime", "extra"]
+# What it reads of Parquet files: as Spark, only the columns it uses.
+READS = flat_columns({EventKind.BID: COLUMNS})
 
 
 def q0(events: pa.RecordBatch) -> pa.RecordBatch:

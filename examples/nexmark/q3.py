@@ -31,10 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from epochal import DataStream, KeyedCoProcessFunction, ProcessContext
-from epochal.connectors.nexmark import auctions, persons
+from epochal.connectors.nexmark import EventKind, auctions, persons
+from epochal.connectors.nexmark.flat import flat_columns
 
 NAME = "q3"
 DESCRIPTION = "local item suggestion: auctions of category 10 by sellers in OR, ID or CA"
+# What it reads of Parquet files: as Spark, only the columns it uses.
+READS = flat_columns({EventKind.PERSON: ["id", "name", "city", "state"],
+                      EventKind.AUCTION: ["seller", "id", "category"]})
 COLUMNS = ("name", "city", "state", "auction")  # of each result tuple, for the printed summary
 LOCAL_STATES = pa.array(["OR", "ID", "CA"])
 CATEGORY = 10

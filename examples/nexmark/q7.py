@@ -33,13 +33,16 @@ import numpy as np
 import pyarrow as pa
 
 from epochal import DataStream, KeyedProcessFunction, ProcessContext
-from epochal.connectors.nexmark import bids
+from epochal.connectors.nexmark import EventKind, bids
+from epochal.connectors.nexmark.flat import flat_columns
 
 NAME = "q7"
 DESCRIPTION = "highest bid: the bids with the top price of each tumbling 10 s window"
 COLUMNS = ("auction", "bidder", "price", "dateTime", "extra")  # of each result tuple, for the printed summary
 WINDOW_MS = 10_000
 BID_COLUMNS = ["auction", "bidder", "price", "dateTime", "extra"]
+# What it reads of Parquet files: as Spark, only the columns it uses.
+READS = flat_columns({EventKind.BID: BID_COLUMNS})
 
 
 def top_bids_of_batch(events: pa.RecordBatch) -> pa.RecordBatch:

@@ -29,12 +29,15 @@ import numpy as np
 import pyarrow as pa
 
 from epochal import DataStream, ProcessJoinFunction
-from epochal.connectors.nexmark import auctions, persons
+from epochal.connectors.nexmark import EventKind, auctions, persons
+from epochal.connectors.nexmark.flat import flat_columns
 from epochal.connectors.nexmark.schema import TIMESTAMP
 from epochal.windows import Tumbling
 
 NAME = "q8"
 DESCRIPTION = "new users: persons with an auction in the 10 s tumbling window they registered in"
+# What it reads of Parquet files: as Spark, only the columns it uses.
+READS = flat_columns({EventKind.PERSON: ["id", "name"], EventKind.AUCTION: ["seller"]})
 WINDOW_MS = 10_000
 
 
