@@ -15,11 +15,11 @@ time is in: it runs on the window operator with windows of `TICK` (a key's rows 
 time, so they fall in one window, which fires once the watermark passes it), the time itself
 being one of the keys; the projection after it holds the watermark at the start of its
 second (`retimed`), so no row it emits later is behind a watermark gone ahead. A second, not a
-millisecond: the window operator keeps a column per live
-window for every key, and a join ahead that holds the watermark back by a minute (q4) kept 60,000
-millisecond columns live, 23 GB at a million events; a second costs the group at most a second of
-event time before it goes out, and counts the rows that come within it behind the watermark
-(Spark drops them as late: the same on in-order streams).
+millisecond: the window operator keeps a column per live window for every key, and a join ahead
+that holds the watermark back by a minute (q4) kept 60,000 millisecond columns live, 23 GB at a
+million events; a second costs the group at most a second of event time before it goes out, and
+counts the rows that come within it behind the watermark (Spark drops them as late: the same on
+in-order streams).
 """
 
 from __future__ import annotations
