@@ -13,7 +13,8 @@ It ships before every watermark it forwards (`on_watermark`: the global phase se
 partial before the watermark that could close its windows, so nothing becomes late that was not
 late), before every checkpoint barrier (it keeps no state), at the end of the input, and when it
 holds `max_rows` rows or `max_bytes` bytes. A partial row behind the watermark is judged late or
-not for the slice it stands for, which holds for every record in it: every window holding one holds the slice.
+not for the slice it stands for, which holds for every record in it: every window holding one
+holds the slice.
 """
 
 from __future__ import annotations
