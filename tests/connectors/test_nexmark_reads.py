@@ -5,9 +5,6 @@ of some columns): what lets it read as little as Spark does."""
 from __future__ import annotations
 
 import collections
-import importlib.util
-import os
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -18,21 +15,13 @@ from epochal import StreamEnvironment
 from epochal.connectors.nexmark.flat import flat_columns
 from epochal.connectors.nexmark.schema import EventKind
 from epochal.testing import CollectSink
+from example_modules import load_module
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "nexmark"
 WITH_READS = ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"]
 
 
-def _load(path: Path, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-HARNESS = _load(EXAMPLES / "harness.py", "nexmark_harness_reads")
+HARNESS = load_module(EXAMPLES / "harness.py", "nexmark_harness_reads")
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import importlib.util
 import os
-import sys
 import types
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from epochal.connectors.nexmark import NexmarkConfig, NexmarkSource
 from epochal.testing import CollectSink
+from example_modules import load_module
 
 from .grammar import normal
 
@@ -34,16 +33,7 @@ CONFIGS = {"q4": SLOW, "q5": SLOW, "q7": NexmarkConfig(event_rate=50), "q8": SLO
 RUNNING = {"q4": 2}  # query -> the index of the count that grows with each update (the key is column 0)
 
 
-def _load(path: str, name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-HARNESS = _load(os.path.join(EXAMPLES, "harness.py"), "nexmark_harness_sql")
+HARNESS = load_module(os.path.join(EXAMPLES, "harness.py"), "nexmark_harness_sql")
 
 
 def _committed(module: types.ModuleType, name: str, query: str) -> list[tuple[Any, ...]]:
