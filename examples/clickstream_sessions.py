@@ -76,8 +76,9 @@ def clicks_of_a_day(users: int = 500, seed: int = 7) -> list[tuple[str, bytes]]:
     return [(subject, payload) for shard in shards for _, subject, payload in sorted(shard)]
 
 
-async def publish_clicks(url: str) -> int:
-    """Create CLICKSTREAM if missing and publish the clicks into it if empty; the clicks in it."""
+async def publish_clicks(url: str, users: int = 500) -> int:
+    """Create CLICKSTREAM if missing and publish the clicks of `users` into it if empty; the
+    clicks in it."""
     nc = await nats.connect(url)
     js = nc.jetstream()
     try:
@@ -85,7 +86,7 @@ async def publish_clicks(url: str) -> int:
     except nats.js.errors.NotFoundError:
         await js.add_stream(StreamConfig(name="CLICKSTREAM", subjects=["clicks.*"]))
     if not (await js.stream_info("CLICKSTREAM")).state.messages:
-        for subject, payload in clicks_of_a_day():
+        for subject, payload in clicks_of_a_day(users):
             await js.publish(subject, payload)
     clicks = (await js.stream_info("CLICKSTREAM")).state.messages
     await nc.close()

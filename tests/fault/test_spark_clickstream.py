@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,20 @@ from spark_jobs import run_in_background, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault]
 
+USERS = 3_000  # about 48,000 clicks: seconds of work after the first checkpoint, where the kill lands
+
 EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples")
 
 
 def _sessions(clicks: list[tuple[str, float]], gap: float) -> list[tuple[str, float, float, int]]:
     """Per user, clicks in time order cut where two are `gap` or more apart; a session spans
     its first click to its last plus the gap."""
+    by_user: dict[str, list[float]] = defaultdict(list)
+    for user, t in clicks:
+        by_user[user].append(t)
     out = []
-    for user in sorted({u for u, _ in clicks}):
-        times = sorted(t for u, t in clicks if u == user)
+    for user in sorted(by_user):
+        times = sorted(by_user[user])
         first = 0
         for i in range(1, len(times) + 1):
             if i == len(times) or times[i] - times[i - 1] >= gap:
@@ -51,7 +57,10 @@ def test_clickstream_sessions_on_spark_with_a_worker_killed_mid_run(
     finally:
         sys.path.remove(EXAMPLES)
     cloudpickle.register_pickle_by_value(example)  # type: ignore[no-untyped-call]  # workers cannot import examples/
-    clicks = asyncio.run(example.publish_clicks(nats_server.url))
+    clicks = asyncio.run(example.publish_clicks(nats_server.url, USERS))
+    day = [(c["user"], dt.datetime.fromisoformat(c["ts"]).replace(tzinfo=dt.UTC).timestamp())
+           for c in (json.loads(payload) for _, payload in example.clicks_of_a_day(USERS))]
+    want = _sessions(day, gap=30 * 60.0)
     example.new_table(pg_dsn)
     env = example.sessions_job(nats_server.url, pg_dsn, str(tmp_path / "ckpt"), spark=spark)
     job = env.job_graph("clickstream-kill")
@@ -61,6 +70,7 @@ def test_clickstream_sessions_on_spark_with_a_worker_killed_mid_run(
         wait_until(lambda: len(executor.worker_pids) == 2, "both workers said hello")
         wait_until(lambda: (control.status().last_checkpoint or 0) >= 1 or not thread.is_alive(), "a checkpoint")
         assert thread.is_alive(), "the job ended before a worker could be killed mid-run"
+        assert example.sessions_committed(pg_dsn) < len(want), "every session was committed before the kill"
         os.kill(sorted(executor.worker_pids.values())[1], signal.SIGKILL)
         thread.join(300)
     finally:
@@ -69,8 +79,6 @@ def test_clickstream_sessions_on_spark_with_a_worker_killed_mid_run(
             thread.join(60)
     assert "error" not in outcome, outcome
     assert control.status().restarts >= 1  # the kill was mid-run
-    day = [(c["user"], dt.datetime.fromisoformat(c["ts"]).replace(tzinfo=dt.UTC).timestamp())
-           for c in (json.loads(payload) for _, payload in example.clicks_of_a_day())]
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute("SELECT user_id, session_start, session_end, clicks FROM click_sessions").fetchall()
-    assert clicks == len(day) and sorted(rows) == _sessions(day, gap=30 * 60.0)
+    assert clicks == len(day) and sorted(rows) == want
