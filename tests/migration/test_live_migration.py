@@ -24,7 +24,7 @@ from epochal.state.keygroups import RoutingTable, key_group_of
 from epochal.state.reader import read_state
 from epochal.state.storage import CheckpointStorage
 from epochal.testing import CollectSink
-from epochal.windows import Tumbling
+from epochal.windows import Session, Tumbling
 
 KEYS = 7
 
@@ -113,35 +113,44 @@ def test_in_every_checkpoint_each_key_group_has_exactly_one_owner(tmp_path: Path
 
 
 class _Events(SlowSequence):
-    """`SlowSequence`'s numbers as events: key i % KEYS, event time i / 100 s, as dicts or as
-    Arrow batches."""
+    """`SlowSequence`'s numbers as events: key i % KEYS, event time i / 100 s (with `pauses`,
+    10 s more after every `pauses` numbers: sessions end there), as dicts or as Arrow batches;
+    with `crash`, the reader fails once (a marker file says it did) at that number."""
 
-    def __init__(self, arrow: bool) -> None:
+    def __init__(self, arrow: bool, pauses: int = 0, crash: tuple[int, Path] | None = None) -> None:
         super().__init__()
-        self.arrow = arrow
+        self.arrow, self.pauses, self.crash = arrow, pauses, crash
 
     def open_split(self, split: Any, position: Any | None) -> Any:
-        reader, arrow = super().open_split(split, position), self.arrow
+        reader, arrow, pauses, crash = super().open_split(split, position), self.arrow, self.pauses, self.crash
 
         class Reader(type(reader)):  # type: ignore[misc]
             def read(self, max_records: int) -> Any:
                 numbers = super().read(max_records)
                 if numbers is None:
                     return None
-                rows = [{"k": x % KEYS, "ts": x / 100, "v": x} for x in numbers]
+                if crash is not None and crash[0] in numbers and not crash[1].exists():
+                    crash[1].touch()
+                    raise RuntimeError(f"failing once at {crash[0]}")
+                rows = [{"k": x % KEYS, "ts": x / 100 + (10 * (x // pauses) if pauses else 0), "v": x}
+                        for x in numbers]
                 return pa.RecordBatch.from_pylist(rows) if arrow else rows
 
         reader.__class__ = Reader
         return reader
 
 
-def _windowed_counts(tmp_path: Path, arrow: bool, move: bool) -> Counter[Any]:
+def _windowed_counts(tmp_path: Path, arrow: bool, move: bool, window: Any = None, crash: int | None = None,
+                     pauses: int = 0) -> Counter[Any]:
     sink = CollectSink()
+    name = f"{arrow}-{move}-{crash}"
     env = StreamEnvironment(parallelism=2, executor="inprocess",
-                            checkpoint=CheckpointConfig(interval=0.1, directory=str(tmp_path / f"c{move}")))
-    events = env.from_source(_Events(arrow), watermarks=WatermarkStrategy.bounded_out_of_orderness(0.5, timestamp="ts"))
-    events.key_by("k").window(Tumbling(2.0)).count().uid("windows").sink_to(sink)
-    handle = env.execute_async(f"windows-{arrow}-{move}")
+                            checkpoint=CheckpointConfig(interval=0.1, directory=str(tmp_path / f"c{name}")),
+                            restart=RestartStrategy(max_restarts=1 if crash is not None else 0))
+    source = _Events(arrow, pauses, None if crash is None else (crash, tmp_path / f"crashed-{name}"))
+    events = env.from_source(source, watermarks=WatermarkStrategy.bounded_out_of_orderness(0.5, timestamp="ts"))
+    events.key_by("k").window(window or Tumbling(2.0)).count().uid("windows").sink_to(sink)
+    handle = env.execute_async(f"windows-{name}")
     _wait_running(handle)
     if move:  # once windows have fired: others are open, with their timers, when their groups move
         deadline = time.monotonic() + 30
@@ -152,7 +161,7 @@ def _windowed_counts(tmp_path: Path, arrow: bool, move: bool) -> Counter[Any]:
         groups = _groups_of_keys()
         handle.move_key_groups({g: 1 - contiguous.owners[g] for g in groups}, timeout=30)  # a swap
         handle.move_key_groups(dict.fromkeys(groups, 0), timeout=30)  # then all on subtask 0
-    assert handle.result(timeout=60).restarts == 0  # moved live: nothing failed and restored
+    assert handle.result(timeout=60).restarts == (crash is not None)  # moved live: nothing failed and restored
     rows: list[Any] = []
     for item in sink.committed():
         rows.extend(tuple(r.values()) for r in item.to_pylist()) if isinstance(item, pa.RecordBatch) \
@@ -165,6 +174,17 @@ def test_event_time_windows_and_their_timers_move_with_their_key_groups(tmp_path
     expected = _windowed_counts(tmp_path, arrow, move=False)
     assert sum(n for (_, _, _, n), times in expected.items()) == N  # every event in one window, once
     assert _windowed_counts(tmp_path, arrow, move=True) == expected
+
+
+def test_session_windows_move_and_restore_with_their_key_groups(tmp_path: Path) -> None:
+    """Sessions on Arrow batches live in a session table (`GroupSessions` per key group): moved
+    live, or restored after a failure, they end as on the per-key path's stores, unmoved."""
+    window = Session(gap=1.0)
+    expected = _windowed_counts(tmp_path, False, move=False, window=window, pauses=1_000)  # per-key stores
+    assert sum(n for (_, _, _, n) in expected.elements()) == N and len(expected) == KEYS * N // 1_000
+    assert _windowed_counts(tmp_path, True, move=False, window=window, pauses=1_000) == expected
+    assert _windowed_counts(tmp_path, True, move=True, window=window, pauses=1_000) == expected
+    assert _windowed_counts(tmp_path, True, move=False, window=window, pauses=1_000, crash=N - 700) == expected
 
 
 def test_a_rescale_into_standby_subtasks_is_a_live_move_no_restart(tmp_path: Path) -> None:
@@ -252,22 +272,27 @@ def test_checkpoints_stay_incremental_through_moves_and_restore_exactly(tmp_path
     assert deltas, "no incremental checkpoint after the moves: the chains were cut"
 
 
-def test_a_read_committed_query_finds_a_keys_windows_in_a_slice_table(tmp_path: Path) -> None:
+@pytest.mark.parametrize("window", [Tumbling(20.0), Session(gap=20.0)], ids=["slices", "sessions"])
+def test_a_read_committed_query_finds_a_keys_windows_in_a_table(tmp_path: Path, window: Any) -> None:
     env = StreamEnvironment(parallelism=2, executor="inprocess",
                             checkpoint=CheckpointConfig(interval=0.05, directory=str(tmp_path / "c")))
     events = env.from_source(_Events(arrow=True),
                              watermarks=WatermarkStrategy.bounded_out_of_orderness(0.5, timestamp="ts"))
-    events.key_by("k").window(Tumbling(20.0)).count().uid("windows").sink_to(CollectSink())
+    events.key_by("k").window(window).count().uid("windows").sink_to(CollectSink())
     handle = env.execute_async("committed-windows")
     deadline = time.monotonic() + 30
     while (handle.status().last_checkpoint or 0) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.005)
     found = handle.query_state("windows", 3)  # read-committed: from the last complete checkpoint
+    live = handle.query_state("windows", 3, live=True)  # the running subtask's table
     handle.result(timeout=60)
-    assert "__window_table__" not in found  # the key group's table is not the key's state
-    store = found["__window__"]
-    assert store.starts and sum(store.partials.values()) > 0  # the key's open window, counted so far
+    assert "__window_table__" not in found and "__window_sessions__" not in found  # a group's, not the key's
+    for store in (found["__window__"], live["__window__"]):
+        if isinstance(window, Session):  # the key's open session, counted so far
+            assert len(store.sessions[0].starts) == 1 and store.sessions[0].partials[0] > 0
+        else:  # the key's open window, counted so far
+            assert store.starts and sum(store.partials.values()) > 0
 
 
 def test_columnar_aggregates_move_with_their_key_groups_and_commit_once(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from epochal.runtime.windowing import (
     WindowAggregate,
     Windowing,
 )
+from epochal.runtime.windowing.session_table import SessionTable
 from epochal.runtime.windowing.table import SliceTable
 from epochal.runtime.windowing.table_firing import FiredColumns
 from epochal.runtime.windowing.table_partials import Reduction
@@ -204,13 +205,17 @@ def any_window(unit: float) -> st.SearchStrategy[Any]:
 
 @st.composite
 def scenarios(draw: st.DrawFn, *, many_periodic: bool = False, max_records: int = 40,
-              periodic_only: bool = False, aggregates: tuple[str, ...] = (), drifting_keys: bool = False) -> Scenario:
+              periodic_only: bool = False, sessions_only: bool = False, aggregates: tuple[str, ...] = (),
+              drifting_keys: bool = False) -> Scenario:
     """A random scenario. Keys are "a" and "b", or with `drifting_keys` a key is live for a
     while and then never seen again, new ones arriving all along (auctions, sessions): dozens
     of keys, so a table drops idle keys' slots and gives them to new keys."""
     unit = draw(st.sampled_from([0.5, 0.1]))
     if many_periodic:
         windows = draw(st.lists(periodic_windows(unit), min_size=13, max_size=20))
+    elif sessions_only:
+        windows = draw(st.lists(st.builds(Session, st.sampled_from([unit, 2 * unit, 4 * unit, 10 * unit])),
+                                min_size=1, max_size=3))
     else:
         windows = draw(st.lists(periodic_windows(unit) if periodic_only else any_window(unit), min_size=1,
                                 max_size=3))
@@ -352,9 +357,13 @@ def describe(scenario: Scenario) -> str:
 TABLE_AGGREGATES = ("count", "sum", "min", "max")
 
 
-def table_of(scenario: Scenario) -> SliceTable:
+def table_of(scenario: Scenario) -> SliceTable | SessionTable:
+    """A slice table for periodic queries, a session table for sessions."""
     engine = scenario.engine()
-    assert engine.grid is not None and engine.sessions is None and engine.cutty is None
+    assert engine.cutty is None and (engine.grid is None) != (engine.sessions is None)
+    if engine.sessions is not None:
+        return SessionTable(engine.sessions, Reduction(scenario.aggregate))
+    assert engine.grid is not None
     return SliceTable(engine.grid, Reduction(scenario.aggregate))
 
 

@@ -1,22 +1,23 @@
-"""The window operator's columnar mode: one `SliceTable` for the subtask, in keyed state per key group.
+"""The window operator's columnar mode: one table for the subtask, in keyed state per key group.
 
-Used when every query is periodic (`Tumbling`, `Sliding`), the function is a count, sum, min or
-max of a value column (or a count), the key is a column and the event time a field, and the
-operator's first input is an Arrow batch with a numeric value column (`table_reduction`,
-`TableWindows.accepts`). Then a batch is added in one grouping pass and a watermark fires every
-due window of every key in one pass (`runtime.windowing.table`), instead of a store and a timer
-per key. Record lists that come later are turned into the same columns, so results do not
+Used when every query is periodic (`Tumbling`, `Sliding`: a `SliceTable`) or every query is a
+`Session` (a `SessionTable`), the function is a count, sum, min or max of a value column (or a
+count), the key is a column and the event time a field, and the operator's first input is an
+Arrow batch with a numeric value column (`table_reduction`, `TableWindows.accepts`). Then a
+batch is added in one vectorized pass and a watermark fires every due window of every key in one
+pass (`runtime.windowing.table`, `runtime.windowing.session_table`), instead of a store and a
+timer per key. Record lists that come later are turned into the same columns, so results do not
 depend on batching.
 
 State: the table is the subtask's working state, and keyed state is its state of record. Before
 a snapshot fixes the state (ABS, Algorithm 1: the state after the records before the barrier)
-the table writes one `GroupSlices` per key group into the state `__window_table__`, keyed by
-the key group's number, and deletes the entries of key groups it no longer holds; a restore
-(after a failure, or a rescale: any superset of key groups) loads the entries of the key groups
-the subtask owns. A live state query of a key reads the table (`key_store`: the `SliceStore` the
-per-key path would hold). When key groups move between running subtasks (live migration), the
-operator flushes the table, the backend drops and gains key groups, and `reload` rebuilds the
-table from keyed state.
+the table writes one entry per key group (`GroupSlices` into `__window_table__`, `GroupSessions`
+into `__window_sessions__`), keyed by the key group's number, and deletes the entries of key
+groups it no longer holds; a restore (after a failure, or a rescale: any superset of key groups)
+loads the entries of the key groups the subtask owns. A live state query of a key reads the
+table (`key_store`: the `SliceStore` the per-key path would hold). When key groups move between
+running subtasks (live migration), the operator flushes the table, the backend drops and gains
+key groups, and `reload` rebuilds the table from keyed state.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from ...state.keygroups import owned_key_group
 from ..windowing.aggregates import Values
 from ..windowing.columnar import python_list
 from ..windowing.engine import Windowing
+from ..windowing.session_state import SESSIONS_STATE
+from ..windowing.session_table import SessionTable
 from ..windowing.table import SliceTable, TableAdmission
 from ..windowing.table_firing import FiredColumns
 from ..windowing.table_partials import Reduction, value_dtype
-from ..windowing.table_state import TABLE_STATE, GroupSlices
+from ..windowing.table_state import TABLE_STATE
 
 _NAME_ROWS = 1 << 18  # window names kept repeated for runs of up to this many rows (all queries together)
 _REDUCTIONS = {WindowFunctionKind.COUNT: Reduction.COUNT, WindowFunctionKind.SUM: Reduction.SUM,
@@ -52,8 +55,9 @@ def table_reduction(spec: KeyedWindowSpec) -> Reduction | None:
         return None
     if spec.trigger is not None or spec.time is not WindowTime.EVENT:
         return None
-    if any(isinstance(q, (Session, DeterministicWindow)) for _, q in spec.queries):
-        return None
+    sessions = sum(isinstance(q, Session) for _, q in spec.queries)
+    if sessions not in (0, len(spec.queries)) or any(isinstance(q, DeterministicWindow) for _, q in spec.queries):
+        return None  # one kind of table: all periodic or all sessions
     if not (spec.value is None or isinstance(spec.value, str)):
         return None
     if reduction is not Reduction.COUNT and spec.value is None:
@@ -82,15 +86,21 @@ def _column(values: np.ndarray) -> pa.Array:
 
 
 class TableWindows:
-    """The slice table of one window operator subtask and its place in keyed state."""
+    """The slice or session table of one window operator subtask and its place in keyed state."""
 
     def __init__(self, windowing: Windowing, reduction: Reduction, backend: KeyedStateBackend) -> None:
-        assert windowing.grid is not None
-        self.table = SliceTable(windowing.grid, reduction)
+        self.table: SliceTable | SessionTable
+        if windowing.sessions is not None:
+            assert windowing.grid is None and windowing.cutty is None
+            self.table, self.state, names = SessionTable(windowing.sessions, reduction), SESSIONS_STATE, \
+                windowing.sessions.names
+        else:
+            assert windowing.grid is not None
+            self.table, self.state, names = SliceTable(windowing.grid, reduction), TABLE_STATE, windowing.grid.names
         self.reduction = reduction
         self.backend = backend
         self.written: set[int] = set()  # key groups with an entry in keyed state
-        self.names: pa.Array = pa.array(list(windowing.grid.names), pa.string())
+        self.names: pa.Array = pa.array(list(names), pa.string())
         self.repeated: dict[int, pa.Array] = {}  # a query's name, repeated: a run of results slices it
 
     @staticmethod
@@ -174,24 +184,24 @@ class TableWindows:
 
     def flush(self) -> None:
         """Write the table into keyed state, one entry per key group (before a snapshot)."""
-        backend = self.backend
+        backend, state = self.backend, self.state
         entries = self.table.export()
         for group in sorted(self.written - entries.keys()):
             backend.set_current_key(group, group)
-            backend.delete(TABLE_STATE)
+            backend.delete(state)
         for group, entry in entries.items():
             backend.set_current_key(group, group)
-            backend.put(TABLE_STATE, entry)
+            backend.put(state, entry)
         self.written = set(entries)
 
     def reload(self) -> bool:
         """Rebuild the table from keyed state (after a restore, or a change of key groups);
         whether keyed state held any table entry."""
-        backend = self.backend
-        entries: list[tuple[int, GroupSlices]] = []
-        for group, key in list(backend.keys(TABLE_STATE)):
+        backend, state = self.backend, self.state
+        entries: list[tuple[int, Any]] = []
+        for group, key in list(backend.keys(state)):
             backend.set_current_key(key, group)
-            entries.append((group, backend.get(TABLE_STATE)))
+            entries.append((group, backend.get(state)))
         self.table.clear()
         self.table.load(entries)
         self.written = {g for g, _ in entries}

@@ -20,6 +20,7 @@ import numpy as np
 from ...state.keygroups import KeyGroupRange, key_group_of
 from ...state.manifest import Manifest
 from ...state.reader import iter_state
+from .session_state import SESSIONS_STATE, GroupSessions, group_key_sessions, split_group_sessions
 from .store import SliceStore
 
 TABLE_STATE = "__window_table__"  # one GroupSlices per key group, keyed by the key group
@@ -56,18 +57,22 @@ def group_key_store(group: GroupSlices, key: Any) -> SliceStore | None:
 
 def committed_windows(manifest: Manifest, operator: str, key: Any, values: dict[str, Any]) -> dict[str, Any]:
     """A read-committed state query's answer (`values`, the key's entries) with the key's window
-    state when the operator keeps it as a slice table per key group: the key's row of its group's
-    entry, as the per-key path's `SliceStore` under the same name."""
-    values = {name: value for name, value in values.items() if name != TABLE_STATE}  # a group's, not the key's
+    state when the operator keeps it as a slice or session table per key group: the key's part of
+    its group's entry, as the per-key path's `SliceStore` under the same name."""
+    values = {name: value for name, value in values.items()
+              if name not in (TABLE_STATE, SESSIONS_STATE)}  # a group's, not the key's
     op = manifest.operator(operator)
     if op is None:
         return values
     group = key_group_of(key, op.max_parallelism)
     for row in iter_state(manifest, operator, KeyGroupRange(group, group + 1)):
+        store = None
         if row.state == TABLE_STATE and row.key == group and isinstance(row.value, GroupSlices):
             store = group_key_store(row.value, key)
-            if store is not None:
-                values[STORE_STATE] = store
+        elif row.state == SESSIONS_STATE and row.key == group and isinstance(row.value, GroupSessions):
+            store = group_key_sessions(row.value, key)
+        if store is not None:
+            values[STORE_STATE] = store
     return values
 
 
@@ -101,4 +106,5 @@ def split_group_slices(key: Any, value: Any, old_group: int, max_parallelism: in
     return out
 
 
-SPLITTERS = {TABLE_STATE: split_group_slices}  # the states kept per key group, for `state.regroup`
+# the states kept per key group, for `state.regroup`
+SPLITTERS = {TABLE_STATE: split_group_slices, SESSIONS_STATE: split_group_sessions}

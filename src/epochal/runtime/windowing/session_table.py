@@ -1,0 +1,256 @@
+"""Columnar session windows: every key's sessions in one table, merged and fired per batch.
+
+The per-key path keeps each key's sessions in its `SliceStore` (`sessions.Sessions`) and fires
+each key on its own timer: per batch a store fetched, changed and copied on write per key, per
+checkpoint every store pickled (Nexmark q11 spent most of its time there). For session queries
+(`Session`, any number of gaps) with a count, sum, min or max, the same merging slices
+(dissertation §5.2.2) fit one table of sessions (`session_columns.SessionRows`: a row per
+session). A batch is cut into runs per key and merged into the sessions of the keys it touches
+in a few vectorized steps (`add`); a watermark emits every changed session that has ended, for
+every key at once, and frees the sessions no acceptable record can touch any more (`fire`).
+
+Lateness and re-firing follow `engine.Windowing` exactly: a row is late for a query when its
+own window closed `allowed_lateness` or more before the watermark (`ts + gap + lateness <=
+watermark`); a row behind the watermark but not late joins its sessions and fires them again; a
+session is freed once `end + gap + lateness <= watermark`; each key keeps the watermark it last
+fired at (`KeySlots.fired`), which says whether a firing is on time or a late update.
+
+The table is working state. Keyed state holds it per key group (dissertation §4.2;
+`session_state.GroupSessions`, `export`/`load`), so it is checkpointed, restored, rescaled and
+migrated with its key groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from .columnar import key_codes
+from .session_columns import SessionRows, lanes, runs, union
+from .session_state import GroupSessions, session_store
+from .sessions import Sessions
+from .store import SliceStore
+from .table import TableAdmission
+from .table_firing import FiredColumns
+from .table_partials import Reduction, value_dtype
+from .table_slots import KeySlots
+
+_MIN_SLOTS = 1024  # slots of keys without sessions are given up once more than this many and half
+
+
+class SessionTable:
+    """Every key's sessions of one operator's session queries, as columns."""
+
+    def __init__(self, sessions: Sessions, reduction: Reduction) -> None:
+        self.sessions = sessions
+        self.names = sessions.names
+        self.gaps = np.asarray(sessions.gaps, dtype=np.float64)
+        self.lateness = sessions.lateness
+        self.reduction = reduction
+        self.slots = KeySlots()
+        self.rows = SessionRows.empty(None)
+        self.dtype: np.dtype | None = None  # the partials' dtype (sum, min, max), once values came
+        self.due_at = math.inf  # no changed session ends before this
+        self.free_at = math.inf  # no session can be freed before this watermark
+        self.has_changes = False  # rows behind the watermark changed sessions: they fire again
+
+    # -- keys -----------------------------------------------------------------------------------
+
+    def slots_of(self, keys: list[Any], group_of: Callable[[Any], int], fired: float) -> np.ndarray:
+        """The slot of each key; a new key gets one (its key group from `group_of`)."""
+        slots = self.slots
+        out = slots.find(keys)
+        missing = out.count(-1)
+        if missing:
+            if slots.n + missing > slots.capacity:
+                slots.grow(max(16, 2 * (slots.n + missing)))
+            for i, k in enumerate(keys):
+                if out[i] == -1:
+                    out[i] = slots.add(k, group_of(k), fired)
+        return np.array(out, dtype=np.int64)
+
+    def _compact_slots(self, force: bool = False) -> None:
+        """Give up the slots of keys that hold no session (when that frees half of them)."""
+        n = self.slots.n
+        if not n or (not force and n <= _MIN_SLOTS):
+            return
+        held = np.zeros(n, np.bool_)
+        held[self.rows.slot] = True
+        kept = np.flatnonzero(held)
+        if len(kept) == n or (not force and len(kept) > n // 2):
+            return
+        moved = np.full(n, -1, np.int64)
+        moved[kept] = np.arange(len(kept))
+        self.slots.keep(kept)
+        rows = self.rows
+        self.rows = SessionRows(moved[rows.slot], rows.query, rows.start, rows.end, rows.count, rows.value,
+                                rows.changed)
+
+    # -- adding ---------------------------------------------------------------------------------
+
+    def add(self, keys: Any, ts: np.ndarray, values: np.ndarray | None, watermark: float,
+            group_of: Callable[[Any], int], weights: np.ndarray | None = None) -> TableAdmission:
+        """Add a batch: `keys` (Arrow, numpy or a list), `ts` (float64 seconds), `values`
+        (numeric numpy, None for a count) at the operator's `watermark`."""
+        if weights is not None:
+            raise ValueError("a session table takes records, not partials of a local phase")
+        codes, distinct = key_codes(keys)
+        if len(codes) != len(ts) or (values is not None and len(values) != len(ts)):
+            raise ValueError(f"keys, timestamps and values differ in length: {len(codes)}, {len(ts)}, "
+                             f"{'-' if values is None else len(values)}")
+        if values is not None:
+            values = self._values(values)
+        slot = self.slots_of(distinct, group_of, watermark)[codes]
+        pieces: list[SessionRows] = []
+        late = np.zeros(len(ts), np.bool_)
+        late_for: list[np.ndarray] = []
+        behind = ts < watermark
+        any_behind = bool(behind.any())
+        if any_behind:  # as the per-key path: a key with a row behind the watermark counts as fired at it
+            fired, at = self.slots.fired, slot[behind]
+            fired[at] = np.maximum(fired[at], watermark)
+        for q, gap in enumerate(self.gaps.tolist()):
+            if any_behind:
+                too_late = (ts + gap) + self.lateness <= watermark
+                late_for.append(too_late)
+                if too_late.any():
+                    late |= too_late
+                    kept = np.flatnonzero(~too_late)
+                    if len(kept) and (behind[kept]).any():
+                        self.has_changes = True
+                    pieces.append(runs(slot[kept], ts[kept], None if values is None else values[kept], q, gap,
+                                       self.reduction))
+                    continue
+                self.has_changes = True
+            pieces.append(runs(slot, ts, values, q, gap, self.reduction))
+        self._merge(SessionRows.concat(pieces))
+        late_rows = np.flatnonzero(late)
+        names = self.names
+        late_queries = [tuple(names[q] for q in range(len(names)) if late_for[q][row])
+                        for row in late_rows.tolist()]
+        return TableAdmission(late_rows, late_queries, self.has_changes)
+
+    def _values(self, values: np.ndarray) -> np.ndarray:
+        dtype = value_dtype(values)
+        if dtype is None:
+            raise TypeError(f"{self.reduction.value} on the columnar path needs numbers, got {values.dtype}")
+        if self.dtype is None or (dtype.kind == "f" and self.dtype.kind != "f"):
+            self.dtype = dtype
+            self.rows = self.rows.with_values(dtype) if self.rows.value is not None else SessionRows(
+                self.rows.slot, self.rows.query, self.rows.start, self.rows.end, self.rows.count,
+                np.zeros(len(self.rows), dtype), self.rows.changed)
+        return np.asarray(values, dtype=self.dtype)
+
+    def _merge(self, new: SessionRows) -> None:
+        """Merge new runs into the sessions of the (query, key) lanes they fall in."""
+        if not len(new):
+            return
+        old, width = self.rows, self.slots.n
+        touched = np.zeros(len(self.gaps) * width, np.bool_)
+        touched[lanes(new, width)] = True
+        hit = touched[lanes(old, width)]
+        merged = union(SessionRows.concat([old.take(np.flatnonzero(hit)), new]), width, self.reduction)
+        self.rows = SessionRows.concat([old.take(np.flatnonzero(~hit)), merged]) if hit.any() or len(old) else merged
+        ends = merged.end[merged.changed]
+        if len(ends):
+            self.due_at = min(self.due_at, float(ends.min()))
+        self.free_at = min(self.free_at, float((new.end + self.gaps[new.query]).min()) + self.lateness)
+
+    # -- firing ---------------------------------------------------------------------------------
+
+    def fire(self, watermark: float) -> FiredColumns | None:
+        """Every changed session that has ended by `watermark`, ordered by (end, start, query,
+        key slot); then the sessions no acceptable record can touch are freed."""
+        if watermark < self.due_at and watermark < self.free_at and not self.has_changes:
+            return None
+        rows, slots = self.rows, self.slots
+        fired = slots.fired[:slots.n]
+        out = None
+        due = np.flatnonzero(rows.changed & (rows.end <= watermark))
+        if len(due):
+            due = due[np.lexsort((rows.slot[due], rows.query[due], rows.start[due], rows.end[due]))]
+            slot, end = rows.slot[due], rows.end[due]
+            result = rows.count[due] if rows.value is None else rows.value[due]
+            out = FiredColumns(slots.key_array(slot), rows.query[due], rows.start[due], end, result,
+                               end <= fired[slot])
+            rows.changed[due] = False
+        np.maximum(fired, watermark, out=fired)
+        self.has_changes = False
+        freed = (rows.end + self.gaps[rows.query]) + self.lateness <= watermark
+        if freed.any():
+            self.rows = rows = rows.take(np.flatnonzero(~freed))
+            self._compact_slots()
+        changed = rows.end[rows.changed]
+        self.due_at = float(changed.min()) if len(changed) else math.inf
+        self.free_at = float((rows.end + self.gaps[rows.query]).min()) + self.lateness if len(rows) else math.inf
+        return out
+
+    # -- keyed state ----------------------------------------------------------------------------
+
+    def export(self) -> dict[int, GroupSessions]:
+        """Every key group's sessions (key groups holding none are left out)."""
+        self._compact_slots(force=True)
+        rows, slots = self.rows, self.slots
+        out: dict[int, GroupSessions] = {}
+        if not len(rows):
+            return out
+        group = slots.groups[rows.slot]
+        order = np.lexsort((rows.start, rows.query, rows.slot, group))
+        group = group[order]
+        bounds = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+        keys = slots.keys
+        for g, picked in zip(group[bounds].tolist(), np.split(order, bounds[1:])):
+            part = rows.take(picked)
+            held, key_row = np.unique(part.slot, return_inverse=True)
+            out[g] = GroupSessions(tuple(keys[s] for s in held.tolist()), slots.fired[held], key_row.astype(np.int64),
+                                   part.query, part.start, part.end, part.count, part.value, part.changed,
+                                   len(self.names))
+        return out
+
+    def load(self, entries: Iterable[tuple[int, GroupSessions]]) -> None:
+        """Add key groups' sessions (restored, or gained by rescaling or a migration)."""
+        parts = [self.rows]
+        for group, entry in entries:
+            slot = self.slots_of(list(entry.keys), _Constant(group), -math.inf)
+            self.slots.fired[slot] = entry.fired
+            value = entry.value
+            if value is not None:
+                value = self._values(value)
+            parts.append(SessionRows(slot[entry.key_row], entry.query, entry.start, entry.end, entry.count, value,
+                                     entry.changed.copy()))
+            self.has_changes |= bool(entry.changed.any())
+        if self.dtype is not None:
+            parts = [p.with_values(self.dtype) if p.value is not None else
+                     SessionRows(p.slot, p.query, p.start, p.end, p.count, np.zeros(len(p), self.dtype), p.changed)
+                     for p in parts]
+        self.rows = SessionRows.concat(parts)
+        self.due_at = self.free_at = -math.inf  # anything may be due: the next firing looks
+
+    def clear(self) -> None:
+        """Forget everything (before loading the key groups a subtask owns now)."""
+        self.__init__(self.sessions, self.reduction)  # type: ignore[misc]
+
+    def key_store(self, key: Any) -> SliceStore | None:
+        """One key's sessions as the per-key path's `SliceStore` (a live state query), or None."""
+        slot = self.slots.slot_of.get(key)
+        if slot is None:
+            return None
+        picked = np.flatnonzero(self.rows.slot == slot)
+        if not len(picked):
+            return None
+        part = self.rows.take(picked)
+        return session_store(float(self.slots.fired[slot]), len(self.names), part.query, part.start, part.end,
+                             part.count if part.value is None else part.value, part.changed)
+
+
+class _Constant:
+    """`group_of` for keys loaded from one key group's entry."""
+
+    def __init__(self, group: int) -> None:
+        self.group = group
+
+    def __call__(self, key: Any) -> int:
+        return self.group
