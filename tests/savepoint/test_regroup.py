@@ -12,6 +12,7 @@ import pytest
 from epochal import CheckpointConfig, JobFailedError, RestartStrategy, StateConfig, StreamEnvironment
 from epochal.cli.main import main
 from epochal.errors import CheckpointError
+from epochal.runtime.windowing.session_state import SESSIONS_STATE, GroupSessions
 from epochal.runtime.windowing.table_state import SPLITTERS, TABLE_STATE, GroupSlices, split_group_slices
 from epochal.state.keygroups import key_group_of
 from epochal.state.reader import open_checkpoint, read_state
@@ -108,3 +109,23 @@ def test_state_kept_per_key_group_needs_a_splitter() -> None:
             seen.append(key)
     assert sorted(seen) == list(keys)
     assert split_group_slices(3, "not a table", 3, 16) == {key_group_of(3, 16): "not a table"}
+
+
+def test_a_session_table_entry_is_split_by_its_keys_groups() -> None:
+    from epochal.state.regroup import _resplit
+
+    keys = ("a", "b", "c", "d", "e")
+    key_row = np.array([0, 0, 1, 2, 3, 4, 4, 4])  # two sessions of a, one of b-d, three of e
+    n = len(key_row)
+    sessions = GroupSessions(keys, np.arange(5, dtype=np.float64), key_row, np.zeros(n, np.int64),
+                             np.arange(n, dtype=np.float64), np.arange(n, dtype=np.float64) + 0.5,
+                             np.arange(n) + 10, None, np.arange(n) % 2 == 0, 1)
+    out = _resplit("w", {7: {SESSIONS_STATE: {7: sessions}}}, 128, 4096, SPLITTERS)
+    seen = []
+    for group, states in out.items():
+        entry = states[SESSIONS_STATE][group]
+        for row, j in enumerate(entry.key_row.tolist()):
+            key = entry.keys[j]
+            assert key_group_of(key, 4096) == group and entry.fired[j] == keys.index(key)
+            seen.append((key, entry.start[row], entry.count[row], bool(entry.changed[row])))
+    assert sorted(seen) == sorted((keys[j], float(i), i + 10, i % 2 == 0) for i, j in enumerate(key_row.tolist()))

@@ -98,7 +98,7 @@ def lanes(rows: SessionRows, slots: int) -> np.ndarray:
 def union(rows: SessionRows, slots: int, reduction: Reduction) -> SessionRows:
     """Merge the sessions of each (query, key) that overlap or touch (`start <= end` of one
     before it, as a record joins a session it touches): their counts and partials combined, a
-    merged session changed if any part was."""
+    merged session changed if any part was. The result is ordered by (query, key slot, start)."""
     n = len(rows)
     if n < 2:
         return rows
@@ -116,7 +116,7 @@ def union(rows: SessionRows, slots: int, reduction: Reduction) -> SessionRows:
     apart = ~same | (start[1:] > end[by_end][before])
     bounds = np.flatnonzero(np.r_[True, apart])
     if len(bounds) == n:
-        return rows
+        return rows.take(order)
     value = None if rows.value is None else _REDUCE[reduction].reduceat(rows.value[order], bounds)
     return SessionRows(rows.slot[order][bounds], rows.query[order][bounds], start[bounds],
                        np.maximum.reduceat(end, bounds), np.add.reduceat(rows.count[order], bounds), value,

@@ -30,6 +30,7 @@ import numpy as np
 
 from .columnar import key_codes
 from .session_columns import SessionRows, lanes, runs, union
+from .session_lists import SessionLists
 from .session_state import GroupSessions, session_store
 from .sessions import Sessions
 from .store import SliceStore
@@ -42,7 +43,7 @@ _MIN_SLOTS = 1024  # slots of keys without sessions are given up once more than 
 
 
 class SessionTable:
-    """Every key's sessions of one operator's session queries, as columns."""
+    """Every key's sessions of one operator's session queries, as columns (`SessionLists`)."""
 
     def __init__(self, sessions: Sessions, reduction: Reduction) -> None:
         self.sessions = sessions
@@ -51,8 +52,7 @@ class SessionTable:
         self.lateness = sessions.lateness
         self.reduction = reduction
         self.slots = KeySlots()
-        self.rows = SessionRows.empty(None)
-        self.dtype: np.dtype | None = None  # the partials' dtype (sum, min, max), once values came
+        self.lists = SessionLists(len(self.names), None)
         self.due_at = math.inf  # no changed session ends before this
         self.free_at = math.inf  # no session can be freed before this watermark
         self.has_changes = False  # rows behind the watermark changed sessions: they fire again
@@ -67,6 +67,7 @@ class SessionTable:
         if missing:
             if slots.n + missing > slots.capacity:
                 slots.grow(max(16, 2 * (slots.n + missing)))
+                self.lists.slots(slots.capacity)
             for i, k in enumerate(keys):
                 if out[i] == -1:
                     out[i] = slots.add(k, group_of(k), fired)
@@ -78,16 +79,14 @@ class SessionTable:
         if not n or (not force and n <= _MIN_SLOTS):
             return
         held = np.zeros(n, np.bool_)
-        held[self.rows.slot] = True
+        held[self.lists.columns.slot[self.lists.rows()]] = True
         kept = np.flatnonzero(held)
         if len(kept) == n or (not force and len(kept) > n // 2):
             return
         moved = np.full(n, -1, np.int64)
         moved[kept] = np.arange(len(kept))
         self.slots.keep(kept)
-        rows = self.rows
-        self.rows = SessionRows(moved[rows.slot], rows.query, rows.start, rows.end, rows.count, rows.value,
-                                rows.changed)
+        self.lists.move_slots(moved, kept)
 
     # -- adding ---------------------------------------------------------------------------------
 
@@ -137,23 +136,21 @@ class SessionTable:
         dtype = value_dtype(values)
         if dtype is None:
             raise TypeError(f"{self.reduction.value} on the columnar path needs numbers, got {values.dtype}")
-        if self.dtype is None or (dtype.kind == "f" and self.dtype.kind != "f"):
-            self.dtype = dtype
-            self.rows = self.rows.with_values(dtype) if self.rows.value is not None else SessionRows(
-                self.rows.slot, self.rows.query, self.rows.start, self.rows.end, self.rows.count,
-                np.zeros(len(self.rows), dtype), self.rows.changed)
-        return np.asarray(values, dtype=self.dtype)
+        held = self.lists.value_dtype
+        if held is None or (dtype.kind == "f" and held.kind != "f"):
+            self.lists.with_values(dtype)
+            held = dtype
+        return np.asarray(values, dtype=held)
 
     def _merge(self, new: SessionRows) -> None:
         """Merge new runs into the sessions of the (query, key) lanes they fall in."""
         if not len(new):
             return
-        old, width = self.rows, self.slots.n
-        touched = np.zeros(len(self.gaps) * width, np.bool_)
-        touched[lanes(new, width)] = True
-        hit = touched[lanes(old, width)]
-        merged = union(SessionRows.concat([old.take(np.flatnonzero(hit)), new]), width, self.reduction)
-        self.rows = SessionRows.concat([old.take(np.flatnonzero(~hit)), merged]) if hit.any() or len(old) else merged
+        width = self.slots.capacity
+        touched = np.unique(lanes(new, width))
+        old = self.lists.lane_rows(touched // width, touched % width)
+        merged = union(SessionRows.concat([self.lists.take(old), new]), width, self.reduction)
+        self.lists.replace(old, merged)
         ends = merged.end[merged.changed]
         if len(ends):
             self.due_at = min(self.due_at, float(ends.min()))
@@ -166,26 +163,28 @@ class SessionTable:
         key slot); then the sessions no acceptable record can touch are freed."""
         if watermark < self.due_at and watermark < self.free_at and not self.has_changes:
             return None
-        rows, slots = self.rows, self.slots
+        lists, slots = self.lists, self.slots
+        c, live = lists.columns, lists.live
         fired = slots.fired[:slots.n]
         out = None
-        due = np.flatnonzero(rows.changed & (rows.end <= watermark))
+        due = np.flatnonzero(live & c.changed & (c.end <= watermark))
         if len(due):
-            due = due[np.lexsort((rows.slot[due], rows.query[due], rows.start[due], rows.end[due]))]
-            slot, end = rows.slot[due], rows.end[due]
-            result = rows.count[due] if rows.value is None else rows.value[due]
-            out = FiredColumns(slots.key_array(slot), rows.query[due], rows.start[due], end, result,
-                               end <= fired[slot])
-            rows.changed[due] = False
+            due = due[np.lexsort((c.slot[due], c.query[due], c.start[due], c.end[due]))]
+            slot, end = c.slot[due], c.end[due]
+            result = c.count[due] if c.value is None else c.value[due]
+            out = FiredColumns(slots.key_array(slot), c.query[due], c.start[due], end, result, end <= fired[slot])
+            c.changed[due] = False
         np.maximum(fired, watermark, out=fired)
         self.has_changes = False
-        freed = (rows.end + self.gaps[rows.query]) + self.lateness <= watermark
-        if freed.any():
-            self.rows = rows = rows.take(np.flatnonzero(~freed))
+        reach = c.end + self.gaps[c.query]
+        freed = np.flatnonzero(live & (reach + self.lateness <= watermark))
+        if len(freed):
+            lists.drop(freed)
             self._compact_slots()
-        changed = rows.end[rows.changed]
+        c, live = lists.columns, lists.live
+        changed = c.end[live & c.changed]
         self.due_at = float(changed.min()) if len(changed) else math.inf
-        self.free_at = float((rows.end + self.gaps[rows.query]).min()) + self.lateness if len(rows) else math.inf
+        self.free_at = float(reach[live].min()) + self.lateness if len(lists) else math.inf
         return out
 
     # -- keyed state ----------------------------------------------------------------------------
@@ -193,7 +192,8 @@ class SessionTable:
     def export(self) -> dict[int, GroupSessions]:
         """Every key group's sessions (key groups holding none are left out)."""
         self._compact_slots(force=True)
-        rows, slots = self.rows, self.slots
+        slots = self.slots
+        rows = self.lists.take(self.lists.rows())
         out: dict[int, GroupSessions] = {}
         if not len(rows):
             return out
@@ -211,8 +211,9 @@ class SessionTable:
         return out
 
     def load(self, entries: Iterable[tuple[int, GroupSessions]]) -> None:
-        """Add key groups' sessions (restored, or gained by rescaling or a migration)."""
-        parts = [self.rows]
+        """Add key groups' sessions (restored, or gained by rescaling or a migration) to a table
+        that holds none of their keys."""
+        parts: list[SessionRows] = []
         for group, entry in entries:
             slot = self.slots_of(list(entry.keys), _Constant(group), -math.inf)
             self.slots.fired[slot] = entry.fired
@@ -220,13 +221,17 @@ class SessionTable:
             if value is not None:
                 value = self._values(value)
             parts.append(SessionRows(slot[entry.key_row], entry.query, entry.start, entry.end, entry.count, value,
-                                     entry.changed.copy()))
+                                     entry.changed))
             self.has_changes |= bool(entry.changed.any())
-        if self.dtype is not None:
-            parts = [p.with_values(self.dtype) if p.value is not None else
-                     SessionRows(p.slot, p.query, p.start, p.end, p.count, np.zeros(len(p), self.dtype), p.changed)
+        if not parts:
+            return
+        held = self.lists.value_dtype
+        if held is not None:
+            parts = [p.with_values(held) if p.value is not None else
+                     SessionRows(p.slot, p.query, p.start, p.end, p.count, np.zeros(len(p), held), p.changed)
                      for p in parts]
-        self.rows = SessionRows.concat(parts)
+        rows = SessionRows.concat(parts)
+        self.lists.replace(np.empty(0, np.int64), rows.take(np.lexsort((rows.start, rows.slot, rows.query))))
         self.due_at = self.free_at = -math.inf  # anything may be due: the next firing looks
 
     def clear(self) -> None:
@@ -238,10 +243,10 @@ class SessionTable:
         slot = self.slots.slot_of.get(key)
         if slot is None:
             return None
-        picked = np.flatnonzero(self.rows.slot == slot)
+        picked = self.lists.lane_rows(np.arange(len(self.names)), np.full(len(self.names), slot))
         if not len(picked):
             return None
-        part = self.rows.take(picked)
+        part = self.lists.take(picked)
         return session_store(float(self.slots.fired[slot]), len(self.names), part.query, part.start, part.end,
                              part.count if part.value is None else part.value, part.changed)
 
