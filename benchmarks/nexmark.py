@@ -321,13 +321,12 @@ CLOSE_THE_GAP = {
           "instead of one per key; all keys' counts from their (key, slice) partials with vectorized prefix "
           "sums; one Arrow batch out) would leave per-key Python work only to late records. Spark SS does "
           "this step as one hash aggregation per micro-batch, in generated code.",
-    "q11": "the time is per bidder, on the way in and on the way out: each batch fetches and updates one "
-           "session store per bidder in it (the columnar path groups the rows, then merges sessions key by "
-           "key), and each closed session fires on its own timer. Assigning sessions per batch in Arrow "
-           "(sort by bidder and time, split where the gap exceeds 10 s) and touching keyed state only for a "
-           "bidder's first and last run in the batch (the only ones that can merge with stored sessions), "
-           "then firing closed sessions in one columnar step as for q5, would remove most of the per-key "
-           "Python calls. Spark SS's session_window is a sort and a merge per micro-batch in generated code.",
+    "q11": "the sessions are in one columnar table (runs cut and merged per batch in numpy, every ended "
+           "session fired at once per watermark); what is left is per batch: the key codes of the batch's "
+           "bidders (a dictionary lookup per distinct bidder) and the sorts of the union. Shipping fewer, larger "
+           "batches to the window operator, or sessionizing before the exchange (a local phase, as for periodic "
+           "windows), would be next. Spark SS's session_window is a sort and a merge per micro-batch in "
+           "generated code.",
 }
 
 

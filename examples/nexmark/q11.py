@@ -5,8 +5,9 @@ The Nexmark project's q11 groups each bidder's bids into event-time session wind
 last bid's time plus the gap (SESSION_END). A session ends when the watermark passes its end.
 
 Columnar: end to end. The bid selection is one `map_batches` per batch, and the session count
-is the window operator's Arrow path (each batch's runs per bidder are cut and counted in numpy,
-then merged into the bidder's sessions once per run).
+is the window operator's session table (each batch's runs per bidder are cut, counted and merged
+into the stored sessions in numpy; a watermark emits every ended session of every bidder at
+once: docs/concepts/time.md, "Sessions on the columnar path").
 
     python examples/nexmark/q11.py [--events N] [--parallelism P] [--rate EVENTS_PER_SECOND]
 """
