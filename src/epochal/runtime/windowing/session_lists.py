@@ -27,7 +27,8 @@ class SessionLists:
     def __init__(self, queries: int, dtype: np.dtype | None) -> None:
         self.queries = queries
         self.head = np.full((queries, 16), -1, np.int64)
-        self.free = np.arange(_FIRST_ROWS - 1, -1, -1, dtype=np.int64)  # a stack: rows to use, last first
+        self.free = np.arange(_FIRST_ROWS - 1, -1, -1, dtype=np.int64)  # a stack of rows to use: [0, free_n)
+        self.free_n = _FIRST_ROWS
         self.columns = SessionRows(
             np.zeros(_FIRST_ROWS, np.int64), np.zeros(_FIRST_ROWS, np.int64), np.zeros(_FIRST_ROWS, np.float64),
             np.zeros(_FIRST_ROWS, np.float64), np.zeros(_FIRST_ROWS, np.int64),
@@ -112,7 +113,7 @@ class SessionLists:
                 break
             at = np.where(dead, nxt[np.maximum(at, 0)], at)
         self.head[lanes_q, lanes_s] = at
-        self.free = np.concatenate([self.free, rows])
+        self._push(rows)
 
     def move_slots(self, moved: np.ndarray, kept: np.ndarray) -> None:
         """Key slots were given up: slot s is now `moved[s]` (`kept`: the old slots that stay)."""
@@ -126,14 +127,19 @@ class SessionLists:
         if len(rows):
             self.live[rows] = False
             self.count -= len(rows)
-            self.free = np.concatenate([self.free, rows])
+            self._push(rows)
+
+    def _push(self, rows: np.ndarray) -> None:
+        top = self.free_n
+        self.free[top:top + len(rows)] = rows
+        self.free_n = top + len(rows)
 
     def _allocate(self, n: int) -> np.ndarray:
-        if n > len(self.free):
+        if n > self.free_n:
             self._grow(max(2 * len(self.live), len(self.live) + n))
-        free = self.free
-        rows = free[len(free) - n:][::-1]
-        self.free = free[:len(free) - n]
+        top = self.free_n - n
+        rows = self.free[top:self.free_n][::-1].copy()
+        self.free_n = top
         return rows
 
     def _grow(self, capacity: int) -> None:
@@ -145,7 +151,11 @@ class SessionLists:
             None if c.value is None else np.resize(c.value, capacity), np.resize(c.changed, capacity))
         self.next = np.resize(self.next, capacity)
         self.live = np.concatenate([self.live, np.zeros(capacity - old, np.bool_)])
-        self.free = np.concatenate([np.arange(capacity - 1, old - 1, -1, dtype=np.int64), self.free])
+        free = np.empty(capacity, np.int64)  # the new rows under the free ones: those are used first
+        added = capacity - old
+        free[:added] = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
+        free[added:added + self.free_n] = self.free[:self.free_n]
+        self.free, self.free_n = free, added + self.free_n
 
     def _link(self, rows: np.ndarray, new: SessionRows) -> None:
         """Chain `rows` (holding `new`, ordered by lane and start) lane by lane."""
