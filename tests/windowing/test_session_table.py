@@ -26,7 +26,7 @@ from epochal.runtime.windowing.sessions import Sessions
 from epochal.runtime.windowing.table_partials import Reduction
 from epochal.state.keygroups import key_group_of
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 session_scenarios = scenarios(sessions_only=True, aggregates=TABLE_AGGREGATES)
 
 
