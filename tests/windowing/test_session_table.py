@@ -1,10 +1,6 @@
-"""The columnar session table (`runtime.windowing.session_table`) against the brute-force reference.
-
-Random session queries (one to three gaps), count/sum/min/max, bounded delays with a share of
-records far past the watermark (late, or late updates within the allowed lateness), random batch
-boundaries, keys that come and go, keys spread over 1-4 tables by key group, and a checkpoint
-and restore (export per key group, pickle, load) at a random point, into as many tables or into
-another number of them (a rescale by restore).
+"""The columnar session table (`runtime.windowing.session_table`): merging, re-firing, slots
+given up, its keyed-state form and a key's state query. Against the brute-force reference, with
+random traces, restores and rescales: tests/windowing/test_slice_table.py (both tables).
 """
 
 from __future__ import annotations
@@ -14,49 +10,14 @@ import pickle
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from scenarios import TABLE_AGGREGATES, Scenario, canonical, describe, run_reference, run_table, scenarios
 
-from epochal.runtime.windowing import Count, Sum, session_table
+from epochal.runtime.windowing import Count, Sum
 from epochal.runtime.windowing.session_columns import SessionRows, union
 from epochal.runtime.windowing.session_state import split_group_sessions
 from epochal.runtime.windowing.session_table import SessionTable
 from epochal.runtime.windowing.sessions import Sessions
 from epochal.runtime.windowing.table_partials import Reduction
 from epochal.state.keygroups import key_group_of
-
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-session_scenarios = scenarios(sessions_only=True, aggregates=TABLE_AGGREGATES)
-
-
-@SETTINGS
-@given(session_scenarios)
-def test_the_session_table_equals_the_reference(scenario: Scenario) -> None:
-    assert canonical(run_table(scenario)) == canonical(run_reference(scenario)), describe(scenario)
-
-
-@SETTINGS
-@given(scenarios(sessions_only=True, aggregates=TABLE_AGGREGATES, drifting_keys=True, max_records=120))
-def test_keys_that_come_and_go_equal_the_reference(scenario: Scenario) -> None:
-    """Keys whose sessions were freed give up their slots (here from 4 slots on, not 1,024)."""
-    few = session_table._MIN_SLOTS
-    session_table._MIN_SLOTS = 4
-    try:
-        assert canonical(run_table(scenario)) == canonical(run_reference(scenario)), describe(scenario)
-    finally:
-        session_table._MIN_SLOTS = few
-
-
-@SETTINGS
-@given(session_scenarios, st.integers(0, 12), st.integers(1, 4), st.integers(1, 4))
-def test_parallelism_and_a_restore_or_rescale_change_nothing(scenario: Scenario, restore_at: int,
-                                                             parallelism: int, rescale_to: int) -> None:
-    expected = canonical(run_reference(scenario))
-    assert canonical(run_table(scenario, parallelism=parallelism)) == expected, describe(scenario)
-    assert canonical(run_table(scenario, restore_at=restore_at, parallelism=parallelism)) == expected
-    assert canonical(run_table(scenario, restore_at=restore_at, parallelism=parallelism,
-                               rescale_to=rescale_to)) == expected
 
 
 def _table(gaps: list[float], reduction: Reduction = Reduction.COUNT, lateness: float = 0.0) -> SessionTable:
