@@ -12,6 +12,7 @@ import pytest
 from epochal import CheckpointConfig, JobFailedError, RestartStrategy, StateConfig, StreamEnvironment
 from epochal.cli.main import main
 from epochal.errors import CheckpointError
+from epochal.runtime.windowing.session_columns import SessionRows
 from epochal.runtime.windowing.session_state import SESSIONS_STATE, GroupSessions
 from epochal.runtime.windowing.table_state import SPLITTERS, TABLE_STATE, GroupSlices, split_group_slices
 from epochal.state.keygroups import key_group_of
@@ -117,15 +118,16 @@ def test_a_session_table_entry_is_split_by_its_keys_groups() -> None:
     keys = ("a", "b", "c", "d", "e")
     key_row = np.array([0, 0, 1, 2, 3, 4, 4, 4])  # two sessions of a, one of b-d, three of e
     n = len(key_row)
-    sessions = GroupSessions(keys, np.arange(5, dtype=np.float64), key_row, np.zeros(n, np.int64),
-                             np.arange(n, dtype=np.float64), np.arange(n, dtype=np.float64) + 0.5,
-                             np.arange(n) + 10, None, np.arange(n) % 2 == 0, 1)
+    rows = SessionRows(key_row, np.zeros(n, np.int64), np.arange(n, dtype=np.float64),
+                       np.arange(n, dtype=np.float64) + 0.5, np.arange(n) + 10, None, np.arange(n) % 2 == 0)
+    sessions = GroupSessions(keys, np.arange(5, dtype=np.float64), rows, 1)
     out = _resplit("w", {7: {SESSIONS_STATE: {7: sessions}}}, 128, 4096, SPLITTERS)
     seen = []
     for group, states in out.items():
         entry = states[SESSIONS_STATE][group]
-        for row, j in enumerate(entry.key_row.tolist()):
+        part = entry.sessions
+        for row, j in enumerate(part.slot.tolist()):
             key = entry.keys[j]
             assert key_group_of(key, 4096) == group and entry.fired[j] == keys.index(key)
-            seen.append((key, entry.start[row], entry.count[row], bool(entry.changed[row])))
+            seen.append((key, part.start[row], part.count[row], bool(part.changed[row])))
     assert sorted(seen) == sorted((keys[j], float(i), i + 10, i % 2 == 0) for i, j in enumerate(key_row.tolist()))

@@ -11,13 +11,16 @@ queries answer alike on both paths.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...state.keygroups import key_group_of
 from .store import SessionSlices, SliceStore
+
+if TYPE_CHECKING:  # a type only: session_columns imports table_partials, which imports table_state
+    from .session_columns import SessionRows
 
 SESSIONS_STATE = "__window_sessions__"  # one GroupSessions per key group, keyed by the key group
 
@@ -26,22 +29,14 @@ SESSIONS_STATE = "__window_sessions__"  # one GroupSessions per key group, keyed
 class GroupSessions:
     """One key group's sessions, as keyed state holds them (one entry per key group).
 
-    Session `i` belongs to `keys[key_row[i]]` and query `query[i]`, spans `[start[i], end[i])`,
-    holds `count[i]` records and the partial `value[i]` (None for a count); `changed[i]`: not
-    emitted as it stands. Key `j` last fired at watermark `fired[j]`; `queries`: how many session
-    queries the operator has. Never changed after it is written: the next checkpoint writes a new
-    one.
+    `sessions` as the table holds them, but `sessions.slot[i]` is the index in `keys` of session
+    `i`'s key; key `j` last fired at watermark `fired[j]`; `queries`: how many session queries
+    the operator has. Never changed after it is written: the next checkpoint writes a new one.
     """
 
     keys: tuple[Any, ...]
     fired: np.ndarray
-    key_row: np.ndarray
-    query: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    count: np.ndarray
-    value: np.ndarray | None
-    changed: np.ndarray
+    sessions: SessionRows
     queries: int
 
     def take(self, keys: list[int]) -> GroupSessions:
@@ -49,26 +44,25 @@ class GroupSessions:
         picked = np.asarray(keys, dtype=np.int64)
         renumber = np.full(len(self.keys), -1, np.int64)
         renumber[picked] = np.arange(len(picked))
-        rows = np.flatnonzero(renumber[self.key_row] >= 0)
-        return GroupSessions(tuple(self.keys[i] for i in keys), self.fired[picked], renumber[self.key_row[rows]],
-                             self.query[rows], self.start[rows], self.end[rows], self.count[rows],
-                             None if self.value is None else self.value[rows], self.changed[rows], self.queries)
+        part = self.sessions.take(np.flatnonzero(renumber[self.sessions.slot] >= 0))
+        return GroupSessions(tuple(self.keys[i] for i in keys), self.fired[picked],
+                             replace(part, slot=renumber[part.slot]), self.queries)
 
 
-def session_store(fired: float, queries: int, query: np.ndarray, start: np.ndarray, end: np.ndarray,
-                  partial: np.ndarray, changed: np.ndarray) -> SliceStore:
-    """One key's sessions (columns) as the per-key path's `SliceStore`."""
-    order = np.lexsort((start, query))
-    sessions = [SessionSlices() for _ in range(queries)]
-    for q, s, e, p, c in zip(query[order].tolist(), start[order].tolist(), end[order].tolist(),
-                             partial[order].tolist(), changed[order].tolist()):
-        found = sessions[q]
+def session_store(fired: float, queries: int, sessions: SessionRows) -> SliceStore:
+    """One key's sessions as the per-key path's `SliceStore`."""
+    order = np.lexsort((sessions.start, sessions.query))
+    partials = sessions.count if sessions.value is None else sessions.value
+    out = [SessionSlices() for _ in range(queries)]
+    for q, s, e, p, c in zip(sessions.query[order].tolist(), sessions.start[order].tolist(),
+                             sessions.end[order].tolist(), partials[order].tolist(), sessions.changed[order].tolist()):
+        found = out[q]
         found.starts.append(s)
         found.ends.append(e)
         found.partials.append(p)
         found.changed.append(c)
-    due = end[changed]
-    return SliceStore(fired=fired, next_fire=float(due.min()) if len(due) else math.inf, sessions=sessions)
+    due = sessions.end[sessions.changed]
+    return SliceStore(fired=fired, next_fire=float(due.min()) if len(due) else math.inf, sessions=out)
 
 
 def group_key_sessions(group: GroupSessions, key: Any) -> SliceStore | None:
@@ -76,9 +70,8 @@ def group_key_sessions(group: GroupSessions, key: Any) -> SliceStore | None:
     if key not in group.keys:
         return None
     j = group.keys.index(key)
-    rows = np.flatnonzero(group.key_row == j)
-    return session_store(float(group.fired[j]), group.queries, group.query[rows], group.start[rows], group.end[rows],
-                         group.count[rows] if group.value is None else group.value[rows], group.changed[rows])
+    return session_store(float(group.fired[j]), group.queries,
+                         group.sessions.take(np.flatnonzero(group.sessions.slot == j)))
 
 
 def split_group_sessions(key: Any, value: Any, old_group: int, max_parallelism: int) -> dict[int, Any]:

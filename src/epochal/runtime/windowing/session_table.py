@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,7 @@ class SessionTable:
         if any_behind:  # as the per-key path: a key with a row behind the watermark counts as fired at it
             fired, at = self.slots.fired, slot[behind]
             fired[at] = np.maximum(fired[at], watermark)
+        counted_behind = False  # a row behind the watermark joined sessions: they fire again
         for q, gap in enumerate(self.gaps.tolist()):
             if any_behind:
                 too_late = (ts + gap) + self.lateness <= watermark
@@ -118,19 +120,19 @@ class SessionTable:
                 if too_late.any():
                     late |= too_late
                     kept = np.flatnonzero(~too_late)
-                    if len(kept) and (behind[kept]).any():
-                        self.has_changes = True
+                    counted_behind |= bool(len(kept)) and bool(behind[kept].any())
                     pieces.append(runs(slot[kept], ts[kept], None if values is None else values[kept], q, gap,
                                        self.reduction))
                     continue
-                self.has_changes = True
+                counted_behind = True
             pieces.append(runs(slot, ts, values, q, gap, self.reduction))
+        self.has_changes |= counted_behind
         self._merge(SessionRows.concat(pieces))
         late_rows = np.flatnonzero(late)
         names = self.names
         late_queries = [tuple(names[q] for q in range(len(names)) if late_for[q][row])
                         for row in late_rows.tolist()]
-        return TableAdmission(late_rows, late_queries, self.has_changes)
+        return TableAdmission(late_rows, late_queries, counted_behind)
 
     def _values(self, values: np.ndarray) -> np.ndarray:
         dtype = value_dtype(values)
@@ -205,9 +207,8 @@ class SessionTable:
         for g, picked in zip(group[bounds].tolist(), np.split(order, bounds[1:])):
             part = rows.take(picked)
             held, key_row = np.unique(part.slot, return_inverse=True)
-            out[g] = GroupSessions(tuple(keys[s] for s in held.tolist()), slots.fired[held], key_row.astype(np.int64),
-                                   part.query, part.start, part.end, part.count, part.value, part.changed,
-                                   len(self.names))
+            out[g] = GroupSessions(tuple(keys[s] for s in held.tolist()), slots.fired[held],
+                                   replace(part, slot=key_row.astype(np.int64)), len(self.names))
         return out
 
     def load(self, entries: Iterable[tuple[int, GroupSessions]]) -> None:
@@ -215,22 +216,16 @@ class SessionTable:
         that holds none of their keys."""
         parts: list[SessionRows] = []
         for group, entry in entries:
-            slot = self.slots_of(list(entry.keys), _Constant(group), -math.inf)
+            slot = self.slots_of(list(entry.keys), _in_group(group), -math.inf)
             self.slots.fired[slot] = entry.fired
-            value = entry.value
-            if value is not None:
-                value = self._values(value)
-            parts.append(SessionRows(slot[entry.key_row], entry.query, entry.start, entry.end, entry.count, value,
-                                     entry.changed))
-            self.has_changes |= bool(entry.changed.any())
+            stored = entry.sessions
+            value = None if stored.value is None else self._values(stored.value)
+            parts.append(replace(stored, slot=slot[stored.slot], value=value))
+            self.has_changes |= bool(stored.changed.any())
         if not parts:
             return
-        held = self.lists.value_dtype
-        if held is not None:
-            parts = [p.with_values(held) if p.value is not None else
-                     SessionRows(p.slot, p.query, p.start, p.end, p.count, np.zeros(len(p), held), p.changed)
-                     for p in parts]
-        rows = SessionRows.concat(parts)
+        held = self.lists.value_dtype  # integers of earlier entries turn to floats if a later one had floats
+        rows = SessionRows.concat([p if held is None else p.with_values(held) for p in parts])
         self.lists.replace(np.empty(0, np.int64), rows.take(np.lexsort((rows.start, rows.slot, rows.query))))
         self.due_at = self.free_at = -math.inf  # anything may be due: the next firing looks
 
@@ -246,16 +241,9 @@ class SessionTable:
         picked = self.lists.lane_rows(np.arange(len(self.names)), np.full(len(self.names), slot))
         if not len(picked):
             return None
-        part = self.lists.take(picked)
-        return session_store(float(self.slots.fired[slot]), len(self.names), part.query, part.start, part.end,
-                             part.count if part.value is None else part.value, part.changed)
+        return session_store(float(self.slots.fired[slot]), len(self.names), self.lists.take(picked))
 
 
-class _Constant:
-    """`group_of` for keys loaded from one key group's entry."""
-
-    def __init__(self, group: int) -> None:
-        self.group = group
-
-    def __call__(self, key: Any) -> int:
-        return self.group
+def _in_group(group: int) -> Callable[[Any], int]:
+    """`group_of` for the keys of one key group's entry."""
+    return lambda _: group
